@@ -1,0 +1,35 @@
+# Two set-up commands: `make run` (install + the main job) and `make test` (install + tests).
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+ENV_PKGS := $(patsubst %/pyproject.toml,-e %,$(wildcard environments/*/pyproject.toml))
+# torch's CPU build lies on this machine's disk; pinning it first keeps pip from fetching a CUDA build.
+TORCH  ?= torch==2.13.0
+
+.PHONY: run test install install-dev lint bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+install: $(BIN)/python
+	$(BIN)/pip install -q -e . $(ENV_PKGS)
+
+install-dev: $(BIN)/python
+	$(BIN)/pip install -q $(TORCH)
+	$(BIN)/pip install -q -e '.[train,plot,gym,mcp,test]' $(ENV_PKGS)
+
+run: install
+	$(BIN)/rlvr eval tictactoe -m policy:optimal -a '{"opponent": "optimal"}' -n 100 -r 1 -q -o runs/make-run/tictactoe-optimal --resume
+	$(BIN)/rlvr eval tictactoe -m policy:optimal -a '{"opponent": "random"}' -n 100 -r 1 -q -o runs/make-run/tictactoe-random --resume
+	$(BIN)/rlvr eval reverse_text -m policy:oracle -n 10 -r 2 -q -o runs/make-run/reverse_text --resume
+	$(BIN)/rlvr eval double_check -m policy:oracle -n 10 -r 2 -q -o runs/make-run/double_check --resume
+
+test: install-dev
+	$(BIN)/python -m pytest
+
+lint:
+	$(BIN)/ruff check src tests environments
+
+clean:
+	rm -rf $(VENV) runs build *.egg-info src/*.egg-info

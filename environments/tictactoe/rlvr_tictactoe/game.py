@@ -1,0 +1,286 @@
+"""Pure tic-tac-toe logic: board, minimax, the seeded opponent and reference players.
+
+No dependency on rlvr's core. A board is a tuple of 9 cells numbered 0-8 row by row, each
+"X", "O" or " " (empty). Every function accepts any sequence of 9 such strings (a list kept
+in a game state is fine) and returns tuples.
+
+Values are negamax values, from the perspective of the side to move: +1 the mover wins with
+perfect play by both sides, 0 draw, -1 the mover loses. The solved game is cached per
+(board, side to move) on first use (~11k positions, tens of ms), after which an opponent
+move is a dict lookup and an RNG draw.
+
+Players are plain functions ``(board, mark, rng) -> cell``; ``teacher_move`` also returns a
+one-sentence reasoning, for building SFT data.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import random
+import re
+from collections.abc import Callable, Sequence
+
+Board = tuple[str, ...]
+Player = Callable[[Board, str, random.Random], int]
+
+EMPTY = " "
+EMPTY_BOARD: Board = (EMPTY,) * 9
+MARKS = ("X", "O")
+LINES = ((0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6))
+CENTRE = 4
+CORNERS = (0, 2, 6, 8)
+SIDES = (1, 3, 5, 7)
+TEACHER_RANDOM_PROB = 0.1
+"""Chance that the teacher, with no win or block on the board, plays any free cell."""
+
+_CELLS = frozenset({"X", "O", EMPTY})
+
+
+# ---------------------------------------------------------------- board basics ----------
+
+
+def other(mark: str) -> str:
+    """The opponent's mark.
+
+    >>> other("X")
+    'O'
+    """
+    return "O" if mark == "X" else "X"
+
+
+def _board(board: Sequence[str]) -> Board:
+    b = tuple(board)
+    if len(b) != 9 or not _CELLS.issuperset(b):
+        raise ValueError(f"expected 9 cells of 'X', 'O' or ' ', got {board!r}")
+    return b
+
+
+def _mark(mark: str) -> str:
+    if mark not in MARKS:
+        raise ValueError(f"expected mark 'X' or 'O', got {mark!r}")
+    return mark
+
+
+def winner(board: Sequence[str]) -> str | None:
+    """'X' or 'O' if that side has three in a line, else None.
+
+    >>> winner("XXXOO    ")
+    'X'
+    """
+    for i, j, k in LINES:
+        m = board[i]
+        if m != EMPTY and m == board[j] == board[k]:
+            return m
+    return None
+
+
+def legal_moves(board: Sequence[str]) -> list[int]:
+    """Free cells in increasing order; [] once the game is over (won or full).
+
+    >>> legal_moves("XO XO    ")
+    [2, 5, 6, 7, 8]
+    """
+    if winner(board) is not None:
+        return []
+    return [i for i, c in enumerate(board) if c == EMPTY]
+
+
+def is_draw(board: Sequence[str]) -> bool:
+    """True when the board is full and nobody has won."""
+    return EMPTY not in board and winner(board) is None
+
+
+def apply_move(board: Sequence[str], cell: int, mark: str) -> Board:
+    """The board after `mark` takes `cell`; ValueError if the cell is off-board or taken.
+
+    >>> apply_move(EMPTY_BOARD, 4, "X")
+    (' ', ' ', ' ', ' ', 'X', ' ', ' ', ' ', ' ')
+    """
+    b = _board(board)
+    if not (isinstance(cell, int) and 0 <= cell <= 8):
+        raise ValueError(f"expected a cell number 0-8, got {cell!r}")
+    if b[cell] != EMPTY:
+        raise ValueError(f"cell {cell} is already taken by {b[cell]}; free cells: {legal_moves(b)}")
+    return b[:cell] + (_mark(mark),) + b[cell + 1 :]
+
+
+def render(board: Sequence[str]) -> str:
+    """The board as the model sees it: empty cells show their number.
+
+    >>> print(render("X   O    "))
+    X | 1 | 2
+    ---------
+    3 | O | 5
+    ---------
+    6 | 7 | 8
+    """
+    cells = [c if c != EMPTY else str(i) for i, c in enumerate(_board(board))]
+    return "\n---------\n".join(" | ".join(cells[r : r + 3]) for r in (0, 3, 6))
+
+
+_ROW = r"[ \t]*([XO0-8]) \| ([XO0-8]) \| ([XO0-8])[ \t]*"
+_SEP = r"\r?\n[ \t]*-{9}[ \t]*\r?\n"
+_BOARD_RE = re.compile(_ROW + _SEP + _ROW + _SEP + _ROW)
+
+
+def parse_board(text: str) -> Board:
+    """Read back the last board drawn by `render` in `text` (which may hold other lines).
+
+    >>> parse_board("Your turn.\\n" + render("X   O    ") + "\\nAvailable: 1, 2")[:5]
+    ('X', ' ', ' ', ' ', 'O')
+    """
+    matches = list(_BOARD_RE.finditer(text))
+    if not matches:
+        raise ValueError(f"no board like '0 | 1 | 2' / '---------' / ... found in {text!r}")
+    cells = matches[-1].groups()
+    for i, c in enumerate(cells):
+        if c not in MARKS and c != str(i):
+            raise ValueError(f"cell {i} of the board shows {c!r}; expected X, O or {i}")
+    return tuple(c if c in MARKS else EMPTY for c in cells)
+
+
+# ---------------------------------------------------------------- minimax ---------------
+
+
+@functools.cache
+def _solve(board: Board, to_move: str) -> tuple[int, tuple[int, ...]]:
+    """(score, best moves) for the mover. |score| = 1 + empty cells left when the game ends,
+    so a sooner win / later loss scores higher; 0 is a draw."""
+    w = winner(board)
+    if w is not None:
+        return (1 if w == to_move else -1) * (1 + board.count(EMPTY)), ()
+    moves = [i for i, c in enumerate(board) if c == EMPTY]
+    if not moves:
+        return 0, ()
+    opp = other(to_move)
+    scores = [-_solve(board[:i] + (to_move,) + board[i + 1 :], opp)[0] for i in moves]
+    best = max(scores)
+    return best, tuple(m for m, s in zip(moves, scores) if s == best)
+
+
+def game_value(board: Sequence[str], to_move: str) -> int:
+    """+1 / 0 / -1: the result for `to_move` (the side about to play) under perfect play.
+
+    >>> game_value(EMPTY_BOARD, "X")
+    0
+    >>> game_value("XX OO    ", "O")
+    1
+    """
+    score = _solve(_board(board), _mark(to_move))[0]
+    return (score > 0) - (score < 0)
+
+
+def best_moves(board: Sequence[str], mark: str) -> list[int]:
+    """Every move for `mark` that keeps the best game value, in increasing order.
+
+    Among draws all drawing moves count as equally good. Among wins only the fastest count
+    and among losses only the slowest, so the opponent takes a win on the board and still
+    blocks when it is lost. [] if the game is over.
+
+    >>> best_moves("XX OO    ", "X")
+    [2]
+    """
+    return list(_solve(_board(board), _mark(mark))[1])
+
+
+# ---------------------------------------------------------------- opponent --------------
+
+
+def move_rng(example_seed: int, board: Sequence[str]) -> random.Random:
+    """A fresh RNG determined by (example seed, board) alone, stable across processes and
+    Python versions (blake2b, not the salted built-in hash), so two rollouts of one example
+    that reach the same board get the same opponent reply."""
+    key = f"{int(example_seed)}:{''.join(_board(board))}".encode()
+    return random.Random(int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big"))
+
+
+def opponent_move(
+    board: Sequence[str], mark: str, random_move_prob: float, rng: random.Random
+) -> int:
+    """With probability `random_move_prob` a uniformly random free cell, otherwise a
+    uniformly random choice among `best_moves`. Always draws one `rng.random()` first."""
+    if not 0.0 <= random_move_prob <= 1.0:
+        raise ValueError(f"expected random_move_prob in [0, 1], got {random_move_prob!r}")
+    b = _board(board)
+    moves = legal_moves(b)
+    if not moves:
+        raise ValueError(f"the game is over, no move to make on {b!r}")
+    if rng.random() < random_move_prob:
+        return rng.choice(moves)
+    return rng.choice(_solve(b, _mark(mark))[1])
+
+
+# ---------------------------------------------------------------- players ---------------
+
+
+def random_player(board: Board, mark: str, rng: random.Random) -> int:
+    """A uniformly random free cell."""
+    return rng.choice(legal_moves(board))
+
+
+def optimal_player(board: Board, mark: str, rng: random.Random) -> int:
+    """A uniformly random choice among `best_moves`: never loses."""
+    return rng.choice(best_moves(board, mark))
+
+
+def _completing_cells(board: Sequence[str], mark: str) -> list[tuple[int, tuple[int, ...]]]:
+    """(free cell, line) pairs where `mark` playing the cell completes the line."""
+    found: list[tuple[int, tuple[int, ...]]] = []
+    for line in LINES:
+        cells = [board[i] for i in line]
+        if cells.count(mark) == 2 and cells.count(EMPTY) == 1:
+            found.append((line[cells.index(EMPTY)], line))
+    return found
+
+
+def _line(line: tuple[int, ...]) -> str:
+    return "-".join(map(str, line))
+
+
+def teacher_move(board: Sequence[str], mark: str, rng: random.Random) -> tuple[int, str]:
+    """A good but imperfect player, with a one-sentence reason: win if possible, else block,
+    else (with probability TEACHER_RANDOM_PROB) any free cell, else centre, a random corner,
+    a random side. It sees no forks, so it falls for fork traps.
+
+    >>> teacher_move("XX OO    ", "O", random.Random(0))
+    (5, 'I can complete the line 3-4-5 and win, so I play 5.')
+    """
+    b = _board(board)
+    moves = legal_moves(b)
+    if not moves:
+        raise ValueError(f"the game is over, no move to make on {b!r}")
+    if wins := _completing_cells(b, _mark(mark)):
+        cell, line = rng.choice(wins)
+        return cell, f"I can complete the line {_line(line)} and win, so I play {cell}."
+    if threats := _completing_cells(b, other(mark)):
+        cell, line = rng.choice(threats)
+        return cell, f"{other(mark)} threatens to complete {_line(line)}, so I block at {cell}."
+    if rng.random() < TEACHER_RANDOM_PROB:
+        cell = rng.choice(moves)
+        return cell, f"There is no immediate threat, so I play {cell} to keep my options open."
+    if b[CENTRE] == EMPTY:
+        return CENTRE, "There is no immediate threat and the centre is free, so I take 4."
+    if corners := [c for c in CORNERS if b[c] == EMPTY]:
+        cell = rng.choice(corners)
+        return cell, f"There is no immediate threat, so I take the corner {cell}."
+    cell = rng.choice(moves)
+    return cell, f"There is no immediate threat and only sides are left, so I take {cell}."
+
+
+def teacher_player(board: Board, mark: str, rng: random.Random) -> int:
+    """`teacher_move` without the reasoning, as a `Player`."""
+    return teacher_move(board, mark, rng)[0]
+
+
+def play_game(x_player: Player, o_player: Player, first: str, rng: random.Random) -> str | None:
+    """Play one game from the empty board; the winner's mark, or None for a draw."""
+    board, mark = EMPTY_BOARD, _mark(first)
+    while True:
+        player = x_player if mark == "X" else o_player
+        board = apply_move(board, player(board, mark, rng), mark)
+        if (w := winner(board)) is not None:
+            return w
+        if EMPTY not in board:
+            return None
+        mark = other(mark)

@@ -1,0 +1,153 @@
+"""`rlvr eval ENV -m MODEL`: run an environment against a model, save and summarise the results.
+
+Each finished rollout is appended to RUN_DIR/results.jsonl at once; `--resume` continues an
+interrupted run (same arguments) without losing or repeating rollouts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from rlvr.errors import UsageError
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("eval", help="evaluate a model in an environment", description=__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("env", help="environment name (see `rlvr list`)")
+    add_model_args(p)
+    p.add_argument("-n", "--num-tasks", type=int, default=5, help="tasks to evaluate (default 5; -1 = all)")
+    p.add_argument("-r", "--rollouts", type=int, default=3, help="rollouts per task (default 3)")
+    p.add_argument("-c", "--concurrency", type=int, default=32, help="rollouts in flight at once (default 32)")
+    p.add_argument("-t", "--max-tokens", type=int, default=None, help="max tokens per model reply")
+    p.add_argument("-T", "--temperature", type=float, default=None, help="sampling temperature")
+    p.add_argument("-a", "--env-args", default="{}", metavar="JSON", help="environment arguments as a JSON object")
+    p.add_argument("-o", "--output", default=None, metavar="DIR",
+                   help="results directory (default runs/eval/ENV--MODEL--TIME)")
+    p.add_argument("--resume", action="store_true", help="continue the run already in --output")
+    p.add_argument("--split", choices=["eval", "train"], default="eval", help="which task split (default eval)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(run=run)
+
+
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    """The model-selection flags shared by eval, gen and play."""
+    p.add_argument("-m", "--model", default=None,
+                   help="policy:NAME (reference player), a local model directory, or an API model name "
+                        "(default: the environment's own default model)")
+    p.add_argument("-b", "--base-url", default=None, help="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1")
+    p.add_argument("-k", "--api-key-var", default=None, help="environment variable holding the API key (default OPENAI_API_KEY)")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds per model request before a retry (default 120)")
+    p.add_argument("--max-retries", type=int, default=5, help="retries per request on 429/5xx/timeouts (default 5)")
+
+
+def parse_env_args(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"-a must be a JSON object, got {text!r} ({exc.msg} at column {exc.colno})") from None
+    if not isinstance(value, dict):
+        raise UsageError(f"-a must be a JSON object like '{{\"seed\": 1}}', got {type(value).__name__}")
+    return value
+
+
+def check_positive(name: str, value: int | float | None, *, allow: tuple[Any, ...] = ()) -> None:
+    if value is not None and value not in allow and value <= 0:
+        raise UsageError(f"{name} must be positive, got {value}")
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text.rstrip("/").rsplit("/", 1)[-1])[:60]
+
+
+def load_env_and_client(args: argparse.Namespace, concurrency: int) -> tuple[Any, Any, str]:
+    """The environment, the client and the model name, from the shared flags."""
+    from rlvr.clients.resolve import make_client
+    from rlvr.registry import load_environment
+
+    env = load_environment(args.env, **parse_env_args(args.env_args))
+    model = args.model or env.default_model()
+    if model is None:
+        names = ", ".join(f"policy:{n}" for n in env.policies()) or "an API model or a local model directory"
+        raise UsageError(f"environment {args.env!r} has no default model; pass -m (e.g. {names})")
+    client = make_client(
+        model, env, base_url=args.base_url, api_key_var=args.api_key_var,
+        timeout_s=args.timeout, max_retries=args.max_retries, concurrency=concurrency,
+    )
+    return env, client, model
+
+
+def run(args: argparse.Namespace) -> int:
+    from rlvr.results import RunDir
+    from rlvr.summary import print_summary
+
+    check_positive("-n", args.num_tasks, allow=(-1,))
+    check_positive("-r", args.rollouts)
+    check_positive("-c", args.concurrency)
+    check_positive("-t", args.max_tokens)
+    if args.temperature is not None and args.temperature < 0:
+        raise UsageError(f"-T must be >= 0, got {args.temperature}")
+    env, client, model = load_env_and_client(args, args.concurrency)
+    tasks = env.tasks(args.split)
+    if args.num_tasks != -1:
+        tasks = tasks[: args.num_tasks]
+    if not tasks:
+        raise UsageError(f"environment {args.env!r} has no {args.split} tasks")
+    sampling = env.sampling
+    if args.max_tokens is not None:
+        sampling = sampling.replace(max_tokens=args.max_tokens)
+    if args.temperature is not None:
+        sampling = sampling.replace(temperature=args.temperature)
+    out = Path(args.output or f"runs/eval/{args.env}--{_slug(model)}--{time.strftime('%Y%m%d-%H%M%S')}")
+    metadata = {
+        "command": "eval", "env": args.env, "env_args": env.env_args, "model": model,
+        "base_url": args.base_url, "num_tasks": len(tasks), "rollouts_per_task": args.rollouts,
+        "sampling": {k: v for k, v in vars(sampling).items() if k != "seed"}, "split": args.split,
+    }
+    run_dir, existing = RunDir.create(out, metadata, resume=args.resume)
+    done = {r.key for r in existing}
+    total = len(tasks) * args.rollouts
+    start = time.monotonic()
+    new = _run_with_progress(env, client, tasks, args, sampling, run_dir, done, total, quiet=args.quiet)
+    elapsed = time.monotonic() - start
+    rollouts = existing + new
+    run_dir.close(status="complete", rollouts=len(rollouts), errors=sum(r.error is not None for r in rollouts),
+                  seconds=round(elapsed, 3))
+    stats = print_summary(rollouts, title=f"{args.env} / {model}", extra=env.summarize(rollouts),
+                          elapsed_s=elapsed, rollouts_per_task=args.rollouts)
+    print(f"saved {len(rollouts)} rollouts to {run_dir.results_path}"
+          + (f" ({len(existing)} from the earlier run)" if existing else ""))
+    return 0 if stats["rollouts"] else 1
+
+
+def _run_with_progress(env: Any, client: Any, tasks: list[Any], args: argparse.Namespace, sampling: Any,
+                       run_dir: Any, done: set[tuple[str, int]], total: int, *, quiet: bool) -> list[Any]:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from rlvr.engine import run_rollouts
+
+    rewards: list[float] = []
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  disable=quiet, transient=False) as progress:
+        bar = progress.add_task("rollouts", total=total, completed=len(done))
+
+        def on_rollout(rollout: Any) -> None:
+            run_dir.append(rollout)
+            if rollout.error is None:
+                rewards.append(rollout.reward)
+            mean = sum(rewards) / len(rewards) if rewards else float("nan")
+            progress.update(bar, advance=1, description=f"rollouts  reward {mean:.3f}")
+
+        try:
+            return asyncio.run(run_rollouts(env, client, tasks, rollouts_per_task=args.rollouts,
+                                            concurrency=args.concurrency, sampling=sampling,
+                                            skip=done, on_rollout=on_rollout))
+        except BaseException:
+            run_dir.close(status="interrupted")
+            raise

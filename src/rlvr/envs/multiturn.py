@@ -1,0 +1,266 @@
+"""Environments: pose tasks, answer the model, decide when an episode ends.
+
+`MultiTurnEnv` is the base of every environment. Its contract fits on one screen:
+
+    class MyEnv(MultiTurnEnv[MyState]):
+        def setup_state(self, task: Task) -> MyState: ...
+        async def env_response(self, messages: Messages, state: MyState) -> Messages: ...
+
+        @stop
+        def solved(self, state: MyState) -> bool: ...   # terminated
+
+Stop conditions are checked after every model turn and after every environment reply, in
+order of priority (highest first); the first one true ends the episode. An env's own stops mean
+*terminated* unless declared `@stop(truncated=True)`. Built-in truncations: `max_turns` and
+`token_budget` (true only once the environment has answered the last turn, so a winning final
+move still counts), `timeout` (wall clock), `prompt_too_long` and `error` (any exception).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Generic, TypeVar
+
+from rlvr.clients.base import ChatClient
+from rlvr.errors import PromptTooLongError, UsageError
+from rlvr.parsers import Parser
+from rlvr.rubric import Rubric
+from rlvr.types import Messages, SamplingArgs, State, Task, Turn, Usage
+
+S = TypeVar("S", bound=State)
+StopFn = Callable[[Any, Any], bool]
+
+
+def stop(
+    fn: StopFn | None = None, *, priority: int = 0, truncated: bool = False
+) -> Any:
+    """Mark a method `(self, state) -> bool` as a stop condition.
+
+    `priority` orders the checks (highest first); `truncated=True` marks an episode that was
+    cut short rather than finished.
+    """
+
+    def mark(f: StopFn) -> StopFn:
+        f.__rlvr_stop__ = (priority, truncated)  # type: ignore[attr-defined]
+        return f
+
+    return mark(fn) if fn is not None else mark
+
+
+def error_summary(exc: BaseException, frames: int = 3) -> str:
+    """`Type: message` plus the last few traceback frames, short enough for a results file."""
+    tb = traceback.extract_tb(exc.__traceback__)[-frames:]
+    where = " <- ".join(f"{f.filename.rsplit('/', 1)[-1]}:{f.lineno} {f.name}" for f in reversed(tb))
+    return f"{type(exc).__name__}: {exc}" + (f" [at {where}]" if where else "")
+
+
+def mix_seed(*parts: int) -> int:
+    """A stable 31-bit seed from integers (no salted hashing: same inputs, same seed)."""
+    h = 0x345678
+    for p in parts:
+        h = (h * 1_000_003) ^ (p & 0xFFFFFFFFFFFF)
+        h &= 0xFFFFFFFFFFFFFFFF
+    return (h ^ (h >> 29)) & 0x7FFFFFFF
+
+
+class MultiTurnEnv(Generic[S]):
+    """Base environment: a dataset of tasks, a rubric, and the rollout loop.
+
+    Subclasses override `setup_state`, `env_response` and add `@stop` methods. A reference
+    player reachable as `-m policy:NAME` is listed by `policies()`.
+    """
+
+    name: str = "env"
+
+    def __init__(
+        self,
+        dataset: Sequence[Task | Mapping[str, Any]],
+        *,
+        eval_dataset: Sequence[Task | Mapping[str, Any]] | None = None,
+        system_prompt: str | None = None,
+        parser: Parser | None = None,
+        rubric: Rubric | None = None,
+        sampling: SamplingArgs | None = None,
+        max_turns: int | None = None,
+        max_completion_tokens: int | None = None,
+        timeout_s: float | None = None,
+    ) -> None:
+        for label, value in (("max_turns", max_turns), ("max_completion_tokens", max_completion_tokens)):
+            if value is not None and value < 1:
+                raise UsageError(f"{label} must be >= 1 or None, got {value}")
+        if timeout_s is not None and timeout_s <= 0:
+            raise UsageError(f"timeout_s must be > 0 or None, got {timeout_s}")
+        self.dataset = _as_tasks(dataset)
+        self.eval_dataset = _as_tasks(eval_dataset) if eval_dataset is not None else None
+        self.system_prompt = system_prompt
+        self.parser = parser
+        self.rubric = rubric if rubric is not None else Rubric(parser=parser)
+        if self.rubric.parser is None:
+            self.rubric.parser = parser
+        self.sampling = sampling or SamplingArgs()
+        self.max_turns = max_turns
+        self.max_completion_tokens = max_completion_tokens
+        self.timeout_s = timeout_s
+        self.env_args: dict[str, Any] = {}
+        """The arguments `load_environment` was called with (set by the registry)."""
+        self._stops = self._collect_stops()
+
+    # ---- what subclasses override -------------------------------------------------------
+
+    def setup_state(self, task: Task) -> S:
+        """Build the state of a new episode. Override to return your State subclass."""
+        return State(task=task)  # type: ignore[return-value]
+
+    async def env_response(self, messages: Messages, state: S) -> Messages:
+        """The environment's reply to the model's last turn (may be empty)."""
+        return []
+
+    def tool_schemas(self, state: S) -> list[dict[str, Any]] | None:
+        """OpenAI tool schemas offered to the model this turn (None: no tools)."""
+        return None
+
+    def policies(self) -> dict[str, Callable[[], ChatClient]]:
+        """Reference players, selectable as `-m policy:NAME`."""
+        return {}
+
+    def default_model(self) -> str | None:
+        """The model `rlvr eval ENV` uses when no `-m` is given (None: one is required)."""
+        return None
+
+    def summarize(self, rollouts: Sequence[Any]) -> dict[str, float] | None:
+        """Extra numbers for the eval summary (e.g. win/draw/loss %), or None."""
+        return None
+
+    # ---- the episode --------------------------------------------------------------------
+
+    def tasks(self, split: str = "eval") -> list[Task]:
+        """Tasks of a split: `train`, or `eval` (falls back to train when there is none)."""
+        if split == "train":
+            return self.dataset
+        if split == "eval":
+            return self.eval_dataset if self.eval_dataset is not None else self.dataset
+        raise UsageError(f"split must be 'train' or 'eval', got {split!r}")
+
+    def initial_prompt(self, task: Task) -> Messages:
+        """System prompt + the task's prompt (or its question as one user message)."""
+        messages: Messages = []
+        if self.system_prompt and not (task.prompt and task.prompt[0].get("role") == "system"):
+            messages.append({"role": "system", "content": self.system_prompt})
+        if task.prompt:
+            messages.extend(dict(m) for m in task.prompt)
+        elif task.question is not None:
+            messages.append({"role": "user", "content": task.question})
+        else:
+            raise UsageError(f"task {task.id!r} has neither a prompt nor a question")
+        return messages
+
+    async def rollout(self, client: ChatClient, task: Task, sampling: SamplingArgs, seed: int) -> S:
+        """Play one episode. Never raises for a failure inside it: the state records it."""
+        state = self.setup_state(task)
+        state.seed = seed
+        state.prompt = self.initial_prompt(task)
+        state.messages = list(state.prompt)
+        state.started_at = time.monotonic()
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                await self._loop(client, state, sampling)
+        except TimeoutError:
+            self._end(state, "timeout", truncated=True)
+        except PromptTooLongError as exc:
+            self._end(state, "prompt_too_long", truncated=True)
+            state.error = None if state.turn else error_summary(exc)
+        except Exception as exc:  # one broken rollout must never sink a run
+            self._end(state, "error", truncated=True)
+            state.error = error_summary(exc)
+        return state
+
+    async def _loop(self, client: ChatClient, state: S, sampling: SamplingArgs) -> None:
+        while not self.check_stops(state):
+            turn_sampling = sampling.replace(seed=mix_seed(state.seed, state.turn))
+            if self.max_completion_tokens is not None:
+                left = self.max_completion_tokens - state.completion_tokens
+                cap = left if sampling.max_tokens is None else min(left, sampling.max_tokens)
+                turn_sampling = turn_sampling.replace(max_tokens=max(cap, 1))
+            t0 = time.monotonic()
+            completion = await client.chat(list(state.messages), turn_sampling, self.tool_schemas(state))
+            t1 = time.monotonic()
+            state.timing["generate"] = state.timing.get("generate", 0.0) + t1 - t0
+            state.turns.append(Turn(completion))
+            state.messages.append(completion.message())
+            state.usage.add(completion.usage)
+            state.completion_tokens += completion.usage.completion_tokens or len(completion.token_ids or ())
+            state.awaiting_model = False
+            if self.check_stops(state):
+                return
+            reply = await self.env_response(list(state.messages), state)
+            state.timing["env"] = state.timing.get("env", 0.0) + time.monotonic() - t1
+            state.turns[-1].env_messages = list(reply)
+            state.messages.extend(reply)
+            state.awaiting_model = True
+
+    def check_stops(self, state: S) -> bool:
+        """Run the stop conditions in priority order; record the first that holds."""
+        if state.stop_reason is not None:
+            return True
+        for name, (_, truncated) in self._stops:
+            if getattr(self, name)(state):
+                self._end(state, name, truncated=truncated)
+                return True
+        return False
+
+    @staticmethod
+    def _end(state: State, reason: str, *, truncated: bool) -> None:
+        if state.stop_reason is None:
+            state.stop_reason, state.truncated = reason, truncated
+
+    # ---- built-in stop conditions -------------------------------------------------------
+
+    @stop(priority=-100, truncated=True)
+    def max_turns_reached(self, state: S) -> bool:
+        return self.max_turns is not None and state.awaiting_model and state.turn >= self.max_turns
+
+    @stop(priority=-100, truncated=True)
+    def token_budget(self, state: S) -> bool:
+        budget = self.max_completion_tokens
+        return budget is not None and state.awaiting_model and state.completion_tokens >= budget
+
+    @classmethod
+    def _collect_stops(cls) -> list[tuple[str, tuple[int, bool]]]:
+        found: dict[str, tuple[int, bool]] = {}
+        for klass in reversed(cls.__mro__):
+            for name, member in vars(klass).items():
+                mark = getattr(member, "__rlvr_stop__", None)
+                if mark is not None:
+                    found[name] = mark
+                elif name in found:  # overridden without @stop: no longer a stop condition
+                    del found[name]
+        return sorted(found.items(), key=lambda item: -item[1][0])
+
+    def stop_conditions(self) -> list[str]:
+        """Names of the stop conditions, in the order they are checked."""
+        return [name for name, _ in self._stops]
+
+
+class SingleTurnEnv(MultiTurnEnv[S]):
+    """One model reply, then score. Terminated by `answered`."""
+
+    @stop(priority=100)
+    def answered(self, state: S) -> bool:
+        return state.turn >= 1
+
+
+def _as_tasks(rows: Sequence[Task | Mapping[str, Any]]) -> list[Task]:
+    tasks = [r if isinstance(r, Task) else Task.from_row(r, i) for i, r in enumerate(rows)]
+    ids = [t.id for t in tasks]
+    if len(set(ids)) != len(ids):
+        dup = next(i for i in ids if ids.count(i) > 1)
+        raise UsageError(f"task ids must be unique; {dup!r} appears more than once")
+    return tasks
+
+
+def takes_argument(fn: Callable[..., Any], name: str) -> bool:
+    return name in inspect.signature(fn).parameters

@@ -1,0 +1,49 @@
+"""Find environments: installed packages register `load_environment` under the entry-point
+group `rlvr.environments` (name = environment name)."""
+
+from __future__ import annotations
+
+import inspect
+from importlib.metadata import EntryPoint, entry_points
+from typing import Any
+
+from rlvr.envs.multiturn import MultiTurnEnv
+from rlvr.errors import EnvError, EnvNotFoundError, UsageError
+
+GROUP = "rlvr.environments"
+
+
+def _entry_points() -> dict[str, EntryPoint]:
+    return {ep.name: ep for ep in entry_points(group=GROUP)}
+
+
+def list_environments() -> dict[str, str]:
+    """Installed environments: name -> `module:function`."""
+    return {name: ep.value for name, ep in sorted(_entry_points().items())}
+
+
+def load_environment(name: str, **env_args: Any) -> MultiTurnEnv[Any]:
+    """Load an installed environment by name with its arguments."""
+    eps = _entry_points()
+    if name not in eps:
+        installed = ", ".join(sorted(eps)) or "none"
+        raise EnvNotFoundError(
+            f"no environment named {name!r} is installed (installed: {installed}); "
+            f"install its package with `pip install -e environments/{name}`"
+        )
+    loader = eps[name].load()
+    params = inspect.signature(loader).parameters
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
+    unknown = [k for k in env_args if k not in params] if not takes_any else []
+    if unknown:
+        accepted = ", ".join(p for p in params if params[p].kind is not params[p].VAR_KEYWORD)
+        raise UsageError(f"environment {name!r} takes no argument {unknown[0]!r}; it accepts: {accepted}")
+    try:
+        env = loader(**env_args)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"environment {name!r} rejected its arguments: {exc}") from None
+    if not isinstance(env, MultiTurnEnv):
+        raise EnvError(f"load_environment of {name!r} returned {type(env).__name__}, not an rlvr environment")
+    env.name = name
+    env.env_args = dict(env_args)
+    return env

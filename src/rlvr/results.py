@@ -1,0 +1,152 @@
+"""Results files: `results.jsonl` (one rollout a line, appended as each finishes) and
+`metadata.json` beside it (what was run, and how far it got).
+
+A run directory survives a crash: each line is flushed as written, a torn last line (the
+process died mid-write) is cut on resume, and a resumed run refuses a directory that holds
+another run's results.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from rlvr.errors import ResultsError
+from rlvr.types import Rollout
+
+RESULTS = "results.jsonl"
+METADATA = "metadata.json"
+FORMAT = "rlvr.results/1"
+IDENTITY = ("env", "env_args", "model", "num_tasks", "rollouts_per_task", "sampling")
+"""Metadata keys that must match for `--resume` to continue a run."""
+
+
+@dataclass
+class RunDir:
+    """A results directory: read it, or append rollouts to it."""
+
+    path: Path
+    metadata: dict[str, Any] = field(default_factory=dict)
+    _file: TextIO | None = None
+
+    @property
+    def results_path(self) -> Path:
+        return self.path / RESULTS
+
+    @property
+    def metadata_path(self) -> Path:
+        return self.path / METADATA
+
+    # ---- opening --------------------------------------------------------------------------
+
+    @classmethod
+    def create(cls, path: str | Path, metadata: dict[str, Any], *, resume: bool = False) -> tuple[RunDir, list[Rollout]]:
+        """Open `path` for a run; with `resume`, continue the run already there.
+
+        Returns the directory and the rollouts already in it (empty for a new run). A new run
+        refuses a directory that already holds results (nothing gets overwritten).
+        """
+        run = cls(Path(path), {"format": FORMAT, **metadata})
+        existing: list[Rollout] = []
+        if run.results_path.exists() or run.metadata_path.exists():
+            if not resume:
+                raise ResultsError(
+                    f"{run.path} already holds results; pass --resume to continue that run, "
+                    "or choose another output directory"
+                )
+            old = cls.open(run.path)
+            _check_same_run(old.metadata, run.metadata, run.path)
+            existing = old.read(repair=True)
+            run.metadata["created"] = old.metadata.get("created")
+        run.path.mkdir(parents=True, exist_ok=True)
+        run.metadata.setdefault("created", time.strftime("%Y-%m-%dT%H:%M:%S"))
+        run.metadata["status"] = "running"
+        run.write_metadata()
+        run._file = run.results_path.open("a", encoding="utf-8")
+        return run, existing
+
+    @classmethod
+    def open(cls, path: str | Path) -> RunDir:
+        """Open an existing results directory (or a results.jsonl file) for reading."""
+        p = Path(path)
+        if p.is_file() and p.name == RESULTS:
+            p = p.parent
+        if not p.is_dir():
+            raise ResultsError(f"{p} is not a results directory (expected a folder holding {RESULTS})")
+        run = cls(p)
+        if run.metadata_path.exists():
+            try:
+                run.metadata = json.loads(run.metadata_path.read_text(encoding="utf-8"))
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                raise ResultsError(f"{run.metadata_path} is not valid JSON ({exc})") from None
+            if not isinstance(run.metadata, dict) or run.metadata.get("format") != FORMAT:
+                raise ResultsError(f"{run.metadata_path} is not an rlvr results file (format {FORMAT} expected)")
+        elif not run.results_path.exists():
+            raise ResultsError(f"{p} holds neither {RESULTS} nor {METADATA}")
+        return run
+
+    # ---- reading --------------------------------------------------------------------------
+
+    def read(self, *, repair: bool = False) -> list[Rollout]:
+        """Every rollout in the file. A torn last line is dropped (and cut when `repair`)."""
+        if not self.results_path.exists():
+            return []
+        raw = self.results_path.read_bytes()
+        lines = raw.split(b"\n")
+        out: list[Rollout] = []
+        good_bytes = 0
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                good_bytes += len(line) + 1
+                continue
+            is_last = number == len(lines) or all(not rest.strip() for rest in lines[number:])
+            try:
+                out.append(Rollout.from_dict(json.loads(line)))
+            except (json.JSONDecodeError, UnicodeDecodeError, TypeError, ValueError, KeyError) as exc:
+                if is_last and not raw.endswith(b"\n"):
+                    break  # torn write of the last line: the rollout is simply not there
+                raise ResultsError(
+                    f"{self.results_path}:{number} is not an rlvr rollout ({type(exc).__name__}: {exc})"
+                ) from None
+            good_bytes += len(line) + 1
+        if repair and good_bytes < len(raw):
+            with self.results_path.open("r+b") as f:
+                f.truncate(good_bytes)
+        return out
+
+    # ---- writing --------------------------------------------------------------------------
+
+    def append(self, rollout: Rollout) -> None:
+        """Append one rollout and flush it to the OS (it survives a crash of this process)."""
+        if self._file is None:
+            raise ResultsError("results directory not opened for writing")
+        self._file.write(json.dumps(rollout.to_dict(), ensure_ascii=False) + "\n")
+        self._file.flush()
+
+    def write_metadata(self) -> None:
+        tmp = self.metadata_path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(self.metadata, indent=2, default=str), encoding="utf-8")
+        os.replace(tmp, self.metadata_path)
+
+    def close(self, status: str = "complete", **extra: Any) -> None:
+        """Close the results file and record the run's final status in the metadata."""
+        if self._file is not None:
+            self._file.flush()
+            os.fsync(self._file.fileno())
+            self._file.close()
+            self._file = None
+        self.metadata.update(extra, status=status, finished=time.strftime("%Y-%m-%dT%H:%M:%S"))
+        self.write_metadata()
+
+
+def _check_same_run(old: dict[str, Any], new: dict[str, Any], path: Path) -> None:
+    for key in IDENTITY:
+        if key in old and key in new and old[key] != new[key]:
+            raise ResultsError(
+                f"{path} holds another run: {key} was {old[key]!r}, now {new[key]!r}; "
+                "resume with the same arguments or choose another output directory"
+            )
