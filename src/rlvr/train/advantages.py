@@ -1,0 +1,99 @@
+"""Group-relative advantages and group filters: pure Python, no torch.
+
+Rollouts arrive grouped: with `group_size` G, `rewards[g*G:(g+1)*G]` are the G rollouts of
+group g (the same task sampled G times). Rewards may be any sequence of numbers (a list, a
+numpy array, a 1-D tensor); results are plain lists of floats, which the trainer turns into
+the `adv` (B,) tensor of `rlvr.train.losses` (`torch.tensor(advantages)`).
+
+Choices:
+- Advantage = reward - group mean (GRPO, DeepSeekMath), optionally divided by
+  (group std + eps), std being the population std (ddof = 0), so a scaled group has unit
+  variance. Dr. GRPO ("Understanding R1-Zero-Like Training") drops the std scaling:
+  use `scale_std=False` with the dr_grpo loss.
+- A group whose rewards are all exactly equal gets advantages of exactly 0.0 (never NaN, never
+  float noise blown up by the std division).
+- DAPO's dynamic sampling (Yu et al. 2025) drops groups whose rewards are all equal: they carry
+  no gradient but still count in DAPO's token normalisation. `drop_uniform_groups` says which
+  groups to keep; the trainer calls it when the loss is dapo (and may sample more groups to
+  refill the batch). Rewards within `atol` of each other count as equal.
+- `group_stats` gives logging metrics: `group/zero_std_frac` (share of groups whose rewards are
+  all equal, i.e. that teach nothing), `group/reward_std_mean` (mean within-group std),
+  `group/count`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from rlvr.errors import UsageError
+
+
+def _groups(rewards: Sequence[float], group_size: int) -> list[list[float]]:
+    if group_size < 1:
+        raise UsageError(f"group_size must be >= 1, got {group_size}")
+    if len(rewards) % group_size:
+        raise UsageError(f"{len(rewards)} rewards do not split into groups of {group_size}; "
+                         f"pass group_size rollouts per task, grouped contiguously")
+    values = [float(r) for r in rewards]
+    return [values[i:i + group_size] for i in range(0, len(values), group_size)]
+
+
+def _mean_std(group: list[float]) -> tuple[float, float]:
+    mean = math.fsum(group) / len(group)
+    var = math.fsum((r - mean) ** 2 for r in group) / len(group)
+    return mean, math.sqrt(var)
+
+
+def group_advantages(rewards: Sequence[float], group_size: int, scale_std: bool,
+                     eps: float = 1e-6) -> list[float]:
+    """Reward minus its group's mean, divided by (group std + eps) when `scale_std`.
+
+    >>> group_advantages([1.0, 0.0, 0.5, 0.5], group_size=2, scale_std=False)
+    [0.5, -0.5, 0.0, 0.0]
+    >>> [round(a, 4) for a in group_advantages([1.0, 0.0], group_size=2, scale_std=True)]
+    [1.0, -1.0]
+    """
+    out: list[float] = []
+    for group in _groups(rewards, group_size):
+        if all(r == group[0] for r in group):
+            out.extend(0.0 for _ in group)
+            continue
+        mean, std = _mean_std(group)
+        scale = std + eps if scale_std else 1.0
+        out.extend((r - mean) / scale for r in group)
+    return out
+
+
+def _is_uniform(group: list[float], atol: float) -> bool:
+    return max(group) - min(group) <= atol
+
+
+def drop_uniform_groups(rewards: Sequence[float], group_size: int,
+                        atol: float = 1e-9) -> list[bool]:
+    """DAPO dynamic sampling: one flag per group, True = keep (its rewards are not all equal).
+
+    Expand to rollouts with `[k for k in keep for _ in range(group_size)]`.
+
+    >>> drop_uniform_groups([1.0, 1.0, 0.0, 1.0, 0.0, 0.0], group_size=2)
+    [False, True, False]
+    """
+    return [not _is_uniform(g, atol) for g in _groups(rewards, group_size)]
+
+
+def group_stats(rewards: Sequence[float], group_size: int,
+                atol: float = 1e-9) -> dict[str, float]:
+    """Logging metrics over the groups of a batch.
+
+    >>> group_stats([1.0, 1.0, 0.0, 1.0], group_size=2)
+    {'group/count': 2.0, 'group/zero_std_frac': 0.5, 'group/reward_std_mean': 0.25}
+    """
+    groups = _groups(rewards, group_size)
+    if not groups:
+        return {"group/count": 0.0, "group/zero_std_frac": 0.0, "group/reward_std_mean": 0.0}
+    uniform = sum(_is_uniform(g, atol) for g in groups)
+    return {
+        "group/count": float(len(groups)),
+        "group/zero_std_frac": uniform / len(groups),
+        "group/reward_std_mean": math.fsum(_mean_std(g)[1] for g in groups) / len(groups),
+    }

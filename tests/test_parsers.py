@@ -1,0 +1,83 @@
+from __future__ import annotations
+
+import pytest
+
+from rlvr.errors import ParseError
+from rlvr.parsers import ThinkParser, XMLParser
+
+P = XMLParser(["think", "move"], optional=["think"])
+STRICT = XMLParser(["think", "move"])
+
+
+@pytest.mark.parametrize(
+    ("text", "optional_ok", "strict_ok"),
+    [
+        ("<think>centre</think>\n<move>4</move>", True, True),
+        ("<move>4</move>", True, False),  # think missing: allowed only when optional
+        ("  <think>a</think><move>4</move>\n", True, True),
+        ("<think>a</think><move>4</move> done", False, False),  # trailing text
+        ("I pick <think>a</think><move>4</move>", False, False),  # leading text
+        ("<think>a</think><move>4</move><move>5</move>", False, False),  # two moves
+        ("<think>a <move>4</move></think>", False, False),  # move nested in think
+        ("<think>a<move>4</move>", False, False),  # unclosed think
+        ("<think>a</think><move>4", False, False),  # unclosed move
+        ("<move>4</move><think>a</think>", False, False),  # wrong order
+        ("the move tag is what I use", False, False),  # mentions a tag name only
+        ("<think>a</think></move><move>4</move>", False, False),  # stray closing tag
+        ("<think></think><move>4</move>", False, False),  # empty field
+        ("<think>a</think><move></move>", False, False),
+    ],
+)
+def test_format_is_strict(text: str, optional_ok: bool, strict_ok: bool) -> None:
+    assert P.is_formatted(text) is optional_ok
+    assert STRICT.is_formatted(text) is strict_ok
+
+
+def test_parse_answer_takes_the_last_top_level_field() -> None:
+    assert P.parse_answer("<move>1</move> no wait <move>7</move>") == "7"
+    assert P.parse_answer("<think>maybe <move>3</move></think><move>5</move>") == "5"
+    assert P.parse_answer("<think>maybe <move>3</move></think>") is None  # inside think only
+    assert P.parse_answer("<think>hmm <move> 8 </move>") == "8"  # lenient parse of an unclosed think
+    assert P.parse_answer("no tags") is None
+
+
+def test_parse_answer_reads_the_last_assistant_turn_that_answers() -> None:
+    messages = [
+        {"role": "user", "content": "<move>0</move>"},
+        {"role": "assistant", "content": "<move>1</move>"},
+        {"role": "user", "content": "again"},
+        {"role": "assistant", "content": "no idea"},
+    ]
+    assert P.parse_answer(messages) == "1"
+
+
+def test_format_reward_is_share_of_assistant_turns() -> None:
+    messages = [
+        {"role": "assistant", "content": "<think>x</think><move>1</move>"},
+        {"role": "user", "content": "bad"},
+        {"role": "assistant", "content": "<move>2</move> oops"},
+        {"role": "assistant", "content": "<move>3</move>"},
+    ]
+    assert P.format_reward(messages) == pytest.approx(2 / 3)
+    assert STRICT.format_reward(messages) == pytest.approx(1 / 3)
+    assert P.format_reward([]) == 0.0
+
+
+def test_bad_specs_are_rejected() -> None:
+    with pytest.raises(ParseError):
+        XMLParser([])
+    with pytest.raises(ParseError):
+        XMLParser(["a b"])
+    with pytest.raises(ParseError):
+        XMLParser(["a"], optional=["b"])
+    with pytest.raises(ParseError):
+        XMLParser(["a"], answer_field="c")
+
+
+def test_think_parser() -> None:
+    tp = ThinkParser()
+    assert tp.parse_answer("<think>2+2</think> 4") == "4"
+    assert tp.is_formatted("<think>2+2</think> 4")
+    assert not tp.is_formatted("4")
+    assert not tp.is_formatted("<think>a</think> 4 <think>b</think>")
+    assert not tp.is_formatted("<think>a</think>")
