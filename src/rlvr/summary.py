@@ -28,8 +28,16 @@ def _stats(values: Sequence[float]) -> dict[str, float]:
     return {"mean": statistics.fmean(values), "std": statistics.pstdev(values) if len(values) > 1 else 0.0}
 
 
-def summarize(rollouts: Sequence[Rollout], rollouts_per_task: int | None = None) -> dict[str, Any]:
-    """Numbers that describe a run: rewards, pass@k, turns, tokens, stops, errors, time."""
+def summarize(
+    rollouts: Sequence[Rollout],
+    rollouts_per_task: int | None = None,
+    weights: dict[str, float] | None = None,
+) -> dict[str, Any]:
+    """Numbers that describe a run: rewards, pass@k, turns, tokens, stops, errors, time.
+
+    pass@k is given for reward functions whose values are all 0 or 1 and whose weight (when
+    `weights` is known) is not 0: a logged metric is not something to pass.
+    """
     scored = [r for r in rollouts if r.error is None]
     names = list(dict.fromkeys(n for r in rollouts for n in r.rewards))
     out: dict[str, Any] = {
@@ -46,7 +54,8 @@ def summarize(rollouts: Sequence[Rollout], rollouts_per_task: int | None = None)
         "errors_by_kind": dict(Counter(r.error_kind for r in rollouts if r.error).most_common()),
         "seconds_per_rollout": _stats([r.timing.get("total", 0.0) for r in rollouts]),
     }
-    out["pass_at_k"] = _pass_at_k(scored, names, rollouts_per_task)
+    graded = [n for n in names if weights is None or weights.get(n, 0.0) != 0.0]
+    out["pass_at_k"] = _pass_at_k(scored, graded, rollouts_per_task)
     return out
 
 
@@ -101,21 +110,23 @@ def print_summary(
     extra: dict[str, float] | None = None,
     elapsed_s: float | None = None,
     rollouts_per_task: int | None = None,
+    weights: dict[str, float] | None = None,
     console: Any = None,
 ) -> dict[str, Any]:
     """Print a run's summary with rich; returns the numbers printed."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
-    console = console or Console()
-    s = summarize(rollouts, rollouts_per_task)
-    table = Table(title=f"{title}: {s['rollouts']} rollouts of {s['tasks']} tasks", title_justify="left")
+    console = console or Console(emoji=False)
+    s = summarize(rollouts, rollouts_per_task, weights)
+    table = Table(title=escape(f"{title}: {s['rollouts']} rollouts of {s['tasks']} tasks"), title_justify="left")
     table.add_column("metric")
     table.add_column("mean", justify="right")
     table.add_column("std", justify="right")
     table.add_row("reward (total)", f"{s['reward']['mean']:.4f}", f"{s['reward']['std']:.4f}", style="bold")
     for name, st in s["rewards"].items():
-        table.add_row(f"  {name}", f"{st['mean']:.4f}", f"{st['std']:.4f}")
+        table.add_row(escape(f"  {name}"), f"{st['mean']:.4f}", f"{st['std']:.4f}")
     for name, ks in s["pass_at_k"].items():
         for k, v in ks.items():
             table.add_row(f"  {name} {k}", f"{v:.4f}", "")
@@ -126,9 +137,9 @@ def print_summary(
         table.add_row(name, f"{value:.1f}" if abs(value) >= 1 or value == 0 else f"{value:.3f}", "")
     console.print(table)
     stops = ", ".join(f"{k or '?'} {v}" for k, v in s["stop_reasons"].items())
-    console.print(f"stops: {stops}   truncated: {100 * s['truncated']:.1f}%")
+    console.print(escape(f"stops: {stops}   truncated: {100 * s['truncated']:.1f}%"))
     errors = ", ".join(f"{k} {v}" for k, v in s["errors_by_kind"].items()) or "none"
-    console.print(f"errors: {s['errors']} ({errors})" + (f"   time: {elapsed_s:.1f} s" if elapsed_s is not None else ""))
+    console.print(escape(f"errors: {s['errors']} ({errors})" + (f"   time: {elapsed_s:.1f} s" if elapsed_s is not None else "")))
     lines = histogram([r.reward for r in rollouts if r.error is None])
     if lines:
         console.print("reward histogram:")

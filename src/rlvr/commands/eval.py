@@ -109,6 +109,7 @@ def run(args: argparse.Namespace) -> int:
         "command": "eval", "env": args.env, "env_args": env.env_args, "model": model,
         "base_url": args.base_url, "num_tasks": len(tasks), "rollouts_per_task": args.rollouts,
         "sampling": {k: v for k, v in vars(sampling).items() if k != "seed"}, "split": args.split,
+        "reward_weights": dict(zip(env.rubric.names, env.rubric.weights)),
     }
     run_dir, existing = RunDir.create(out, metadata, resume=args.resume)
     done = {r.key for r in existing}
@@ -120,7 +121,8 @@ def run(args: argparse.Namespace) -> int:
     run_dir.close(status="complete", rollouts=len(rollouts), errors=sum(r.error is not None for r in rollouts),
                   seconds=round(elapsed, 3))
     stats = print_summary(rollouts, title=f"{args.env} / {model}", extra=env.summarize(rollouts),
-                          elapsed_s=elapsed, rollouts_per_task=args.rollouts)
+                          elapsed_s=elapsed, rollouts_per_task=args.rollouts,
+                          weights=dict(zip(env.rubric.names, env.rubric.weights)))
     print(f"saved {len(rollouts)} rollouts to {run_dir.results_path}"
           + (f" ({len(existing)} from the earlier run)" if existing else ""))
     return 0 if stats["rollouts"] else 1
