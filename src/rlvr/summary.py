@@ -70,8 +70,9 @@ def _pass_at_k(scored: Sequence[Rollout], names: list[str], r: int | None) -> di
     ks = sorted({1, n} | ({k for k in (2, 4, 8) if k < n}))
     out: dict[str, dict[str, float]] = {}
     for name in names:
-        if not all(ro.rewards.get(name) in (0.0, 1.0) for ro in scored):
-            continue
+        values = [ro.rewards.get(name) for ro in scored]
+        if not all(v in (0.0, 1.0) for v in values) or 1.0 not in values:
+            continue  # not a pass/fail reward, or nothing ever passed (pass@k is 0, as the mean says)
         out[name] = {}
         for k in ks:
             vals = [
@@ -130,11 +131,11 @@ def print_summary(
     for name, ks in s["pass_at_k"].items():
         for k, v in ks.items():
             table.add_row(f"  {name} {k}", f"{v:.4f}", "")
-    table.add_row("turns", f"{s['turns']['mean']:.2f}", f"{s['turns']['std']:.2f}")
+    table.add_row("model turns", f"{s['turns']['mean']:.2f}", f"{s['turns']['std']:.2f}")
     table.add_row("completion tokens", f"{s['completion_tokens']['mean']:.1f}", f"{s['completion_tokens']['std']:.1f}")
     table.add_row("seconds / rollout", f"{s['seconds_per_rollout']['mean']:.3f}", f"{s['seconds_per_rollout']['std']:.3f}")
     for name, value in (extra or {}).items():
-        table.add_row(name, f"{value:.1f}" if abs(value) >= 1 or value == 0 else f"{value:.3f}", "")
+        table.add_row(escape(name), f"{value:.1f}" if name.endswith("%") else f"{value:.3f}", "")
     console.print(table)
     stops = ", ".join(f"{k or '?'} {v}" for k, v in s["stop_reasons"].items())
     console.print(escape(f"stops: {stops}   truncated: {100 * s['truncated']:.1f}%"))

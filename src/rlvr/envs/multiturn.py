@@ -19,7 +19,6 @@ move still counts), `timeout` (wall clock), `prompt_too_long` and `error` (any e
 from __future__ import annotations
 
 import asyncio
-import inspect
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
@@ -134,6 +133,15 @@ class MultiTurnEnv(Generic[S]):
     def summarize(self, rollouts: Sequence[Any]) -> dict[str, float] | None:
         """Extra numbers for the eval summary (e.g. win/draw/loss %), or None."""
         return None
+
+    def sampler(
+        self, seed: int = 0, *, num_groups: int | None = None, tasks_per_group: int = 1, split: str = "train"
+    ) -> Any:
+        """Batches of training tasks for the trainer. The base env has no difficulty key: one
+        bucket, i.e. a seeded, resumable shuffle. Envs with a difficulty override this."""
+        from rlvr.sampler import StratifiedSampler
+
+        return StratifiedSampler(self.tasks(split), 1, key=lambda t: 0.0, seed=seed, tasks_per_group=tasks_per_group)
 
     # ---- the episode --------------------------------------------------------------------
 
@@ -261,6 +269,3 @@ def _as_tasks(rows: Sequence[Task | Mapping[str, Any]]) -> list[Task]:
         raise UsageError(f"task ids must be unique; {dup!r} appears more than once")
     return tasks
 
-
-def takes_argument(fn: Callable[..., Any], name: str) -> bool:
-    return name in inspect.signature(fn).parameters

@@ -1,0 +1,262 @@
+"""The tic-tac-toe environment: the model plays X against a seeded, tunable minimax opponent.
+
+Dataset: a pure function of the arguments. Task `i` of a split gets a seed hashed from
+(split, seed, i) (train seeds even, eval seeds odd: the splits never share one), a bucket
+`i % num_groups`, a random-move probability p drawn uniformly inside that bucket's slice of
+[min_random_move_prob, max_random_move_prob], and a coin for who starts; when the opponent
+starts, its first move is already on the prompt's board.
+
+Episode: each model turn is read for `<move>N</move>`; an unreadable, off-board or taken cell
+is rejected (the board is shown again with a one-line error, counted in the state); a valid
+move is played, then the opponent replies with `opponent_move(board, "O", p, rng)` where rng is
+seeded from (task seed, board), so rollouts of one group that reach the same board get the
+same reply. The game ends when it is won, lost or drawn (`game_over`, terminated) or after
+`max_turns` model turns (truncated: a timeout).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import random
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from rlvr import ChatClient, MultiTurnEnv, Task, stop
+from rlvr.sampler import StratifiedSampler, bucket_index, bucket_range
+from rlvr.types import Messages
+from rlvr_tictactoe import players
+from rlvr_tictactoe.game import (
+    EMPTY,
+    EMPTY_BOARD,
+    Board,
+    apply_move,
+    legal_moves,
+    move_rng,
+    opponent_move,
+    render,
+    winner,
+)
+from rlvr_tictactoe.rewards import PARSER, GameState, make_rubric, parse, summarize
+
+OPPONENTS = {"optimal": (0.0, 0.0), "random": (1.0, 1.0)}
+STARTS = ("random", "always", "never")
+
+SYSTEM_PROMPT = f"""You are playing tic-tac-toe as X against an opponent who plays O. Three of your marks in a row, column or diagonal win.
+
+The cells are numbered 0-8, row by row; a free cell shows its number, a taken one its mark:
+{render(EMPTY_BOARD)}
+
+On every turn, reason briefly inside <think>...</think>, then give the number of the free cell you take inside <move>...</move>, for example:
+<think>The centre is free and lies on four lines.</think>
+<move>4</move>
+Reply with exactly these two blocks and nothing else. A move that is missing, unreadable or not a free cell is rejected: you are shown the board again and must move again."""
+
+HumanMove = Callable[[GameState], "int | Awaitable[int]"]
+
+
+# ---- texts ----------------------------------------------------------------------------------
+
+
+def board_view(status: str, board: Board, *, over: bool = False) -> str:
+    """A user turn: the status line, the board and (while the game runs) the free cells."""
+    text = f"{status}\n\n{render(board)}"
+    if not over:
+        text += "\nAvailable positions: " + ", ".join(map(str, legal_moves(board)))
+    return text
+
+
+def read_move(text: str, board: Board) -> tuple[int | None, str | None]:
+    """(cell, None) for a playable move in a reply, else (None, a one-line reason).
+
+    >>> read_move("<think>x</think><move>4</move>", EMPTY_BOARD)
+    (4, None)
+    >>> read_move("<move>four</move>", EMPTY_BOARD)
+    (None, "'four' is not a cell number; answer with <move>N</move>, N from 0 to 8")
+    """
+    move = parse(text).last("move")
+    if move is None:
+        return None, "no <move>N</move> found (a move inside <think> does not count)"
+    if not move.isascii() or not move.isdigit():
+        return None, f"{move[:20]!r} is not a cell number; answer with <move>N</move>, N from 0 to 8"
+    cell = int(move)
+    if cell > 8:
+        return None, f"cell {cell} is off the board; cells are numbered 0 to 8"
+    if board[cell] != EMPTY:
+        return None, f"cell {cell} is already taken by {board[cell]}"
+    return cell, None
+
+
+def _outcome(board: Board) -> str | None:
+    w = winner(board)
+    if w is not None:
+        return "win" if w == "X" else "loss"
+    return "draw" if EMPTY not in board else None
+
+
+_ENDINGS = {"win": "you win.", "loss": "you lose.", "draw": "the board is full: a draw."}
+
+
+# ---- dataset --------------------------------------------------------------------------------
+
+
+def task_seed(split: str, seed: int, index: int) -> int:
+    """A 48-bit seed for task `index` of `split`; train seeds are even, eval seeds odd."""
+    digest = hashlib.blake2b(f"rlvr-tictactoe/{split}/{seed}/{index}".encode(), digest_size=6).digest()
+    return (int.from_bytes(digest, "big") & ~1) | (split == "eval")
+
+
+def make_task(split: str, index: int, seed: int, low: float, high: float, num_groups: int,
+              model_starts: str) -> Task:
+    """Task `index` of a split (see the module docstring)."""
+    tseed = task_seed(split, seed, index)
+    rng = random.Random(tseed)
+    a, b = bucket_range(index % num_groups, low, high, num_groups)
+    p = min(max(a + rng.random() * (b - a), low), high)
+    starts = {"always": True, "never": False}.get(model_starts, rng.random() < 0.5)
+    first = None if starts else opponent_move(EMPTY_BOARD, "O", p, move_rng(tseed, EMPTY_BOARD))
+    return opening_task(f"{split}-{index}", tseed, p, first,
+                        bucket=bucket_index(p, low, high, num_groups))
+
+
+def opening_task(task_id: str, seed: int, p: float, first: int | None, bucket: int = 0) -> Task:
+    """A game's task: the model moves first (`first` None), or O has already taken `first`."""
+    if first is None:
+        board, status = EMPTY_BOARD, "New game. You are X and you move first."
+    else:
+        board = apply_move(EMPTY_BOARD, first, "O")
+        status = f"New game. You are X; O moved first and took {first}. Your move."
+    info = {"random_move_prob": p, "bucket": bucket, "model_starts": first is None,
+            "board": "".join(board)}
+    prompt = ({"role": "user", "content": board_view(status, board)},)
+    return Task(id=task_id, prompt=prompt, info=info, seed=seed)
+
+
+# ---- environment ----------------------------------------------------------------------------
+
+
+class TicTacToeEnv(MultiTurnEnv[GameState]):
+    """The model (X) against the seeded opponent (O); see the module docstring."""
+
+    def __init__(self, dataset: Sequence[Task], *, low: float, high: float, num_groups: int,
+                 **kwargs: Any) -> None:
+        super().__init__(dataset, system_prompt=SYSTEM_PROMPT, parser=PARSER, rubric=make_rubric(),
+                         **kwargs)
+        self.min_random_move_prob, self.max_random_move_prob = low, high
+        self.num_groups = num_groups
+        self.human: HumanMove | None = None
+        """When set (by `rlvr play`), a person makes the opponent's moves instead of minimax."""
+
+    def setup_state(self, task: Task) -> GameState:
+        return GameState(task=task, board=tuple(task.info["board"]),
+                         random_move_prob=float(task.info["random_move_prob"]))
+
+    async def env_response(self, messages: Messages, state: GameState) -> Messages:
+        cell, error = read_move(str(messages[-1].get("content") or ""), state.board)
+        if cell is None:
+            state.invalid_moves += 1
+            return [_user(board_view(f"Invalid move: {error}. Try again.", state.board))]
+        state.board = apply_move(state.board, cell, "X")
+        state.moves.append(cell)
+        if (outcome := _outcome(state.board)) is not None:
+            state.outcome = outcome
+            status = f"You took {cell}; {_ENDINGS[outcome]} Game over."
+            return [_user(board_view(status, state.board, over=True))]
+        reply = await self.opponent_cell(state)
+        state.board = apply_move(state.board, reply, "O")
+        state.moves.append(reply)
+        if (outcome := _outcome(state.board)) is not None:
+            state.outcome = outcome
+            status = f"You took {cell}; O took {reply}; {_ENDINGS[outcome]} Game over."
+            return [_user(board_view(status, state.board, over=True))]
+        return [_user(board_view(f"You took {cell}; O took {reply}. Your move.", state.board))]
+
+    async def opponent_cell(self, state: GameState) -> int:
+        """The opponent's reply on `state.board`: seeded minimax, or the person playing."""
+        if self.human is None:
+            rng = move_rng(state.task.seed, state.board)
+            return opponent_move(state.board, "O", state.random_move_prob, rng)
+        cell = self.human(state)
+        return cell if isinstance(cell, int) else await cell
+
+    @stop
+    def game_over(self, state: GameState) -> bool:
+        return state.outcome is not None
+
+    # ---- hooks used by the CLI and the trainer ----------------------------------------------
+
+    def policies(self) -> dict[str, Callable[[], ChatClient]]:
+        return {name: functools.partial(players.policy, name) for name in players.POLICIES}
+
+    def default_model(self) -> str | None:
+        return "policy:optimal"
+
+    def summarize(self, rollouts: Sequence[Any]) -> dict[str, float] | None:
+        return summarize(rollouts)
+
+    def sampler(self, seed: int = 0, *, num_groups: int | None = None, tasks_per_group: int = 1,
+                split: str = "train") -> StratifiedSampler:
+        """Stratified batches over the opponent's random-move probability: `num_groups`
+        (default: the env's) equal-width buckets of [min, max], `tasks_per_group` from each."""
+        low, high = self.min_random_move_prob, self.max_random_move_prob
+        groups = 1 if low == high else num_groups or self.num_groups
+        return StratifiedSampler(self.tasks(split), groups, key="random_move_prob", low=low,
+                                 high=high, seed=seed, tasks_per_group=tasks_per_group)
+
+    async def play_human(self, client: Any, terminal: Any, **options: Any) -> str:
+        """`rlvr play`: a person takes the opponent's seat (see `rlvr_tictactoe.interactive`)."""
+        from rlvr_tictactoe.interactive import play_human
+
+        return await play_human(self, client, terminal, **options)
+
+
+def _user(content: str) -> dict[str, str]:
+    return {"role": "user", "content": content}
+
+
+# ---- entry point ----------------------------------------------------------------------------
+
+
+def load_environment(
+    num_examples: int = 1000,
+    seed: int = 0,
+    min_random_move_prob: float = 0.0,
+    max_random_move_prob: float = 1.0,
+    num_groups: int = 8,
+    max_turns: int | None = 8,
+    model_starts: str = "random",
+    opponent: str | None = None,
+    eval_examples: int = 200,
+    eval_seed: int | None = None,
+) -> TicTacToeEnv:
+    """Build the environment; every argument is documented in the package README.
+
+    `opponent` fixes the opponent of both splits: `optimal` (p = 0), `random` (p = 1), or
+    `mix` / None (p from [min_random_move_prob, max_random_move_prob]). A zero-width range
+    has a single bucket, whatever `num_groups` says.
+    """
+    if opponent not in (None, "mix", *OPPONENTS):
+        raise ValueError(f"opponent must be 'optimal', 'random', 'mix' or null, got {opponent!r}")
+    low, high = OPPONENTS.get(opponent or "mix", (min_random_move_prob, max_random_move_prob))
+    if not 0.0 <= low <= high <= 1.0:
+        raise ValueError(
+            f"need 0 <= min_random_move_prob <= max_random_move_prob <= 1, got {low} and {high}"
+        )
+    if model_starts not in STARTS:
+        raise ValueError(f"model_starts must be one of {', '.join(STARTS)}; got {model_starts!r}")
+    counts = {"num_examples": num_examples, "eval_examples": eval_examples, "num_groups": num_groups}
+    for name, value in counts.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    groups = 1 if low == high else num_groups
+    if groups > num_examples:
+        raise ValueError(f"num_groups ({groups}) must not exceed num_examples ({num_examples})")
+
+    def split(name: str, n: int, s: int) -> list[Task]:
+        return [make_task(name, i, s, low, high, groups, model_starts) for i in range(n)]
+
+    return TicTacToeEnv(
+        split("train", num_examples, seed),
+        eval_dataset=split("eval", eval_examples, seed if eval_seed is None else eval_seed),
+        low=low, high=high, num_groups=groups, max_turns=max_turns,
+    )

@@ -1,0 +1,310 @@
+"""The tic-tac-toe environment through rlvr's core: dataset, seeding, rules, rubric, eval."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections import Counter
+
+import pytest
+from rlvr_tictactoe import GameState, load_environment
+from rlvr_tictactoe.env import make_task, read_move
+from rlvr_tictactoe.game import EMPTY_BOARD, apply_move, parse_board
+from rlvr_tictactoe.rewards import PARSER, format_reward, is_formatted
+
+from rlvr import Policy, Task
+from rlvr.engine import run_rollouts
+from rlvr.envs.check import check_env
+from rlvr.registry import load_environment as load_by_name
+
+
+def user(text: str) -> dict[str, str]:
+    return {"role": "user", "content": text}
+
+
+def said(text: str) -> list[dict[str, str]]:
+    return [{"role": "assistant", "content": text}]
+
+
+def play(env, policy, tasks, rollouts: int = 1):
+    return asyncio.run(run_rollouts(env, policy, tasks, rollouts_per_task=rollouts, concurrency=64))
+
+
+def scripted(fn) -> Policy:
+    """A policy from a function of the board on the last message."""
+    return Policy(lambda messages, rng: fn(parse_board(messages[-1]["content"]), rng), name="scripted")
+
+
+def first_free(board, rng) -> str:
+    return f"<think>first free</think><move>{board.index(' ')}</move>"
+
+
+# ---- dataset ---------------------------------------------------------------------------------
+
+
+def test_same_arguments_give_the_same_dataset_and_other_seeds_another():
+    def dump(env):
+        return [t.to_dict() for t in env.tasks("train") + env.tasks("eval")]
+
+    a, b = load_environment(num_examples=200, seed=5), load_environment(num_examples=200, seed=5)
+    assert dump(a) == dump(b)
+    c = load_environment(num_examples=200, seed=6)
+    assert [t.seed for t in a.tasks("train")] != [t.seed for t in c.tasks("train")]
+    assert [t.info for t in a.tasks("train")] != [t.info for t in c.tasks("train")]
+    d = load_environment(num_examples=200, seed=5, eval_seed=9)
+    assert dump(d)[:200] == dump(a)[:200] and dump(d)[200:] != dump(a)[200:]
+
+
+def test_train_and_eval_seed_streams_are_disjoint():
+    env = load_environment(num_examples=1000, eval_examples=1000, seed=3, eval_seed=3)
+    train = {t.seed for t in env.tasks("train")}
+    evals = {t.seed for t in env.tasks("eval")}
+    assert len(train) == 1000 and len(evals) == 1000 and not train & evals
+    assert {s % 2 for s in train} == {0} and {s % 2 for s in evals} == {1}
+
+
+def test_tasks_carry_their_bucket_p_and_a_balanced_start():
+    env = load_environment(num_examples=800, min_random_move_prob=0.2, max_random_move_prob=0.6, num_groups=4)
+    tasks = env.tasks("train")
+    assert Counter(t.info["bucket"] for t in tasks) == {0: 200, 1: 200, 2: 200, 3: 200}
+    for t in tasks:
+        lo = 0.2 + 0.1 * t.info["bucket"]
+        assert lo - 1e-12 <= t.info["random_move_prob"] <= lo + 0.1 + 1e-12
+    starts = sum(t.info["model_starts"] for t in tasks)
+    assert 340 <= starts <= 460  # a fair coin: 400 +- 4 sigma
+    for t in tasks:
+        board = parse_board(t.prompt[0]["content"])
+        assert "".join(board) == t.info["board"]
+        assert board.count("O") == (0 if t.info["model_starts"] else 1) and "X" not in board
+
+
+def test_opponent_and_start_arguments():
+    assert {t.info["random_move_prob"] for t in load_environment(opponent="optimal").tasks()} == {0.0}
+    rand = load_environment(opponent="random", num_groups=8)
+    assert {t.info["random_move_prob"] for t in rand.tasks()} == {1.0} and rand.num_groups == 1
+    assert all(t.info["model_starts"] for t in load_environment(model_starts="always").tasks())
+    assert not any(t.info["model_starts"] for t in load_environment(model_starts="never").tasks())
+    for bad in ({"opponent": "perfect"}, {"min_random_move_prob": 0.8, "max_random_move_prob": 0.2},
+                {"model_starts": "sometimes"}, {"num_examples": 0}, {"num_groups": 9, "num_examples": 8}):
+        with pytest.raises(ValueError):
+            load_environment(**bad)
+
+
+def test_stratified_batches_from_the_env():
+    env = load_environment(num_examples=300, min_random_move_prob=0.0, max_random_move_prob=0.75, num_groups=3)
+    sampler = env.sampler(seed=1)
+    assert sampler.ranges == [(0.0, 0.25), (0.25, 0.5), (0.5, 0.75)]
+    for _ in range(50):
+        batch = next(sampler)
+        assert [t.info["bucket"] for t in batch] == [0, 1, 2]
+        for (lo, hi), t in zip(sampler.ranges, batch):
+            assert lo <= t.info["random_move_prob"] <= hi
+
+
+# ---- seeding of the opponent -----------------------------------------------------------------
+
+
+def reply_to(env, task: Task, board, move: int) -> str:
+    state = env.setup_state(task)
+    state.board = tuple(board)
+    return asyncio.run(env.env_response(said(f"<think>t</think><move>{move}</move>"), state))[0]["content"]
+
+
+def test_same_board_and_seed_give_the_same_reply_through_the_env():
+    env = load_environment(opponent="random", model_starts="always")
+    board = apply_move(EMPTY_BOARD, 0, "X")
+    board = apply_move(board, 4, "O")
+    replies = {}
+    for task in env.tasks("eval")[:40]:
+        first = reply_to(env, task, board, 8)
+        assert all(reply_to(env, task, board, 8) == first for _ in range(3))
+        replies[task.seed] = first
+    assert len(set(replies.values())) > 3  # other seeds, other (random) replies
+
+
+def test_rollouts_of_a_group_share_opponent_replies():
+    env = load_environment(opponent="mix", model_starts="always")
+    tasks = env.tasks("eval")[:20]
+    rollouts = play(env, scripted(first_free), tasks, rollouts=3)
+    for task in tasks:
+        group = [r.messages for r in rollouts if r.task_id == task.id]
+        assert group[0] == group[1] == group[2]  # same moves -> same boards -> same replies
+
+
+# ---- rules -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text, error", [
+    ("4", "no <move>"),
+    ("<think>I play <move>4</move></think>", "no <move>"),
+    ("<move>four</move>", "not a cell number"),
+    ("<move>-1</move>", "not a cell number"),
+    ("<move>9</move>", "off the board"),
+    ("<move>0</move>", "already taken by O"),
+])
+def test_invalid_moves_are_rejected_and_the_game_continues(text, error):
+    env = load_environment(opponent="optimal")
+    task = env.tasks()[0]
+    state = env.setup_state(task)
+    state.board = apply_move(EMPTY_BOARD, 0, "O")
+    [msg] = asyncio.run(env.env_response(said(text), state))
+    first, _, rest = msg["content"].partition("\n")
+    assert first.startswith("Invalid move: ") and error in first and "Try again" in first
+    assert parse_board(rest) == state.board and "Available positions: 1, 2, 3" in rest
+    assert state.invalid_moves == 1 and state.outcome is None and state.board.count(" ") == 8
+
+
+def test_read_move_takes_the_last_top_level_move():
+    assert read_move("<move>1</move><move>2</move>", EMPTY_BOARD) == (2, None)
+    assert read_move("<think>open <move>5</move>", EMPTY_BOARD) == (5, None)  # unclosed think
+
+
+@pytest.mark.parametrize("text, ok", [
+    ("<think>centre</think><move>4</move>", True),
+    ("  <think>centre</think>\n\n<move> 4 </move>\n", True),
+    ("<move>4</move>", False),  # missing think: played, but no format credit
+    ("<think></think><move>4</move>", False),  # empty think
+    ("<think>a</think><move>4</move><move>5</move>", False),  # two move tags
+    ("<think>I play <move>4</move></think><move>4</move>", False),  # tag inside think
+    ("<think>a</think><move>4</move> good luck", False),  # trailing garbage
+    ("Sure! <think>a</think><move>4</move>", False),  # leading garbage
+    ("<think>a<move>4</move>", False),  # unclosed think
+    ("<think>a</think><move>4", False),  # unclosed move
+    ("<move>4</move><think>a</think>", False),  # wrong order
+    ("<think>a</think><move>cell 4</move>", False),  # not a bare cell number
+    ("<think>a</think><move>12</move>", False),
+])
+def test_format_edge_cases(text, ok):
+    assert is_formatted(text) is ok
+    assert PARSER.is_formatted(text) is (ok or text.endswith(("cell 4</move>", "12</move>")))
+    assert format_reward(said(text) + [user("board")] + said("<think>b</think><move>0</move>")) == (1.0 if ok else 0.5)
+
+
+def test_a_game_against_the_scripted_player_ends_with_the_right_outcome():
+    env = load_environment(opponent="optimal", model_starts="always")
+    [r] = play(env, scripted(first_free), env.tasks()[:1])
+    assert r.stop_reason == "game_over" and not r.truncated
+    assert r.rewards["loss"] == 1.0 and r.rewards["win_reward"] == 0.0  # first-free loses to minimax
+    last = r.completion[-1]["content"]
+    assert "you lose. Game over." in last and "Available" not in last
+    assert r.reward == pytest.approx(0.2)  # 0 + 0.2 * format 1.0 + 0
+
+
+# ---- max_turns -------------------------------------------------------------------------------
+
+
+def test_max_turns_truncation_scores_as_timeout():
+    env = load_environment(max_turns=3, opponent="optimal")
+    garbage = Policy(lambda messages, rng: "I would rather not say.", name="garbage")
+    rollouts = play(env, garbage, env.tasks()[:4])
+    for r in rollouts:
+        assert r.stop_reason == "max_turns_reached" and r.truncated
+        assert r.rewards["timeout"] == 1.0 and r.rewards["invalid_moves"] == 3.0
+        assert r.rewards["win_reward"] == r.rewards["format_reward"] == 0.0
+        assert r.reward == pytest.approx(-0.1)
+
+
+def greedy(board, rng) -> str:
+    """Complete a line of X when possible, else the first free cell of 0, 4, 8, 2, 6, ..."""
+    for cell in (i for i, c in enumerate(board) if c == " "):
+        after = apply_move(board, cell, "X")
+        if any(after[a] == after[b] == after[c] == "X" for a, b, c in
+               ((0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6))):
+            return f"<think>win</think><move>{cell}</move>"
+    cell = next(c for c in (0, 4, 8, 2, 6, 1, 3, 5, 7) if board[c] == " ")
+    return f"<think>plan</think><move>{cell}</move>"
+
+
+def test_winning_on_the_final_allowed_turn_counts_as_a_win():
+    env = load_environment(max_turns=3, opponent="random", model_starts="always", eval_examples=60)
+    rollouts = play(env, scripted(greedy), env.tasks())
+    final_wins = [r for r in rollouts if r.metrics["turns"] == 3 and r.rewards["win"] == 1.0]
+    assert len(final_wins) >= 5
+    for r in final_wins:
+        assert r.stop_reason == "game_over" and not r.truncated and r.rewards["win_reward"] == 1.0
+    unfinished = [r for r in rollouts if r.rewards["timeout"] == 1.0]
+    assert unfinished and all(r.stop_reason == "max_turns_reached" for r in unfinished)
+
+
+# ---- whole-environment checks ----------------------------------------------------------------
+
+
+def test_check_env_passes_and_the_registry_finds_the_env():
+    env = load_by_name("tictactoe", num_examples=16, opponent="mix")
+    assert env.name == "tictactoe" and env.default_model() == "policy:optimal"
+    check_env(env)
+    state = env.setup_state(env.tasks()[0])
+    assert isinstance(state, GameState)
+
+
+def test_reference_players_offline():
+    def wdl(name: str, opponent: str) -> Counter:
+        env = load_environment(opponent=opponent, eval_examples=150)
+        rollouts = play(env, env.policies()[name](), env.tasks())
+        assert all(r.rewards["format_reward"] == 1.0 and r.rewards["invalid_moves"] == 0 for r in rollouts)
+        return Counter(k for r in rollouts for k in ("win", "draw", "loss") if r.rewards[k])
+
+    assert wdl("optimal", "optimal") == {"draw": 150}
+    assert wdl("optimal", "random")["loss"] == 0
+    assert wdl("teacher", "random")["win"] > 120
+    assert wdl("random", "optimal")["loss"] > 100
+
+
+def test_cli_eval_optimal_vs_optimal_shows_no_losses(tmp_path, capsys):
+    from rlvr.cli import main
+
+    out = tmp_path / "run"
+    code = main(["eval", "tictactoe", "-m", "policy:optimal", "-a", '{"opponent": "optimal"}',
+                 "-n", "50", "-r", "1", "-o", str(out), "-q"])
+    text = capsys.readouterr().out
+    assert code == 0
+    assert re.search(r"loss %\s*│\s*0\.0\s", text) and re.search(r"draw %\s*│\s*100\.0\s", text)
+    assert len((out / "results.jsonl").read_text().splitlines()) == 50
+
+
+def test_summary_columns():
+    env = load_environment(opponent="random", eval_examples=40)
+    rollouts = play(env, env.policies()["random"](), env.tasks())
+    s = env.summarize(rollouts)
+    assert list(s) == ["win %", "draw %", "loss %", "timeout %", "format %", "invalid %", "mean reward"]
+    assert s["win %"] + s["draw %"] + s["loss %"] + s["timeout %"] == pytest.approx(100.0)
+    assert s["mean reward"] == pytest.approx(sum(r.reward for r in rollouts) / 40)
+
+
+def test_make_task_is_a_pure_function():
+    a = make_task("train", 7, 1, 0.0, 1.0, 4, "random")
+    assert a == make_task("train", 7, 1, 0.0, 1.0, 4, "random")
+    assert a.id == "train-7" and a.info["bucket"] == 3 and 0.75 <= a.info["random_move_prob"] <= 1.0
+
+
+def test_sampler_with_more_groups_than_the_dataset_strata():
+    env = load_environment(num_examples=1000, min_random_move_prob=0.2, max_random_move_prob=0.7)
+    sampler = env.sampler(seed=2, num_groups=32, tasks_per_group=2)
+    batch = next(sampler)
+    assert len(batch) == 64
+    for i, t in enumerate(batch):
+        lo, hi = sampler.ranges[i // 2]
+        assert lo <= t.info["random_move_prob"] <= hi
+    assert load_environment(opponent="optimal").sampler(num_groups=8).num_groups == 1
+
+
+def test_optimal_vs_random_matches_the_exact_win_rate():
+    """Through the env (50/50 starts, p = 1 opponent), the optimal player's win rate agrees
+    with the exact value from enumerating every game (87.26%), within 4 standard errors."""
+    from functools import cache
+
+    from rlvr_tictactoe.game import best_moves, legal_moves, other, winner
+
+    @cache
+    def p_win(board, mover) -> float:
+        if winner(board) or " " not in board:
+            return float(winner(board) == "X")
+        moves = best_moves(board, "X") if mover == "X" else legal_moves(board)
+        return sum(p_win(apply_move(board, m, mover), other(mover)) for m in moves) / len(moves)
+
+    exact = (p_win(EMPTY_BOARD, "X") + p_win(EMPTY_BOARD, "O")) / 2
+    assert exact == pytest.approx(0.8726, abs=1e-4)
+    env = load_environment(opponent="random", eval_examples=1000)
+    rollouts = play(env, env.policies()["optimal"](), env.tasks())
+    wins = sum(r.rewards["win"] for r in rollouts) / len(rollouts)
+    assert abs(wins - exact) < 4 * (exact * (1 - exact) / len(rollouts)) ** 0.5
