@@ -20,8 +20,8 @@ install-dev: $(BIN)/python
 	$(BIN)/pip install -q -e '.[train,plot,gym,mcp,test]' $(ENV_PKGS)
 
 run: install
-	$(BIN)/rlvr eval tictactoe -m policy:optimal -a '{"opponent": "optimal"}' -n 100 -r 1 -q -o runs/make-run/tictactoe-optimal --resume
-	$(BIN)/rlvr eval tictactoe -m policy:optimal -a '{"opponent": "random"}' -n 100 -r 1 -q -o runs/make-run/tictactoe-random --resume
+	$(BIN)/rlvr eval tictactoe -m policy:optimal -a '{"opponent": "optimal"}' -n 200 -r 1 -q -o runs/make-run/tictactoe-optimal --resume
+	$(BIN)/rlvr eval tictactoe -m policy:optimal -a '{"opponent": "random"}' -n 200 -r 1 -q -o runs/make-run/tictactoe-random --resume
 	$(BIN)/rlvr eval reverse_text -m policy:oracle -n 10 -r 2 -q -o runs/make-run/reverse_text --resume
 	$(BIN)/rlvr eval double_check -m policy:oracle -n 10 -r 2 -q -o runs/make-run/double_check --resume
 
