@@ -83,6 +83,13 @@ def load_env_and_client(args: argparse.Namespace, concurrency: int) -> tuple[Any
     return env, client, model
 
 
+async def close_client(client: Any) -> None:
+    """Close a client that holds connections (HTTP pools, MCP servers) inside its event loop."""
+    close = getattr(client, "aclose", None)
+    if close is not None:
+        await close()
+
+
 def run(args: argparse.Namespace) -> int:
     from rlvr.results import RunDir
     from rlvr.summary import print_summary
@@ -146,10 +153,16 @@ def _run_with_progress(env: Any, client: Any, tasks: list[Any], args: argparse.N
             mean = sum(rewards) / len(rewards) if rewards else float("nan")
             progress.update(bar, advance=1, description=f"rollouts  reward {mean:.3f}")
 
+        async def play() -> list[Any]:
+            try:
+                return await run_rollouts(env, client, tasks, rollouts_per_task=args.rollouts,
+                                          concurrency=args.concurrency, sampling=sampling,
+                                          skip=done, on_rollout=on_rollout)
+            finally:
+                await close_client(client)
+
         try:
-            return asyncio.run(run_rollouts(env, client, tasks, rollouts_per_task=args.rollouts,
-                                            concurrency=args.concurrency, sampling=sampling,
-                                            skip=done, on_rollout=on_rollout))
+            return asyncio.run(play())
         except BaseException:
             run_dir.close(status="interrupted")
             raise

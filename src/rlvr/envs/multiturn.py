@@ -173,11 +173,16 @@ class MultiTurnEnv(Generic[S]):
         state.prompt = self.initial_prompt(task)
         state.messages = list(state.prompt)
         state.started_at = time.monotonic()
+        deadline = asyncio.timeout(self.timeout_s)
         try:
-            async with asyncio.timeout(self.timeout_s):
+            async with deadline:
                 await self._loop(client, state, sampling)
-        except TimeoutError:
-            self._end(state, "timeout", truncated=True)
+        except TimeoutError as exc:
+            if deadline.expired():
+                self._end(state, "timeout", truncated=True)
+            else:  # a TimeoutError from inside (a client, a tool) is an error, not our deadline
+                self._end(state, "error", truncated=True)
+                state.error = error_summary(exc)
         except PromptTooLongError as exc:
             self._end(state, "prompt_too_long", truncated=True)
             state.error = None if state.turn else error_summary(exc)

@@ -1,0 +1,389 @@
+"""A small OpenAI-compatible chat server for tests and benchmarks: a scripted model, faults.
+
+`OpenAIServer` serves `POST /v1/chat/completions` (plain ASGI, run by uvicorn on 127.0.0.1 in
+a background thread). Its "model" is a function `(messages, tools) -> str | Reply`. It speaks
+the vLLM dialect for token ids: one token per character (id = `ord(c)`), `choices[0].token_ids`
+and `prompt_token_ids` when asked with `return_token_ids`, logprob tokens as `token_id:N` when
+asked with `return_tokens_as_token_ids`. With `strict=True` it rejects those extra fields the
+way api.openai.com does.
+
+Faults: `Faults` gives the share of requests answered with 429, 500, a hang (no answer until
+the client gives up), or malformed JSON. Each request's fate is a seeded function of its body
+and of how many times that body was seen, so it does not depend on the order in which
+concurrent requests arrive; `max_per_request` caps the faults one request body can get.
+`force([...])` queues outcomes for the next requests (also `context`: a context-length 400);
+`permanent` picks requests that always get a 500. `counts` tallies what was served, `bodies`
+keeps the requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import random
+import socket
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Self
+
+import uvicorn
+
+Messages = list[dict[str, Any]]
+OUTCOMES = ("ok", "429", "500", "hang", "malformed")
+
+
+@dataclass
+class Reply:
+    """What the scripted model answers: text, tool calls `(name, arguments)`, or both."""
+
+    text: str = ""
+    tool_calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+
+
+ModelFn = Callable[[Messages, "list[dict[str, Any]] | None"], "str | Reply"]
+
+
+def echo_model(messages: Messages, tools: list[dict[str, Any]] | None) -> str:
+    """Answers `echo: <last user message>`."""
+    last = next((m for m in reversed(messages) if m.get("role") == "user"), {})
+    return f"echo: {last.get('content') or ''}"
+
+
+@dataclass
+class Faults:
+    """Shares of requests (0..1) answered with each fault; the rest are answered normally."""
+
+    rate_limit: float = 0.0
+    server_error: float = 0.0
+    hang: float = 0.0
+    malformed: float = 0.0
+    seed: int = 0
+    max_per_request: int | None = None
+    """At most this many faults for one request body (its retries then succeed); None: no cap."""
+
+    def draw(self, key: str, seen: int = 1) -> str:
+        """The fate of the `seen`-th arrival of the request body hashed to `key`."""
+        if self.max_per_request is not None and seen > self.max_per_request:
+            return "ok"
+        key = f"{key}:{seen}"
+        u = random.Random(f"{self.seed}:{key}").random()
+        for outcome, share in (
+            ("429", self.rate_limit),
+            ("500", self.server_error),
+            ("hang", self.hang),
+            ("malformed", self.malformed),
+        ):
+            if u < share:
+                return outcome
+            u -= share
+        return "ok"
+
+
+def render_prompt(messages: Messages) -> str:
+    """The text the fake tokenizer sees for a conversation (one token per character)."""
+    return "".join(f"<{m.get('role')}>{m.get('content') or ''}\n" for m in messages) + "<assistant>"
+
+
+def token_logprob(index: int) -> float:
+    """The logprob the server reports for the completion token at `index`."""
+    return -0.125 * (index % 4)
+
+
+class OpenAIServer:
+    """An OpenAI-compatible endpoint on a free port of 127.0.0.1 (see the module docstring)."""
+
+    def __init__(self, model: ModelFn = echo_model, **settings: Any) -> None:
+        self.counts: Counter[str] = Counter()
+        self.bodies: list[dict[str, Any]] = []
+        self.in_flight = 0
+        self.port = 0
+        self._forced: deque[str] = deque()
+        self._seen: Counter[str] = Counter()
+        self._lock = threading.Lock()
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+        self.reset(model, **settings)
+
+    def reset(
+        self,
+        model: ModelFn = echo_model,
+        *,
+        faults: Faults | None = None,
+        permanent: Callable[[Messages], bool] | None = None,
+        max_context: int | None = None,
+        strict: bool = False,
+        reasoning: bool = False,
+        hang_s: float = 30.0,
+        delay_s: float = 0.0,
+    ) -> None:
+        """Back to a clean state (zero counts, nothing forced) with these settings."""
+        with self._lock:
+            self.model = model
+            self.faults = faults or Faults()
+            self.permanent = permanent
+            """Requests (by their messages) that always get a 500."""
+            self.max_context = max_context
+            """Longest prompt (in characters = tokens) accepted; longer ones get a 400."""
+            self.strict = strict
+            """Reject vLLM-only request fields with a 400, like api.openai.com."""
+            self.reasoning = reasoning
+            """Like OpenAI's reasoning models: a 400 for `max_tokens` (`max_completion_tokens`
+            is the one) and for a temperature or top_p other than 1."""
+            self.hang_s = hang_s
+            """Longest hang (the client normally hangs up first)."""
+            self.delay_s = delay_s
+            """Seconds each normal answer takes (to hold requests in flight)."""
+            self.max_in_flight = 0
+            self.counts.clear()
+            self.bodies.clear()
+            self._forced.clear()
+            self._seen.clear()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def force(self, outcomes: list[str]) -> None:
+        """Answer the next requests with these outcomes (then back to drawing from `faults`)."""
+        unknown = set(outcomes) - set(OUTCOMES) - {"context"}
+        if unknown:
+            raise ValueError(f"unknown outcomes {sorted(unknown)}; expected some of {OUTCOMES}")
+        with self._lock:
+            self._forced.extend(outcomes)
+
+    # ---- lifecycle ------------------------------------------------------------------------
+
+    def start(self) -> OpenAIServer:
+        # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only then (else +40 ms a request)
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", 0))
+        self.port = sock.getsockname()[1]
+        config = uvicorn.Config(
+            self,
+            lifespan="off",
+            ws="none",
+            http="h11",
+            log_level="error",
+            access_log=False,
+            timeout_graceful_shutdown=2,
+            backlog=4096,
+        )
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._serve, args=(sock,), daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the test OpenAI server did not start")
+            time.sleep(0.005)
+        return self
+
+    def _serve(self, sock: socket.socket) -> None:
+        assert self._server is not None
+        try:
+            self._server.run(sockets=[sock])
+        finally:
+            sock.close()
+
+    def stop(self) -> None:
+        if self._server is not None and self._thread is not None:
+            self._server.should_exit = True
+            self._thread.join(timeout=10)
+            self._server = self._thread = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ---- ASGI -----------------------------------------------------------------------------
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        chunks = []
+        while True:
+            message = await receive()
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body"):
+                break
+        if scope["path"] != "/v1/chat/completions" or scope["method"] != "POST":
+            await _send(
+                send, 404, _error(f"no route {scope['method']} {scope['path']}", "NotFound")
+            )
+            return
+        try:
+            body = json.loads(b"".join(chunks))
+        except json.JSONDecodeError as exc:
+            await _send(send, 400, _error(f"request body is not JSON: {exc}", "BadRequestError"))
+            return
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            await self._respond(body, receive, send)
+        finally:
+            self.in_flight -= 1
+
+    async def _respond(self, body: dict[str, Any], receive: Any, send: Any) -> None:
+        status, payload = self._answer(body)
+        if status == 200 and self.delay_s:
+            await asyncio.sleep(self.delay_s)
+        if status == "hang":
+            await self._hang(receive)
+            return
+        if status == "malformed":
+            await _send(send, 200, b'{"id": "chatcmpl-broken", "choices": [{"index": 0, "mess')
+            return
+        await _send(send, status, payload)
+
+    async def _hang(self, receive: Any) -> None:
+        """Say nothing until the client hangs up (or `hang_s` passes)."""
+        try:
+            async with asyncio.timeout(self.hang_s):
+                while (await receive())["type"] != "http.disconnect":
+                    pass
+        except TimeoutError:
+            pass
+
+    def _answer(self, body: dict[str, Any]) -> tuple[Any, Any]:
+        """(status, JSON payload), or ("hang" | "malformed", None)."""
+        messages = body.get("messages") or []
+        with self._lock:
+            self.counts["requests"] += 1
+            self.bodies.append(body)
+            key = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+            self._seen[key] += 1
+            if self._forced:
+                outcome = self._forced.popleft()
+            elif self.permanent is not None and self.permanent(messages):
+                outcome = "500"
+            else:
+                outcome = self.faults.draw(key, self._seen[key])
+            self.counts[outcome] += 1
+        if outcome == "429":
+            return 429, _error("Rate limit reached; try again later.", "rate_limit_error")
+        if outcome == "500":
+            return 500, _error("Internal server error (injected).", "server_error")
+        if outcome in ("hang", "malformed"):
+            return outcome, None
+        if self.strict:
+            extra = sorted(set(body) & {"return_token_ids", "return_tokens_as_token_ids"})
+            if extra:
+                return 400, _error(
+                    f"Unrecognized request argument supplied: {extra[0]}", "invalid_request_error"
+                )
+        if self.reasoning:
+            refused = _reasoning_refusal(body)
+            if refused:
+                return 400, refused
+        prompt = render_prompt(messages)
+        limit = self.max_context
+        if outcome == "context" or (limit is not None and len(prompt) > limit):
+            self.counts["context_length"] += 1
+            return 400, _error(
+                f"This model's maximum context length is {limit or 0} tokens. However, your request "
+                f"has {len(prompt)} input tokens. Please reduce the length of the input messages.",
+                "BadRequestError",
+            )
+        return 200, self._completion(body, prompt)
+
+    def _completion(self, body: dict[str, Any], prompt: str) -> dict[str, Any]:
+        reply = self.model(body.get("messages") or [], body.get("tools"))
+        if isinstance(reply, str):
+            reply = Reply(text=reply)
+        text, finish = reply.text, "tool_calls" if reply.tool_calls else "stop"
+        for s in body.get("stop") or []:
+            if s in text:
+                text, finish = text[: text.index(s)], "stop"
+        calls = [
+            {
+                "id": f"call_{self.counts['requests']}_{i}",
+                "type": "function",
+                "function": {"name": name, "arguments": json.dumps(args)},
+            }
+            for i, (name, args) in enumerate(reply.tool_calls)
+        ]
+        sampled = text + "".join(c["function"]["arguments"] for c in calls)
+        cap = body.get("max_tokens", body.get("max_completion_tokens"))
+        if cap is not None and len(sampled) > cap:
+            text, calls, finish = text[:cap], [], "length"  # cut mid-reply
+            sampled = text
+        ids = [ord(c) for c in sampled]
+        choice: dict[str, Any] = {
+            "index": 0,
+            "message": {
+                "role": "assistant",
+                "content": text or (None if calls else ""),
+                **({"tool_calls": calls} if calls else {}),
+            },
+            "logprobs": None,
+            "finish_reason": finish,
+        }
+        if body.get("logprobs"):
+            as_ids = bool(body.get("return_tokens_as_token_ids"))
+            choice["logprobs"] = {
+                "content": [
+                    {
+                        "token": f"token_id:{t}" if as_ids else chr(t),
+                        "logprob": token_logprob(i),
+                        "bytes": list(chr(t).encode()),
+                        "top_logprobs": [],
+                    }
+                    for i, t in enumerate(ids)
+                ]
+            }
+        out: dict[str, Any] = {
+            "id": f"chatcmpl-{self.counts['requests']}",
+            "object": "chat.completion",
+            "created": 0,
+            "model": body.get("model", "scripted"),
+            "choices": [choice],
+            "usage": {
+                "prompt_tokens": len(prompt),
+                "completion_tokens": len(ids),
+                "total_tokens": len(prompt) + len(ids),
+            },
+        }
+        if body.get("return_token_ids"):
+            choice["token_ids"] = ids
+            out["prompt_token_ids"] = [ord(c) for c in prompt]
+        return out
+
+
+def _reasoning_refusal(body: dict[str, Any]) -> dict[str, Any] | None:
+    """OpenAI's answer (message, param, code) to what its reasoning models refuse."""
+    if "max_tokens" in body:
+        message = "Unsupported parameter: 'max_tokens' is not supported with this model. "
+        message += "Use 'max_completion_tokens' instead."
+        return _error(message, "invalid_request_error", "max_tokens", "unsupported_parameter")
+    for name in ("temperature", "top_p"):
+        if body.get(name, 1) != 1:
+            message = f"Unsupported value: '{name}' does not support {body[name]} with this model. "
+            message += "Only the default (1) value is supported."
+            return _error(message, "invalid_request_error", name, "unsupported_value")
+    return None
+
+
+def _error(message: str, kind: str, param: str | None = None, code: str | None = None) -> dict:
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+async def _send(send: Any, status: int, payload: Any) -> None:
+    data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(data)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": data})
