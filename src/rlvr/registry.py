@@ -8,7 +8,7 @@ from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
 from rlvr.envs.multiturn import MultiTurnEnv
-from rlvr.errors import EnvError, EnvNotFoundError, UsageError
+from rlvr.errors import EnvError, EnvNotFoundError, RlvrError, UsageError
 
 GROUP = "rlvr.environments"
 
@@ -40,8 +40,12 @@ def load_environment(name: str, **env_args: Any) -> MultiTurnEnv[Any]:
         raise UsageError(f"environment {name!r} takes no argument {unknown[0]!r}; it accepts: {accepted}")
     try:
         env = loader(**env_args)
+    except RlvrError:
+        raise
     except (TypeError, ValueError) as exc:
         raise UsageError(f"environment {name!r} rejected its arguments: {exc}") from None
+    except Exception as exc:
+        raise EnvError(f"environment {name!r} failed to load: {type(exc).__name__}: {exc}") from None
     if not isinstance(env, MultiTurnEnv):
         raise EnvError(f"load_environment of {name!r} returned {type(env).__name__}, not an rlvr environment")
     env.name = name

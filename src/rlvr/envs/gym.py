@@ -169,7 +169,7 @@ class GymEnv(MultiTurnEnv[GymState]):
     def setup_state(self, task: Task) -> GymState:
         env = self.make_env()
         obs, _ = env.reset(seed=task.seed)
-        if f"{self.render_observation(obs, env)}" not in str(task.question):
+        if self.render_observation(obs, env) not in str(task.question):
             env.close()
             raise EnvError(
                 f"reset(seed={task.seed}) gave another first observation than when the task was "

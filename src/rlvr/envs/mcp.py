@@ -33,7 +33,7 @@ import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 from rlvr.clients.base import ChatClient
 from rlvr.envs.tools import ToolCallError, ToolEnv, ToolState, _parse_arguments
@@ -161,7 +161,8 @@ class MCPServerConfig:
         return self.url if self.url is not None else " ".join([str(self.command), *self.args])
 
 
-_SDK_PREFIX = re.compile(r"^Error executing tool \S+: ")
+_SDK_PREFIX = re.compile(r"^Error executing tool \S+(: |$)")
+"""The SDK's prefix on tool errors; the model gets the message itself."""
 
 
 class MCPServerConnection:
@@ -223,7 +224,7 @@ class MCPServerConnection:
 
     async def _own(self, mcp: Any, ready: asyncio.Event) -> None:
         if self.config.command is not None:
-            self._stderr = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")
+            self._stderr = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")  # noqa: SIM115 (closed below)
         try:
             async with mcp.Client(self._transport(mcp)) as client:
                 tools, cursor = [], None
@@ -261,7 +262,7 @@ class MCPServerConnection:
                 result = await client.call_tool(name, args)
         except TimeoutError:
             raise ToolCallError(f"tool {name!r} did not answer within {self.config.call_timeout_s:g} s") from None
-        except Exception as exc:  # connection closed, protocol error, server crash
+        except Exception as exc:  # noqa: BLE001 (connection closed, protocol error, server crash)
             raise ToolCallError(f"{label} failed: {exc}" + (f" (stderr: {self.stderr_tail(300)})"
                                                             if "closed" in str(exc).lower() else "")) from None
         parts = []
@@ -269,7 +270,7 @@ class MCPServerConnection:
             parts.append(block.text if getattr(block, "type", None) == "text" else f"[{block.type} content]")
         text = "\n".join(parts)
         if result.is_error:
-            raise ToolCallError(_SDK_PREFIX.sub("", text) or f"tool {name!r} failed")
+            raise ToolCallError(_SDK_PREFIX.sub("", text).strip() or f"tool {name!r} failed on the server")
         return text
 
     async def stop(self) -> None:
@@ -351,7 +352,7 @@ class MCPEnv(ToolEnv[ToolState]):
         if state is not None and state.loop is asyncio.get_running_loop():
             await asyncio.gather(*(c.stop() for c in state.connections))
 
-    async def __aenter__(self) -> MCPEnv:
+    async def __aenter__(self) -> Self:
         await self.start()
         return self
 
@@ -363,7 +364,7 @@ class MCPEnv(ToolEnv[ToolState]):
     async def rollout(self, client: ChatClient, task: Task, sampling: SamplingArgs, seed: int) -> ToolState:
         try:
             await self.start()
-        except Exception as exc:  # every rollout records the failure; none hangs
+        except Exception as exc:  # noqa: BLE001 (every rollout records the failure; none hangs)
             state = self.setup_state(task)
             state.seed, state.prompt, state.started_at = seed, self.initial_prompt(task), time.monotonic()
             state.messages = list(state.prompt)

@@ -168,7 +168,15 @@ class MultiTurnEnv(Generic[S]):
 
     async def rollout(self, client: ChatClient, task: Task, sampling: SamplingArgs, seed: int) -> S:
         """Play one episode. Never raises for a failure inside it: the state records it."""
-        state = self.setup_state(task)
+        try:
+            state = self.setup_state(task)
+        except Exception as exc:  # a task the env cannot set up is one error record, not a lost run
+            state = State(task=task)  # type: ignore[assignment]
+            state.prompt = state.messages = []
+            state.seed, state.started_at = seed, time.monotonic()
+            self._end(state, "error", truncated=True)
+            state.error = error_summary(exc)
+            return state
         state.seed = seed
         state.prompt = self.initial_prompt(task)
         state.messages = list(state.prompt)
