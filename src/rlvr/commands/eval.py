@@ -160,6 +160,7 @@ def _run_with_progress(env: Any, client: Any, tasks: list[Any], args: argparse.N
                                           skip=done, on_rollout=on_rollout)
             finally:
                 await close_client(client)
+                await env.aclose()
 
         try:
             return asyncio.run(play())

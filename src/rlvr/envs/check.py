@@ -48,7 +48,13 @@ def check_env(env: MultiTurnEnv[Any], client: ChatClient | None = None, num_task
     if client is None:
         policies = env.policies()
         client = next(iter(policies.values()))() if policies else Policy(_placeholder, name="placeholder")
-    rollouts = asyncio.run(run_rollouts(env, client, tasks, rollouts_per_task=2, concurrency=4))
+    async def play() -> list[Rollout]:
+        try:
+            return await run_rollouts(env, client, tasks, rollouts_per_task=2, concurrency=4)
+        finally:
+            await env.aclose()
+
+    rollouts = asyncio.run(play())
     known = set(env.stop_conditions()) | {"timeout", "error", "prompt_too_long"}
     for r in rollouts:
         _check_rollout(r, env, known)

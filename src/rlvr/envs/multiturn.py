@@ -52,7 +52,7 @@ def stop(
 
 def error_summary(exc: BaseException, frames: int = 3) -> str:
     """`Type: message` plus the last few traceback frames, short enough for a results file."""
-    tb = traceback.extract_tb(exc.__traceback__)[-frames:]
+    tb = traceback.extract_tb(exc.__traceback__)[-frames:] if frames > 0 else []
     where = " <- ".join(f"{f.filename.rsplit('/', 1)[-1]}:{f.lineno} {f.name}" for f in reversed(tb))
     return f"{type(exc).__name__}: {exc}" + (f" [at {where}]" if where else "")
 
@@ -142,6 +142,13 @@ class MultiTurnEnv(Generic[S]):
         from rlvr.sampler import StratifiedSampler
 
         return StratifiedSampler(self.tasks(split), 1, key=lambda t: 0.0, seed=seed, tasks_per_group=tasks_per_group)
+
+    async def start(self) -> None:
+        """Acquire what the env needs before its first rollout (servers, connections).
+        Optional: envs start lazily too; this fails fast with a clear error."""
+
+    async def aclose(self) -> None:
+        """Release what `start` (or the first rollout) acquired. Called at the end of a run."""
 
     # ---- the episode --------------------------------------------------------------------
 

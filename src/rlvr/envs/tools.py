@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
 from rlvr.envs.multiturn import MultiTurnEnv, stop
+from rlvr.envs.schema import validate_arguments
 from rlvr.errors import UsageError
 from rlvr.types import Messages, State, Task, ToolCall
 
@@ -124,6 +125,7 @@ class ToolEnv(MultiTurnEnv[TS]):
             raise UsageError(f"tool names must be unique, got {names}")
         self.tools = {t.__name__: t for t in tools}
         self._schemas = [tool_schema(t, self.hidden_args) for t in tools]
+        self._parameters = {s["function"]["name"]: s["function"]["parameters"] for s in self._schemas}
 
     def setup_state(self, task: Task) -> TS:
         return ToolState(task=task)  # type: ignore[return-value]
@@ -153,7 +155,10 @@ class ToolEnv(MultiTurnEnv[TS]):
         try:
             if fn is None:
                 raise ToolCallError(f"unknown tool {call.name!r}; available: {', '.join(self.tools)}")
-            args = _parse_arguments(call.arguments)
+            args = parse_arguments(call.arguments)
+            problem = validate_arguments(self._parameters[call.name], args)
+            if problem:
+                raise ToolCallError(problem)
             args = self.inject(call.name, args, state)
             inspect.signature(fn).bind(**args)
             result = await asyncio.to_thread(fn, **args) if not inspect.iscoroutinefunction(fn) else await fn(**args)
@@ -187,7 +192,7 @@ class ToolCallError(Exception):
     """A tool call the model got wrong (shown to the model, never raised to the user)."""
 
 
-def _parse_arguments(raw: str) -> dict[str, Any]:
+def parse_arguments(raw: str) -> dict[str, Any]:
     try:
         args = json.loads(raw) if raw.strip() else {}
     except json.JSONDecodeError as exc:

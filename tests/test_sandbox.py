@@ -1,0 +1,180 @@
+"""The Python sandbox: limits and denials, each reported to the model as a tool error, and the
+eval goes on. What is isolated where is described in rlvr/sandbox.py."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from rlvr import Policy, Rubric, ToolEnv
+from rlvr.engine import run_rollouts
+from rlvr.errors import UsageError
+from rlvr.sandbox import (
+    SandboxError,
+    SandboxLimits,
+    explain,
+    namespaces_available,
+    python_tool,
+    run_python,
+)
+from rlvr.types import Completion, ToolCall
+
+LIMITS = SandboxLimits(timeout_s=2.0, memory_mb=256)
+
+
+async def _error(code: str, limits: SandboxLimits = LIMITS) -> str:
+    """The tool error the model would see for `code` (fails if the run succeeds)."""
+    result = await run_python(code, limits)
+    with pytest.raises(SandboxError) as info:
+        explain(result, limits)
+    return str(info.value)
+
+
+async def test_runs_code_and_returns_what_it_prints() -> None:
+    result = await run_python("import math\nprint(math.comb(50, 25))\nprint('note', file=__import__('sys').stderr)")
+    assert result.ok and result.stdout == "126410606437752\n" and result.stderr == "note\n"
+    assert explain(result, LIMITS) == "126410606437752\n\n[stderr]\nnote"
+    assert explain(await run_python("x = 1"), LIMITS).startswith("(no output")
+
+
+async def test_infinite_loop_is_killed_at_the_wall_clock_limit() -> None:
+    t0 = time.monotonic()
+    message = await _error("while True:\n    pass", SandboxLimits(timeout_s=1.0))
+    assert time.monotonic() - t0 < 4
+    assert message == "time limit exceeded: the code ran for more than 1 s and was killed"
+
+
+async def test_cpu_limit() -> None:
+    message = await _error("while True:\n    pass", SandboxLimits(timeout_s=10.0, cpu_s=1))
+    assert message.startswith("CPU time limit exceeded")
+
+
+@pytest.mark.parametrize("code", ["x = bytearray(2 * 1024 ** 3)", "x = []\nwhile True:\n    x.append(' ' * 10 ** 7)"])
+async def test_memory_bomb_fails_with_memory_error(code: str) -> None:
+    message = await _error(code)
+    assert message.startswith("the code exited with status 1") and "MemoryError" in message
+
+
+@pytest.mark.parametrize("code", [
+    "import os\nwhile True:\n    os.fork()",
+    "import subprocess\nsubprocess.run(['sh', '-c', ':(){ :|:& };:'])",
+    "import os\nos.system('echo hi')",
+    "import os\nos.posix_spawn('/bin/sh', ['sh'], {})",
+    "import multiprocessing\np = multiprocessing.Process(target=print)\np.start()",
+])
+async def test_fork_bomb_and_other_processes_are_denied(code: str) -> None:
+    message = await _error(code)
+    assert "PermissionError: sandbox: " in message and ("processes is disabled" in message
+                                                         or "importing _posixsubprocess" in message)
+
+
+async def test_files_outside_the_working_directory_are_denied() -> None:
+    """Reads are denied even for world-readable files like /etc/passwd (by the audit hook)."""
+    assert "reading '/etc/passwd' is not allowed" in await _error("print(open('/etc/passwd').read())")
+    here = Path(__file__).resolve()
+    assert "is not allowed" in await _error(f"open({str(here)!r}).read()")
+    assert "writing '/tmp/rlvr-escape' is not allowed" in await _error("open('/tmp/rlvr-escape', 'w')")
+    assert "listing '/' is not allowed" in await _error("import os\nprint(os.listdir('/'))")
+    assert "changing '/tmp' is not allowed" in await _error("import os\nos.rmdir('/tmp')")
+    assert "changing '/etc/passwd' is not allowed" in await _error("import os\nos.symlink('/etc/passwd', 'p')")
+    escape = "import os\nos.mkdir('d')\nprint(open('d/../../../etc/passwd').read())"
+    assert "reading 'd/../../../etc/passwd' is not allowed" in await _error(escape)  # paths are resolved first
+    assert not Path("/tmp/rlvr-escape").exists()
+    ok = await run_python("open('a.txt', 'w').write('hi')\nimport os\nos.mkdir('d')\nprint(open('a.txt').read(), "
+                          "sorted(os.listdir('.')))")
+    assert ok.ok and ok.stdout == "hi ['a.txt', 'd', 'main.py']\n"
+
+
+async def test_network_is_denied() -> None:
+    for code in ("import socket\ns = socket.socket()\ns.connect(('1.1.1.1', 80))",
+                 "import socket\nsocket.getaddrinfo('example.com', 80)",
+                 "import urllib.request\nurllib.request.urlopen('http://example.com', timeout=1)"):
+        assert "network access is disabled" in await _error(code)
+
+
+async def test_namespaces_when_the_platform_allows() -> None:
+    if not await namespaces_available():
+        pytest.skip("unshare cannot create namespaces here (not root, no unprivileged user namespaces)")
+    result = await run_python("import os, socket\nprint(os.getpid(), [n for _, n in socket.if_nameindex()])")
+    assert result.namespaces and result.stdout == "1 ['lo']\n"  # own PID namespace, no network interfaces
+
+
+async def test_other_denials_environment_and_cleanup(monkeypatch) -> None:
+    assert "signals to other processes" in await _error(f"import os\nos.kill({os.getpid()}, 0)")
+    assert "importing ctypes is disabled" in await _error("import ctypes")
+    monkeypatch.setenv("RLVR_TEST_SECRET", "hunter2")
+    result = await run_python("import os\nprint(os.getcwd())\nprint(os.environ.get('RLVR_TEST_SECRET'))")
+    workdir, secret = result.stdout.split()
+    assert secret == "None" and "rlvr-sandbox-" in workdir and not Path(workdir).exists()
+
+
+async def test_output_and_file_size_limits() -> None:
+    result = await run_python("print('x' * 100000)", SandboxLimits(output_limit=1000))
+    assert len(result.stdout) == 1000 and result.stdout_dropped == 100001 - 1000
+    assert "more bytes of output dropped" in explain(result, LIMITS)
+    message = await _error("open('big', 'wb').write(b'x' * (3 * 1024 * 1024))", SandboxLimits(file_size_mb=1))
+    assert "File too large" in message
+
+
+async def test_cancelling_a_run_kills_it() -> None:
+    task = asyncio.create_task(run_python("import time\ntime.sleep(30)", SandboxLimits(timeout_s=60)))
+    await asyncio.sleep(0.5)
+    before = _sandbox_pids()
+    assert before
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await asyncio.sleep(0.2)
+    assert not (before & _sandbox_pids())
+
+
+def _sandbox_pids() -> set[int]:
+    found = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"rlvr-sandbox-" in f.read():
+                    found.add(int(pid))
+        except OSError:
+            pass
+    return found
+
+
+def test_limits_are_checked() -> None:
+    for bad in ({"timeout_s": 0}, {"memory_mb": -1}, {"cpu_s": 0}):
+        with pytest.raises(UsageError):
+            SandboxLimits(**bad)
+
+
+EVIL = ["while True:\n    pass", "x = bytearray(2 * 1024 ** 3)", "import os\nwhile True:\n    os.fork()",
+        "print(open('/etc/passwd').read())", "import socket\nsocket.create_connection(('1.1.1.1', 80), 1)",
+        "1 / 0"]
+
+
+async def test_the_eval_goes_on_after_each_failure() -> None:
+    """A policy runs every hostile program, then a good one, then answers: one clean rollout."""
+
+    def fn(messages, rng):
+        done = sum(m["role"] == "tool" for m in messages)
+        programs = [*EVIL, "print(6 * 7)"]
+        if done < len(programs):
+            call = ToolCall(f"c{done}", "run_python", json.dumps({"code": programs[done]}))
+            return Completion(text="", tool_calls=[call], finish_reason="tool_calls")
+        return messages[-1]["content"].strip()
+
+    def failed(state) -> float:
+        return float(state.failed_tool_calls)
+
+    env = ToolEnv([{"id": "a", "question": "x"}, {"id": "b", "question": "y"}],
+                  tools=[python_tool(SandboxLimits(timeout_s=1.0, memory_mb=256))], rubric=Rubric([failed]))
+    rollouts = await run_rollouts(env, Policy(fn), env.tasks(), concurrency=2)
+    for r in rollouts:
+        replies = [m["content"] for m in r.completion if m["role"] == "tool"]
+        assert r.error is None and r.stop_reason == "no_tool_call" and r.rewards["failed"] == len(EVIL)
+        assert all(x.startswith("Error: ") for x in replies[:-1]) and replies[-1] == "42\n"
+        assert r.completion[-1]["content"] == "42"
