@@ -1,0 +1,322 @@
+"""Throughput of LocalModel for many concurrent multi-turn games, against plain `model.generate`.
+
+Every mode plays the same tic-tac-toe games (the built-in `tictactoe` environment; a small
+stand-in game when it is not installed) through the ordinary engine, and counts completion
+tokens per second of wall time:
+
+    local      LocalModel: concurrent requests share batched decode steps (this is rlvr's client)
+    generate   `model.generate` once per request, one request at a time (the baseline)
+    generate-nocudnn   the same with LocalModel's attention kernels (no cuDNN attention, which
+               rebuilds its plan for every new sequence length on some torch/GPU pairs)
+    padded     `model.generate` on left-padded batches of whatever requests are waiting
+               (one temperature and max length per batch; rows wait for the longest)
+    cb         transformers' continuous batching (`init_continuous_batching`, CUDA)
+
+The baseline is serial, so its tokens/s does not depend on the number of games; it plays
+`--baseline-games` games to keep the run short. With a random-weight tiny model the replies are
+noise: every move is invalid, so games last `--max-turns` turns and replies run to
+`--max-tokens` (or an end-of-turn token sampled by chance).
+
+    python benchmarks/bench_local_model.py                      # CPU, tiny model built on the fly
+    python benchmarks/bench_local_model.py --device cuda --preset small --games 256
+    python benchmarks/bench_local_model.py --model runs/sft/final --modes local,generate,cb
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import tempfile
+import threading
+import time
+import uuid
+from typing import Any
+
+import torch
+
+from rlvr import Completion, Messages, MultiTurnEnv, Rubric, SamplingArgs
+from rlvr.clients.local import LocalModel
+from rlvr.clients.local_batch import attention_backends
+from rlvr.engine import run_rollouts
+from rlvr.types import Usage
+
+
+class PerRequestGenerate:
+    """`model.generate` for each request, one at a time (`no_cudnn`: with LocalModel's choice of
+    attention kernels)."""
+
+    name = "generate"
+
+    def __init__(self, lm: LocalModel, no_cudnn: bool = False) -> None:
+        self.lm, self.lock, self.no_cudnn = lm, threading.Lock(), no_cudnn
+
+    async def chat(
+        self, messages: Messages, sampling: SamplingArgs, tools: Any = None
+    ) -> Completion:
+        return await asyncio.to_thread(self._generate, self.lm.render(messages, tools), sampling)
+
+    def _generate(self, ids: list[int], s: SamplingArgs) -> Completion:
+        backends = attention_backends(self.lm.device) if self.no_cudnn else contextlib.nullcontext()
+        with self.lock, backends:
+            out = _generate(self.lm, [ids], s.max_tokens or 64, s.temperature, s.top_p)
+        return _completion(self.lm, ids, out[0])
+
+
+class PaddedGenerate:
+    """`model.generate` on left-padded batches of the requests waiting when the last one ended."""
+
+    name = "padded"
+
+    def __init__(self, lm: LocalModel) -> None:
+        self.lm = lm
+        self.pending: list[tuple[list[int], SamplingArgs, asyncio.Future[Completion]]] = []
+        self.running = False
+
+    async def chat(
+        self, messages: Messages, sampling: SamplingArgs, tools: Any = None
+    ) -> Completion:
+        future: asyncio.Future[Completion] = asyncio.get_running_loop().create_future()
+        self.pending.append((self.lm.render(messages, tools), sampling, future))
+        if not self.running:
+            self.running = True
+            asyncio.get_running_loop().create_task(self._drain())
+        return await future
+
+    async def _drain(self) -> None:
+        await asyncio.sleep(0.005)  # let concurrent requests arrive
+        while self.pending:
+            batch, self.pending = (
+                self.pending[: self.lm.max_batch_size],
+                self.pending[self.lm.max_batch_size :],
+            )
+            s = batch[0][1]
+            max_tokens = max(b[1].max_tokens or 64 for b in batch)
+            outs = await asyncio.to_thread(
+                _generate, self.lm, [b[0] for b in batch], max_tokens, s.temperature, s.top_p
+            )
+            for (ids, _, future), out in zip(batch, outs):
+                future.set_result(_completion(self.lm, ids, out))
+            await asyncio.sleep(0.005)
+        self.running = False
+
+
+class ContinuousBatching:
+    """transformers' ContinuousBatchingManager (paged attention); one sampling config for all."""
+
+    name = "cb"
+
+    def __init__(self, lm: LocalModel, sampling: SamplingArgs) -> None:
+        from transformers import GenerationConfig
+
+        self.lm = lm
+        config = GenerationConfig(
+            do_sample=sampling.temperature > 0,
+            temperature=sampling.temperature or 1.0,
+            top_p=sampling.top_p,
+            max_new_tokens=sampling.max_tokens or 64,
+            eos_token_id=sorted(lm.eos_ids),
+            pad_token_id=lm.pad_id,
+        )
+        self.manager = lm.model.init_continuous_batching(generation_config=config)
+        self.manager.start()
+
+    async def chat(
+        self, messages: Messages, sampling: SamplingArgs, tools: Any = None
+    ) -> Completion:
+        ids = self.lm.render(messages, tools)
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        rid = uuid.uuid4().hex
+
+        def done(out: Any) -> None:
+            if out.is_finished() and not future.done():
+                future.set_result(out)
+
+        self.manager.register_result_handler(rid, done)
+        self.manager.add_request(ids, request_id=rid, max_new_tokens=sampling.max_tokens)
+        out = await future
+        if out.error:
+            raise RuntimeError(out.error)
+        return _completion(self.lm, ids, list(out.generated_tokens))
+
+    def close(self) -> None:
+        self.manager.stop(block=True)
+
+
+def _generate(
+    lm: LocalModel, prompts: list[list[int]], max_tokens: int, temperature: float, top_p: float
+) -> list[list[int]]:
+    width = max(map(len, prompts))
+    ids = torch.tensor([[lm.pad_id] * (width - len(p)) + p for p in prompts], device=lm.device)
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=lm.device)
+    sample = (
+        {"do_sample": True, "temperature": temperature, "top_p": top_p}
+        if temperature > 0
+        else {"do_sample": False}
+    )
+    out = lm.model.generate(
+        input_ids=ids,
+        attention_mask=mask,
+        max_new_tokens=max_tokens,
+        pad_token_id=lm.pad_id,
+        eos_token_id=sorted(lm.eos_ids),
+        **sample,
+    )
+    rows = []
+    for row in out[:, width:].tolist():
+        end = next((i + 1 for i, t in enumerate(row) if t in lm.eos_ids), len(row))
+        rows.append(row[:end])
+    return rows
+
+
+def _completion(lm: LocalModel, prompt: list[int], ids: list[int]) -> Completion:
+    text = lm.tokenizer.decode(ids, skip_special_tokens=True)
+    return Completion(
+        text=text,
+        token_ids=ids,
+        prompt_token_ids=prompt,
+        usage=Usage(prompt_tokens=len(prompt), completion_tokens=len(ids)),
+    )
+
+
+class StandIn(MultiTurnEnv):
+    """A stand-in multi-turn game when tictactoe is not installed: the env always asks again."""
+
+    def __init__(self, n: int, max_turns: int) -> None:
+        rows = [
+            {"question": f"Game {i}. Pick a cell from 0 to 8 and answer <move>N</move>."}
+            for i in range(n)
+        ]
+        super().__init__(rows, rubric=Rubric([]), max_turns=max_turns)
+
+    async def env_response(self, messages: Messages, state: Any) -> Messages:
+        return [
+            {
+                "role": "user",
+                "content": "Invalid move. The board:\n0 | 1 | 2\n3 | 4 | 5\n6 | 7 | 8\nTry again.",
+            }
+        ]
+
+
+def make_env(games: int, max_turns: int) -> Any:
+    try:
+        from rlvr.registry import load_environment
+
+        return load_environment("tictactoe", num_examples=max(games, 64), max_turns=max_turns)
+    except Exception as exc:  # not installed: the stand-in plays the same shape of game
+        print(f"(tictactoe unavailable: {exc}; using a stand-in game)")
+        return StandIn(games, max_turns)
+
+
+def play(client: Any, games: int, args: argparse.Namespace) -> dict[str, float]:
+    env = make_env(games, args.max_turns)
+    sampling = SamplingArgs(max_tokens=args.max_tokens, temperature=args.temperature, top_p=1.0)
+    t0 = time.perf_counter()
+    rollouts = asyncio.run(
+        run_rollouts(env, client, env.tasks("train")[:games], concurrency=games, sampling=sampling)
+    )
+    seconds = time.perf_counter() - t0
+    errors = [r.error for r in rollouts if r.error]
+    if errors:
+        raise RuntimeError(f"{len(errors)} rollouts failed, e.g. {errors[0]}")
+    tokens = sum(t.completion.usage.completion_tokens for r in rollouts for t in r.turns)
+    requests = sum(len(r.turns) for r in rollouts)
+    return {
+        "games": games,
+        "requests": requests,
+        "tokens": tokens,
+        "seconds": seconds,
+        "tokens_per_s": tokens / seconds,
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--model", help="model folder (default: build a tiny model with --preset)")
+    p.add_argument("--preset", default="tiny", help="rlvr.models preset when --model is not given")
+    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    p.add_argument("--dtype", default=None, help="float32 / bfloat16 (default: bf16 on cuda)")
+    p.add_argument("--games", type=int, default=256, help="concurrent games for the batched modes")
+    p.add_argument(
+        "--baseline-games", type=int, default=8, help="games for the serial per-request baseline"
+    )
+    p.add_argument("--max-turns", type=int, default=4, help="model turns per game")
+    p.add_argument("--max-tokens", type=int, default=48, help="max tokens per reply")
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument(
+        "--modes",
+        default="local,generate,padded",
+        help="comma-separated: local,generate,generate-nocudnn,padded,cb",
+    )
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    args = p.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    path = args.model
+    if path is None:
+        from rlvr.models import build_tiny_model
+
+        path = str(build_tiny_model(tempfile.mkdtemp(prefix="rlvr-bench-"), preset=args.preset))
+    lm = LocalModel(path, device=args.device, dtype=args.dtype, max_batch_size=args.games)
+    device = f"{lm.device}" + (
+        f" ({torch.cuda.get_device_name(lm.device)})"
+        if lm.device.type == "cuda"
+        else f" ({torch.get_num_threads()} threads)"
+    )
+    params = sum(p.numel() for p in lm.model.parameters())
+    print(f"model {path}: {params / 1e6:.1f}M parameters, {lm.model.dtype}, on {device}")
+    print(
+        f"games: {args.games} concurrent (baseline {args.baseline_games}), {args.max_turns} turns, "
+        f"{args.max_tokens} max tokens, temperature {args.temperature}"
+    )
+    play(lm, min(args.games, 8), args)  # warm-up (allocations, kernels)
+    results: dict[str, dict[str, float]] = {}
+    for mode in args.modes.split(","):
+        try:
+            if mode == "local":
+                before = (lm.stats.prefills, lm.stats.decode_steps)
+                results[mode] = play(lm, args.games, args)
+                results[mode]["prefills"] = lm.stats.prefills - before[0]
+                results[mode]["decode_steps"] = lm.stats.decode_steps - before[1]
+            elif mode == "generate":
+                results[mode] = play(PerRequestGenerate(lm), args.baseline_games, args)
+            elif mode == "generate-nocudnn":
+                results[mode] = play(
+                    PerRequestGenerate(lm, no_cudnn=True), args.baseline_games, args
+                )
+            elif mode == "padded":
+                results[mode] = play(PaddedGenerate(lm), args.games, args)
+            elif mode == "cb":
+                sampling = SamplingArgs(max_tokens=args.max_tokens, temperature=args.temperature)
+                cb = ContinuousBatching(lm, sampling)
+                try:
+                    play(cb, min(args.games, 8), args)  # warm-up (CUDA graphs)
+                    results[mode] = play(cb, args.games, args)
+                finally:
+                    cb.close()
+            else:
+                raise SystemExit(f"unknown mode {mode!r}")
+        except Exception as exc:
+            print(f"{mode:<17} unavailable: {type(exc).__name__}: {str(exc)[:200]}")
+    base = results.get("generate", {}).get("tokens_per_s")
+    print(
+        f"{'mode':<17} {'games':>6} {'requests':>9} {'tokens':>8} {'seconds':>8} {'tokens/s':>10} {'vs generate':>12}"
+    )
+    for mode, r in results.items():
+        ratio = f"{r['tokens_per_s'] / base:.1f}x" if base else "-"
+        print(
+            f"{mode:<17} {r['games']:>6.0f} {r['requests']:>9.0f} {r['tokens']:>8.0f} {r['seconds']:>8.2f} "
+            f"{r['tokens_per_s']:>10.0f} {ratio:>12}"
+        )
+    if "local" in results:
+        r = results["local"]
+        print(
+            f"local: {r['requests']:.0f} requests in {r['prefills']:.0f} prefills and "
+            f"{r['decode_steps']:.0f} decode steps (mean {r['tokens'] / max(r['decode_steps'], 1):.0f} rows/step)"
+        )
+
+
+if __name__ == "__main__":
+    main()

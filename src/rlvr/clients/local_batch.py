@@ -1,0 +1,300 @@
+"""The batched decoder behind `LocalModel`: rows that share one KV cache, one token a step.
+
+`Batch.admit` prefills newly arrived requests (left padded) and merges their KV cache into the
+running batch; `Batch.step` decodes one token for every row; finished rows leave the cache
+once they are an eighth of the batch (each removal copies the cache). Positions are tracked per
+row, so a row's tokens see exactly the positions they would see alone. The cache surgery
+(merge, select, trim of all-padding columns) needs plain `DynamicLayer`s; for other caches
+(sliding-window, hybrid) `mergeable` is False and `LocalModel` only admits into an empty batch.
+
+`sample_tokens` draws each row's token with Gumbel noise hashed from (seed, step, token id):
+a seeded request gets the same tokens whatever else shares its batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from transformers import DynamicCache
+
+from rlvr.types import Completion
+
+_M32 = 0xFFFFFFFF
+
+
+@dataclass(eq=False)
+class Request:
+    """One `chat()` call on its way through the batch (written by the worker thread only)."""
+
+    prompt_ids: list[int]
+    max_tokens: int
+    temperature: float
+    top_p: float
+    seed: int
+    stop: tuple[str, ...]
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[Completion]
+    arrival_step: int
+    cancelled: bool = False
+    ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    finish: str | None = None
+    stop_hit: str | None = None
+    delivered: bool = False
+
+
+class Batch:
+    """The rows being decoded together, with their KV cache (left padded)."""
+
+    def __init__(self, owner: Any) -> None:
+        self.owner = owner
+        self.rows: list[Request] = []
+        self.cache: Any = None
+        self.mask: torch.Tensor | None = None  # (B, T) 1 = real token, 0 = padding
+        self.next_pos: torch.Tensor | None = None  # (B,) position of the next token
+        self.last: torch.Tensor | None = None  # (B,) last sampled token
+        self.mergeable = True
+
+    @property
+    def live(self) -> int:
+        return sum(1 for r in self.rows if r.finish is None and not r.cancelled)
+
+    def admit(self, joiners: list[Request]) -> None:
+        """Prefill the joiners' prompts, sample their first token, merge them into the batch."""
+        self.prune()
+        owner, device = self.owner, self.owner.device
+        width = max(len(r.prompt_ids) for r in joiners)
+        ids = torch.full((len(joiners), width), owner.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(joiners), width), dtype=torch.long)
+        for i, r in enumerate(joiners):
+            ids[i, width - len(r.prompt_ids) :] = torch.tensor(r.prompt_ids)
+            mask[i, width - len(r.prompt_ids) :] = 1
+        ids, mask = ids.to(device), mask.to(device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        cache = _new_cache(owner.model)
+        logits = self._forward(ids, mask, positions, cache)
+        owner.stats.prefills += 1
+        tokens = self._sample(logits, joiners)
+        if not self.rows:
+            self.cache, self.mask, self.rows = cache, mask, list(joiners)
+            self.next_pos, self.last = positions[:, -1] + 1, tokens
+            self.mergeable = all(type(layer).__name__ == "DynamicLayer" for layer in _layers(cache))
+        else:
+            self._merge(cache, mask, positions[:, -1] + 1, tokens, joiners)
+        owner.stats.max_batch = max(owner.stats.max_batch, len(self.rows))
+
+    def step(self) -> None:
+        """One decode step for every row."""
+        assert self.mask is not None and self.next_pos is not None and self.last is not None
+        self.mask = torch.cat([self.mask, self.mask.new_ones((len(self.rows), 1))], dim=1)
+        logits = self._forward(self.last[:, None], self.mask, self.next_pos[:, None], self.cache)
+        self.owner.stats.decode_steps += 1
+        self.next_pos = self.next_pos + 1
+        self.last = self._sample(logits, self.rows)
+
+    def pop_finished(self) -> list[Request]:
+        """Rows that finished since the last call (to answer now). Finished rows leave the
+        batch once they are an eighth of it: each removal copies the KV cache."""
+        fresh = [
+            r for r in self.rows if r.finish is not None and not r.delivered and not r.cancelled
+        ]
+        for r in fresh:
+            r.delivered = True
+        dead = sum(1 for r in self.rows if r.finish is not None or r.cancelled)
+        if dead and dead >= max(1, len(self.rows) // 8):
+            self.prune()
+        return fresh
+
+    def prune(self) -> None:
+        """Drop finished and cancelled rows from the batch."""
+        keep = [i for i, r in enumerate(self.rows) if r.finish is None and not r.cancelled]
+        if not keep:
+            self.reset()
+        elif len(keep) < len(self.rows):
+            self._select(keep)
+
+    def reset(self) -> None:
+        self.rows, self.cache, self.mask, self.next_pos, self.last = [], None, None, None, None
+        self.mergeable = True
+
+    # ---- internals ------------------------------------------------------------------------
+
+    def _forward(
+        self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache: Any
+    ) -> torch.Tensor:
+        owner = self.owner
+        kwargs: dict[str, Any] = {owner._cache_kw: cache, "use_cache": True}
+        if owner._keep_last:
+            kwargs["logits_to_keep"] = 1
+        out = owner.model(input_ids=ids, attention_mask=mask, position_ids=positions, **kwargs)
+        return out.logits[:, -1, :].float()
+
+    def _sample(self, logits: torch.Tensor, rows: list[Request]) -> torch.Tensor:
+        """Pick one token per row; record it, its logprob and whether the row is done."""
+        tokens, logprobs = sample_tokens(
+            logits,
+            temperatures=[r.temperature for r in rows],
+            top_ps=[r.top_p for r in rows],
+            keys=[_row_key(r.seed, len(r.ids)) for r in rows],
+        )
+        for r, token, logprob in zip(rows, tokens.tolist(), logprobs.tolist()):
+            if r.finish is not None or r.cancelled:
+                continue
+            r.ids.append(token)
+            r.logprobs.append(logprob)
+            if token in self.owner.eos_ids:
+                r.finish = "stop"
+            elif r.stop and (hit := self._stop_hit(r)) is not None:
+                r.finish, r.stop_hit = "stop", hit
+            elif len(r.ids) >= r.max_tokens:
+                r.finish = "length"
+        return tokens
+
+    def _stop_hit(self, r: Request) -> str | None:
+        tail = self.owner.tokenizer.decode(
+            r.ids[-(max(map(len, r.stop)) + 1) :], skip_special_tokens=True
+        )
+        return next((s for s in r.stop if s in tail), None)
+
+    def _select(self, keep: list[int]) -> None:
+        """Keep rows `keep`; drop left columns that are padding for every remaining row."""
+        assert self.mask is not None and self.next_pos is not None and self.last is not None
+        index = torch.tensor(keep, device=self.mask.device)
+        mask = self.mask.index_select(0, index)
+        if not self.mergeable:  # sliding-window or hybrid layers: transformers' own selection
+            self.cache.batch_select_indices(index)
+            self.mask = mask
+        else:
+            lead = int((mask.cumsum(1) == 0).sum(1).min())
+            self.mask = mask[:, lead:]
+            for layer in _layers(self.cache):
+                if layer.keys is not None and layer.keys.numel():
+                    layer.keys = layer.keys.index_select(0, index)[:, :, lead:]
+                    layer.values = layer.values.index_select(0, index)[:, :, lead:]
+        self.next_pos, self.last = self.next_pos[index], self.last[index]
+        self.rows = [self.rows[i] for i in keep]
+
+    def _merge(
+        self,
+        cache: Any,
+        mask: torch.Tensor,
+        next_pos: torch.Tensor,
+        last: torch.Tensor,
+        joiners: list[Request],
+    ) -> None:
+        assert self.mask is not None and self.next_pos is not None and self.last is not None
+        width = max(self.mask.shape[1], mask.shape[1])
+
+        def pad(t: torch.Tensor, dim: int) -> torch.Tensor:
+            missing = width - t.shape[dim]
+            if missing == 0:
+                return t
+            shape = list(t.shape)
+            shape[dim] = missing
+            return torch.cat([t.new_zeros(shape), t], dim=dim)
+
+        for mine, theirs in zip(_layers(self.cache), _layers(cache)):
+            mine.keys = torch.cat([pad(mine.keys, 2), pad(theirs.keys, 2)], dim=0)
+            mine.values = torch.cat([pad(mine.values, 2), pad(theirs.values, 2)], dim=0)
+        self.mask = torch.cat([pad(self.mask, 1), pad(mask, 1)], dim=0)
+        self.next_pos = torch.cat([self.next_pos, next_pos])
+        self.last = torch.cat([self.last, last])
+        self.rows.extend(joiners)
+
+
+# ---- sampling -------------------------------------------------------------------------------
+
+
+def sample_tokens(
+    logits: torch.Tensor, *, temperatures: list[float], top_ps: list[float], keys: list[int]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One token per row of `logits` (B, V) and its logprob under `log_softmax(logits / T)`.
+
+    Temperature 0 is greedy (logprob under T = 1). Top-p keeps the smallest set of tokens whose
+    mass reaches p. Randomness is Gumbel noise hashed from each row's key (see `_row_key`), so a
+    row's sample never depends on the other rows.
+    """
+    device = logits.device
+    temps = torch.tensor(temperatures, device=device)
+    scaled = logits / torch.where(temps > 0, temps, 1.0)[:, None]  # (B, V)
+    logp = torch.log_softmax(scaled, dim=-1)  # (B, V)
+    if any(t > 0 for t in temperatures):
+        cut = [(i, p) for i, (t, p) in enumerate(zip(temperatures, top_ps)) if t > 0 and p < 1.0]
+        candidates = _top_p(scaled, cut) if cut else scaled
+        noise = _gumbel(torch.tensor(keys, dtype=torch.long, device=device), logits.shape[-1])
+        choice = (candidates + noise).argmax(dim=-1)  # (B,)
+        if not all(t > 0 for t in temperatures):
+            choice = torch.where(temps > 0, choice, logits.argmax(dim=-1))
+    else:
+        choice = logits.argmax(dim=-1)  # (B,) all greedy
+    return choice, logp.gather(1, choice[:, None]).squeeze(1)
+
+
+def _top_p(scaled: torch.Tensor, cut: list[tuple[int, float]]) -> torch.Tensor:
+    rows = torch.tensor([j for j, _ in cut], device=scaled.device)
+    p = torch.tensor([p for _, p in cut], device=scaled.device)[:, None]
+    values, order = scaled[rows].sort(dim=-1, descending=True)
+    probs = values.softmax(dim=-1)
+    drop = (probs.cumsum(dim=-1) - probs) >= p  # mass before this token already reaches p
+    values = values.masked_fill(drop, float("-inf"))
+    out = scaled.clone()
+    out[rows] = torch.full_like(values, float("-inf")).scatter(1, order, values)
+    return out
+
+
+def _mix32(x: Any) -> Any:
+    """A 32-bit integer hash (works on Python ints and int64 tensors alike)."""
+    x = (((x >> 16) ^ x) * 0x45D9F3B) & _M32
+    x = (((x >> 16) ^ x) * 0x45D9F3B) & _M32
+    return (x >> 16) ^ x
+
+
+def _row_key(seed: int, step: int) -> int:
+    return _mix32(((seed & _M32) * 0x9E3779B1 + (step + 1) * 0x85EBCA6B) & _M32)
+
+
+@functools.cache
+def _salt(vocab: int, device: torch.device) -> torch.Tensor:
+    """(V,) a hash of each token id, so that neighbouring ids get unrelated noise."""
+    return _mix32(torch.arange(vocab, device=device, dtype=torch.long) * 0x27D4EB2F & _M32)
+
+
+def _gumbel(keys: torch.Tensor, vocab: int) -> torch.Tensor:
+    """(B, V) Gumbel noise from a hash of (row key, token id); 24-bit uniforms."""
+    salt = _salt(vocab, keys.device)
+    bits = _mix32(keys[:, None] ^ salt[None, :])
+    u = ((bits >> 8).float() + 0.5) * 2.0**-24
+    return -torch.log(-torch.log(u))
+
+
+def attention_backends(device: torch.device) -> Any:
+    """Scaled-dot-product attention without cuDNN on CUDA: cuDNN builds an execution plan per
+    new shape, and a growing KV cache is a new shape every step (measured: 10 ms per attention
+    call with cuDNN against well under 1 ms without, H200, torch 2.11)."""
+    if device.type != "cuda":
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel(
+        [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+    )
+
+
+def base_model(model: Any) -> Any:
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
+def _new_cache(model: Any) -> Any:
+    try:
+        return DynamicCache(config=base_model(model).config)
+    except TypeError:  # older transformers
+        return DynamicCache()
+
+
+def _layers(cache: Any) -> list[Any]:
+    return list(getattr(cache, "layers", ()))

@@ -1,0 +1,203 @@
+"""`rlvr gen ENV -m MODEL -o FILE`: play an environment, keep the good rollouts as a chat dataset.
+
+Each kept rollout becomes one JSONL line, written as soon as it finishes:
+
+    {"messages": [...], "tools": [...], "rewards": {...}, "reward": 1.2, "metrics": {...},
+     "env": "tictactoe", "env_args": {...}, "model": "policy:teacher", "task_id": "17",
+     "rollout_index": 0}
+
+(`tools` only for environments that offer tools.) `--filter` keeps the rollouts for which an
+expression over reward and metric names holds, e.g. `--filter 'win_reward > 0 and
+format_reward == 1'` (see `rlvr.filters`); rollouts that errored are always dropped. The
+summary says how many were kept and why the others were not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from rlvr.errors import UsageError
+
+METRICS = ("turns", "completion_tokens")
+"""Metrics the engine records for every rollout (filters may name them)."""
+
+
+def add_parser(sub: Any) -> None:
+    from rlvr.commands.eval import add_model_args
+
+    p = sub.add_parser(
+        "gen",
+        help="generate a filtered chat dataset (SFT data) from an environment",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("env", help="environment name (see `rlvr list`)")
+    add_model_args(p)
+    p.add_argument(
+        "-n", "--num-tasks", type=int, default=-1, help="tasks to play (default -1 = all)"
+    )
+    p.add_argument("-r", "--rollouts", type=int, default=1, help="rollouts per task (default 1)")
+    p.add_argument(
+        "-f",
+        "--filter",
+        default=None,
+        metavar="EXPR",
+        help="keep rollouts where EXPR holds, e.g. 'win_reward > 0 and format_reward == 1'",
+    )
+    p.add_argument("-o", "--output", required=True, metavar="FILE", help="JSONL file to write")
+    p.add_argument("--overwrite", action="store_true", help="replace FILE if it exists")
+    p.add_argument(
+        "-c", "--concurrency", type=int, default=64, help="rollouts in flight at once (default 64)"
+    )
+    p.add_argument("-t", "--max-tokens", type=int, default=None, help="max tokens per model reply")
+    p.add_argument("-T", "--temperature", type=float, default=None, help="sampling temperature")
+    p.add_argument(
+        "-a",
+        "--env-args",
+        default="{}",
+        metavar="JSON",
+        help="environment arguments as a JSON object",
+    )
+    p.add_argument(
+        "--split",
+        choices=["train", "eval"],
+        default="train",
+        help="which task split (default train)",
+    )
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rlvr.commands.eval import check_positive, load_env_and_client
+    from rlvr.filters import Filter
+
+    check_positive("-n", args.num_tasks, allow=(-1,))
+    check_positive("-r", args.rollouts)
+    check_positive("-c", args.concurrency)
+    check_positive("-t", args.max_tokens)
+    if args.temperature is not None and args.temperature < 0:
+        raise UsageError(f"-T must be >= 0, got {args.temperature}")
+    out = Path(args.output)
+    if out.exists() and not args.overwrite:
+        raise UsageError(f"{out} already exists; choose another -o FILE or pass --overwrite")
+    if out.is_dir():
+        raise UsageError(f"-o must be a file path, but {out} is a directory")
+    keep = Filter(args.filter) if args.filter else None
+    env, client, model = load_env_and_client(args, args.concurrency)
+    if keep is not None:
+        keep.check_names([*env.rubric.names, *METRICS, "reward", "truncated"])
+    tasks = env.tasks(args.split)
+    if args.num_tasks != -1:
+        tasks = tasks[: args.num_tasks]
+    if not tasks:
+        raise UsageError(f"environment {args.env!r} has no {args.split} tasks")
+    sampling = env.sampling
+    if args.max_tokens is not None:
+        sampling = sampling.replace(max_tokens=args.max_tokens)
+    if args.temperature is not None:
+        sampling = sampling.replace(temperature=args.temperature)
+    tools = {t.id: env.tool_schemas(env.setup_state(t)) for t in tasks}
+    meta = {"env": args.env, "env_args": env.env_args, "model": model}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    dropped: Counter[str] = Counter()
+    kept = 0
+    with out.open("w", encoding="utf-8") as f:
+
+        def on_rollout(rollout: Any) -> bool:
+            nonlocal kept
+            reason = drop_reason(rollout, keep)
+            if reason is not None:
+                dropped[reason] += 1
+                return False
+            f.write(
+                json.dumps(
+                    dataset_row(rollout, tools.get(rollout.task_id), meta), ensure_ascii=False
+                )
+                + "\n"
+            )
+            f.flush()
+            kept += 1
+            return True
+
+        _play(env, client, tasks, args, sampling, on_rollout)
+    total = kept + sum(dropped.values())
+    print(f"kept {kept} of {total} rollouts -> {out}")
+    for reason, count in dropped.most_common():
+        print(f"  dropped {count}: {reason}")
+    return 0 if kept else 1
+
+
+def drop_reason(rollout: Any, keep: Any) -> str | None:
+    """Why a rollout is left out of the dataset (None: it is kept)."""
+    from rlvr.filters import rollout_values
+
+    if rollout.error is not None:
+        return f"error ({rollout.error_kind})"
+    if keep is None:
+        return None
+    clause = keep.failed_clause(rollout_values(rollout))
+    return None if clause is None else f"failed `{clause}`"
+
+
+def dataset_row(
+    rollout: Any, tools: list[dict[str, Any]] | None, meta: dict[str, Any]
+) -> dict[str, Any]:
+    """One line of the chat dataset."""
+    row: dict[str, Any] = {"messages": rollout.messages}
+    if tools:
+        row["tools"] = tools
+    row.update(
+        rewards=rollout.rewards,
+        reward=rollout.reward,
+        metrics=rollout.metrics,
+        **meta,
+        task_id=rollout.task_id,
+        rollout_index=rollout.rollout_index,
+    )
+    return row
+
+
+def _play(
+    env: Any,
+    client: Any,
+    tasks: list[Any],
+    args: argparse.Namespace,
+    sampling: Any,
+    on_rollout: Any,
+) -> None:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from rlvr.engine import run_rollouts
+
+    kept = 0
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        disable=args.quiet,
+    ) as progress:
+        bar = progress.add_task("rollouts", total=len(tasks) * args.rollouts)
+
+        def record(rollout: Any) -> None:
+            nonlocal kept
+            kept += bool(on_rollout(rollout))
+            progress.update(bar, advance=1, description=f"rollouts  kept {kept}")
+
+        asyncio.run(
+            run_rollouts(
+                env,
+                client,
+                tasks,
+                rollouts_per_task=args.rollouts,
+                concurrency=args.concurrency,
+                sampling=sampling,
+                on_rollout=record,
+            )
+        )

@@ -1,0 +1,94 @@
+"""`rlvr sft --model PATH --data FILE -o DIR`: supervised fine-tuning on chat conversations.
+
+Trains on the assistant turns only. DATA is JSONL, one `{"messages": [...]}` a line, as
+written by `rlvr gen`. DIR gets metrics.csv, tensorboard/, plots/ (loss curves),
+checkpoints/ and, at the end, final/: a plain model folder for `rlvr eval -m DIR/final` or
+`rlvr train --model DIR/final`. `--resume` continues a killed run from its last checkpoint.
+LoRA: `--lora-rank 8` (the merged model is saved).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import typing
+from typing import Any
+
+from rlvr.errors import UsageError
+
+_SHORT = {"model": ["-m"], "data": ["-d"], "output_dir": ["-o"]}
+_METAVAR = {"model": "PATH", "data": "FILE", "output_dir": "DIR", "device": "DEVICE", "lr_schedule": "NAME"}
+
+
+def add_parser(sub: Any) -> None:
+    from rlvr.train.sft_config import SFTConfig, field_docs
+
+    p = sub.add_parser(
+        "sft",
+        help="supervised fine-tuning on a chat dataset (assistant tokens only)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    docs = field_docs()
+    hints = typing.get_type_hints(SFTConfig)
+    for f in dataclasses.fields(SFTConfig):
+        flags = ["--" + f.name.replace("_", "-"), *_SHORT.get(f.name, [])]
+        required = f.default is dataclasses.MISSING
+        shown = (
+            "required"
+            if required
+            else "default: unset"
+            if f.default is None
+            else f"default {f.default}"
+        )
+        help_text = f"{docs.get(f.name, '')} ({shown})"
+        base, optional = _base_type(hints[f.name])
+        if base is bool:
+            p.add_argument(
+                *flags,
+                dest=f.name,
+                action=argparse.BooleanOptionalAction,
+                default=f.default,
+                help=help_text,
+            )
+        else:
+            p.add_argument(
+                *flags,
+                dest=f.name,
+                type=_optional(base) if optional else base,
+                required=required,
+                default=None if required else f.default,
+                metavar=_METAVAR.get(f.name) or {int: "N", float: "X", str: "TEXT"}[base],
+                help=help_text,
+            )
+    p.add_argument("--resume", action="store_true", help="continue the run in the output directory")
+    p.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
+    p.set_defaults(run=run)
+
+
+def _base_type(tp: Any) -> tuple[Any, bool]:
+    args = [a for a in typing.get_args(tp) if a is not type(None)]
+    return (args[0], True) if args and len(args) < len(typing.get_args(tp)) else (tp, False)
+
+
+def _optional(kind: Any) -> Any:
+    def parse(text: str) -> Any:
+        return None if text.lower() in ("none", "null") else kind(text)
+
+    parse.__name__ = kind.__name__
+    return parse
+
+
+def run(args: argparse.Namespace) -> int:
+    from rlvr.train.sft_config import SFTConfig
+
+    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(SFTConfig)}
+    cfg = SFTConfig(**values)
+    try:
+        from rlvr.train.sft import train_sft
+    except ImportError as exc:
+        raise UsageError(
+            f"rlvr sft needs the train extra: pip install 'rlvr[train]' ({exc})"
+        ) from None
+    result = train_sft(cfg, resume=args.resume, quiet=args.quiet)
+    return 0 if result.final_dir.exists() else 1

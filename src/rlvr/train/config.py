@@ -1,0 +1,281 @@
+"""`TrainConfig`: every knob of `rlvr train`, from a TOML file, flags, or both.
+
+One dataclass; each field's one-line docstring is its `--help` text. A TOML file holds the
+same names at top level (`batch_size = 256`, `env_args = {min_random_move_prob = 0.2}`,
+`eval_env_args = [{opponent = "random"}, {opponent = "optimal"}]`); flags override the file.
+Derived values (tasks per batch, gradient-accumulation steps, the std-scaling default) are
+computed in code, never stored. Bad values raise `UsageError` naming the field, the value and
+the fix. This module imports no torch, so `rlvr train --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import functools
+import inspect
+import itertools
+import math
+import tomllib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlvr.errors import UsageError
+
+LOSS_NAMES = ("grpo", "dr_grpo", "dapo", "cispo", "gspo")
+"""The keys of `rlvr.train.losses.LOSSES` (kept here so that config stays torch-free)."""
+LR_SCHEDULES = ("constant", "linear", "cosine")
+
+RESUME_MAY_CHANGE = frozenset({"steps", "eval_every", "eval_tasks", "save_every", "output_dir"})
+"""Fields a resumed run may change; any other difference from the saved config is an error."""
+
+
+@dataclass
+class TrainConfig:
+    """Configuration of one GRPO-family training run."""
+
+    env: str
+    """environment to train in (an installed name, see `rlvr list`)"""
+    model: str
+    """model to start from: a local model directory or a Hugging Face id"""
+    output_dir: str | None = None
+    """run directory: metrics, plots, checkpoints (default runs/train/ENV--MODEL)"""
+    env_args: dict[str, Any] = field(default_factory=dict)
+    """arguments of the training environment, as a JSON/TOML table"""
+    eval_env_args: list[dict[str, Any]] = field(default_factory=list)
+    """one evaluation set per entry, each merged over env_args; empty = one set with env_args"""
+    steps: int = 200
+    """optimizer steps (batches of rollouts) to train for"""
+    batch_size: int = 256
+    """rollouts (games) per step, over all GPUs"""
+    rollouts_per_example: int = 8
+    """rollouts of each task in a batch: the group that shares one advantage baseline"""
+    num_groups: int | None = None
+    """difficulty buckets, one task each per batch; None = the environment's own (if any)"""
+    lr: float = 3e-5
+    """peak learning rate (AdamW, no weight decay)"""
+    lr_schedule: str = "constant"
+    """learning-rate schedule after warm-up: constant, linear or cosine (decay to 0)"""
+    warmup_steps: int = 0
+    """steps of linear learning-rate warm-up from 0"""
+    max_grad_norm: float = 1.0
+    """clip the global gradient norm to this before each optimizer step"""
+    temperature: float = 1.0
+    """sampling temperature of training rollouts (the trained log-probs use it too)"""
+    top_p: float = 1.0
+    """nucleus sampling mass of training rollouts"""
+    max_tokens: int = 256
+    """most tokens the model may sample in one turn"""
+    max_turns: int | None = None
+    """most model turns per episode; None = the environment's own limit"""
+    loss: str = "cispo"
+    """policy loss: grpo, dr_grpo, dapo, cispo or gspo"""
+    clip_eps: float = 0.2
+    """PPO clip of the token ratio, r >= 1 - clip_eps (grpo, dr_grpo, dapo)"""
+    clip_eps_high: float | None = None
+    """upper PPO clip, r <= 1 + clip_eps_high (DAPO: 0.28); None = clip_eps"""
+    max_is_weight: float = 4.0
+    """CISPO cap on the stop-gradient importance weight"""
+    kl_coef: float = 0.0
+    """weight of the KL penalty to the starting model; 0 = no reference model is loaded"""
+    scale_std: bool | None = None
+    """divide advantages by the group's reward std; None = yes, except for dr_grpo"""
+    mask_truncated: bool = False
+    """leave truncated rollouts (max_turns, token budget, timeout) out of the loss"""
+    minibatches: int = 1
+    """optimizer updates per batch: >1 splits the batch, later updates are off-policy"""
+    micro_batch_size: int = 8
+    """sequences per forward/backward pass (gradients accumulate over micro-batches)"""
+    lora_rank: int = 0
+    """LoRA rank; 0 = full fine-tuning"""
+    lora_alpha: float | None = None
+    """LoRA scale numerator; None = 2 * lora_rank"""
+    bf16: bool = False
+    """run forward and backward passes under bfloat16 autocast (weights stay float32)"""
+    seed: int = 0
+    """seed of the sampler, the rollouts, and torch"""
+    eval_every: int | None = 50
+    """evaluate every N steps (and after the last); None = never"""
+    eval_tasks: int = 50
+    """tasks per evaluation set, one rollout each, same seeds at every evaluation"""
+    save_every: int | None = 50
+    """checkpoint every N steps (and after the last); None = only after the last"""
+
+    def __post_init__(self) -> None:
+        _check_types(self)
+        _check_values(self)
+
+    # ---- derived values ----------------------------------------------------------------
+
+    @property
+    def tasks_per_batch(self) -> int:
+        """Distinct tasks in one batch (batch_size / rollouts_per_example)."""
+        return self.batch_size // self.rollouts_per_example
+
+    @property
+    def advantage_std_scaling(self) -> bool:
+        return self.scale_std if self.scale_std is not None else self.loss != "dr_grpo"
+
+    @property
+    def eval_sets(self) -> list[dict[str, Any]]:
+        """Environment arguments of each evaluation set (eval_env_args over env_args)."""
+        return [{**self.env_args, **extra} for extra in self.eval_env_args] or [dict(self.env_args)]
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+# ---- building a config -------------------------------------------------------------------
+
+
+def load_config(path: str | Path | None = None, **overrides: Any) -> TrainConfig:
+    """A config from a TOML file (optional) with `overrides` (e.g. from flags) on top."""
+    values: dict[str, Any] = {}
+    if path is not None:
+        values.update(read_toml(path))
+    values.update(overrides)
+    return from_dict(values, source=str(path) if path else "flags")
+
+
+def read_toml(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    if not p.is_file():
+        raise UsageError(f"config file {p} does not exist; pass a TOML file such as train.toml")
+    try:
+        return tomllib.loads(p.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise UsageError(f"config file {p} is not valid TOML: {exc}") from None
+
+
+def from_dict(values: dict[str, Any], *, source: str = "config") -> TrainConfig:
+    """Build a config from a mapping of field names, rejecting unknown names."""
+    names = [f.name for f in dataclasses.fields(TrainConfig)]
+    unknown = [k for k in values if k not in names]
+    if unknown:
+        raise UsageError(f"{source}: unknown config field {unknown[0]!r}; valid fields: {', '.join(names)}")
+    missing = [k for k in ("env", "model") if values.get(k) in (None, "")]
+    if missing:
+        raise UsageError(f"{source}: {missing[0]!r} is required (an environment name and a model path)")
+    return TrainConfig(**values)
+
+
+def check_resume(saved: dict[str, Any], new: TrainConfig) -> None:
+    """A resumed run must keep the config it started with, except `RESUME_MAY_CHANGE`."""
+    current = new.to_dict()
+    for key, old in saved.items():
+        if key in RESUME_MAY_CHANGE or key not in current:
+            continue
+        if current[key] != old:
+            raise UsageError(
+                f"cannot resume: {key} was {old!r} when the run started, now {current[key]!r}; "
+                f"use the original value or start a new run in another output_dir"
+            )
+
+
+@functools.cache
+def field_docs() -> dict[str, str]:
+    """Each field's docstring (the string literal under it in the class body)."""
+    tree = ast.parse(inspect.getsource(TrainConfig))
+    docs: dict[str, str] = {}
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    for node, after in itertools.pairwise(body):
+        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)):
+            docs[node.target.id] = str(after.value.value)
+    return docs
+
+
+# ---- validation ----------------------------------------------------------------------------
+
+
+def _check_types(cfg: TrainConfig) -> None:
+    hints = typing.get_type_hints(TrainConfig)
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        if (isinstance(value, int) and not isinstance(value, bool) and _accepts(hints[f.name], float)
+                and not _accepts(hints[f.name], int)):
+            setattr(cfg, f.name, float(value))  # `lr = 1` in TOML means 1.0
+            continue
+        if not _is_instance(value, hints[f.name]):
+            raise UsageError(f"{f.name} must be {_type_name(hints[f.name])}, got {value!r}")
+
+
+def _accepts(tp: Any, kind: type) -> bool:
+    return tp is kind or kind in typing.get_args(tp)
+
+
+def _is_instance(value: Any, tp: Any) -> bool:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        return any(_is_instance(value, arg) for arg in typing.get_args(tp))
+    if tp is type(None):
+        return value is None
+    if tp is Any:
+        return True
+    if origin is dict:
+        return isinstance(value, dict) and all(isinstance(k, str) for k in value)
+    if origin is list:
+        (item,) = typing.get_args(tp)
+        return isinstance(value, list) and all(_is_instance(v, item) for v in value)
+    if tp is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if tp is float:
+        return isinstance(value, float)
+    return isinstance(value, tp)
+
+
+def _type_name(tp: Any) -> str:
+    text = str(tp).replace("typing.", "")
+    return {"<class 'int'>": "an integer", "<class 'float'>": "a number", "<class 'str'>": "a string",
+            "<class 'bool'>": "true or false"}.get(text, text)
+
+
+def _check_values(c: TrainConfig) -> None:
+    def need(ok: bool, message: str) -> None:
+        if not ok:
+            raise UsageError(message)
+
+    for name in ("steps", "batch_size", "rollouts_per_example", "max_tokens", "micro_batch_size",
+                 "minibatches", "eval_tasks"):
+        need(getattr(c, name) >= 1, f"{name} must be >= 1, got {getattr(c, name)}")
+    for name in ("max_turns", "num_groups", "eval_every", "save_every"):
+        value = getattr(c, name)
+        need(value is None or value >= 1, f"{name} must be >= 1 or None (unset), got {value}")
+    need(c.rollouts_per_example >= 2,
+         f"rollouts_per_example must be >= 2 (a group of 1 always has advantage 0), "
+         f"got {c.rollouts_per_example}")
+    need(c.batch_size % c.rollouts_per_example == 0,
+         f"batch_size ({c.batch_size}) must be divisible by rollouts_per_example "
+         f"({c.rollouts_per_example}); e.g. batch_size = "
+         f"{max(1, round(c.batch_size / c.rollouts_per_example)) * c.rollouts_per_example}")
+    if c.num_groups is not None:
+        need(c.num_groups <= c.tasks_per_batch,
+             f"num_groups ({c.num_groups}) is larger than the tasks in a batch "
+             f"(batch_size / rollouts_per_example = {c.tasks_per_batch}); each batch holds one "
+             f"task per group, so lower num_groups or raise batch_size")
+        need(c.tasks_per_batch % c.num_groups == 0,
+             f"tasks per batch ({c.tasks_per_batch}) must be a multiple of num_groups "
+             f"({c.num_groups}) so that every group gets the same number of tasks")
+    need(c.batch_size % c.minibatches == 0 and c.tasks_per_batch % c.minibatches == 0,
+         f"minibatches ({c.minibatches}) must divide the tasks in a batch ({c.tasks_per_batch})")
+    need(c.loss in LOSS_NAMES, f"unknown loss {c.loss!r}; expected one of {', '.join(LOSS_NAMES)}")
+    need(c.lr_schedule in LR_SCHEDULES,
+         f"unknown lr_schedule {c.lr_schedule!r}; expected one of {', '.join(LR_SCHEDULES)}")
+    need(math.isfinite(c.lr) and c.lr > 0, f"lr must be > 0, got {c.lr}")
+    need(c.warmup_steps >= 0, f"warmup_steps must be >= 0, got {c.warmup_steps}")
+    need(c.max_grad_norm > 0, f"max_grad_norm must be > 0, got {c.max_grad_norm}")
+    need(c.temperature > 0,
+         f"temperature must be > 0 for training (0 = greedy makes every rollout of a group the "
+         f"same), got {c.temperature}")
+    need(0 < c.top_p <= 1, f"top_p must be in (0, 1], got {c.top_p}")
+    for name in ("clip_eps", "max_is_weight"):
+        need(getattr(c, name) > 0, f"{name} must be > 0, got {getattr(c, name)}")
+    need(c.clip_eps_high is None or c.clip_eps_high > 0,
+         f"clip_eps_high must be > 0 or None, got {c.clip_eps_high}")
+    need(c.kl_coef >= 0, f"kl_coef must be >= 0, got {c.kl_coef}")
+    need(c.lora_rank >= 0, f"lora_rank must be >= 0 (0 = full fine-tuning), got {c.lora_rank}")
+    need(c.lora_alpha is None or c.lora_alpha > 0, f"lora_alpha must be > 0 or None, got {c.lora_alpha}")
+    need(c.lora_alpha is None or c.lora_rank > 0, "lora_alpha is set but lora_rank is 0 (full fine-tuning)")

@@ -1,0 +1,170 @@
+"""Token batches for the policy loss, built from the ids each rollout actually saw and sampled.
+
+A rollout becomes one or more *sequences*. Turn by turn, the backend reports the prompt ids it
+rendered (`Completion.prompt_token_ids`) and the ids it sampled (`Completion.token_ids`):
+
+- When turn k's prompt ids start with everything so far (previous prompt + previous sampled
+  ids), only the new ids (the environment's reply and the next assistant header) are appended,
+  mask 0, then turn k's sampled ids, mask 1: one sequence holds the whole episode.
+- When they do not (the chat template re-tokenised the model's text differently from how it
+  was sampled, dropped `<think>` blocks, or a stop string cut the text), the sequence is closed
+  and a new one starts from turn k's own prompt ids. Each turn is thus trained in exactly the
+  context it was sampled in, at the cost of repeating the shared history; the share of
+  rollouts this happens to is logged as `rollout/split_frac`.
+
+Never re-tokenise completion text: the ids trained on are the ids sampled.
+
+Micro-batching: sequences are sorted by length (less padding), cut into micro-batches and
+right-padded. The policy losses normalise *within* the tensors they get (`rlvr.train.losses`),
+so a micro-batch loss is rescaled to its share of the whole (mini-)batch loss:
+
+    seq-mean   (grpo, gspo)     x  sequences-with-tokens(micro) / sequences-with-tokens(all)
+    token-mean (dapo, cispo)    x  trainable-tokens(micro) / trainable-tokens(all)
+    constant   (dr_grpo)        x  sequences(micro) / sequences(all), with a fixed norm_len
+
+Summing the rescaled micro-batch gradients then equals the gradient of the loss on the whole
+batch in one piece (tested for every loss in `LOSSES`). Over several GPUs, "all" counts every
+rank's sequences and the factor is multiplied by the world size, since DDP averages gradients.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from rlvr.errors import UsageError
+from rlvr.train.chat_tokens import TurnTokens, rollout_tokens
+from rlvr.types import Rollout
+
+NORMALISATION = {"grpo": "seq-mean", "gspo": "seq-mean", "dapo": "token-mean",
+                 "cispo": "token-mean", "dr_grpo": "constant"}
+"""How each loss of `rlvr.train.losses.LOSSES` normalises (see its module docstring)."""
+
+
+@dataclass
+class TrainSequence:
+    """One training sequence: ids, the loss mask, its advantage, generation logprobs."""
+
+    ids: list[int]
+    mask: list[int]
+    """1 on sampled (assistant) ids to train on; 0 on prompt, env replies and headers."""
+    advantage: float
+    gen_logprobs: list[float]
+    """Logprob of each id under the policy that sampled it (nan where not sampled)."""
+    rollout: int
+    """Index of the rollout this sequence comes from, within the batch."""
+
+
+def rollout_sequences(rollout: Rollout) -> list[tuple[list[int], list[int], list[float]]]:
+    """(ids, mask, generation logprobs) of each sequence of one rollout (see module docstring)."""
+    out: list[tuple[list[int], list[int], list[float]]] = []
+    prompt: list[int] | None = None
+    turns: list[TurnTokens] = []
+    logprobs: list[float] = []
+    seen: list[int] = []  # ids of the current sequence so far
+    for number, turn in enumerate(rollout.turns):
+        c = turn.completion
+        if c.token_ids is None or c.prompt_token_ids is None:
+            raise UsageError(
+                f"rollout {rollout.task_id}/{rollout.rollout_index} turn {number} has no token ids; "
+                "training needs a backend that returns the prompt and sampled ids (LocalModel)"
+            )
+        sampled = list(c.token_ids)
+        lps = list(c.logprobs) if c.logprobs and len(c.logprobs) == len(sampled) else [math.nan] * len(sampled)
+        if prompt is not None and c.prompt_token_ids[: len(seen)] == seen:
+            new = list(c.prompt_token_ids[len(seen):])
+            turns.append(TurnTokens(new, sampled))
+            logprobs += [math.nan] * len(new) + lps
+            seen += new + sampled
+            continue
+        if prompt is not None:
+            out.append((*rollout_tokens(prompt, turns), logprobs))
+        prompt = list(c.prompt_token_ids)
+        turns = [TurnTokens([], sampled)]
+        logprobs = [math.nan] * len(prompt) + lps
+        seen = prompt + sampled
+    if prompt is not None:
+        out.append((*rollout_tokens(prompt, turns), logprobs))
+    return out
+
+
+def build_sequences(rollouts: Sequence[Rollout], advantages: Sequence[float],
+                    trainable: Sequence[bool]) -> tuple[list[TrainSequence], int]:
+    """Sequences of the `trainable` rollouts of a batch (the others are left out entirely).
+
+    Returns the sequences and the number of rollouts that needed more than one sequence.
+    """
+    seqs: list[TrainSequence] = []
+    split = 0
+    for index, (rollout, adv, train) in enumerate(zip(rollouts, advantages, trainable)):
+        if not train:
+            continue
+        parts = rollout_sequences(rollout)
+        split += len(parts) > 1
+        seqs += [TrainSequence(ids, mask, adv, lps, index) for ids, mask, lps in parts]
+    return seqs, split
+
+
+@dataclass
+class MicroBatch:
+    """Right-padded tensors of a few sequences, already on the training device.
+
+    Targets are shifted: position t of `mask`, `gen_logp` is the token at t + 1 of `ids`.
+    """
+
+    ids: torch.Tensor         # (B, T) long
+    attention: torch.Tensor   # (B, T) long, 1 on real tokens
+    mask: torch.Tensor        # (B, T-1) float, 1 on trainable target tokens
+    adv: torch.Tensor         # (B,) float
+    gen_logp: torch.Tensor    # (B, T-1) float, nan where unknown
+
+    @property
+    def tokens(self) -> int:
+        return int(self.attention.sum())
+
+
+def micro_batches(seqs: Sequence[TrainSequence], size: int, pad_id: int,
+                  device: torch.device) -> list[MicroBatch]:
+    """Sort by length (longest first), cut into micro-batches of `size`, pad on the right."""
+    order = sorted(range(len(seqs)), key=lambda i: (-len(seqs[i].ids), i))
+    out = []
+    for start in range(0, len(order), size):
+        chunk = [seqs[i] for i in order[start:start + size]]
+        width = max(2, max(len(s.ids) for s in chunk))
+        ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
+        attention = torch.zeros((len(chunk), width), dtype=torch.long)
+        mask = torch.zeros((len(chunk), width), dtype=torch.float32)
+        gen = torch.full((len(chunk), width), math.nan, dtype=torch.float32)
+        for row, s in enumerate(chunk):
+            n = len(s.ids)
+            ids[row, :n] = torch.tensor(s.ids)
+            attention[row, :n] = 1
+            mask[row, :n] = torch.tensor(s.mask, dtype=torch.float32)
+            gen[row, :n] = torch.tensor(s.gen_logprobs, dtype=torch.float32)
+        adv = torch.tensor([s.advantage for s in chunk], dtype=torch.float32)
+        out.append(MicroBatch(ids.to(device), attention.to(device), mask[:, 1:].to(device),
+                              adv.to(device), gen[:, 1:].to(device)))
+    return out
+
+
+def empty_micro_batch(pad_id: int, device: torch.device) -> MicroBatch:
+    """A micro-batch with nothing to train on (ranks with fewer micro-batches run these so
+    that every rank does the same number of backward passes)."""
+    ids = torch.full((1, 2), pad_id, dtype=torch.long, device=device)
+    zeros = torch.zeros((1, 1), device=device)
+    return MicroBatch(ids, torch.ones_like(ids), zeros, torch.zeros(1, device=device),
+                      torch.full((1, 1), math.nan, device=device))
+
+
+def normaliser(kind: str, mask: torch.Tensor) -> float:
+    """The count a loss of normalisation `kind` divides by, for the rows of `mask` (B, T)."""
+    if kind == "seq-mean":
+        return float((mask.sum(-1) > 0).sum())
+    if kind == "token-mean":
+        return float(mask.sum())
+    if kind == "constant":
+        return float(mask.shape[0])
+    raise ValueError(f"unknown normalisation {kind!r}")

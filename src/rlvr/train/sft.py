@@ -1,0 +1,371 @@
+"""Supervised fine-tuning on chat conversations (`rlvr sft`), loss on assistant tokens only.
+
+Choices:
+
+- **Data**: JSONL, one conversation a line, `{"messages": [...], "tools": [...]}` (what
+  `rlvr gen` writes; other keys are ignored; see `rlvr.train.sft_data`). Malformed lines are
+  reported by number; the run stops unless `skip_bad_lines`.
+- **Tokens**: `rlvr.train.chat_tokens.tokenize_chat` renders each conversation with the chat
+  template (tools included) and masks exactly the assistant turns (content, tool calls, the
+  end-of-turn marker). Conversations longer than `max_length` are cut.
+- **Loss**: cross-entropy summed over the assistant tokens of the whole optimizer batch,
+  divided by their count, so the split into micro-batches does not change it.
+- **Order**: a seeded permutation per epoch; the batch of step `s` depends only on (seed, s),
+  so a resumed run continues with exactly the batches it would have seen.
+- **Eval**: a seeded `eval_fraction` of the conversations is held out; `loss/eval` is the
+  token-mean loss over all of it, before the first step, every `eval_every` steps, at the end.
+- **Precision**: weights and optimizer in float32; bf16 autocast on CUDA (`bf16`).
+- **LoRA** (`lora_rank > 0`): adapters on every Linear layer but the output head (found by
+  walking the model); `final/` holds the merged model, loadable with `from_pretrained`.
+- **Checkpoints** (`rlvr.train.checkpoint` layout): `checkpoints/step_N/` with the model (or
+  adapter), optimizer, scheduler and RNG states; `resume=True` continues from the newest one.
+
+Logged metrics (metrics.csv, TensorBoard, plots/*.png): `loss/train`, `loss/eval`,
+`optim/lr`, `grad/norm`, `throughput/tokens_per_s` (assistant + context tokens per second).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rlvr.errors import ModelError, UsageError
+from rlvr.train.sft_config import SFTConfig, check_resume
+from rlvr.train.sft_data import Sample, batch_at, read_dataset, split_eval, tokenize_rows
+
+CONFIG_FILE = "sft_config.json"
+
+
+@dataclass
+class SFTResult:
+    """What a run did: where the final model is and how the loss went."""
+
+    final_dir: Path
+    steps: int
+    train_loss: list[float] = field(default_factory=list)
+    """`loss/train` of each step run by this call (a resumed run: only the new steps)."""
+    eval_loss: list[float] = field(default_factory=list)
+    """`loss/eval` at each evaluation of this call."""
+
+
+# ---- loss -----------------------------------------------------------------------------------
+
+
+def collate(samples: list[Sample], pad_id: int, device: torch.device) -> tuple[torch.Tensor, ...]:
+    """Right-padded (ids, attention, loss mask), each (B, T)."""
+    width = max(len(s.ids) for s in samples)
+    ids = torch.full((len(samples), width), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(samples), width), dtype=torch.long)
+    mask = torch.zeros((len(samples), width), dtype=torch.float32)
+    for i, s in enumerate(samples):
+        ids[i, : len(s.ids)] = torch.tensor(s.ids)
+        attention[i, : len(s.ids)] = 1
+        mask[i, : len(s.mask)] = torch.tensor(s.mask, dtype=torch.float32)
+    return ids.to(device), attention.to(device), mask.to(device)
+
+
+def summed_loss(
+    model: Any, ids: torch.Tensor, attention: torch.Tensor, mask: torch.Tensor
+) -> torch.Tensor:
+    """Cross-entropy summed over the masked (assistant) target tokens."""
+    logits = model(input_ids=ids, attention_mask=attention).logits[:, :-1].float()  # (B, T-1, V)
+    targets = ids[:, 1:]  # (B, T-1)
+    ce = torch.nn.functional.cross_entropy(logits.transpose(1, 2), targets, reduction="none")
+    return (ce * mask[:, 1:]).sum()
+
+
+def run_batch(
+    model: Any,
+    samples: list[Sample],
+    cfg: SFTConfig,
+    pad_id: int,
+    device: torch.device,
+    autocast: bool,
+    *,
+    train: bool,
+) -> tuple[float, int]:
+    """Mean assistant-token loss of `samples` (and its gradient when `train`); token count."""
+    total = sum(sum(s.mask[1:]) for s in samples)
+    loss_sum = 0.0
+    for start in range(0, len(samples), cfg.micro_batch_size):
+        ids, attention, mask = collate(
+            samples[start : start + cfg.micro_batch_size], pad_id, device
+        )
+        with (
+            torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast),
+            torch.set_grad_enabled(train),
+        ):
+            loss = summed_loss(model, ids, attention, mask)
+        if train:
+            (loss / total).backward()
+        loss_sum += loss.item()
+    return loss_sum / total, total
+
+
+def evaluate(
+    model: Any,
+    samples: list[Sample],
+    cfg: SFTConfig,
+    pad_id: int,
+    device: torch.device,
+    autocast: bool,
+) -> float:
+    was_training = model.training
+    model.eval()
+    try:
+        return run_batch(model, samples, cfg, pad_id, device, autocast, train=False)[0]
+    finally:
+        model.train(was_training)
+
+
+# ---- model ----------------------------------------------------------------------------------
+
+
+def load_model(cfg: SFTConfig, device: torch.device, checkpoint_model: Path | None) -> Any:
+    """The model to train (float32), from `cfg.model` or a checkpoint, with LoRA if asked."""
+    from transformers import AutoModelForCausalLM
+
+    from rlvr.train.model import lora_targets
+
+    source = (
+        str(checkpoint_model) if checkpoint_model is not None and cfg.lora_rank == 0 else cfg.model
+    )
+    try:
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32).to(device)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ModelError(f"cannot load a causal language model from {source}: {detail}") from None
+    if cfg.lora_rank == 0:
+        return model
+    from peft import LoraConfig, PeftModel, get_peft_model
+
+    with warnings.catch_warnings():  # peft 0.21 calls a method transformers 5 deprecated
+        warnings.filterwarnings(
+            "ignore", message=".*is_gradient_checkpointing", category=FutureWarning
+        )
+        if checkpoint_model is not None:
+            return PeftModel.from_pretrained(model, str(checkpoint_model), is_trainable=True)
+        lora = LoraConfig(
+            r=cfg.lora_rank,
+            lora_alpha=cfg.lora_alpha or 2 * cfg.lora_rank,
+            lora_dropout=cfg.lora_dropout,
+            target_modules=lora_targets(model),
+            bias="none",
+            task_type="CAUSAL_LM",
+        )
+        return get_peft_model(model, lora)
+
+
+def lr_factor(step: int, cfg: SFTConfig, total_steps: int) -> float:
+    """Multiplier of cfg.lr at optimizer step `step` (0-based): warm-up, then the schedule.
+
+    >>> c = SFTConfig(model="m", data="d", output_dir="o", warmup_steps=2)
+    >>> [round(lr_factor(s, c, 10), 3) for s in (0, 1, 2, 6, 9)]
+    [0.5, 1.0, 1.0, 0.5, 0.038]
+    """
+    if step < cfg.warmup_steps:
+        return (step + 1) / cfg.warmup_steps
+    if cfg.lr_schedule == "constant":
+        return 1.0
+    done = min(1.0, (step - cfg.warmup_steps) / max(1, total_steps - cfg.warmup_steps))
+    return 0.5 * (1.0 + math.cos(math.pi * done))
+
+
+def save_final(model: Any, tokenizer: Any, path: Path) -> None:
+    """A plain model folder (LoRA merged into a copy), loadable with `from_pretrained`."""
+    import copy
+    import shutil
+
+    if path.exists():
+        shutil.rmtree(path)
+    if hasattr(model, "merge_and_unload"):
+        model = copy.deepcopy(model).merge_and_unload()
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+
+
+# ---- the run --------------------------------------------------------------------------------
+
+
+def train_sft(cfg: SFTConfig, *, resume: bool = False, quiet: bool = False) -> SFTResult:
+    """Fine-tune `cfg.model` on `cfg.data`; the final model lands in `OUTPUT_DIR/final`."""
+    from rlvr.train.checkpoint import (
+        check_fingerprint,
+        model_fingerprint,
+        restore_rng,
+        save_checkpoint,
+    )
+    from rlvr.train.logging import MetricsLog
+
+    run_dir = Path(cfg.output_dir)
+    ckpt, state = _open_run(run_dir, cfg, resume)
+    device = torch.device(cfg.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    autocast = cfg.bf16 if cfg.bf16 is not None else device.type == "cuda"
+    torch.manual_seed(cfg.seed)
+
+    # ---- data: read, tokenise, hold out the eval split ----
+    tokenizer = _load_tokenizer(cfg.model)
+    rows, skipped = read_dataset(cfg.data, skip_bad_lines=cfg.skip_bad_lines)
+    if skipped and not quiet:
+        print(
+            f"skipped {len(skipped)} malformed line(s) of {cfg.data}: lines {', '.join(map(str, skipped[:20]))}"
+        )
+    samples = tokenize_rows(tokenizer, rows, cfg.max_length)
+    if not samples:
+        raise UsageError(
+            f"no conversation in {cfg.data} has assistant tokens within max_length={cfg.max_length}"
+        )
+    train_set, eval_set = split_eval(samples, cfg.eval_fraction, cfg.seed)
+    total_steps = cfg.max_steps or cfg.epochs * math.ceil(len(train_set) / cfg.batch_size)
+    pad_id = (
+        tokenizer.pad_token_id
+        if tokenizer.pad_token_id is not None
+        else tokenizer.eos_token_id or 0
+    )
+
+    # ---- model, optimizer, schedule (restored from the checkpoint when resuming) ----
+    model = load_model(cfg, device, ckpt.model_dir if ckpt is not None else None)
+    model.train()
+    optimizer = torch.optim.AdamW(
+        [p for p in model.parameters() if p.requires_grad], lr=cfg.lr, weight_decay=cfg.weight_decay
+    )
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: lr_factor(s, cfg, total_steps)
+    )
+    fingerprint = model_fingerprint(model.config, tokenizer)
+    start = 0
+    if ckpt is not None:
+        check_fingerprint(ckpt, state["fingerprint"], fingerprint, cfg.model)
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        restore_rng(ckpt, state, 0)
+        start = int(state["step"])
+    log = MetricsLog(run_dir, resume_step=start if ckpt is not None else None)
+    result = SFTResult(run_dir / "final", total_steps)
+
+    def eval_and_log(step: int) -> None:
+        if eval_set:
+            loss = evaluate(model, eval_set, cfg, pad_id, device, autocast)
+            result.eval_loss.append(loss)
+            log.write(step, {"loss/eval": loss})
+
+    if not quiet:
+        print(
+            f"sft: {len(train_set)} train / {len(eval_set)} eval conversations, {total_steps} steps, "
+            f"{'LoRA rank ' + str(cfg.lora_rank) if cfg.lora_rank else 'full fine-tuning'} on {device}"
+        )
+    if start == 0:
+        eval_and_log(0)
+    with _progress(quiet) as progress:
+        bar = progress.add_task("sft", total=total_steps, completed=start)
+        for step in range(start + 1, total_steps + 1):
+            # ---- one optimizer step over a batch, micro-batch by micro-batch ----
+            t0 = time.monotonic()
+            batch = [
+                train_set[i] for i in batch_at(step - 1, len(train_set), cfg.batch_size, cfg.seed)
+            ]
+            loss, _ = run_batch(model, batch, cfg, pad_id, device, autocast, train=True)
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+            lr = scheduler.get_last_lr()[0]
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+            tokens = sum(len(s.ids) for s in batch)
+            result.train_loss.append(loss)
+            log.write(
+                step,
+                {
+                    "loss/train": loss,
+                    "optim/lr": lr,
+                    "grad/norm": float(norm),
+                    "throughput/tokens_per_s": tokens / max(time.monotonic() - t0, 1e-9),
+                },
+            )
+            progress.update(bar, advance=1, description=f"sft  loss {loss:.4f}")
+
+            # ---- evaluate, checkpoint ----
+            last = step == total_steps
+            if eval_set and (last or (cfg.eval_every is not None and step % cfg.eval_every == 0)):
+                eval_and_log(step)
+            if last or (cfg.save_every is not None and step % cfg.save_every == 0):
+                save_checkpoint(
+                    run_dir,
+                    step,
+                    model=model,
+                    tokenizer=tokenizer,
+                    trainer_state={
+                        "step": step,
+                        "optimizer": optimizer.state_dict(),
+                        "scheduler": scheduler.state_dict(),
+                        "config": cfg.to_dict(),
+                        "fingerprint": fingerprint,
+                    },
+                )
+                log.plot()
+    log.plot()
+    log.close()
+    save_final(model, tokenizer, result.final_dir)
+    if not quiet:
+        summary = (
+            f"train loss {result.train_loss[0]:.4f} -> {result.train_loss[-1]:.4f}"
+            if result.train_loss
+            else ""
+        )
+        if result.eval_loss:
+            summary += f", eval loss {result.eval_loss[-1]:.4f}"
+        print(f"saved {result.final_dir} ({summary.strip(', ') or 'nothing left to train'})")
+    return result
+
+
+def _open_run(run_dir: Path, cfg: SFTConfig, resume: bool) -> tuple[Any, Any]:
+    """Check the run directory; the checkpoint to resume from and its trainer state."""
+    from rlvr.train.checkpoint import latest_checkpoint
+
+    config_path = run_dir / CONFIG_FILE
+    if resume:
+        if not config_path.is_file():
+            raise UsageError(
+                f"nothing to resume in {run_dir} (no {CONFIG_FILE}); start without --resume"
+            )
+        check_resume(json.loads(config_path.read_text(encoding="utf-8")), cfg)
+        ckpt = latest_checkpoint(run_dir)
+        state = ckpt.trainer_state() if ckpt is not None else None
+    else:
+        if config_path.exists():
+            raise UsageError(
+                f"{run_dir} already holds an SFT run; pass --resume to continue it, "
+                "or choose another output directory"
+            )
+        ckpt, state = None, None
+    run_dir.mkdir(parents=True, exist_ok=True)
+    config_path.write_text(json.dumps(cfg.to_dict(), indent=2) + "\n", encoding="utf-8")
+    return ckpt, state
+
+
+def _load_tokenizer(path: str) -> Any:
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ModelError(f"cannot load a tokenizer from {path}: {detail}") from None
+
+
+def _progress(quiet: bool) -> Any:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        disable=quiet,
+    )

@@ -1,0 +1,134 @@
+"""`SFTConfig`: every knob of `rlvr sft`. Each field's one-line docstring is its `--help` text.
+
+Kept apart from `rlvr.train.sft` so that building the CLI imports no torch.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import functools
+import inspect
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from rlvr.errors import UsageError
+
+RESUME_MAY_CHANGE = frozenset(
+    {"output_dir", "epochs", "max_steps", "eval_every", "save_every", "skip_bad_lines", "device"}
+)
+"""Fields a resumed run may change; any other difference from the saved config is an error."""
+
+
+@dataclass
+class SFTConfig:
+    """Configuration of one supervised fine-tuning run."""
+
+    model: str
+    """model to fine-tune: a local model folder or a Hugging Face id"""
+    data: str
+    """JSONL chat dataset, one {"messages": [...], "tools": [...]} per line (e.g. from `rlvr gen`)"""
+    output_dir: str
+    """run directory: metrics.csv, tensorboard/, plots/, checkpoints/, and final/ (the model)"""
+    epochs: int = 3
+    """passes over the training conversations (ignored when max_steps is set)"""
+    max_steps: int | None = None
+    """optimizer steps to train for; None = epochs x batches per epoch"""
+    batch_size: int = 32
+    """conversations per optimizer step"""
+    micro_batch_size: int = 8
+    """conversations per forward/backward pass (gradients accumulate over a batch)"""
+    lr: float = 2e-5
+    """peak learning rate (LoRA usually wants about 10x more)"""
+    lr_schedule: str = "cosine"
+    """learning rate after warm-up: constant, or cosine (decays to 0 at the last step)"""
+    warmup_steps: int = 0
+    """steps of linear learning-rate warm-up from 0"""
+    weight_decay: float = 0.0
+    """AdamW weight decay"""
+    max_grad_norm: float = 1.0
+    """clip the global gradient norm to this before each optimizer step"""
+    max_length: int = 2048
+    """tokens per conversation; longer ones are cut at this length"""
+    lora_rank: int = 0
+    """LoRA rank; 0 = full fine-tuning"""
+    lora_alpha: float | None = None
+    """LoRA scale numerator; None = 2 * lora_rank"""
+    lora_dropout: float = 0.0
+    """dropout on the LoRA inputs during training"""
+    bf16: bool | None = None
+    """bfloat16 autocast for forward/backward (weights stay float32); None = on with CUDA"""
+    eval_fraction: float = 0.05
+    """share of conversations held out for the eval loss (at least one when > 0)"""
+    eval_every: int | None = 20
+    """compute the eval loss every N steps (and before the first and after the last)"""
+    save_every: int | None = 50
+    """checkpoint every N steps (and after the last); None = only after the last"""
+    seed: int = 0
+    """seed of the eval split, the batch order, LoRA init and dropout"""
+    skip_bad_lines: bool = False
+    """skip malformed dataset lines (reporting their numbers) instead of stopping"""
+    device: str | None = None
+    """cpu, cuda, cuda:1 ...; None = CUDA when available"""
+
+    def __post_init__(self) -> None:
+        def need(ok: bool, message: str) -> None:
+            if not ok:
+                raise UsageError(message)
+
+        for name in ("epochs", "batch_size", "micro_batch_size", "max_length"):
+            need(getattr(self, name) >= 1, f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("max_steps", "eval_every", "save_every"):
+            value = getattr(self, name)
+            need(value is None or value >= 1, f"{name} must be >= 1 or None (unset), got {value}")
+        need(math.isfinite(self.lr) and self.lr > 0, f"lr must be > 0, got {self.lr}")
+        need(
+            self.lr_schedule in ("constant", "cosine"),
+            f"lr_schedule must be constant or cosine, got {self.lr_schedule!r}",
+        )
+        need(self.warmup_steps >= 0, f"warmup_steps must be >= 0, got {self.warmup_steps}")
+        need(self.weight_decay >= 0, f"weight_decay must be >= 0, got {self.weight_decay}")
+        need(self.max_grad_norm > 0, f"max_grad_norm must be > 0, got {self.max_grad_norm}")
+        need(
+            self.lora_rank >= 0,
+            f"lora_rank must be >= 0 (0 = full fine-tuning), got {self.lora_rank}",
+        )
+        need(
+            self.lora_alpha is None or self.lora_alpha > 0,
+            f"lora_alpha must be > 0, got {self.lora_alpha}",
+        )
+        need(0 <= self.lora_dropout < 1, f"lora_dropout must be in [0, 1), got {self.lora_dropout}")
+        need(
+            0 <= self.eval_fraction < 1,
+            f"eval_fraction must be in [0, 1), got {self.eval_fraction}",
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def check_resume(saved: dict[str, Any], new: SFTConfig) -> None:
+    """A resumed run keeps the config it started with, except `RESUME_MAY_CHANGE`."""
+    current = new.to_dict()
+    for key, old in saved.items():
+        if key not in RESUME_MAY_CHANGE and key in current and current[key] != old:
+            raise UsageError(
+                f"cannot resume: {key} was {old!r} when the run started, now {current[key]!r}; "
+                "use the original value or start a new run in another output directory"
+            )
+
+
+@functools.cache
+def field_docs() -> dict[str, str]:
+    """Each field's docstring (the string literal under it in the class body)."""
+    body = ast.parse(inspect.getsource(SFTConfig)).body[0].body  # type: ignore[attr-defined]
+    return {
+        node.target.id: str(after.value.value)
+        for node, after in itertools.pairwise(body)
+        if isinstance(node, ast.AnnAssign)
+        and isinstance(node.target, ast.Name)
+        and isinstance(after, ast.Expr)
+        and isinstance(after.value, ast.Constant)
+    }

@@ -1,0 +1,367 @@
+"""LocalModel: batched generation on a tiny model (CPU), sampling, logprobs, tool calls, errors."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from rlvr import MultiTurnEnv, Rubric
+from rlvr.clients.local import LocalModel, parse_tool_calls
+from rlvr.engine import run_rollouts
+from rlvr.errors import ModelError, PromptTooLongError
+from rlvr.models import build_tiny_model
+from rlvr.types import SamplingArgs
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """One intra-op thread: tiny matrices gain nothing from more, and a busy 2-core machine
+    makes OpenMP thread pools stall."""
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(saved)
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    return build_tiny_model(tmp_path_factory.mktemp("tiny"), preset="tiny")
+
+
+@pytest.fixture(scope="module")
+def lm(tiny_dir) -> LocalModel:
+    """A tiny model with large random weights: greedy replies vary with the prompt and never
+    emit EOS, which makes batching mistakes show up as different token ids."""
+    model = transformers.AutoModelForCausalLM.from_pretrained(tiny_dir)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(tiny_dir)
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.normal_(0.0, 0.3, generator=gen)
+    return LocalModel("tiny", model=model.eval(), tokenizer=tokenizer, max_batch_size=64)
+
+
+def ask(i: int) -> list[dict]:
+    return [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": f"question {i}: " + "why " * (i % 9)},
+    ]
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def test_loads_a_saved_model_and_answers(tiny_dir) -> None:
+    lm = LocalModel(str(tiny_dir), device="cpu")
+    c = run(lm.chat(ask(1), SamplingArgs(max_tokens=7, temperature=1.0, seed=3)))
+    expected_prompt = lm.tokenizer.apply_chat_template(
+        ask(1), add_generation_prompt=True, tokenize=False
+    )
+    assert lm.tokenizer.decode(c.prompt_token_ids) == expected_prompt
+    assert 1 <= len(c.token_ids) <= 7 and len(c.logprobs) == len(c.token_ids)
+    assert c.usage.prompt_tokens == len(c.prompt_token_ids) and c.usage.completion_tokens == len(
+        c.token_ids
+    )
+    assert c.finish_reason == ("length" if len(c.token_ids) == 7 else "stop")
+    assert lm.name == str(tiny_dir) and lm.model.dtype == torch.float32
+
+
+def test_batched_greedy_equals_one_at_a_time(lm) -> None:
+    """Requests of different prompt lengths and max_tokens arrive staggered, so rows join a
+    running batch (cache merge) and leave it early (cache pruning) at many points."""
+
+    def sampling(i):
+        return SamplingArgs(max_tokens=3 + (i * 7) % 29, temperature=0.0)
+
+    async def staggered(i):
+        await asyncio.sleep(random.Random(i).random() * 0.2)
+        return await lm.chat(ask(i), sampling(i))
+
+    async def main():
+        batched = await asyncio.gather(*(staggered(i) for i in range(40)))
+        alone = [await lm.chat(ask(i), sampling(i)) for i in range(40)]
+        return batched, alone
+
+    before = lm.stats.prefills
+    batched, alone = run(main())
+    assert [c.token_ids for c in batched] == [c.token_ids for c in alone]
+    assert [c.text for c in batched] == [c.text for c in alone]
+    assert len({tuple(c.token_ids[:3]) for c in batched}) > 10  # replies really differ
+    assert lm.stats.prefills - before < 80  # some requests joined together
+
+
+def test_sliding_window_models_fall_back_to_waves_and_stay_exact(tiny_dir) -> None:
+    """A sliding-window cache cannot be merged: new requests wait for an empty batch."""
+    tokenizer = transformers.AutoTokenizer.from_pretrained(tiny_dir)
+    config = transformers.MistralConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        sliding_window=12,
+        eos_token_id=2,
+    )
+    torch.manual_seed(0)
+    model = transformers.MistralForCausalLM(config).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.normal_(0.0, 0.3)
+    sw = LocalModel("mistral", model=model, tokenizer=tokenizer, max_batch_size=8)
+
+    def sampling(i):
+        return SamplingArgs(max_tokens=3 + (i * 7) % 29, temperature=0.0)
+
+    async def main():
+        async def staggered(i):
+            await asyncio.sleep(random.Random(i).random() * 0.1)
+            return await sw.chat(ask(i), sampling(i))
+
+        batched = await asyncio.gather(*(staggered(i) for i in range(20)))
+        return batched, [await sw.chat(ask(i), sampling(i)) for i in range(20)]
+
+    batched, alone = run(main())
+    assert [c.token_ids for c in batched] == [c.token_ids for c in alone]
+    assert sw.stats.max_batch > 1
+
+
+def _forward_logprobs(lm, c, temperature: float) -> list[float]:
+    ids = torch.tensor([c.prompt_token_ids + c.token_ids])
+    with torch.no_grad():
+        logits = lm.model(ids).logits[0].float() / temperature
+    logp = torch.log_softmax(logits, dim=-1)
+    start = len(c.prompt_token_ids) - 1
+    return [logp[start + k, t].item() for k, t in enumerate(c.token_ids)]
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.7, 1.0])
+def test_logprobs_match_a_forward_pass(lm, temperature) -> None:
+    async def main():
+        return await asyncio.gather(
+            *(
+                lm.chat(ask(i), SamplingArgs(max_tokens=12, temperature=temperature, seed=i))
+                for i in range(6)
+            )
+        )
+
+    for c in run(main()):
+        expected = _forward_logprobs(lm, c, temperature or 1.0)  # greedy: logprobs at T = 1
+        assert c.logprobs == pytest.approx(expected, abs=2e-4)
+
+
+def test_64_concurrent_requests_share_few_batched_steps(lm) -> None:
+    before = (lm.stats.prefills, lm.stats.decode_steps, lm.stats.requests)
+
+    async def main():
+        return await asyncio.gather(
+            *(lm.chat(ask(i), SamplingArgs(max_tokens=16, temperature=1.0)) for i in range(64))
+        )
+
+    out = run(main())
+    prefills = lm.stats.prefills - before[0]
+    steps = lm.stats.decode_steps - before[1]
+    assert lm.stats.requests - before[2] == 64 and all(1 <= len(c.token_ids) <= 16 for c in out)
+    assert prefills <= 4, prefills  # 64 requests, at most a handful of admissions
+    assert steps <= 4 * 15, steps  # one-at-a-time would take 64 * 15 steps
+    assert lm.stats.max_batch >= 32
+
+
+def test_seeded_sampling_is_reproducible_whatever_shares_the_batch(lm) -> None:
+    def s(seed):
+        return SamplingArgs(max_tokens=20, temperature=1.0, seed=seed)
+
+    async def main():
+        crowd = await asyncio.gather(*(lm.chat(ask(i % 3), s(i)) for i in range(12)))
+        alone = await lm.chat(ask(1), s(4))
+        return crowd, alone
+
+    crowd, alone = run(main())
+    assert crowd[4].token_ids == alone.token_ids
+    assert len({tuple(c.token_ids) for c in crowd}) == 12  # different seeds, different samples
+    assert crowd[1].token_ids != crowd[4].token_ids  # same prompt, other seed
+
+
+def test_tiny_top_p_is_greedy(lm) -> None:
+    async def main():
+        greedy = await lm.chat(ask(5), SamplingArgs(max_tokens=10, temperature=0.0))
+        nucleus = await lm.chat(
+            ask(5), SamplingArgs(max_tokens=10, temperature=1.5, top_p=1e-6, seed=1)
+        )
+        return greedy, nucleus
+
+    greedy, nucleus = run(main())
+    assert nucleus.token_ids == greedy.token_ids
+
+
+def test_stop_strings_eos_and_max_tokens_end_a_reply(lm) -> None:
+    greedy = SamplingArgs(max_tokens=20, temperature=0.0)
+    prompt, full = next(
+        (ask(i), c)
+        for i in range(50)
+        if (c := run(lm.chat(ask(i), greedy))).finish_reason == "length"
+    )
+    assert len(full.token_ids) == 20 and not set(full.token_ids) & lm.eos_ids
+    cut = full.text[len(full.text) // 2 :][:3]
+    stopped = run(lm.chat(prompt, greedy.replace(stop=[cut])))
+    assert stopped.finish_reason == "stop" and stopped.text == full.text[: full.text.find(cut)]
+    assert (
+        stopped.token_ids == full.token_ids[: len(stopped.token_ids)]
+        and len(stopped.token_ids) < 20
+    )
+    saved = lm.eos_ids
+    lm.eos_ids = frozenset({full.token_ids[4]})  # pretend the 5th token is the end-of-turn marker
+    try:
+        eos = run(lm.chat(prompt, greedy))
+    finally:
+        lm.eos_ids = saved
+    first = full.token_ids.index(full.token_ids[4])
+    assert eos.finish_reason == "stop" and eos.token_ids == full.token_ids[: first + 1]
+    assert eos.text == lm.tokenizer.decode(full.token_ids[:first], skip_special_tokens=True)
+
+
+def test_prompt_too_long_and_context_cap(lm) -> None:
+    n = len(lm.render(ask(3)))
+    saved = lm.context_length
+    try:
+        lm.context_length = n
+        with pytest.raises(PromptTooLongError, match=f"prompt has {n} tokens"):
+            run(lm.chat(ask(3), SamplingArgs(max_tokens=5)))
+        lm.context_length = n + 3  # room for 3 tokens only
+        c = run(lm.chat(ask(3), SamplingArgs(max_tokens=50, temperature=0.0)))
+        assert len(c.token_ids) == 3 and c.finish_reason == "length"
+    finally:
+        lm.context_length = saved
+
+
+def test_tools_reach_the_chat_template(lm) -> None:
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "lookup_weather",
+            "description": "d",
+            "parameters": {"type": "object", "properties": {}},
+        },
+    }
+    c = run(lm.chat(ask(0), SamplingArgs(max_tokens=2), tools=[tool]))
+    assert "lookup_weather" in lm.tokenizer.decode(c.prompt_token_ids)
+
+
+def test_parse_hermes_tool_calls() -> None:
+    text = (
+        'Checking.\n<tool_call>{"name": "add", "arguments": {"a": 1, "b": 2}}</tool_call>\n'
+        '<tool_call>{"name": "neg", "arguments": {"a": }</tool_call><tool_call>{"oops"'
+    )
+    content, calls = parse_tool_calls(text, "call_x")
+    assert content == "Checking."
+    assert [(c.id, c.name) for c in calls] == [
+        ("call_x_0", "add"),
+        ("call_x_1", "neg"),
+        ("call_x_2", ""),
+    ]
+    assert calls[0].arguments == '{"a": 1, "b": 2}'
+    assert (
+        calls[1].arguments == '{"name": "neg", "arguments": {"a": }'
+    )  # malformed: raw, for the env to report
+    assert calls[2].arguments == '{"oops"'  # unclosed at the end of the reply
+    assert parse_tool_calls("no calls here ") == ("no calls here ", [])
+
+
+def test_shared_model_uses_current_weights_and_keeps_train_mode(lm) -> None:
+    greedy = SamplingArgs(max_tokens=8, temperature=0.0)
+    before = run(lm.chat(ask(7), greedy))
+    lm.model.train()
+    head = lm.model.get_output_embeddings().weight
+    saved = head.detach().clone()
+    try:
+        with torch.no_grad():
+            head[before.token_ids[0]] -= 100.0  # the trainer "updated" the weights
+        after = run(lm.chat(ask(7), greedy))
+        assert after.token_ids[0] != before.token_ids[0]
+        assert lm.model.training  # generation ran in eval mode and restored train mode
+    finally:
+        with torch.no_grad():
+            head.copy_(saved)
+        lm.model.eval()
+
+
+def test_cancelled_requests_leave_the_batch(lm) -> None:
+    async def main():
+        slow = asyncio.create_task(
+            lm.chat(ask(1), SamplingArgs(max_tokens=400, temperature=1.0, seed=0))
+        )
+        others = [
+            asyncio.create_task(
+                lm.chat(ask(i), SamplingArgs(max_tokens=8, temperature=1.0, seed=i))
+            )
+            for i in range(4)
+        ]
+        await asyncio.sleep(0.05)
+        slow.cancel()
+        done = await asyncio.gather(*others)
+        for _ in range(100):  # the worker drops the cancelled row and, with nothing left, ends
+            if lm._thread is None:
+                break
+            await asyncio.sleep(0.01)
+        return done, lm._thread
+
+    done, thread = run(main())
+    assert all(1 <= len(c.token_ids) <= 8 for c in done) and thread is None
+
+
+class Countdown(MultiTurnEnv):
+    """Three model turns; the env answers each with a short user message."""
+
+    def __init__(self):
+        super().__init__(
+            [{"question": f"start {i}"} for i in range(16)], rubric=Rubric([]), max_turns=3
+        )
+
+    async def env_response(self, messages, state):
+        return [{"role": "user", "content": f"{3 - state.turn} left"}]
+
+
+def test_engine_plays_multi_turn_games_through_shared_batches(lm) -> None:
+    env = Countdown()
+    before = lm.stats.prefills
+    rollouts = run(
+        run_rollouts(
+            env,
+            lm,
+            env.tasks(),
+            rollouts_per_task=2,
+            concurrency=32,
+            sampling=SamplingArgs(max_tokens=6, temperature=1.0),
+        )
+    )
+    assert len(rollouts) == 32 and all(r.error is None and len(r.turns) == 3 for r in rollouts)
+    for r in rollouts:
+        for turn in r.turns:
+            c = turn.completion
+            assert 1 <= len(c.token_ids) == len(c.logprobs) <= 6 and c.prompt_token_ids
+        # the next turn's prompt extends this turn's prompt and sampled ids
+        first, second = r.turns[0].completion, r.turns[1].completion
+        assert second.prompt_token_ids[: len(first.prompt_token_ids)] == first.prompt_token_ids
+    assert lm.stats.prefills - before <= 3 * 8  # 96 requests in a few admissions per turn
+
+
+def test_bad_model_paths_are_one_line_model_errors(tmp_path, tiny_dir) -> None:
+    with pytest.raises(ModelError, match="no model folder at"):
+        LocalModel(str(tmp_path / "missing"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ModelError, match="cannot load a causal language model") as info:
+        LocalModel(str(tmp_path / "empty"))
+    assert "\n" not in str(info.value)
+    transformers.ViTConfig(
+        hidden_size=8, num_hidden_layers=1, num_attention_heads=1, intermediate_size=8
+    ).save_pretrained(tmp_path / "vit")
+    with pytest.raises(ModelError, match="cannot load a causal language model"):
+        LocalModel(str(tmp_path / "vit"))

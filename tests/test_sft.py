@@ -1,0 +1,235 @@
+"""`rlvr sft`: assistant-only SFT on a tiny model (CPU): loss falls, LoRA, resume, bad data."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from rlvr.cli import main
+from rlvr.errors import UsageError
+from rlvr.models import build_tiny_model
+from rlvr.train.sft import run_batch, train_sft
+from rlvr.train.sft_config import SFTConfig
+from rlvr.train.sft_data import Sample, read_dataset
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(saved)
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    return build_tiny_model(tmp_path_factory.mktemp("tiny"), preset="tiny")
+
+
+def conversation(i: int) -> dict:
+    cell = i % 9
+    return {
+        "messages": [
+            {"role": "system", "content": "Answer with a move."},
+            {"role": "user", "content": f"Play cell {cell}."},
+            {
+                "role": "assistant",
+                "content": f"<think>cell {cell} is free</think>\n<move>{cell}</move>",
+            },
+            {"role": "user", "content": "Again."},
+            {"role": "assistant", "content": f"<move>{cell}</move>"},
+        ],
+        "reward": 1.0,
+    }
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    path = tmp_path_factory.mktemp("data") / "chats.jsonl"
+    path.write_text("".join(json.dumps(conversation(i)) + "\n" for i in range(40)))
+    return path
+
+
+def config(tiny_dir, data, out, **kw) -> SFTConfig:
+    values = {
+        "model": str(tiny_dir),
+        "data": str(data),
+        "output_dir": str(out),
+        "max_steps": 25,
+        "batch_size": 8,
+        "micro_batch_size": 4,
+        "lr": 3e-3,
+        "warmup_steps": 2,
+        "eval_fraction": 0.1,
+        "eval_every": 10,
+        "save_every": None,
+    }
+    return SFTConfig(**{**values, **kw})
+
+
+def test_full_fine_tuning_loss_falls_and_final_model_loads(tiny_dir, data, tmp_path) -> None:
+    result = train_sft(config(tiny_dir, data, tmp_path / "run"), quiet=True)
+    first, last = result.train_loss[0], sum(result.train_loss[-3:]) / 3
+    assert len(result.train_loss) == 25 and last < 0.3 * first, result.train_loss
+    assert result.eval_loss[-1] < 0.3 * result.eval_loss[0], result.eval_loss
+    run = tmp_path / "run"
+    assert (run / "plots" / "loss.png").stat().st_size > 0 and list((run / "tensorboard").iterdir())
+    header = (run / "metrics.csv").read_text().splitlines()[0]
+    assert {"loss/train", "loss/eval", "optim/lr", "grad/norm"} <= set(header.split(","))
+    assert (run / "checkpoints" / "step_000025" / "trainer.pt").is_file()
+    model = transformers.AutoModelForCausalLM.from_pretrained(result.final_dir)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(result.final_dir)
+    prompt = tokenizer.apply_chat_template(
+        conversation(4)["messages"][:2], add_generation_prompt=True, tokenize=False
+    )
+    ids = tokenizer(prompt, add_special_tokens=False, return_tensors="pt")["input_ids"]
+    out = model.generate(ids, max_new_tokens=20, do_sample=False)
+    assert "<move>" in tokenizer.decode(out[0, ids.shape[1] :])  # it picked up the format
+
+
+def test_lora_trains_adapters_and_saves_a_merged_model(tiny_dir, data, tmp_path) -> None:
+    result = train_sft(
+        config(tiny_dir, data, tmp_path / "lora", lora_rank=8, lr=1e-2, max_steps=12), quiet=True
+    )
+    assert sum(result.train_loss[-3:]) / 3 < 0.8 * result.train_loss[0], result.train_loss
+    assert not list(result.final_dir.glob("adapter_*"))  # merged: a plain model folder
+    base = transformers.AutoModelForCausalLM.from_pretrained(tiny_dir)
+    tuned = transformers.AutoModelForCausalLM.from_pretrained(result.final_dir)
+    changed = [n for n, p in tuned.named_parameters() if not torch.equal(p, base.get_parameter(n))]
+    assert any("q_proj" in n for n in changed) and not any(
+        "embed" in n or "norm" in n for n in changed
+    )
+
+
+def test_resume_continues_exactly_where_the_run_stopped(tiny_dir, data, tmp_path) -> None:
+    def cfg(out, steps):  # constant LR: the schedule does not depend on max_steps
+        return config(
+            tiny_dir, data, tmp_path / out, max_steps=steps, save_every=3, lr_schedule="constant"
+        )
+
+    straight = train_sft(cfg("a", 6), quiet=True)
+    train_sft(cfg("b", 3), quiet=True)  # as if killed after the checkpoint of step 3
+    resumed = train_sft(cfg("b", 6), resume=True, quiet=True)
+    assert len(resumed.train_loss) == 3
+    assert resumed.train_loss == pytest.approx(straight.train_loss[3:], rel=1e-5)
+    a = transformers.AutoModelForCausalLM.from_pretrained(straight.final_dir)
+    b = transformers.AutoModelForCausalLM.from_pretrained(resumed.final_dir)
+    assert all(torch.allclose(p, b.get_parameter(n), atol=1e-6) for n, p in a.named_parameters())
+    rows = (tmp_path / "b" / "metrics.csv").read_text().splitlines()
+    steps = [r.split(",")[0] for r in rows[1:] if r.split(",")[1:2] != [""]]
+    assert len([s for s in steps if s]) == len(set(steps))  # no step logged twice
+
+
+def test_loss_is_a_token_mean_whatever_the_micro_batch_size(tiny_dir) -> None:
+    model = transformers.AutoModelForCausalLM.from_pretrained(tiny_dir)
+    samples = [
+        Sample([5, 6, 7, 8], [0, 0, 1, 1], 1),
+        Sample([9, 10, 11, 12, 13, 14], [0, 1, 1, 1, 1, 0], 2),
+    ]
+    cfg = SFTConfig(model="m", data="d", output_dir="o", micro_batch_size=1)
+    one, n = run_batch(model, samples, cfg, 0, torch.device("cpu"), False, train=False)
+    both, _ = run_batch(
+        model,
+        samples,
+        SFTConfig(model="m", data="d", output_dir="o"),
+        0,
+        torch.device("cpu"),
+        False,
+        train=False,
+    )
+    with torch.no_grad():
+        logp = [
+            torch.log_softmax(model(torch.tensor([s.ids])).logits[0].float(), -1) for s in samples
+        ]
+    manual = [
+        -lp[t - 1, s.ids[t]].item()
+        for lp, s in zip(logp, samples)
+        for t in range(1, len(s.ids))
+        if s.mask[t]
+    ]
+    assert (
+        n == 6
+        and one == pytest.approx(both, rel=1e-5)
+        and one == pytest.approx(sum(manual) / 6, rel=1e-4)
+    )
+
+
+def _error(capsys, argv) -> str:
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code != 0 and "Traceback" not in err and err.count("\n") == 1, err
+    return err
+
+
+def test_malformed_lines_are_reported_by_number(tiny_dir, tmp_path, capsys) -> None:
+    bad = tmp_path / "bad.jsonl"
+    lines = [json.dumps(conversation(i)) for i in range(6)]
+    lines[1] = "{not json"
+    lines[3] = json.dumps({"messages": [{"role": "user", "content": "no answer"}]})
+    lines[4] = json.dumps({"messages": [{"role": "robot", "content": "x"}]})
+    bad.write_text("\n".join(lines) + "\n\n")
+    argv = [
+        "sft",
+        "-m",
+        str(tiny_dir),
+        "-d",
+        str(bad),
+        "-o",
+        str(tmp_path / "r"),
+        "--max-steps",
+        "1",
+        "--eval-fraction",
+        "0",
+        "-q",
+    ]
+    err = _error(capsys, argv)
+    assert (
+        "has 3 malformed line(s) (line 2: not JSON" in err and "line 4: no assistant message" in err
+    )
+    assert "line 5: message 0 needs a role" in err and "--skip-bad-lines" in err
+    rows, skipped = read_dataset(bad, skip_bad_lines=True)
+    assert skipped == [2, 4, 5] and [r["line"] for r in rows] == [1, 3, 6]
+    assert main(argv[:-1] + ["--skip-bad-lines", "-o", str(tmp_path / "r2")]) == 0
+    assert "skipped 3 malformed line(s) of" in capsys.readouterr().out
+    assert (tmp_path / "r2" / "final" / "config.json").is_file()
+
+
+def test_bad_input_is_one_line(tiny_dir, data, tmp_path, capsys) -> None:
+    base = ["sft", "-d", str(data), "--max-steps", "1", "-q"]
+    assert "cannot load a tokenizer" in _error(
+        capsys, base + ["-m", str(tmp_path / "nope"), "-o", str(tmp_path / "x")]
+    )
+    assert "does not exist" in _error(
+        capsys,
+        [
+            "sft",
+            "-m",
+            str(tiny_dir),
+            "-d",
+            str(tmp_path / "none.jsonl"),
+            "-o",
+            str(tmp_path / "y"),
+            "-q",
+        ],
+    )
+    assert "lr must be > 0" in _error(
+        capsys, base + ["-m", str(tiny_dir), "-o", str(tmp_path / "z"), "--lr", "0"]
+    )
+    assert "nothing to resume" in _error(
+        capsys, base + ["-m", str(tiny_dir), "-o", str(tmp_path / "w"), "--resume"]
+    )
+    out = tmp_path / "done"
+    assert main(base + ["-m", str(tiny_dir), "-o", str(out)]) == 0
+    capsys.readouterr()
+    assert "already holds an SFT run" in _error(
+        capsys, base + ["-m", str(tiny_dir), "-o", str(out)]
+    )
+    assert "cannot resume: lr was" in _error(
+        capsys, base + ["-m", str(tiny_dir), "-o", str(out), "--resume", "--lr", "0.5"]
+    )
+    with pytest.raises(UsageError, match="lr_schedule must be constant or cosine"):
+        SFTConfig(model="m", data="d", output_dir="o", lr_schedule="linear")
