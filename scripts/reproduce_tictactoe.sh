@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# The headline experiment, end to end: a model built from random weights learns tic-tac-toe by
+# SFT on teacher games, then RL against opponents of tunable strength.
+#
+#   scripts/reproduce_tictactoe.sh                 # full scale, one GPU (see docs/RESULTS.md)
+#   PRESET=tiny SCALE=smoke scripts/reproduce_tictactoe.sh   # a few minutes on a CPU
+#
+# Every stage is skipped when its output exists and resumes from its last checkpoint when it
+# was cut short, so the script can be re-run across machine sessions until it completes.
+set -euo pipefail
+
+OUT=${OUT_DIR:-runs/tictactoe}
+SEED=${SEED:-0}
+PRESET=${PRESET:-small}
+SCALE=${SCALE:-full}
+DEVICE_FLAGS=${DEVICE_FLAGS:---bf16}
+if [ "$SCALE" = smoke ]; then
+  GAMES=300; SFT_STEPS=10; RL1_STEPS=2; RL2_STEPS=2; BATCH=16; GROUP=4; EVAL_GAMES=20; DEVICE_FLAGS=""
+else
+  GAMES=${GAMES:-20000}; SFT_STEPS=${SFT_STEPS:-1500}; RL1_STEPS=${RL1_STEPS:-150}; RL2_STEPS=${RL2_STEPS:-100}
+  BATCH=${BATCH:-256}; GROUP=${GROUP:-8}; EVAL_GAMES=${EVAL_GAMES:-200}
+fi
+mkdir -p "$OUT"
+log() { printf '\n== %s [%s]\n' "$*" "$(date +%H:%M:%S)"; }
+stamp() { date +%s > "$OUT/$1.start"; }
+done_in() { echo $(( $(date +%s) - $(cat "$OUT/$1.start") )) > "$OUT/$1.seconds"; }
+
+# 1. base model: random weights, tokenizer trained on tic-tac-toe text
+if [ ! -f "$OUT/base/config.json" ]; then
+  log "base model ($PRESET)"; stamp base
+  rlvr model new --preset "$PRESET" --corpus tictactoe --seed "$SEED" -o "$OUT/base"
+  done_in base
+fi
+
+# 2. SFT data: teacher games, lost games and imperfect format filtered out
+if [ ! -f "$OUT/teacher.jsonl" ]; then
+  log "teacher games"; stamp gen
+  rlvr gen tictactoe -m policy:teacher -n -1 -r 1 -q -o "$OUT/teacher.jsonl.part" --overwrite \
+    -a "{\"num_examples\": $GAMES, \"seed\": $((SEED + 100))}" \
+    --filter 'loss == 0 and timeout == 0 and format_reward == 1 and invalid_moves == 0'
+  mv "$OUT/teacher.jsonl.part" "$OUT/teacher.jsonl"
+  done_in gen
+fi
+
+# 3. SFT warm-up
+if [ ! -f "$OUT/sft/final/config.json" ]; then
+  log "SFT ($SFT_STEPS steps)"; stamp sft
+  resume=""; [ -d "$OUT/sft/checkpoints" ] && resume="--resume"
+  rlvr sft --model "$OUT/base" --data "$OUT/teacher.jsonl" -o "$OUT/sft" $resume -q \
+    --max-steps "$SFT_STEPS" --batch-size 64 --micro-batch-size 64 --lr 1e-3 --warmup-steps 50 \
+    --lr-schedule cosine --eval-every 100 --save-every 250 --seed "$SEED" $DEVICE_FLAGS
+  done_in sft
+fi
+
+# 4. RL phase 1: a mix of opponent strengths, stratified batches
+rl() {  # rl NAME FROM STEPS ENV_ARGS EXTRA...
+  local name=$1 from=$2 steps=$3 env_args=$4; shift 4
+  if [ ! -f "$OUT/$name/final/config.json" ]; then
+    log "RL $name ($steps steps, $env_args)"; stamp "$name"
+    resume=""; [ -d "$OUT/$name/checkpoints" ] && resume="--resume"
+    rlvr train tictactoe --model "$from" --output-dir "$OUT/$name" $resume -q \
+      --steps "$steps" --batch-size "$BATCH" --rollouts-per-example "$GROUP" --loss cispo \
+      --max-tokens 48 --micro-batch-size 64 --seed "$SEED" --env-args "$env_args" \
+      --eval-env-args '[{"opponent": "random"}, {"opponent": "optimal"}]' \
+      --eval-every 25 --eval-tasks 100 --save-every 25 $DEVICE_FLAGS "$@"
+    done_in "$name"
+  fi
+}
+rl rl1 "$OUT/sft/final" "$RL1_STEPS" '{"min_random_move_prob": 0.2, "max_random_move_prob": 0.7}' --lr 5e-5
+# 5. RL phase 2: stronger opponents, hotter sampling
+rl rl2 "$OUT/rl1/final" "$RL2_STEPS" '{"min_random_move_prob": 0.0, "max_random_move_prob": 0.25}' --lr 3e-5 --temperature 1.25
+
+# 6. evaluation: held-out seeds, random and optimal opponents, plus an optimal opponent whose
+#    tie-breaks come from another seed stream
+for stage in base sft rl1 rl2 teacher; do
+  model="$OUT/$stage/final"; [ "$stage" = base ] && model="$OUT/base"; [ "$stage" = teacher ] && model=policy:teacher
+  for opp in random optimal optimal-reseeded; do
+    dir="$OUT/eval/$stage-$opp"
+    [ -f "$dir/metadata.json" ] && grep -q '"status": "complete"' "$dir/metadata.json" && continue
+    args="{\"opponent\": \"${opp%-reseeded}\", \"eval_examples\": $EVAL_GAMES"
+    [ "$opp" = optimal-reseeded ] && args="$args, \"eval_seed\": $((SEED + 7919))"
+    log "eval $stage vs $opp"
+    rlvr eval tictactoe -m "$model" -a "$args}" -n -1 -r 1 -T 0 -q -o "$dir" --resume
+  done
+done
+python scripts/tictactoe_table.py "$OUT" | tee "$OUT/table.md"

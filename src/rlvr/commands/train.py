@@ -1,0 +1,112 @@
+"""`rlvr train ENV --model PATH [--config FILE.toml] [flags]`: GRPO-family RL in an environment.
+
+Every field of the training config is a flag (`--batch-size 256`) and a TOML key
+(`batch_size = 256`); flags override the file. Tables and lists are JSON on the command line:
+`--env-args '{"min_random_move_prob": 0.2}'`, `--eval-env-args '[{"opponent": "random"}]'`;
+`none` unsets an optional number (`--eval-every none`).
+
+The run directory gets metrics.csv, tensorboard/, plots/*.png, eval/, checkpoints/ and, at
+the end, final/ (a plain model folder for `rlvr eval -m`). `--resume` continues a killed run
+from its last checkpoint. Several GPUs: `torchrun --nproc-per-node N -m rlvr.cli train ...`
+(or `accelerate launch -m rlvr.cli train ...`). Full guide: docs/training.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import typing
+from typing import Any
+
+from rlvr.errors import UsageError
+
+
+def add_parser(sub: Any) -> None:
+    from rlvr.train.config import TrainConfig, field_docs
+
+    p = sub.add_parser("train", help="train a model in an environment with GRPO-family RL",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                       argument_default=argparse.SUPPRESS)
+    p.add_argument("env", nargs="?", help="environment name (see `rlvr list`); or `env` in --config")
+    p.add_argument("--config", metavar="FILE.toml", help="TOML file of config fields (flags override it)")
+    p.add_argument("--resume", action="store_true", help="continue the run in output_dir from its last checkpoint")
+    p.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
+    docs = field_docs()
+    hints = typing.get_type_hints(TrainConfig)
+    for f in dataclasses.fields(TrainConfig):
+        if f.name == "env":
+            continue
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        shown = ("required" if default is dataclasses.MISSING
+                 else "default: unset" if default is None else f"default {json.dumps(default)}")
+        flags = ["--" + f.name.replace("_", "-")] + (["-m"] if f.name == "model" else [])
+        kind, metavar = _parser_for(f.name, hints[f.name])
+        if kind is bool:
+            p.add_argument(*flags, dest=f.name, action=argparse.BooleanOptionalAction,
+                           help=f"{docs.get(f.name, '')} ({shown})")
+        else:
+            p.add_argument(*flags, dest=f.name, type=kind, metavar=metavar,
+                           help=f"{docs.get(f.name, '')} ({shown})")
+    p.set_defaults(run=run)
+
+
+def _parser_for(name: str, tp: Any) -> tuple[Any, str]:
+    args = [a for a in typing.get_args(tp) if a is not type(None)]
+    optional = type(None) in typing.get_args(tp)
+    base = args[0] if optional and args else tp
+    if base is bool:
+        return (bool, "") if not optional else (_optional(_bool), "BOOL")
+    origin = typing.get_origin(base)
+    if origin in (dict, list):
+        return _json(name, dict if origin is dict else list), "JSON"
+    kind = {int: int, float: float, str: str}[base]
+    metavar = {int: "N", float: "X", str: "TEXT"}[base]
+    return (_optional(kind) if optional else kind), metavar
+
+
+def _optional(kind: Any) -> Any:
+    def parse(text: str) -> Any:
+        return None if text.lower() in ("none", "null") else kind(text)
+
+    parse.__name__ = getattr(kind, "__name__", "value")
+    return parse
+
+
+def _bool(text: str) -> bool:
+    if text.lower() in ("true", "1", "yes"):
+        return True
+    if text.lower() in ("false", "0", "no"):
+        return False
+    raise ValueError(text)
+
+
+def _json(name: str, kind: type) -> Any:
+    def parse(text: str) -> Any:
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise argparse.ArgumentTypeError(f"--{name.replace('_', '-')} must be JSON ({exc.msg})") from None
+        if not isinstance(value, kind):
+            raise argparse.ArgumentTypeError(
+                f"--{name.replace('_', '-')} must be a JSON {'object' if kind is dict else 'list'}, got {text!r}")
+        return value
+
+    parse.__name__ = "JSON"
+    return parse
+
+
+def run(args: argparse.Namespace) -> int:
+    from rlvr.train.config import TrainConfig, load_config
+
+    names = {f.name for f in dataclasses.fields(TrainConfig)}
+    overrides = {k: v for k, v in vars(args).items() if k in names and k != "env"}  # flags given
+    if getattr(args, "env", None):
+        overrides["env"] = args.env
+    cfg = load_config(getattr(args, "config", None), **overrides)
+    try:
+        from rlvr.train.grpo import train
+    except ImportError as exc:
+        raise UsageError(f"training needs the train extra: pip install 'rlvr[train]' ({exc})") from None
+    train(cfg, resume=getattr(args, "resume", False), quiet=getattr(args, "quiet", False))
+    return 0

@@ -1,0 +1,241 @@
+"""Training config (TOML, flags, validation), token sequences and micro-batch scaling, metrics log."""
+
+from __future__ import annotations
+
+import csv
+import math
+
+import pytest
+
+from rlvr.cli import main
+from rlvr.errors import UsageError
+from rlvr.train.config import LOSS_NAMES, TrainConfig, check_resume, field_docs, load_config
+from rlvr.types import Completion, Rollout, Turn
+
+BASE = {"env": "e", "model": "m"}
+
+
+# ---- config ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"batch_size": 10, "rollouts_per_example": 4}, "batch_size (10) must be divisible by rollouts_per_example (4)"),
+        ({"batch_size": 32, "rollouts_per_example": 8, "num_groups": 8}, "num_groups (8) is larger than the tasks in a batch"),
+        ({"batch_size": 48, "rollouts_per_example": 8, "num_groups": 4}, "must be a multiple of num_groups (4)"),
+        ({"loss": "ppo"}, "unknown loss 'ppo'; expected one of grpo, dr_grpo, dapo, cispo, gspo"),
+        ({"rollouts_per_example": 1, "batch_size": 8}, "rollouts_per_example must be >= 2"),
+        ({"temperature": 0.0}, "temperature must be > 0"),
+        ({"lr": -1e-5}, "lr must be > 0"),
+        ({"top_p": 1.5}, "top_p must be in (0, 1]"),
+        ({"max_turns": 0}, "max_turns must be >= 1 or None"),
+        ({"lr_schedule": "step"}, "unknown lr_schedule 'step'"),
+        ({"minibatches": 3}, "minibatches (3) must divide the tasks in a batch (32)"),
+        ({"lora_alpha": 16.0}, "lora_alpha is set but lora_rank is 0"),
+        ({"steps": "10"}, "steps must be an integer, got '10'"),
+        ({"eval_env_args": {"opponent": "random"}}, "eval_env_args must be list[dict[str, Any]]"),
+    ],
+)
+def test_bad_config_values_raise_usage_errors(changes, message) -> None:
+    with pytest.raises(UsageError) as err:
+        TrainConfig(**{**BASE, **changes})
+    assert message in str(err.value)
+
+
+def test_toml_file_and_flags_merge(tmp_path) -> None:
+    path = tmp_path / "train.toml"
+    path.write_text('env = "tictactoe"\nmodel = "m"\nbatch_size = 64\nlr = 1\n'
+                    'eval_env_args = [{opponent = "random"}, {opponent = "optimal"}]\n'
+                    'env_args = {min_random_move_prob = 0.2}\n')
+    cfg = load_config(path, batch_size=128, eval_every=None)
+    assert (cfg.batch_size, cfg.lr, cfg.eval_every) == (128, 1.0, None)  # flags win; int lr -> float
+    assert cfg.eval_sets == [{"min_random_move_prob": 0.2, "opponent": "random"},
+                             {"min_random_move_prob": 0.2, "opponent": "optimal"}]
+    path.write_text('env = "x"\nmodel = "m"\nbatch_sise = 64\n')
+    with pytest.raises(UsageError, match="unknown config field 'batch_sise'; valid fields: env, model"):
+        load_config(path)
+    path.write_text("env = [")
+    with pytest.raises(UsageError, match="is not valid TOML"):
+        load_config(path)
+
+
+def test_every_field_has_a_docstring_and_the_loss_names_match_the_table() -> None:
+    import dataclasses
+
+    from rlvr.train.losses import LOSSES
+    from rlvr.train.sequences import NORMALISATION
+
+    docs = field_docs()
+    assert [f.name for f in dataclasses.fields(TrainConfig)] == list(docs)
+    assert all(docs.values())
+    assert set(LOSS_NAMES) == set(LOSSES) == set(NORMALISATION)
+    assert TrainConfig(**BASE, loss="dr_grpo").advantage_std_scaling is False
+    assert TrainConfig(**BASE, loss="grpo").advantage_std_scaling is True
+
+
+def test_resume_may_change_steps_but_not_the_algorithm() -> None:
+    saved = TrainConfig(**BASE).to_dict()
+    check_resume(saved, TrainConfig(**BASE, steps=500, eval_every=10))
+    with pytest.raises(UsageError, match="cannot resume: lr was 3e-05 when the run started, now 0.001"):
+        check_resume(saved, TrainConfig(**BASE, lr=1e-3))
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["train", "tictactoe", "--model", "m", "--batch-size", "10", "--rollouts-per-example", "4"],
+         "batch_size (10) must be divisible by rollouts_per_example (4)"),
+        (["train", "tictactoe", "--model", "m", "--loss", "reinforce"], "unknown loss 'reinforce'"),
+        (["train", "tictactoe", "--model", "m", "--batch-size", "16", "--rollouts-per-example", "8",
+          "--num-groups", "4"], "num_groups (4) is larger than the tasks in a batch"),
+        (["train", "tictactoe"], "'model' is required"),
+        (["train", "--model", "m"], "'env' is required"),
+        (["train", "tictactoe", "--model", "m", "--config", "/nonexistent.toml"], "does not exist"),
+    ],
+)
+def test_cli_rejects_bad_config_with_one_line(capsys, argv, expected) -> None:
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == 1 and expected in err and err.count("\n") == 1 and "Traceback" not in err, err
+
+
+def test_cli_flags_parse_json_none_and_booleans(monkeypatch) -> None:
+    seen = {}
+    from rlvr.train import grpo
+
+    monkeypatch.setattr(grpo, "train", lambda cfg, **kw: seen.update(cfg=cfg, **kw))
+    argv = ["train", "tictactoe", "-m", "m", "--eval-every", "none", "--bf16", "--scale-std", "false",
+            "--eval-env-args", '[{"opponent": "random"}]', "--resume"]
+    assert main(argv) == 0
+    cfg = seen["cfg"]
+    assert (cfg.eval_every, cfg.bf16, cfg.scale_std, cfg.eval_env_args, seen["resume"]) == (
+        None, True, False, [{"opponent": "random"}], True)
+
+
+# ---- token sequences ----------------------------------------------------------------------
+
+
+def _turn(prompt: list[int], sampled: list[int], reply: str = "ok") -> Turn:
+    logprobs = [-0.5] * len(sampled)
+    return Turn(Completion(text="x", token_ids=sampled, logprobs=logprobs, prompt_token_ids=prompt),
+                [{"role": "user", "content": reply}])
+
+
+def test_sequences_follow_sampled_ids_and_mask_only_them() -> None:
+    from rlvr.train.sequences import rollout_sequences
+
+    # turn 2's prompt extends turn 1's prompt + sampled ids: one sequence, env ids masked
+    r = Rollout("t", 0, 0, [], turns=[_turn([1, 2, 3], [7, 8]), _turn([1, 2, 3, 7, 8, 4, 5], [9])])
+    [(ids, mask, lps)] = rollout_sequences(r)
+    assert ids == [1, 2, 3, 7, 8, 4, 5, 9]
+    assert mask == [0, 0, 0, 1, 1, 0, 0, 1]
+    assert [x for x in lps if not math.isnan(x)] == [-0.5, -0.5, -0.5]
+    # the template re-tokenised the first reply (7, 8 -> 78): a new sequence from turn 2's prompt
+    r = Rollout("t", 0, 0, [], turns=[_turn([1, 2, 3], [7, 8]), _turn([1, 2, 3, 78, 4, 5], [9, 10])])
+    first, second = rollout_sequences(r)
+    assert first[:2] == ([1, 2, 3, 7, 8], [0, 0, 0, 1, 1])
+    assert second[:2] == ([1, 2, 3, 78, 4, 5, 9, 10], [0, 0, 0, 0, 0, 0, 1, 1])
+
+
+def test_rollout_without_token_ids_is_refused() -> None:
+    from rlvr.train.sequences import rollout_sequences
+
+    r = Rollout("t", 0, 0, [], turns=[Turn(Completion(text="hi"))])
+    with pytest.raises(UsageError, match="has no token ids; training needs a backend"):
+        rollout_sequences(r)
+
+
+def test_advantages_fill_failed_rollouts_and_dapo_drops_uniform_groups() -> None:
+    from rlvr.train.grpo import compute_advantages
+
+    def ro(reward: float, error: str | None = None, truncated: bool = False) -> Rollout:
+        return Rollout("t", 0, 0, [], reward=reward, error=error, truncated=truncated)
+
+    batch = [ro(1.0), ro(0.0), ro(0.0, error="EnvError: boom"), ro(0.5, truncated=True),
+             ro(1.0), ro(1.0), ro(1.0), ro(1.0)]
+    cfg = TrainConfig(**BASE, batch_size=8, rollouts_per_example=4, scale_std=False, mask_truncated=True)
+    adv, trainable, kept = compute_advantages(batch, cfg)
+    # group 1: mean of scored (1, 0, 0.5) = 0.5; the failed one gets exactly 0 advantage
+    assert adv[:4] == pytest.approx([0.5, -0.5, 0.0, 0.0]) and adv[4:] == [0.0] * 4
+    assert trainable == [True, True, False, False, True, True, True, True] and kept == 1.0
+    dapo = TrainConfig(**BASE, batch_size=8, rollouts_per_example=4, loss="dapo")
+    _, trainable, kept = compute_advantages(batch, dapo)
+    assert trainable[4:] == [False] * 4 and trainable[3] and kept == 0.5
+
+
+# ---- micro-batches add up to the whole batch ------------------------------------------------
+
+
+@pytest.mark.parametrize("loss_name", LOSS_NAMES)
+def test_micro_batch_gradients_sum_to_the_full_batch_gradient(loss_name) -> None:
+    torch = pytest.importorskip("torch")
+    from rlvr.train.losses import LOSSES, LossConfig
+    from rlvr.train.sequences import NORMALISATION, TrainSequence, micro_batches, normaliser
+
+    gen = torch.Generator().manual_seed(0)
+    seqs = []
+    for i, n in enumerate((9, 4, 7, 3, 6)):
+        ids = torch.randint(0, 16, (n,), generator=gen).tolist()
+        mask = [0, 0] + [int(j % 3 != 0) for j in range(n - 2)]
+        seqs.append(TrainSequence(ids, mask, float(i) - 2.0, [math.nan] * n, i))
+    table = torch.randn(16, 16, generator=gen)
+    cfg = LossConfig(norm_len=12, kl_coef=0.1)
+
+    def grad(size: int) -> torch.Tensor:
+        w = table.clone().requires_grad_(True)
+        plan = micro_batches(seqs, size, 0, torch.device("cpu"))
+        total = sum(normaliser(NORMALISATION[loss_name], mb.mask) for mb in plan)
+        for mb in plan:
+            logp = torch.log_softmax(w[mb.ids[:, :-1]], -1).gather(-1, mb.ids[:, 1:, None]).squeeze(-1)
+            old = logp.detach() + 0.3 * torch.sin(1.7 * mb.ids[:, 1:])  # per token: some get clipped
+            ref = logp.detach() - 0.1
+            loss, _ = LOSSES[loss_name](logp, old, mb.adv, mb.mask, cfg, ref_logp=ref)
+            (loss * normaliser(NORMALISATION[loss_name], mb.mask) / total).backward()
+        return w.grad
+
+    whole, parts = grad(len(seqs)), grad(2)
+    assert whole.abs().sum() > 0
+    torch.testing.assert_close(parts, whole, rtol=1e-5, atol=1e-7)
+
+
+# ---- metrics log ------------------------------------------------------------------------------
+
+
+def test_metrics_log_widens_csv_and_resume_drops_later_rows(tmp_path) -> None:
+    from rlvr.train.logging import MetricsLog
+
+    log = MetricsLog(tmp_path, tensorboard=False)
+    for step in (1, 2, 3):
+        log.write(step, {"reward/mean": step / 10})
+    log.write(3, {"eval/opponent=random/win_pct": 40.0})  # joins step 3's row
+    assert {p.name for p in log.plot()} >= {"reward.png", "eval_opponent=random.png", "overview.png"}
+    (tmp_path / "plots" / "reward.png").unlink()
+    log.plot_async()
+    log.wait_plots()  # the child process redrew it from metrics.csv
+    assert (tmp_path / "plots" / "reward.png").stat().st_size > 1000
+    rows = list(csv.DictReader((tmp_path / "metrics.csv").read_text().splitlines()))
+    assert [r["step"] for r in rows] == ["1.0", "2.0", "3.0"]
+    assert rows[2]["eval/opponent=random/win_pct"] == "40.0" and rows[0]["eval/opponent=random/win_pct"] == ""
+    resumed = MetricsLog(tmp_path, resume_step=2, tensorboard=False)
+    resumed.write(3, {"reward/mean": 0.9})
+    rows = list(csv.DictReader((tmp_path / "metrics.csv").read_text().splitlines()))
+    assert [(r["step"], r["reward/mean"]) for r in rows] == [("1.0", "0.1"), ("2.0", "0.2"), ("3.0", "0.9")]
+
+
+def test_lr_schedules() -> None:
+    pytest.importorskip("torch")
+    from rlvr.train.model import lr_factor
+
+    cosine = TrainConfig(**BASE, steps=10, warmup_steps=2, lr_schedule="cosine")
+    assert [round(lr_factor(s, cosine), 3) for s in (0, 1, 2, 7, 9)] == [0.5, 1.0, 1.0, 0.309, 0.038]
+    assert lr_factor(5, TrainConfig(**BASE, steps=10)) == 1.0
+
+
+def test_default_output_dir_names_the_env_and_the_model() -> None:
+    pytest.importorskip("torch")
+    from rlvr.train.grpo import default_output_dir
+
+    assert default_output_dir(TrainConfig(env="tictactoe", model="runs/sft/small/final")) == (
+        "runs/train/tictactoe--small-final")
+    assert default_output_dir(TrainConfig(env="x", model="Qwen/Qwen3-0.6B")) == "runs/train/x--Qwen3-0.6B"
