@@ -13,7 +13,8 @@ the fix.
      ├── ClientError           a model endpoint failed for good (after retries), missing API key
      │    └── PromptTooLongError   the prompt no longer fits the model's context
      ├── ResultsError          a results file is corrupt, foreign or from another run
-     └── ModelError            a model path is missing or is not a causal LM
+     ├── ModelError            a model path is missing or is not a causal LM
+     └── TrainingError         training cannot go on (a non-finite loss or gradient)
 """
 
 from __future__ import annotations
@@ -57,3 +58,7 @@ class ResultsError(RlvrError):
 
 class ModelError(RlvrError):
     """A model path does not exist or does not hold a causal language model."""
+
+
+class TrainingError(RlvrError):
+    """Training cannot go on: a non-finite loss or gradient."""

@@ -70,7 +70,7 @@ import torch
 from rlvr.clients.local import LocalModel
 from rlvr.engine import run_rollouts
 from rlvr.envs.multiturn import MultiTurnEnv, mix_seed
-from rlvr.errors import RlvrError, UsageError
+from rlvr.errors import TrainingError, UsageError
 from rlvr.sampler import StratifiedSampler
 from rlvr.train import checkpoint as ckpt_io
 from rlvr.train.advantages import drop_uniform_groups, group_advantages
@@ -102,10 +102,6 @@ EnvFactory = Callable[..., MultiTurnEnv[Any]]
 T = TypeVar("T")
 PLOT_EVERY = 10
 """Regenerate the PNG plots every N steps (and at every evaluation and at the end)."""
-
-
-class TrainingError(RlvrError):
-    """Training cannot go on: a non-finite loss or gradient."""
 
 
 def train(cfg: TrainConfig, *, resume: bool = False, make_env: EnvFactory | None = None,
