@@ -24,12 +24,10 @@ import json
 import random
 import re
 from collections.abc import Callable
-from typing import Any
 
 from python_math.problems import make_problem, read_problem
 from rlvr import Policy, Rubric, Task, ToolEnv, ToolState, XMLParser
 from rlvr.clients.base import ChatClient
-from rlvr.envs.tools import ToolCallError
 from rlvr.errors import UsageError
 from rlvr.sandbox import SandboxLimits, python_tool
 from rlvr.types import Completion, Messages, ToolCall

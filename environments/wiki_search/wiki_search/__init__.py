@@ -37,7 +37,6 @@ from typing import Any
 from rlvr import Policy, Rubric, StatefulToolEnv, Task, ToolState, XMLParser
 from rlvr.clients.base import ChatClient
 from rlvr.envs.mcp import MCPEnv, MCPServerConfig
-from rlvr.envs.tools import ToolCallError
 from rlvr.errors import UsageError
 from rlvr.judge import Judge, judge_reward, reference_judge
 from rlvr.types import Messages, Rollout

@@ -28,7 +28,7 @@ from rlvr.clients.base import ChatClient
 from rlvr.errors import PromptTooLongError, UsageError
 from rlvr.parsers import Parser
 from rlvr.rubric import Rubric
-from rlvr.types import Messages, SamplingArgs, State, Task, Turn, Usage
+from rlvr.types import Messages, SamplingArgs, State, Task, Turn
 
 S = TypeVar("S", bound=State)
 StopFn = Callable[[Any, Any], bool]
