@@ -53,4 +53,8 @@ def test_train_two_steps_on_cuda(small, tmp_path, capsys) -> None:
             "--eval-every", "2", "--eval-tasks", "4"]
     assert main(argv) == 0, capsys.readouterr().err
     rows = list(csv.DictReader((out / "metrics.csv").read_text().splitlines()))
-    assert math.isfinite(float(rows[-1]["loss/policy"])) and float(rows[-1]["grad/norm"]) > 0
+    # a random-weight model mostly times out, so a group's rewards may all be equal (zero
+    # advantage, zero gradient): require finite numbers and a finished, saved run
+    assert [r["step"] for r in rows][-1] == "2.0"
+    assert math.isfinite(float(rows[-1]["loss/policy"])) and math.isfinite(float(rows[-1]["grad/norm"]))
+    assert (out / "final" / "config.json").is_file()
