@@ -15,10 +15,10 @@ PRESET=${PRESET:-small}
 SCALE=${SCALE:-full}
 DEVICE_FLAGS=${DEVICE_FLAGS:---bf16}
 if [ "$SCALE" = smoke ]; then
-  GAMES=300; SFT_STEPS=10; RL1_STEPS=2; RL2_STEPS=2; BATCH=16; GROUP=4; EVAL_GAMES=20; DEVICE_FLAGS=""
+  GAMES=300; SFT_STEPS=10; RL1_STEPS=2; RL2_STEPS=2; BATCH=16; GROUP=4; BUCKETS=4; EVAL_GAMES=20; DEVICE_FLAGS=""
 else
   GAMES=${GAMES:-20000}; SFT_STEPS=${SFT_STEPS:-1500}; RL1_STEPS=${RL1_STEPS:-150}; RL2_STEPS=${RL2_STEPS:-100}
-  BATCH=${BATCH:-256}; GROUP=${GROUP:-8}; EVAL_GAMES=${EVAL_GAMES:-200}
+  BATCH=${BATCH:-256}; GROUP=${GROUP:-8}; BUCKETS=${BUCKETS:-8}; EVAL_GAMES=${EVAL_GAMES:-200}
 fi
 mkdir -p "$OUT"
 log() { printf '\n== %s [%s]\n' "$*" "$(date +%H:%M:%S)"; }
@@ -59,7 +59,7 @@ rl() {  # rl NAME FROM STEPS ENV_ARGS EXTRA...
     log "RL $name ($steps steps, $env_args)"; stamp "$name"
     resume=""; [ -d "$OUT/$name/checkpoints" ] && resume="--resume"
     rlvr train tictactoe --model "$from" --output-dir "$OUT/$name" $resume -q \
-      --steps "$steps" --batch-size "$BATCH" --rollouts-per-example "$GROUP" --loss cispo \
+      --steps "$steps" --batch-size "$BATCH" --rollouts-per-example "$GROUP" --num-groups "$BUCKETS" --loss cispo \
       --max-tokens 48 --micro-batch-size 64 --seed "$SEED" --env-args "$env_args" \
       --eval-env-args '[{"opponent": "random"}, {"opponent": "optimal"}]' \
       --eval-every 25 --eval-tasks 100 --save-every 25 $DEVICE_FLAGS "$@"

@@ -62,6 +62,16 @@ def check_positive(name: str, value: int | float | None, *, allow: tuple[Any, ..
         raise UsageError(f"{name} must be positive, got {value}")
 
 
+def check_run_args(args: argparse.Namespace) -> None:
+    """The numeric flags shared by eval and gen: -n, -r, -c, -t, -T."""
+    check_positive("-n", args.num_tasks, allow=(-1,))
+    check_positive("-r", args.rollouts)
+    check_positive("-c", args.concurrency)
+    check_positive("-t", args.max_tokens)
+    if args.temperature is not None and args.temperature < 0:
+        raise UsageError(f"-T must be >= 0, got {args.temperature}")
+
+
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text.rstrip("/").rsplit("/", 1)[-1])[:60]
 
@@ -94,12 +104,7 @@ def run(args: argparse.Namespace) -> int:
     from rlvr.results import RunDir
     from rlvr.summary import print_summary
 
-    check_positive("-n", args.num_tasks, allow=(-1,))
-    check_positive("-r", args.rollouts)
-    check_positive("-c", args.concurrency)
-    check_positive("-t", args.max_tokens)
-    if args.temperature is not None and args.temperature < 0:
-        raise UsageError(f"-T must be >= 0, got {args.temperature}")
+    check_run_args(args)
     env, client, model = load_env_and_client(args, args.concurrency)
     tasks = env.tasks(args.split)
     if args.num_tasks != -1:

@@ -74,15 +74,10 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rlvr.commands.eval import check_positive, load_env_and_client
+    from rlvr.commands.eval import check_run_args, load_env_and_client
     from rlvr.filters import Filter
 
-    check_positive("-n", args.num_tasks, allow=(-1,))
-    check_positive("-r", args.rollouts)
-    check_positive("-c", args.concurrency)
-    check_positive("-t", args.max_tokens)
-    if args.temperature is not None and args.temperature < 0:
-        raise UsageError(f"-T must be >= 0, got {args.temperature}")
+    check_run_args(args)
     out = Path(args.output)
     if out.exists() and not args.overwrite:
         raise UsageError(f"{out} already exists; choose another -o FILE or pass --overwrite")
