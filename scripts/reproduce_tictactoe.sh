@@ -15,10 +15,10 @@ PRESET=${PRESET:-small}
 SCALE=${SCALE:-full}
 DEVICE_FLAGS=${DEVICE_FLAGS:---bf16}
 if [ "$SCALE" = smoke ]; then
-  GAMES=300; SFT_STEPS=10; RL1_STEPS=2; RL2_STEPS=2; BATCH=16; GROUP=4; BUCKETS=4; EVAL_GAMES=20; DEVICE_FLAGS=""
+  GAMES=300; SFT_STEPS=10; RL1_STEPS=2; RL2_STEPS=2; BATCH=16; GROUP=4; BUCKETS=4; EVAL_GAMES=10; EVAL_TASKS=4; DEVICE_FLAGS=""
 else
   GAMES=${GAMES:-20000}; SFT_STEPS=${SFT_STEPS:-1500}; RL1_STEPS=${RL1_STEPS:-150}; RL2_STEPS=${RL2_STEPS:-100}
-  BATCH=${BATCH:-256}; GROUP=${GROUP:-8}; BUCKETS=${BUCKETS:-8}; EVAL_GAMES=${EVAL_GAMES:-200}
+  BATCH=${BATCH:-256}; GROUP=${GROUP:-8}; BUCKETS=${BUCKETS:-8}; EVAL_GAMES=${EVAL_GAMES:-200}; EVAL_TASKS=${EVAL_TASKS:-100}
 fi
 mkdir -p "$OUT"
 log() { printf '\n== %s [%s]\n' "$*" "$(date +%H:%M:%S)"; }
@@ -55,14 +55,14 @@ fi
 # 4. RL phase 1: a mix of opponent strengths, stratified batches
 rl() {  # rl NAME FROM STEPS ENV_ARGS EXTRA...
   local name=$1 from=$2 steps=$3 env_args=$4; shift 4
-  if [ ! -f "$OUT/$name/final/config.json" ]; then
+  if [ "$steps" -gt 0 ] && [ -f "$from/config.json" ] && [ ! -f "$OUT/$name/final/config.json" ]; then
     log "RL $name ($steps steps, $env_args)"; stamp "$name"
     resume=""; [ -d "$OUT/$name/checkpoints" ] && resume="--resume"
     rlvr train tictactoe --model "$from" --output-dir "$OUT/$name" $resume -q \
       --steps "$steps" --batch-size "$BATCH" --rollouts-per-example "$GROUP" --num-groups "$BUCKETS" --loss cispo \
       --max-tokens 48 --micro-batch-size 64 --seed "$SEED" --env-args "$env_args" \
       --eval-env-args '[{"opponent": "random"}, {"opponent": "optimal"}]' \
-      --eval-every 25 --eval-tasks 100 --save-every 25 $DEVICE_FLAGS "$@"
+      --eval-every 25 --eval-tasks "$EVAL_TASKS" --save-every 25 $DEVICE_FLAGS "$@"
     done_in "$name"
   fi
 }
@@ -74,13 +74,14 @@ rl rl2 "$OUT/rl1/final" "$RL2_STEPS" '{"min_random_move_prob": 0.0, "max_random_
 #    tie-breaks come from another seed stream
 for stage in base sft rl1 rl2 teacher; do
   model="$OUT/$stage/final"; [ "$stage" = base ] && model="$OUT/base"; [ "$stage" = teacher ] && model=policy:teacher
+  [ "$stage" = teacher ] || [ -f "$model/config.json" ] || continue
   for opp in random optimal optimal-reseeded; do
     dir="$OUT/eval/$stage-$opp"
     [ -f "$dir/metadata.json" ] && grep -q '"status": "complete"' "$dir/metadata.json" && continue
     args="{\"opponent\": \"${opp%-reseeded}\", \"eval_examples\": $EVAL_GAMES"
     [ "$opp" = optimal-reseeded ] && args="$args, \"eval_seed\": $((SEED + 7919))"
     log "eval $stage vs $opp"
-    rlvr eval tictactoe -m "$model" -a "$args}" -n -1 -r 1 -T 0 -q -o "$dir" --resume
+    rlvr eval tictactoe -m "$model" -a "$args}" -n -1 -r 1 -T 0 -t 48 -c 256 -q -o "$dir" --resume
   done
 done
 python scripts/tictactoe_table.py "$OUT" | tee "$OUT/table.md"

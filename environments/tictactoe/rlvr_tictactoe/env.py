@@ -22,7 +22,7 @@ import random
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from rlvr import ChatClient, MultiTurnEnv, Task, stop
+from rlvr import ChatClient, MultiTurnEnv, SamplingArgs, Task, stop
 from rlvr.sampler import StratifiedSampler, bucket_index, bucket_range
 from rlvr.types import Messages
 from rlvr_tictactoe import players
@@ -140,6 +140,7 @@ class TicTacToeEnv(MultiTurnEnv[GameState]):
 
     def __init__(self, dataset: Sequence[Task], *, low: float, high: float, num_groups: int,
                  **kwargs: Any) -> None:
+        kwargs.setdefault("sampling", SamplingArgs(max_tokens=256))  # a think + move is ~30 tokens
         super().__init__(dataset, system_prompt=SYSTEM_PROMPT, parser=PARSER, rubric=make_rubric(),
                          **kwargs)
         self.min_random_move_prob, self.max_random_move_prob = low, high
