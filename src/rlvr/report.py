@@ -55,7 +55,9 @@ def render_report(
     from rlvr import __version__
 
     per_task = metadata.get("rollouts_per_task")
-    stats = summarize(rollouts, per_task if isinstance(per_task, int) else None)
+    weights = metadata.get("reward_weights")
+    stats = summarize(rollouts, per_task if isinstance(per_task, int) else None,
+                      weights if isinstance(weights, dict) else None)
     title = "rlvr report: " + " / ".join(str(metadata.get(k, "?")) for k in ("env", "model"))
     body = [
         f"<h1>{_e(title)}</h1>",
