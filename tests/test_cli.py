@@ -60,3 +60,16 @@ def test_eval_saves_resumes_and_refuses_corrupt_results(capsys, tmp_path) -> Non
     before = (out / "results.jsonl").read_text()
     assert "results.jsonl:1 is not an rlvr rollout" in _err(capsys, argv + ["--resume"])
     assert (out / "results.jsonl").read_text() == before  # nothing lost
+
+
+def test_unreachable_endpoint_fails_fast_and_writes_nothing(capsys, tmp_path) -> None:
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "run"
+    err = _err(capsys, ["eval", "reverse_text", "-m", "some-model", "-b", f"http://127.0.0.1:{port}/v1",
+                        "-n", "3", "-o", str(out)])
+    assert f"cannot reach http://127.0.0.1:{port}/v1" in err and "-b" in err
+    assert not out.exists()

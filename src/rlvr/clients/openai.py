@@ -135,6 +135,25 @@ class OpenAIClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
+    async def check(self) -> None:
+        """Fail fast, with one line, when the endpoint cannot be reached at all.
+
+        One `GET /models`, no retries, at most 10 s. Any HTTP answer counts as reachable (a
+        server without that route answers 404); 401/403 means the API key was refused.
+        """
+        sdk, _ = await self._session()
+        where = self.base_url or "https://api.openai.com/v1"
+        try:
+            async with asyncio.timeout(min(self.timeout_s, 10.0)):
+                await sdk.models.list()
+        except (openai.APIConnectionError, TimeoutError) as exc:
+            reason = " ".join(str(exc).split()) or type(exc).__name__
+            raise ClientError(f"cannot reach {where} ({reason}); check -b and that the server is running") from None
+        except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
+            raise ClientError(f"{where} refused the API key ({_error_message(exc)}); pass the right variable with -k") from None
+        except openai.APIError:
+            return
+
     # ---- the request ------------------------------------------------------------------------
 
     async def chat(

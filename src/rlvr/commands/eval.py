@@ -90,7 +90,16 @@ def load_env_and_client(args: argparse.Namespace, concurrency: int) -> tuple[Any
         model, env, base_url=args.base_url, api_key_var=args.api_key_var,
         timeout_s=args.timeout, max_retries=args.max_retries, concurrency=concurrency,
     )
+    if hasattr(client, "check"):  # an unreachable endpoint fails here, before anything is written
+        asyncio.run(_check(client))
     return env, client, model
+
+
+async def _check(client: Any) -> None:
+    try:
+        await client.check()
+    finally:
+        await close_client(client)
 
 
 async def close_client(client: Any) -> None:
