@@ -17,6 +17,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("rlvr_tictactoe")
 
+from rlvr_tictactoe.rewards import PARSER
+
 from rlvr.clients.local import LocalModel
 from rlvr.engine import run_rollouts
 from rlvr.models import build_tiny_model, default_corpus
@@ -24,7 +26,6 @@ from rlvr.registry import load_environment
 from rlvr.train.sft import train_sft
 from rlvr.train.sft_config import SFTConfig
 from rlvr.types import SamplingArgs
-from rlvr_tictactoe.rewards import PARSER
 
 pytestmark = pytest.mark.slow
 
