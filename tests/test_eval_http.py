@@ -311,3 +311,14 @@ def test_cli_eval_records_random_failures_as_errors(
     [client] = http_arith_env
     assert client.requests == openai_server.counts["requests"] == 45 + client.retries
     assert openai_server.counts["ok"] == 45 - len(errors)
+
+
+def test_cli_eval_exits_non_zero_when_every_rollout_failed(
+    openai_server, http_arith_env, tmp_path, capsys
+) -> None:
+    """A server that answers 500 to everything: results are kept, the exit code says failure."""
+    openai_server.reset(solver, faults=Faults(server_error=1.0, seed=1))
+    code = eval_cli(openai_server, tmp_path / "run", max_retries=0)
+    err = capsys.readouterr().err
+    assert code == 1 and "all 45 rollouts failed; the first: ClientError" in err
+    assert len((tmp_path / "run" / "results.jsonl").read_text().splitlines()) == 45

@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import json
 import re
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -146,6 +147,10 @@ def run(args: argparse.Namespace) -> int:
                           weights=dict(zip(env.rubric.names, env.rubric.weights)))
     print(f"saved {len(rollouts)} rollouts to {run_dir.results_path}"
           + (f" ({len(existing)} from the earlier run)" if existing else ""))
+    if rollouts and all(r.error for r in rollouts):
+        first = next(r.error for r in rollouts if r.error)
+        print(f"rlvr eval: error: all {len(rollouts)} rollouts failed; the first: {first}", file=sys.stderr)
+        return 1
     return 0 if stats["rollouts"] else 1
 
 
