@@ -4,7 +4,9 @@ Every mode plays the same tic-tac-toe games (the built-in `tictactoe` environmen
 stand-in game when it is not installed) through the ordinary engine, and counts completion
 tokens per second of wall time:
 
-    local      LocalModel: concurrent requests share batched decode steps (this is rlvr's client)
+    local      LocalModel: concurrent requests share batched decode steps (this is rlvr's client);
+               each turn reuses the previous turn's KV cache and prefills only the new tokens
+    local-noreuse   the same without KV cache reuse (every turn prefills the whole conversation)
     generate   `model.generate` once per request, one request at a time (the baseline)
     generate-nocudnn   the same with LocalModel's attention kernels (no cuDNN attention, which
                rebuilds its plan for every new sequence length on some torch/GPU pairs)
@@ -27,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import tempfile
 import threading
 import time
@@ -248,7 +251,7 @@ def main() -> None:
     p.add_argument(
         "--modes",
         default="local,generate,padded",
-        help="comma-separated: local,generate,generate-nocudnn,padded,cb",
+        help="comma-separated: local,local-noreuse,generate,generate-nocudnn,padded,cb",
     )
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     args = p.parse_args()
@@ -271,29 +274,36 @@ def main() -> None:
         f"games: {args.games} concurrent (baseline {args.baseline_games}), {args.max_turns} turns, "
         f"{args.max_tokens} max tokens, temperature {args.temperature}"
     )
+    noreuse = LocalModel(
+        path, model=lm.model, tokenizer=lm.tokenizer, max_batch_size=args.games, reuse_cache=False
+    )
     play(lm, min(args.games, 8), args)  # warm-up (allocations, kernels)
     results: dict[str, dict[str, float]] = {}
     for mode in args.modes.split(","):
+        runs = sum(1 for k in results if k.split("#")[0] == mode)
+        key = mode if not runs else f"{mode}#{runs + 1}"  # a mode may be listed more than once
         try:
-            if mode == "local":
-                before = (lm.stats.prefills, lm.stats.decode_steps)
-                results[mode] = play(lm, args.games, args)
-                results[mode]["prefills"] = lm.stats.prefills - before[0]
-                results[mode]["decode_steps"] = lm.stats.decode_steps - before[1]
+            if mode in ("local", "local-noreuse"):
+                client = lm if mode == "local" else noreuse
+                client.clear_cache()  # replayed games must not hit the last run's entries
+                s0 = dataclasses.replace(client.stats)
+                results[key] = play(client, args.games, args)
+                for k in ("prefills", "decode_steps", "prompt_tokens", "reused_tokens"):
+                    results[key][k] = getattr(client.stats, k) - getattr(s0, k)
             elif mode == "generate":
-                results[mode] = play(PerRequestGenerate(lm), args.baseline_games, args)
+                results[key] = play(PerRequestGenerate(lm), args.baseline_games, args)
             elif mode == "generate-nocudnn":
-                results[mode] = play(
+                results[key] = play(
                     PerRequestGenerate(lm, no_cudnn=True), args.baseline_games, args
                 )
             elif mode == "padded":
-                results[mode] = play(PaddedGenerate(lm), args.games, args)
+                results[key] = play(PaddedGenerate(lm), args.games, args)
             elif mode == "cb":
                 sampling = SamplingArgs(max_tokens=args.max_tokens, temperature=args.temperature)
                 cb = ContinuousBatching(lm, sampling)
                 try:
                     play(cb, min(args.games, 8), args)  # warm-up (CUDA graphs)
-                    results[mode] = play(cb, args.games, args)
+                    results[key] = play(cb, args.games, args)
                 finally:
                     cb.close()
             else:
@@ -310,12 +320,13 @@ def main() -> None:
             f"{mode:<17} {r['games']:>6.0f} {r['requests']:>9.0f} {r['tokens']:>8.0f} {r['seconds']:>8.2f} "
             f"{r['tokens_per_s']:>10.0f} {ratio:>12}"
         )
-    if "local" in results:
-        r = results["local"]
-        print(
-            f"local: {r['requests']:.0f} requests in {r['prefills']:.0f} prefills and "
-            f"{r['decode_steps']:.0f} decode steps (mean {r['tokens'] / max(r['decode_steps'], 1):.0f} rows/step)"
-        )
+    for mode, r in results.items():
+        if mode.split("#")[0] in ("local", "local-noreuse"):
+            print(
+                f"{mode}: {r['requests']:.0f} requests in {r['prefills']:.0f} prefills and "
+                f"{r['decode_steps']:.0f} decode steps (mean {r['tokens'] / max(r['decode_steps'], 1):.0f} "
+                f"rows/step); prompt tokens prefilled {r['prompt_tokens']:.0f}, reused {r['reused_tokens']:.0f}"
+            )
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 
 import pytest
 
@@ -365,3 +366,112 @@ def test_bad_model_paths_are_one_line_model_errors(tmp_path, tiny_dir) -> None:
     ).save_pretrained(tmp_path / "vit")
     with pytest.raises(ModelError, match="cannot load a causal language model"):
         LocalModel(str(tmp_path / "vit"))
+
+
+# ---- KV cache reuse across turns ---------------------------------------------------------------
+
+
+def _converse(client, n: int, turns: int, sampling, edit=None) -> list[list]:
+    """`n` concurrent conversations of `turns` model turns; `edit(turn)` runs between turns."""
+
+    async def one(i):
+        messages = ask(i)
+        out = []
+        for t in range(turns):
+            c = await client.chat(messages, sampling.replace(seed=100 * i + t))
+            out.append(c)
+            messages = messages + [
+                {"role": "assistant", "content": c.text},
+                {"role": "user", "content": f"turn {t}: " + "go " * ((i + t) % 4)},
+            ]
+        return out
+
+    async def main():
+        return await asyncio.gather(*(one(i) for i in range(n)))
+
+    return run(main())
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_reused_kv_cache_gives_the_same_ids_and_logprobs(lm, temperature) -> None:
+    plain = LocalModel("tiny", model=lm.model, tokenizer=lm.tokenizer, reuse_cache=False)
+    reuse = LocalModel("tiny", model=lm.model, tokenizer=lm.tokenizer, max_batch_size=64)
+    sampling = SamplingArgs(max_tokens=10, temperature=temperature)
+    without = _converse(plain, 8, 4, sampling)
+    with_ = _converse(reuse, 8, 4, sampling)
+    for a, b in zip(without, with_):
+        assert [c.token_ids for c in a] == [c.token_ids for c in b]
+        assert [c.prompt_token_ids for c in a] == [c.prompt_token_ids for c in b]
+        for x, y in zip(a, b):
+            assert y.logprobs == pytest.approx(x.logprobs, abs=2e-4)
+    # every turn after the first starts from the previous turn's keys and values
+    prompt_total = sum(len(c.prompt_token_ids) for conv in with_ for c in conv)
+    assert plain.stats.prompt_tokens == prompt_total and plain.stats.reused_tokens == 0
+    assert reuse.stats.prompt_tokens + reuse.stats.reused_tokens == prompt_total
+    reusable = sum(
+        _common_prefix(prev.prompt_token_ids + prev.token_ids[:-1], c.prompt_token_ids)
+        for conv in with_
+        for prev, c in zip(conv, conv[1:])
+    )
+    # rows admitted together prefill as many tokens as the longest new part among them
+    assert 0.7 * reusable <= reuse.stats.reused_tokens <= reusable
+    assert reuse.stats.prompt_tokens < 0.6 * prompt_total
+    _wait_idle(plain, reuse)
+
+
+def _wait_idle(*clients) -> None:
+    """Let the worker threads end (a daemon thread inside torch at interpreter exit can abort)."""
+    for client in clients:
+        for _ in range(200):
+            if client._thread is None:
+                break
+            time.sleep(0.01)
+
+
+def _common_prefix(kept: list[int], prompt: list[int]) -> int:
+    """How many prompt tokens a kept sequence can give (one is always left to prefill)."""
+    n = 0
+    while n < min(len(kept), len(prompt) - 1) and kept[n] == prompt[n]:
+        n += 1
+    return n
+
+
+def test_changed_weights_never_use_a_kept_cache(lm) -> None:
+    greedy = SamplingArgs(max_tokens=8, temperature=0.0)
+    reuse = LocalModel("tiny", model=lm.model, tokenizer=lm.tokenizer)
+    fresh_clients = []
+    head = lm.model.get_output_embeddings().weight
+    saved = head.detach().clone()
+
+    def next_turn(client, first):
+        messages = ask(3) + [
+            {"role": "assistant", "content": first.text},
+            {"role": "user", "content": "again"},
+        ]
+        return run(client.chat(messages, greedy))
+
+    try:
+        for change in ("explicit", "in place"):
+            first = run(reuse.chat(ask(3), greedy))
+            if change == "explicit":  # .data updates are invisible: the trainer clears the cache
+                head.data.add_(torch.randn(head.shape, generator=torch.Generator().manual_seed(1)))
+                reuse.clear_cache()
+            else:  # an in-place update under no_grad is detected by itself
+                with torch.no_grad():
+                    head.mul_(-1.0)
+            before = reuse.stats.reused_tokens
+            second = next_turn(reuse, first)
+            assert reuse.stats.reused_tokens == before  # nothing stale was used
+            fresh_clients.append(LocalModel("tiny", model=lm.model, tokenizer=lm.tokenizer))
+            fresh = next_turn(fresh_clients[-1], first)
+            assert second.token_ids == fresh.token_ids
+            assert second.logprobs == pytest.approx(fresh.logprobs, abs=2e-4)
+        # with unchanged weights the same next turn does reuse the kept cache
+        first = run(reuse.chat(ask(3), greedy))
+        before = reuse.stats.reused_tokens
+        next_turn(reuse, first)
+        assert reuse.stats.reused_tokens > before
+    finally:
+        _wait_idle(reuse, *fresh_clients)
+        with torch.no_grad():
+            head.copy_(saved)

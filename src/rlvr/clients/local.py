@@ -18,6 +18,13 @@ loop over a KV cache:
   (plain `log_softmax(logits)` for greedy requests), *before* top-p truncation. With
   top_p = 1 this is exactly the distribution the token was drawn from; a trainer reproduces
   it with one forward pass over prompt + sampled ids and the same temperature.
+- **KV cache reuse** (`reuse_cache=True`): a finished request's keys and values are kept in a
+  small LRU; a later prompt that extends a kept sequence (the next turn of the same game)
+  prefills only its new tokens. Same ids and logprobs as without reuse (float tolerance). The
+  kept entries belong to one version of the weights: call `clear_cache()` after changing them
+  (an in-place update or a swapped parameter is also detected). Sliding-window and hybrid
+  caches are never reused. See `rlvr.clients.local_prefix`. Measured (64 tic-tac-toe games of
+  4 turns, tiny model, 2 CPU threads): 36% of the prompt tokens prefilled, 1.2-1.6x tokens/s.
 - **Attention kernels**: on CUDA, generation runs without cuDNN attention, which builds a new
   plan for every new sequence length (a growing KV cache is one every step).
 
@@ -51,6 +58,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rlvr.clients.local_batch import Batch, Request, attention_backends, base_model
+from rlvr.clients.local_prefix import PrefixCache
 from rlvr.errors import ModelError, PromptTooLongError, UsageError
 from rlvr.types import Completion, Messages, SamplingArgs, ToolCall, Usage
 
@@ -71,6 +79,10 @@ class GenerationStats:
     """Completion tokens sampled."""
     max_batch: int = 0
     """Most requests decoded together."""
+    prompt_tokens: int = 0
+    """Prompt tokens run through prefills (reused ones not counted)."""
+    reused_tokens: int = 0
+    """Prompt tokens whose keys and values came from the reuse cache."""
 
 
 class LocalModel:
@@ -83,6 +95,10 @@ class LocalModel:
         max_batch_size: most requests decoded together; more wait in the queue.
         model, tokenizer: an already-loaded model and tokenizer (then nothing is loaded and the
             model stays where it is); `path_or_id` is then only the name.
+        reuse_cache: keep finished requests' KV caches so that the next turn of a conversation
+            prefills only its new tokens (call `clear_cache()` after changing the weights).
+        cache_entries, cache_bytes: bounds of the reuse cache (None: 2 x max_batch_size
+            entries; 2 GiB).
     """
 
     def __init__(
@@ -94,6 +110,9 @@ class LocalModel:
         max_batch_size: int = 256,
         model: Any = None,
         tokenizer: Any = None,
+        reuse_cache: bool = True,
+        cache_entries: int | None = None,
+        cache_bytes: int | None = None,
     ) -> None:
         if max_batch_size < 1:
             raise UsageError(f"max_batch_size must be >= 1, got {max_batch_size}")
@@ -110,6 +129,14 @@ class LocalModel:
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
         self.stats = GenerationStats()
+        self.prefix = (
+            PrefixCache(
+                max_entries=2 * max_batch_size if cache_entries is None else cache_entries,
+                max_bytes=(2 << 30) if cache_bytes is None else cache_bytes,
+            )
+            if reuse_cache
+            else None
+        )
         self.context_length = _context_length(model, tokenizer)
         self.eos_ids = _eos_ids(model, tokenizer)
         self.pad_id = (
@@ -123,6 +150,11 @@ class LocalModel:
         self._pending: list[Request] = []
         self._arrivals = 0
         self._thread: threading.Thread | None = None
+
+    def clear_cache(self) -> None:
+        """Forget the kept KV caches (call after the weights changed, e.g. an optimizer step)."""
+        if self.prefix is not None:
+            self.prefix.clear()
 
     @property
     def device(self) -> torch.device:
@@ -171,15 +203,21 @@ class LocalModel:
             self._pending.append(request)
             self._arrivals += 1
             if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._serve, name="rlvr-local-model", daemon=True
-                )
+                # not a daemon: the interpreter waits for it at exit (it ends within ~50 ms of
+                # its last request) instead of killing it inside a torch call, which aborts
+                self._thread = threading.Thread(target=self._serve, name="rlvr-local-model")
                 self._thread.start()
         try:
             return await request.future
         except asyncio.CancelledError:
             request.cancelled = True
             raise
+
+    async def aclose(self) -> None:
+        """Wait for the worker thread to finish its last step (it stops once idle)."""
+        thread = self._thread
+        if thread is not None:
+            await asyncio.to_thread(thread.join, 10.0)
 
     # ---- the worker thread ----------------------------------------------------------------
 

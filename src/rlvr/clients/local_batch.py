@@ -7,6 +7,9 @@ row, so a row's tokens see exactly the positions they would see alone. The cache
 (merge, select, trim of all-padding columns) needs plain `DynamicLayer`s; for other caches
 (sliding-window, hybrid) `mergeable` is False and `LocalModel` only admits into an empty batch.
 
+With `LocalModel(reuse_cache=True)` a finished row's keys and values are kept, and a joiner whose
+prompt extends a kept sequence prefills only the rest (see `rlvr.clients.local_prefix`).
+
 `sample_tokens` draws each row's token with Gumbel noise hashed from (seed, step, token id):
 a seeded request gets the same tokens whatever else shares its batch.
 """
@@ -22,6 +25,7 @@ from typing import Any
 import torch
 from transformers import DynamicCache
 
+from rlvr.clients.local_prefix import extend_hashes, past_cache, prefix_hashes, row_kv
 from rlvr.types import Completion
 
 _M32 = 0xFFFFFFFF
@@ -46,6 +50,8 @@ class Request:
     finish: str | None = None
     stop_hit: str | None = None
     delivered: bool = False
+    hashes: list[int] | None = None  # prefix hashes of prompt_ids (with cache reuse)
+    cache_version: int = -1  # the prefix cache's version when the request was admitted
 
 
 class Batch:
@@ -68,22 +74,32 @@ class Batch:
         """Prefill the joiners' prompts, sample their first token, merge them into the batch."""
         self.prune()
         owner, device = self.owner, self.owner.device
-        width = max(len(r.prompt_ids) for r in joiners)
+        cache = _new_cache(owner.model)
+        hits = self._lookup(joiners)
+        suffixes = [r.prompt_ids[m:] for r, (_, m) in zip(joiners, hits)]
+        width = max(map(len, suffixes))
         ids = torch.full((len(joiners), width), owner.pad_id, dtype=torch.long)
         mask = torch.zeros((len(joiners), width), dtype=torch.long)
-        for i, r in enumerate(joiners):
-            ids[i, width - len(r.prompt_ids) :] = torch.tensor(r.prompt_ids)
-            mask[i, width - len(r.prompt_ids) :] = 1
+        for i, suffix in enumerate(suffixes):
+            ids[i, width - len(suffix) :] = torch.tensor(suffix)
+            mask[i, width - len(suffix) :] = 1
         ids, mask = ids.to(device), mask.to(device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        cache = _new_cache(owner.model)
+        start = torch.tensor([m for _, m in hits], device=device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0) + start[:, None]
+        if any(m for _, m in hits):  # the kept keys and values go first, with their mask
+            mask = torch.cat([past_cache(cache, hits, device), mask], dim=1)
         logits = self._forward(ids, mask, positions, cache)
         owner.stats.prefills += 1
+        owner.stats.prompt_tokens += sum(map(len, suffixes))
+        owner.stats.reused_tokens += sum(m for _, m in hits)
         tokens = self._sample(logits, joiners)
+        mergeable = all(type(layer).__name__ == "DynamicLayer" for layer in _layers(cache))
+        if owner.prefix is not None and owner.prefix.usable is None:
+            owner.prefix.usable = mergeable and bool(_layers(cache))
         if not self.rows:
             self.cache, self.mask, self.rows = cache, mask, list(joiners)
             self.next_pos, self.last = positions[:, -1] + 1, tokens
-            self.mergeable = all(type(layer).__name__ == "DynamicLayer" for layer in _layers(cache))
+            self.mergeable = mergeable
         else:
             self._merge(cache, mask, positions[:, -1] + 1, tokens, joiners)
         owner.stats.max_batch = max(owner.stats.max_batch, len(self.rows))
@@ -105,6 +121,8 @@ class Batch:
         ]
         for r in fresh:
             r.delivered = True
+        if fresh and self._keeps():
+            self._store(fresh)
         dead = sum(1 for r in self.rows if r.finish is not None or r.cancelled)
         if dead and dead >= max(1, len(self.rows) // 8):
             self.prune()
@@ -123,6 +141,46 @@ class Batch:
         self.mergeable = True
 
     # ---- internals ------------------------------------------------------------------------
+
+    def _keeps(self) -> bool:
+        prefix = self.owner.prefix
+        return prefix is not None and bool(prefix.usable) and self.mergeable
+
+    def _lookup(self, joiners: list[Request]) -> list[tuple[Any, int]]:
+        """Per joiner: kept keys and values for a prefix of its prompt (or None), and its length.
+
+        Every row prefills as many tokens as the longest new part among the joiners (padding
+        would cost the same), so a row with a shorter new part uses less of its kept prefix:
+        the rows stay contiguous and the batch no wider than without reuse."""
+        prefix = self.owner.prefix
+        if prefix is None or prefix.usable is False:
+            return [(None, 0)] * len(joiners)
+        prefix.check_weights(self.owner.model)
+        hits = []
+        for r in joiners:
+            r.hashes, r.cache_version = prefix_hashes(r.prompt_ids), prefix.version
+            hits.append(prefix.lookup(r.prompt_ids, r.hashes) if prefix.usable else (None, 0))
+        width = max(len(r.prompt_ids) - m for r, (_, m) in zip(joiners, hits))
+        out: list[tuple[Any, int]] = []
+        for r, (kv, m) in zip(joiners, hits):
+            m = max(0, len(r.prompt_ids) - width)  # <= the kept length, as width >= len - m
+            out.append(([(k[:, :, :m], v[:, :, :m]) for k, v in kv], m) if m else (None, 0))
+        return out
+
+    def _store(self, rows: list[Request]) -> None:
+        """Keep the keys and values of finished rows: prompt + sampled ids but the last."""
+        prefix, layers = self.owner.prefix, _layers(self.cache)
+        assert prefix is not None and self.mask is not None
+        prefix.check_weights(self.owner.model)
+        index = {id(r): i for i, r in enumerate(self.rows)}
+        for r in rows:
+            if r.hashes is None or r.cache_version != prefix.version or r.finish is None:
+                continue
+            seq = r.prompt_ids + r.ids[:-1]
+            kv = row_kv(layers, self.mask, index[id(r)], len(seq))
+            if kv is not None:
+                hashes = extend_hashes(r.hashes, r.ids[:-1])
+                prefix.store(seq, hashes, len(r.prompt_ids), kv, r.cache_version)
 
     def _forward(
         self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache: Any

@@ -201,6 +201,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, make_env: EnvFactory | None
             except TrainingError as exc:
                 raise TrainingError(f"step {step + 1}: {exc}; {_last_good(run_dir)}") from None
             scheduler.step()
+            client.clear_cache()  # the kept KV caches belong to the old weights
             sampler_state = sampler.state_dict()
             t_train = time.monotonic() - t0
 

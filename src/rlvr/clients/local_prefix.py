@@ -1,0 +1,168 @@
+"""KV cache reuse across the turns of a conversation (`LocalModel(..., reuse_cache=True)`).
+
+In a multi-turn game, turn k's prompt starts with turn k-1's prompt and (usually) the ids sampled
+for it. When a request finishes, `PrefixCache.store` keeps the keys and values of its sequence
+(prompt + sampled ids but the last, which never went through the model); when a new request's
+prompt shares a prefix with a kept sequence, `Batch.admit` starts from those keys and values
+and prefills only the rest. A match needs the kept request's whole prompt to be a prefix of the
+new prompt and then extends as far as the ids agree (a re-rendered reply may tokenize
+differently near its end); at least one prompt token is always left to prefill (its logits give
+the first sampled token). Matching compares prefix hashes of the ids (polynomial, mod 2^61 - 1)
+and confirms the match on the ids themselves.
+
+Entries are bounded by count and by bytes (least recently used go first); an entry whose whole
+sequence was extended is dropped (the new request keeps a longer one). Entries belong to one
+version of the weights: `clear()` drops them all and bumps `version` (requests admitted before
+it are not kept); the trainer calls `LocalModel.clear_cache()` after each optimizer step. As a
+safety net `check_weights` also clears when a parameter was changed in place or replaced (its
+version counter or storage moved). Only plain `DynamicLayer` caches are kept: sliding-window and
+hybrid caches are never reused.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+_MOD = (1 << 61) - 1
+_BASE = 1_000_003
+
+
+def extend_hashes(hashes: list[int], ids: list[int]) -> list[int]:
+    """`hashes` (prefix hashes, `hashes[n]` of the first n ids) extended by `ids`."""
+    out = list(hashes)
+    h = out[-1]
+    for t in ids:
+        h = (h * _BASE + t + 1) % _MOD
+        out.append(h)
+    return out
+
+
+def prefix_hashes(ids: list[int]) -> list[int]:
+    return extend_hashes([0], ids)
+
+
+@dataclass(eq=False)
+class Entry:
+    ids: list[int]  # the tokens whose keys and values are kept
+    hashes: list[int]  # prefix hashes of `ids` (len(ids) + 1)
+    prompt_len: int
+    kv: list[tuple[torch.Tensor, torch.Tensor]]  # per layer, (1, heads, len(ids), head_dim)
+    nbytes: int
+    key: int
+
+
+class PrefixCache:
+    def __init__(self, max_entries: int = 512, max_bytes: int = 2 << 30) -> None:
+        self.max_entries, self.max_bytes = max_entries, max_bytes
+        self.entries: OrderedDict[int, Entry] = OrderedDict()
+        self.nbytes = 0
+        self.version = 0
+        self.usable: bool | None = None  # None until the first prefill shows the cache layout
+        self._next_key = 0
+        self._weights: Any = None
+        self._lock = threading.Lock()
+
+    def clear(self) -> None:
+        with self._lock:
+            self.entries.clear()
+            self.nbytes = 0
+            self.version += 1
+
+    def check_weights(self, model: Any) -> None:
+        """Clear when any parameter was updated in place or swapped since the last check."""
+        sig = hash(tuple((p._version, p.data_ptr()) for p in model.parameters()))
+        if sig != self._weights:
+            if self._weights is not None:
+                self.clear()
+            self._weights = sig
+
+    def lookup(
+        self, ids: list[int], hashes: list[int]
+    ) -> tuple[list[tuple[torch.Tensor, torch.Tensor]] | None, int]:
+        """The kept keys and values for the longest usable prefix of `ids`, and its length."""
+        limit = len(ids) - 1
+        best, best_m = None, 0
+        with self._lock:
+            for entry in self.entries.values():
+                top = min(len(entry.ids), limit)
+                lo = min(entry.prompt_len, top)
+                if lo <= best_m or hashes[lo] != entry.hashes[lo]:
+                    continue
+                hi = top  # the largest m with equal prefix hashes, by bisection
+                while lo < hi:
+                    mid = (lo + hi + 1) // 2
+                    if hashes[mid] == entry.hashes[mid]:
+                        lo = mid
+                    else:
+                        hi = mid - 1
+                if lo > best_m:
+                    best, best_m = entry, lo
+            if best is None or ids[:best_m] != best.ids[:best_m]:  # a hash collision
+                return None, 0
+            if best_m == len(best.ids):
+                del self.entries[best.key]
+                self.nbytes -= best.nbytes
+            else:
+                self.entries.move_to_end(best.key)
+        return [(k[:, :, :best_m], v[:, :, :best_m]) for k, v in best.kv], best_m
+
+    def store(
+        self,
+        ids: list[int],
+        hashes: list[int],
+        prompt_len: int,
+        kv: list[tuple[torch.Tensor, torch.Tensor]],
+        version: int,
+    ) -> None:
+        nbytes = sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in kv)
+        with self._lock:
+            if version != self.version or nbytes > self.max_bytes or self.max_entries < 1:
+                return
+            self.entries[self._next_key] = Entry(ids, hashes, prompt_len, kv, nbytes, self._next_key)
+            self._next_key += 1
+            self.nbytes += nbytes
+            while len(self.entries) > self.max_entries or self.nbytes > self.max_bytes:
+                _, old = self.entries.popitem(last=False)
+                self.nbytes -= old.nbytes
+
+
+def past_cache(
+    cache: Any, hits: list[tuple[list[tuple[torch.Tensor, torch.Tensor]] | None, int]], device: Any
+) -> torch.Tensor:
+    """Fill the empty `cache` with the rows' kept keys and values (right aligned, zeros before)
+    and return the (B, width) mask of those columns."""
+    width = max(m for _, m in hits)
+    mask = torch.zeros((len(hits), width), dtype=torch.long, device=device)
+    first = next(kv for kv, _ in hits if kv is not None)
+    for layer, (k0, v0) in enumerate(first):
+        keys = k0.new_zeros((len(hits), k0.shape[1], width, k0.shape[3]))
+        values = v0.new_zeros((len(hits), v0.shape[1], width, v0.shape[3]))
+        for i, (kv, m) in enumerate(hits):
+            if kv is not None:
+                keys[i, :, width - m :] = kv[layer][0][0]
+                values[i, :, width - m :] = kv[layer][1][0]
+        cache.update(keys, values, layer)
+    for i, (_, m) in enumerate(hits):
+        mask[i, width - m :] = 1
+    return mask
+
+
+def row_kv(
+    layers: list[Any], mask: torch.Tensor, row: int, n: int
+) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
+    """A copy of the first `n` real (unmasked) columns of `row` of the batch cache."""
+    cols = mask[row].nonzero().squeeze(1)[:n]
+    if len(cols) < n:
+        return None
+    return [
+        (
+            layer.keys[row : row + 1].index_select(2, cols),
+            layer.values[row : row + 1].index_select(2, cols),
+        )
+        for layer in layers
+    ]
