@@ -27,3 +27,16 @@ def openai_server(_openai_server_session: OpenAIServer) -> Iterator[OpenAIServer
     _openai_server_session.reset()
     yield _openai_server_session
     _openai_server_session.reset()
+
+
+@pytest.fixture(scope="module")
+def one_thread() -> Iterator[None]:
+    """One torch intra-op thread for a module: tiny matrices gain nothing from more, and on a
+    busy 2-core machine OpenMP thread pools stall. Use with
+    `pytestmark = pytest.mark.usefixtures("one_thread")`."""
+    import torch
+
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(saved)

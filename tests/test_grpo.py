@@ -26,15 +26,7 @@ from rlvr.train.losses import LOSSES, LossConfig
 from rlvr.train.sequences import build_sequences, micro_batches
 from rlvr.types import SamplingArgs
 
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """One intra-op thread: tiny matrices gain nothing from more, and a busy 2-core machine
-    makes OpenMP thread pools stall."""
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -18,15 +18,7 @@ from rlvr.errors import ModelError, PromptTooLongError
 from rlvr.models import build_tiny_model
 from rlvr.types import SamplingArgs
 
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """One intra-op thread: tiny matrices gain nothing from more, and a busy 2-core machine
-    makes OpenMP thread pools stall."""
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -16,13 +16,7 @@ from rlvr.train.sft import run_batch, train_sft
 from rlvr.train.sft_config import SFTConfig
 from rlvr.train.sft_data import Sample, read_dataset
 
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

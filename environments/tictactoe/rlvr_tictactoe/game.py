@@ -65,7 +65,7 @@ def _mark(mark: str) -> str:
 def winner(board: Sequence[str]) -> str | None:
     """'X' or 'O' if that side has three in a line, else None.
 
-    >>> winner("XXXOO    ")
+    >>> winner("XO XO X  ")
     'X'
     """
     for i, j, k in LINES:

@@ -227,7 +227,7 @@ def test_opponent_rejects_bad_input():
     with pytest.raises(ValueError, match="random_move_prob"):
         opponent_move(EMPTY_BOARD, "X", 1.5, random.Random(0))
     with pytest.raises(ValueError, match="game is over"):
-        opponent_move("XXXOO    ", "O", 0.0, random.Random(0))
+        opponent_move("XO XO X  ", "O", 0.0, random.Random(0))
     with pytest.raises(ValueError, match="mark"):
         best_moves(EMPTY_BOARD, "x")
 
@@ -263,8 +263,8 @@ def test_parse_board_rejects_malformed_text(text):
 
 def test_board_rules():
     assert legal_moves(EMPTY_BOARD) == list(range(9))
-    assert legal_moves("XXXOO    ") == []  # won: no more moves
-    assert is_draw("XOXXOOOXX") and not is_draw("XXXOOXOOX") and not is_draw(EMPTY_BOARD)
+    assert legal_moves("XO XO X  ") == []  # won (column 0-3-6): no more moves
+    assert is_draw("XOXXOOOXX") and not is_draw("XOXXOOXXO") and not is_draw(EMPTY_BOARD)
     assert winner("O  O  O  ") == "O" and winner("XOXXOOOXX") is None
     with pytest.raises(ValueError, match="already taken"):
         apply_move("X        ", 0, "O")

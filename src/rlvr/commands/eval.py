@@ -73,6 +73,21 @@ def check_run_args(args: argparse.Namespace) -> None:
         raise UsageError(f"-T must be >= 0, got {args.temperature}")
 
 
+def tasks_and_sampling(args: argparse.Namespace, env: Any) -> tuple[list[Any], Any]:
+    """The tasks (-n of --split) and the sampling (env default, -t and -T over it) of a run."""
+    tasks = env.tasks(args.split)
+    if args.num_tasks != -1:
+        tasks = tasks[: args.num_tasks]
+    if not tasks:
+        raise UsageError(f"environment {args.env!r} has no {args.split} tasks")
+    sampling = env.sampling
+    if args.max_tokens is not None:
+        sampling = sampling.replace(max_tokens=args.max_tokens)
+    if args.temperature is not None:
+        sampling = sampling.replace(temperature=args.temperature)
+    return tasks, sampling
+
+
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text.rstrip("/").rsplit("/", 1)[-1])[:60]
 
@@ -116,16 +131,7 @@ def run(args: argparse.Namespace) -> int:
 
     check_run_args(args)
     env, client, model = load_env_and_client(args, args.concurrency)
-    tasks = env.tasks(args.split)
-    if args.num_tasks != -1:
-        tasks = tasks[: args.num_tasks]
-    if not tasks:
-        raise UsageError(f"environment {args.env!r} has no {args.split} tasks")
-    sampling = env.sampling
-    if args.max_tokens is not None:
-        sampling = sampling.replace(max_tokens=args.max_tokens)
-    if args.temperature is not None:
-        sampling = sampling.replace(temperature=args.temperature)
+    tasks, sampling = tasks_and_sampling(args, env)
     out = Path(args.output or f"runs/eval/{args.env}--{_slug(model)}--{time.strftime('%Y%m%d-%H%M%S')}")
     metadata = {
         "command": "eval", "env": args.env, "env_args": env.env_args, "model": model,

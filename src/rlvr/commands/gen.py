@@ -74,7 +74,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rlvr.commands.eval import check_run_args, load_env_and_client
+    from rlvr.commands.eval import check_run_args, load_env_and_client, tasks_and_sampling
     from rlvr.filters import Filter
 
     check_run_args(args)
@@ -87,16 +87,7 @@ def run(args: argparse.Namespace) -> int:
     env, client, model = load_env_and_client(args, args.concurrency)
     if keep is not None:
         keep.check_names([*env.rubric.names, *METRICS, "reward", "truncated"])
-    tasks = env.tasks(args.split)
-    if args.num_tasks != -1:
-        tasks = tasks[: args.num_tasks]
-    if not tasks:
-        raise UsageError(f"environment {args.env!r} has no {args.split} tasks")
-    sampling = env.sampling
-    if args.max_tokens is not None:
-        sampling = sampling.replace(max_tokens=args.max_tokens)
-    if args.temperature is not None:
-        sampling = sampling.replace(temperature=args.temperature)
+    tasks, sampling = tasks_and_sampling(args, env)
     tools = {t.id: env.tool_schemas(env.setup_state(t)) for t in tasks}
     meta = {"env": args.env, "env_args": env.env_args, "model": model}
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -15,6 +15,7 @@ import typing
 from typing import Any
 
 from rlvr.errors import UsageError
+from rlvr.train.fields import none_or
 
 _SHORT = {"model": ["-m"], "data": ["-d"], "output_dir": ["-o"]}
 _METAVAR = {"model": "PATH", "data": "FILE", "output_dir": "DIR", "device": "DEVICE", "lr_schedule": "NAME"}
@@ -55,7 +56,7 @@ def add_parser(sub: Any) -> None:
             p.add_argument(
                 *flags,
                 dest=f.name,
-                type=_optional(base) if optional else base,
+                type=none_or(base) if optional else base,
                 required=required,
                 default=None if required else f.default,
                 metavar=_METAVAR.get(f.name) or {int: "N", float: "X", str: "TEXT"}[base],
@@ -70,13 +71,6 @@ def _base_type(tp: Any) -> tuple[Any, bool]:
     args = [a for a in typing.get_args(tp) if a is not type(None)]
     return (args[0], True) if args and len(args) < len(typing.get_args(tp)) else (tp, False)
 
-
-def _optional(kind: Any) -> Any:
-    def parse(text: str) -> Any:
-        return None if text.lower() in ("none", "null") else kind(text)
-
-    parse.__name__ = kind.__name__
-    return parse
 
 
 def run(args: argparse.Namespace) -> int:

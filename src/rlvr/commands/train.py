@@ -20,6 +20,7 @@ import typing
 from typing import Any
 
 from rlvr.errors import UsageError
+from rlvr.train.fields import none_or
 
 
 def add_parser(sub: Any) -> None:
@@ -56,21 +57,14 @@ def _parser_for(name: str, tp: Any) -> tuple[Any, str]:
     optional = type(None) in typing.get_args(tp)
     base = args[0] if optional and args else tp
     if base is bool:
-        return (bool, "") if not optional else (_optional(_bool), "BOOL")
+        return (bool, "") if not optional else (none_or(_bool), "BOOL")
     origin = typing.get_origin(base)
     if origin in (dict, list):
         return _json(name, dict if origin is dict else list), "JSON"
     kind = {int: int, float: float, str: str}[base]
     metavar = {int: "N", float: "X", str: "TEXT"}[base]
-    return (_optional(kind) if optional else kind), metavar
+    return (none_or(kind) if optional else kind), metavar
 
-
-def _optional(kind: Any) -> Any:
-    def parse(text: str) -> Any:
-        return None if text.lower() in ("none", "null") else kind(text)
-
-    parse.__name__ = getattr(kind, "__name__", "value")
-    return parse
 
 
 def _bool(text: str) -> bool:

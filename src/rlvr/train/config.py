@@ -10,11 +10,7 @@ the fix. This module imports no torch, so `rlvr train --help` stays fast.
 
 from __future__ import annotations
 
-import ast
 import dataclasses
-import functools
-import inspect
-import itertools
 import math
 import tomllib
 import types
@@ -24,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from rlvr.errors import UsageError
+from rlvr.train import fields
 
 LOSS_NAMES = ("grpo", "dr_grpo", "dapo", "cispo", "gspo")
 """The keys of `rlvr.train.losses.LOSSES` (kept here so that config stays torch-free)."""
@@ -164,28 +161,12 @@ def from_dict(values: dict[str, Any], *, source: str = "config") -> TrainConfig:
 
 def check_resume(saved: dict[str, Any], new: TrainConfig) -> None:
     """A resumed run must keep the config it started with, except `RESUME_MAY_CHANGE`."""
-    current = new.to_dict()
-    for key, old in saved.items():
-        if key in RESUME_MAY_CHANGE or key not in current:
-            continue
-        if current[key] != old:
-            raise UsageError(
-                f"cannot resume: {key} was {old!r} when the run started, now {current[key]!r}; "
-                f"use the original value or start a new run in another output_dir"
-            )
+    fields.check_resume(saved, new.to_dict(), RESUME_MAY_CHANGE)
 
 
-@functools.cache
 def field_docs() -> dict[str, str]:
-    """Each field's docstring (the string literal under it in the class body)."""
-    tree = ast.parse(inspect.getsource(TrainConfig))
-    docs: dict[str, str] = {}
-    body = tree.body[0].body  # type: ignore[attr-defined]
-    for node, after in itertools.pairwise(body):
-        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
-                and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)):
-            docs[node.target.id] = str(after.value.value)
-    return docs
+    """Each field's docstring, for `--help`."""
+    return fields.field_docs(TrainConfig)
 
 
 # ---- validation ----------------------------------------------------------------------------

@@ -5,16 +5,13 @@ Kept apart from `rlvr.train.sft` so that building the CLI imports no torch.
 
 from __future__ import annotations
 
-import ast
 import dataclasses
-import functools
-import inspect
-import itertools
 import math
 from dataclasses import dataclass
 from typing import Any
 
 from rlvr.errors import UsageError
+from rlvr.train import fields
 
 RESUME_MAY_CHANGE = frozenset(
     {"output_dir", "epochs", "max_steps", "eval_every", "save_every", "skip_bad_lines", "device"}
@@ -111,24 +108,9 @@ class SFTConfig:
 
 def check_resume(saved: dict[str, Any], new: SFTConfig) -> None:
     """A resumed run keeps the config it started with, except `RESUME_MAY_CHANGE`."""
-    current = new.to_dict()
-    for key, old in saved.items():
-        if key not in RESUME_MAY_CHANGE and key in current and current[key] != old:
-            raise UsageError(
-                f"cannot resume: {key} was {old!r} when the run started, now {current[key]!r}; "
-                "use the original value or start a new run in another output directory"
-            )
+    fields.check_resume(saved, new.to_dict(), RESUME_MAY_CHANGE)
 
 
-@functools.cache
 def field_docs() -> dict[str, str]:
-    """Each field's docstring (the string literal under it in the class body)."""
-    body = ast.parse(inspect.getsource(SFTConfig)).body[0].body  # type: ignore[attr-defined]
-    return {
-        node.target.id: str(after.value.value)
-        for node, after in itertools.pairwise(body)
-        if isinstance(node, ast.AnnAssign)
-        and isinstance(node.target, ast.Name)
-        and isinstance(after, ast.Expr)
-        and isinstance(after.value, ast.Constant)
-    }
+    """Each field's docstring, for `--help`."""
+    return fields.field_docs(SFTConfig)
