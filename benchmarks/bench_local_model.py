@@ -5,8 +5,11 @@ stand-in game when it is not installed) through the ordinary engine, and counts 
 tokens per second of wall time:
 
     local      LocalModel: concurrent requests share batched decode steps (this is rlvr's client);
-               each turn reuses the previous turn's KV cache and prefills only the new tokens
-    local-noreuse   the same without KV cache reuse (every turn prefills the whole conversation)
+               each turn reuses the previous turn's KV cache and prefills only the new tokens;
+               requests that arrive together with a long common prefix (the system prompt)
+               prefill it once
+    local-noshare   LocalModel with reuse across turns but without prefilling a common prefix once
+    local-noreuse   the same without KV cache reuse (every request prefills its whole prompt)
     generate   `model.generate` once per request, one request at a time (the baseline)
     generate-nocudnn   the same with LocalModel's attention kernels (no cuDNN attention, which
                rebuilds its plan for every new sequence length on some torch/GPU pairs)
@@ -43,6 +46,19 @@ from rlvr.clients.local import LocalModel
 from rlvr.clients.local_batch import attention_backends
 from rlvr.engine import run_rollouts
 from rlvr.types import Usage
+
+
+@contextlib.contextmanager
+def _shared_prefix(on: bool):
+    """Turn LocalModel's prefill-a-common-prefix-once off for a run (`local-noshare`)."""
+    from rlvr.clients import local_batch
+
+    saved = local_batch.MIN_SHARED
+    local_batch.MIN_SHARED = saved if on else 1 << 62
+    try:
+        yield
+    finally:
+        local_batch.MIN_SHARED = saved
 
 
 class PerRequestGenerate:
@@ -251,7 +267,7 @@ def main() -> None:
     p.add_argument(
         "--modes",
         default="local,generate,padded",
-        help="comma-separated: local,local-noreuse,generate,generate-nocudnn,padded,cb",
+        help="comma-separated: local,local-noshare,local-noreuse,generate,generate-nocudnn,padded,cb",
     )
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     args = p.parse_args()
@@ -283,12 +299,13 @@ def main() -> None:
         runs = sum(1 for k in results if k.split("#")[0] == mode)
         key = mode if not runs else f"{mode}#{runs + 1}"  # a mode may be listed more than once
         try:
-            if mode in ("local", "local-noreuse"):
-                client = lm if mode == "local" else noreuse
+            if mode in ("local", "local-noshare", "local-noreuse"):
+                client = noreuse if mode == "local-noreuse" else lm
                 client.clear_cache()  # replayed games must not hit the last run's entries
                 s0 = dataclasses.replace(client.stats)
-                results[key] = play(client, args.games, args)
-                for k in ("prefills", "decode_steps", "prompt_tokens", "reused_tokens"):
+                with _shared_prefix(mode != "local-noshare"):
+                    results[key] = play(client, args.games, args)
+                for k in ("prefills", "decode_steps", "prompt_tokens", "reused_tokens", "shared_tokens"):
                     results[key][k] = getattr(client.stats, k) - getattr(s0, k)
             elif mode == "generate":
                 results[key] = play(PerRequestGenerate(lm), args.baseline_games, args)
@@ -321,11 +338,12 @@ def main() -> None:
             f"{r['tokens_per_s']:>10.0f} {ratio:>12}"
         )
     for mode, r in results.items():
-        if mode.split("#")[0] in ("local", "local-noreuse"):
+        if mode.split("#")[0] in ("local", "local-noshare", "local-noreuse"):
             print(
                 f"{mode}: {r['requests']:.0f} requests in {r['prefills']:.0f} prefills and "
                 f"{r['decode_steps']:.0f} decode steps (mean {r['tokens'] / max(r['decode_steps'], 1):.0f} "
-                f"rows/step); prompt tokens prefilled {r['prompt_tokens']:.0f}, reused {r['reused_tokens']:.0f}"
+                f"rows/step); prompt tokens prefilled {r['prompt_tokens']:.0f} "
+                f"(+ {r['shared_tokens']:.0f} once for rows sharing them), reused {r['reused_tokens']:.0f}"
             )
 
 

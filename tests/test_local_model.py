@@ -411,6 +411,40 @@ def test_reused_kv_cache_gives_the_same_ids_and_logprobs(lm, temperature) -> Non
     _wait_idle(plain, reuse)
 
 
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_a_common_prompt_prefix_is_prefilled_once(lm, temperature) -> None:
+    system = "You play a game. " + " ".join(f"rule {k}: move well." for k in range(12))
+    prompts = [
+        [{"role": "system", "content": system}, {"role": "user", "content": f"board {i} " * (1 + i % 3)}]
+        for i in range(12)
+    ]
+    plain = LocalModel("tiny", model=lm.model, tokenizer=lm.tokenizer, reuse_cache=False)
+    shared = LocalModel("tiny", model=lm.model, tokenizer=lm.tokenizer)
+    sampling = SamplingArgs(max_tokens=6, temperature=temperature)
+
+    async def all_of(client):
+        return await asyncio.gather(
+            *(client.chat(p, sampling.replace(seed=i)) for i, p in enumerate(prompts))
+        )
+
+    without, with_ = run(all_of(plain)), run(all_of(shared))
+    for a, b in zip(without, with_):
+        assert a.token_ids == b.token_ids
+        assert b.logprobs == pytest.approx(a.logprobs, abs=2e-4)
+    ids = [c.prompt_token_ids for c in with_]
+    common = next(n for n in range(len(ids[0])) if any(x[n] != ids[0][n] for x in ids))
+    assert common >= 32  # long enough to share
+    total = sum(map(len, ids))
+    assert plain.stats.shared_tokens == 0 and plain.stats.prompt_tokens == total
+    # one row prefilled the common part; each request prefilled at most its own rest plus the
+    # padding up to the longest rest among those that joined with it
+    assert shared.stats.shared_tokens == common
+    assert shared.stats.prompt_tokens + shared.stats.reused_tokens == total
+    assert shared.stats.reused_tokens >= 0.6 * common * len(prompts)
+    assert shared.stats.prompt_tokens + shared.stats.shared_tokens < 0.6 * total
+    _wait_idle(plain, shared)
+
+
 def _wait_idle(*clients) -> None:
     """Let the worker threads end (a daemon thread inside torch at interpreter exit can abort)."""
     for client in clients:

@@ -44,10 +44,12 @@ while a `chat()` is in flight.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import inspect
 import json
 import random
 import re
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -83,6 +85,8 @@ class GenerationStats:
     """Prompt tokens run through prefills (reused ones not counted)."""
     reused_tokens: int = 0
     """Prompt tokens whose keys and values came from the reuse cache."""
+    shared_tokens: int = 0
+    """Tokens of prompt prefixes that joiners had in common, prefilled once for all of them."""
 
 
 class LocalModel:
@@ -366,7 +370,25 @@ def _load(path_or_id: str, device: str | None, dtype: str | None) -> tuple[Any, 
         raise ModelError(
             f"cannot load a causal language model from {path_or_id}: {detail}"
         ) from None
+    if device == "cpu":
+        keep_freed_blocks()
     return model.to(device).eval(), tokenizer
+
+
+def keep_freed_blocks(limit: int = 1 << 30) -> bool:
+    """Let glibc's malloc serve blocks up to `limit` bytes from its heap instead of mapping fresh
+    pages for each (`mallopt(M_MMAP_THRESHOLD)`). On CPU every prefill allocates activations of
+    hundreds of MB; mapped anew each time, their pages fault in again (measured: 14M page faults
+    and 28 s of system time in a 200-game tic-tac-toe evaluation on 2 cores, 4M with this, and
+    the evaluation took about 30% less time). The process keeps freed memory for reuse.
+    Called when `LocalModel` loads a model onto the CPU; False where there is no glibc."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        return bool(libc.mallopt(-3, limit))  # -3 = M_MMAP_THRESHOLD
+    except (OSError, AttributeError):
+        return False
 
 
 def _context_length(model: Any, tokenizer: Any) -> int:

@@ -8,7 +8,8 @@ row, so a row's tokens see exactly the positions they would see alone. The cache
 (sliding-window, hybrid) `mergeable` is False and `LocalModel` only admits into an empty batch.
 
 With `LocalModel(reuse_cache=True)` a finished row's keys and values are kept, and a joiner whose
-prompt extends a kept sequence prefills only the rest (see `rlvr.clients.local_prefix`).
+prompt extends a kept sequence prefills only the rest; joiners with a long common prefix and
+nothing kept prefill that prefix once (see `rlvr.clients.local_prefix`).
 
 `sample_tokens` draws each row's token with Gumbel noise hashed from (seed, step, token id):
 a seeded request gets the same tokens whatever else shares its batch.
@@ -25,10 +26,18 @@ from typing import Any
 import torch
 from transformers import DynamicCache
 
-from rlvr.clients.local_prefix import extend_hashes, past_cache, prefix_hashes, row_kv
+from rlvr.clients.local_prefix import (
+    common_prefix_len,
+    extend_hashes,
+    past_cache,
+    prefix_hashes,
+    row_kv,
+)
 from rlvr.types import Completion
 
 _M32 = 0xFFFFFFFF
+MIN_SHARED = 32
+"""Joiners with no kept prefix but this many leading tokens in common prefill them once."""
 
 
 @dataclass(eq=False)
@@ -160,6 +169,11 @@ class Batch:
         for r in joiners:
             r.hashes, r.cache_version = prefix_hashes(r.prompt_ids), prefix.version
             hits.append(prefix.lookup(r.prompt_ids, r.hashes) if prefix.usable else (None, 0))
+        if self._share_prefix([r for r, (_, m) in zip(joiners, hits) if m == 0]):
+            hits = [
+                prefix.lookup(r.prompt_ids, r.hashes) if m == 0 else (kv, m)  # type: ignore[arg-type]
+                for r, (kv, m) in zip(joiners, hits)
+            ]
         width = max(len(r.prompt_ids) - m for r, (_, m) in zip(joiners, hits))
         out: list[tuple[Any, int]] = []
         for r, (kv, m) in zip(joiners, hits):
@@ -167,17 +181,50 @@ class Batch:
             out.append(([(k[:, :, :m], v[:, :, :m]) for k, v in kv], m) if m else (None, 0))
         return out
 
+    def _share_prefix(self, cold: list[Request]) -> bool:
+        """Prefill once the prefix that joiners without a kept one have in common (when it is
+        at least `MIN_SHARED` tokens) and keep it as a shared entry; True when it was kept."""
+        owner, prefix = self.owner, self.owner.prefix
+        if len(cold) < 2 or prefix is None:
+            return False
+        n = min(common_prefix_len([r.prompt_ids for r in cold]), min(len(r.prompt_ids) for r in cold) - 1)
+        if n < MIN_SHARED:
+            return False
+        ids = torch.tensor([cold[0].prompt_ids[:n]], device=owner.device)
+        cache = _new_cache(owner.model)
+        self._forward(ids, torch.ones_like(ids), torch.arange(n, device=owner.device)[None], cache)
+        owner.stats.prefills += 1
+        owner.stats.shared_tokens += n
+        layers = _layers(cache)
+        if prefix.usable is None:
+            prefix.usable = bool(layers) and all(type(x).__name__ == "DynamicLayer" for x in layers)
+        if not prefix.usable:
+            return False
+        kv = [(layer.keys, layer.values) for layer in layers]
+        assert cold[0].hashes is not None
+        prefix.store(cold[0].prompt_ids[:n], cold[0].hashes[: n + 1], n, kv, cold[0].cache_version,
+                     shared=True)
+        return True
+
     def _store(self, rows: list[Request]) -> None:
         """Keep the keys and values of finished rows: prompt + sampled ids but the last."""
         prefix, layers = self.owner.prefix, _layers(self.cache)
         assert prefix is not None and self.mask is not None
         prefix.check_weights(self.owner.model)
         index = {id(r): i for i, r in enumerate(self.rows)}
-        for r in rows:
-            if r.hashes is None or r.cache_version != prefix.version or r.finish is None:
-                continue
+        keep = [
+            r for r in rows
+            if r.hashes is not None and r.cache_version == prefix.version and r.finish is not None
+        ]
+        if not keep:
+            return
+        # the finished rows' mask, brought to the CPU at once (one wait for the GPU, not one each)
+        at = torch.tensor([index[id(r)] for r in keep], device=self.mask.device)
+        masks = self.mask.index_select(0, at).cpu()
+        for r, mask_row in zip(keep, masks):
+            assert r.hashes is not None
             seq = r.prompt_ids + r.ids[:-1]
-            kv = row_kv(layers, self.mask, index[id(r)], len(seq))
+            kv = row_kv(layers, mask_row, index[id(r)], len(seq))
             if kv is not None:
                 hashes = extend_hashes(r.hashes, r.ids[:-1])
                 prefix.store(seq, hashes, len(r.prompt_ids), kv, r.cache_version)

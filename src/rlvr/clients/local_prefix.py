@@ -10,6 +10,11 @@ differently near its end); at least one prompt token is always left to prefill (
 the first sampled token). Matching compares prefix hashes of the ids (polynomial, mod 2^61 - 1)
 and confirms the match on the ids themselves.
 
+Requests that join together with no kept prefix but a long common one (a shared system prompt,
+the rollouts of one GRPO group) have that prefix prefilled once, as one batch row, and kept as a
+*shared* entry: every joiner starts from it, and a later one with the same prefix does too. A
+shared entry is not dropped when a request extends all of it.
+
 Entries are bounded by count and by bytes (least recently used go first); an entry whose whole
 sequence was extended is dropped (the new request keeps a longer one). Entries belong to one
 version of the weights: `clear()` drops them all and bumps `version` (requests admitted before
@@ -54,6 +59,7 @@ class Entry:
     kv: list[tuple[torch.Tensor, torch.Tensor]]  # per layer, (1, heads, len(ids), head_dim)
     nbytes: int
     key: int
+    shared: bool = False  # a common prefix: kept when a request extends all of it
 
 
 class PrefixCache:
@@ -104,7 +110,7 @@ class PrefixCache:
                     best, best_m = entry, lo
             if best is None or ids[:best_m] != best.ids[:best_m]:  # a hash collision
                 return None, 0
-            if best_m == len(best.ids):
+            if best_m == len(best.ids) and not best.shared:
                 del self.entries[best.key]
                 self.nbytes -= best.nbytes
             else:
@@ -118,12 +124,14 @@ class PrefixCache:
         prompt_len: int,
         kv: list[tuple[torch.Tensor, torch.Tensor]],
         version: int,
+        shared: bool = False,
     ) -> None:
         nbytes = sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in kv)
         with self._lock:
             if version != self.version or nbytes > self.max_bytes or self.max_entries < 1:
                 return
-            self.entries[self._next_key] = Entry(ids, hashes, prompt_len, kv, nbytes, self._next_key)
+            key = self._next_key
+            self.entries[key] = Entry(ids, hashes, prompt_len, kv, nbytes, key, shared)
             self._next_key += 1
             self.nbytes += nbytes
             while len(self.entries) > self.max_entries or self.nbytes > self.max_bytes:
@@ -131,38 +139,54 @@ class PrefixCache:
                 self.nbytes -= old.nbytes
 
 
+def common_prefix_len(seqs: list[list[int]]) -> int:
+    """How many leading ids all of `seqs` have in common."""
+    first, n = seqs[0], min(map(len, seqs))
+    for seq in seqs[1:]:
+        i = 0
+        while i < n and seq[i] == first[i]:
+            i += 1
+        n = i
+    return n
+
+
 def past_cache(
     cache: Any, hits: list[tuple[list[tuple[torch.Tensor, torch.Tensor]] | None, int]], device: Any
 ) -> torch.Tensor:
     """Fill the empty `cache` with the rows' kept keys and values (right aligned, zeros before)
-    and return the (B, width) mask of those columns."""
+    and return the (B, width) mask of those columns. Four kernels a row, whatever the depth."""
     width = max(m for _, m in hits)
-    mask = torch.zeros((len(hits), width), dtype=torch.long, device=device)
+    mask = torch.zeros((len(hits), width), dtype=torch.long)
     first = next(kv for kv, _ in hits if kv is not None)
-    for layer, (k0, v0) in enumerate(first):
-        keys = k0.new_zeros((len(hits), k0.shape[1], width, k0.shape[3]))
-        values = v0.new_zeros((len(hits), v0.shape[1], width, v0.shape[3]))
-        for i, (kv, m) in enumerate(hits):
-            if kv is not None:
-                keys[i, :, width - m :] = kv[layer][0][0]
-                values[i, :, width - m :] = kv[layer][1][0]
-        cache.update(keys, values, layer)
-    for i, (_, m) in enumerate(hits):
-        mask[i, width - m :] = 1
-    return mask
+    k0, v0 = first[0]
+    keys = k0.new_zeros((len(first), len(hits), k0.shape[1], width, k0.shape[3]))
+    values = v0.new_zeros((len(first), len(hits), v0.shape[1], width, v0.shape[3]))
+    for i, (kv, m) in enumerate(hits):
+        if kv is not None:
+            keys[:, i, :, width - m :] = torch.stack([k[0] for k, _ in kv])
+            values[:, i, :, width - m :] = torch.stack([v[0] for _, v in kv])
+            mask[i, width - m :] = 1
+    for layer in range(len(first)):
+        cache.update(keys[layer], values[layer], layer)
+    return mask.to(device)
 
 
 def row_kv(
-    layers: list[Any], mask: torch.Tensor, row: int, n: int
+    layers: list[Any], mask_row: torch.Tensor, row: int, n: int
 ) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
-    """A copy of the first `n` real (unmasked) columns of `row` of the batch cache."""
-    cols = mask[row].nonzero().squeeze(1)[:n]
+    """A copy of the first `n` real (unmasked) columns of `row` of the batch cache.
+
+    `mask_row` is that row of the batch mask, on the CPU. The copy takes two kernels for all
+    layers (four when the real columns are not contiguous), and no wait for the GPU."""
+    cols = mask_row.nonzero().squeeze(1)[:n]
     if len(cols) < n:
         return None
-    return [
-        (
-            layer.keys[row : row + 1].index_select(2, cols),
-            layer.values[row : row + 1].index_select(2, cols),
-        )
-        for layer in layers
-    ]
+    first = int(cols[0]) if n else 0
+    if n == 0 or int(cols[-1]) - first == n - 1:  # contiguous: a slice of every layer
+        keys = torch.stack([layer.keys[row, :, first : first + n] for layer in layers])
+        values = torch.stack([layer.values[row, :, first : first + n] for layer in layers])
+    else:
+        index = cols.to(layers[0].keys.device, non_blocking=True)
+        keys = torch.stack([layer.keys[row] for layer in layers]).index_select(2, index)
+        values = torch.stack([layer.values[row] for layer in layers]).index_select(2, index)
+    return [(keys[i : i + 1], values[i : i + 1]) for i in range(len(layers))]
