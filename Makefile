@@ -13,17 +13,21 @@ $(BIN)/python:
 	$(BIN)/python -m pip install -q --upgrade pip
 
 install: $(BIN)/python
-	$(BIN)/pip install -q -e . $(ENV_PKGS)
+	$(BIN)/pip install -q $(TORCH)
+	$(BIN)/pip install -q -e '.[train]' $(ENV_PKGS)
 
 install-dev: $(BIN)/python
 	$(BIN)/pip install -q $(TORCH)
 	$(BIN)/pip install -q -e '.[train,plot,gym,mcp,test]' $(ENV_PKGS)
 
+# The main job: the shipped tic-tac-toe model (models/tictactoe-tiny, the env's default when no -m
+# is given) plays 200 greedy games against each opponent on the CPU, then the table.
 run: install
-	$(BIN)/rlvr eval tictactoe -m policy:optimal -a '{"opponent": "optimal"}' -n 200 -r 1 -q -o runs/make-run/tictactoe-optimal --resume
-	$(BIN)/rlvr eval tictactoe -m policy:optimal -a '{"opponent": "random"}' -n 200 -r 1 -q -o runs/make-run/tictactoe-random --resume
 	$(BIN)/rlvr eval reverse_text -m policy:oracle -n 10 -r 2 -q -o runs/make-run/reverse_text --resume
 	$(BIN)/rlvr eval double_check -m policy:oracle -n 10 -r 2 -q -o runs/make-run/double_check --resume
+	$(BIN)/rlvr eval tictactoe -a '{"opponent": "random", "eval_examples": 200}' -n -1 -r 1 -T 0 -c 200 -q -o runs/make-run/eval/shipped-random --resume
+	$(BIN)/rlvr eval tictactoe -a '{"opponent": "optimal", "eval_examples": 200}' -n -1 -r 1 -T 0 -c 200 -q -o runs/make-run/eval/shipped-optimal --resume
+	$(BIN)/python scripts/tictactoe_table.py runs/make-run --stages shipped --opponents random,optimal
 
 test: install-dev
 	$(BIN)/python -m pytest

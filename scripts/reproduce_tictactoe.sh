@@ -17,7 +17,7 @@ DEVICE_FLAGS=${DEVICE_FLAGS:---bf16}
 if [ "$SCALE" = smoke ]; then
   GAMES=300; SFT_STEPS=10; RL1_STEPS=2; RL2_STEPS=2; BATCH=16; GROUP=4; BUCKETS=4; EVAL_GAMES=10; EVAL_TASKS=4; DEVICE_FLAGS=""
 else
-  GAMES=${GAMES:-20000}; SFT_STEPS=${SFT_STEPS:-1500}; RL1_STEPS=${RL1_STEPS:-150}; RL2_STEPS=${RL2_STEPS:-100}
+  GAMES=${GAMES:-20000}; SFT_STEPS=${SFT_STEPS:-1000}; RL1_STEPS=${RL1_STEPS:-50}; RL2_STEPS=${RL2_STEPS:-100}
   BATCH=${BATCH:-256}; GROUP=${GROUP:-8}; BUCKETS=${BUCKETS:-8}; EVAL_GAMES=${EVAL_GAMES:-200}; EVAL_TASKS=${EVAL_TASKS:-100}
 fi
 mkdir -p "$OUT"
@@ -71,17 +71,23 @@ rl rl1 "$OUT/sft/final" "$RL1_STEPS" '{"min_random_move_prob": 0.2, "max_random_
 rl rl2 "$OUT/rl1/final" "$RL2_STEPS" '{"min_random_move_prob": 0.0, "max_random_move_prob": 0.25}' --lr 3e-5 --temperature 1.25
 
 # 6. evaluation: held-out seeds, random and optimal opponents, plus an optimal opponent whose
-#    tie-breaks come from another seed stream
+#    tie-breaks come from another seed stream. A stage's three cells run side by side (each one
+#    leaves the GPU mostly idle); a cell that is complete is skipped, a partial one resumes.
+eval_cell() {  # eval_cell STAGE MODEL OPPONENT
+  local dir="$OUT/eval/$1-$3" args="{\"opponent\": \"${3%-reseeded}\", \"eval_examples\": $EVAL_GAMES"
+  [ -f "$dir/metadata.json" ] && grep -q '"status": "complete"' "$dir/metadata.json" && return 0
+  [ "$3" = optimal-reseeded ] && args="$args, \"eval_seed\": $((SEED + 7919))"
+  rlvr eval tictactoe -m "$2" -a "$args}" -n -1 -r 1 -T 0 -t 48 -c 256 -q -o "$dir" --resume \
+    > "$OUT/eval/$1-$3.log" 2>&1 || { echo "eval $1 vs $3 failed:"; tail -20 "$OUT/eval/$1-$3.log"; return 1; }
+}
+mkdir -p "$OUT/eval"; stamp eval
 for stage in base sft rl1 rl2 teacher; do
   model="$OUT/$stage/final"; [ "$stage" = base ] && model="$OUT/base"; [ "$stage" = teacher ] && model=policy:teacher
   [ "$stage" = teacher ] || [ -f "$model/config.json" ] || continue
-  for opp in random optimal optimal-reseeded; do
-    dir="$OUT/eval/$stage-$opp"
-    [ -f "$dir/metadata.json" ] && grep -q '"status": "complete"' "$dir/metadata.json" && continue
-    args="{\"opponent\": \"${opp%-reseeded}\", \"eval_examples\": $EVAL_GAMES"
-    [ "$opp" = optimal-reseeded ] && args="$args, \"eval_seed\": $((SEED + 7919))"
-    log "eval $stage vs $opp"
-    rlvr eval tictactoe -m "$model" -a "$args}" -n -1 -r 1 -T 0 -t 48 -c 256 -q -o "$dir" --resume
-  done
+  log "eval $stage"
+  pids=()
+  for opp in random optimal optimal-reseeded; do eval_cell "$stage" "$model" "$opp" & pids+=($!); done
+  for pid in "${pids[@]}"; do wait "$pid"; done
 done
+done_in eval
 python scripts/tictactoe_table.py "$OUT" | tee "$OUT/table.md"

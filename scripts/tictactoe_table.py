@@ -1,19 +1,22 @@
 """Print the tic-tac-toe results table (reference columns) from a reproduce_tictactoe.sh run.
 
     python scripts/tictactoe_table.py runs/tictactoe
+    python scripts/tictactoe_table.py runs/make-run --stages shipped --opponents random,optimal
+
+Cells are read from OUT/eval/STAGE-OPPONENT (`rlvr eval` result folders).
 """
 
 from __future__ import annotations
 
+import argparse
 import statistics
-import sys
 from pathlib import Path
 
 from rlvr.results import RunDir
 
-STAGES = [("teacher", "teacher (policy:teacher)"), ("base", "base (random weights)"), ("sft", "after SFT"),
-          ("rl1", "after RL phase 1"), ("rl2", "after RL phase 2")]
-OPPONENTS = [("random", "vs random"), ("optimal", "vs optimal"), ("optimal-reseeded", "vs optimal, other seeds")]
+STAGES = {"teacher": "teacher (policy:teacher)", "base": "base (random weights)", "sft": "after SFT",
+          "rl1": "after RL phase 1", "rl2": "after RL phase 2", "shipped": "models/tictactoe-tiny"}
+OPPONENTS = {"random": "vs random", "optimal": "vs optimal", "optimal-reseeded": "vs optimal, other seeds"}
 
 
 def cell(run: Path) -> str:
@@ -33,17 +36,23 @@ def cell(run: Path) -> str:
     return f"{wdl} | {pct('format_reward'):.1f} | {invalid:.1f} | {mean:.3f}"
 
 
-def main(out: str) -> None:
+def main(out: str, stages: list[str], opponents: list[str]) -> None:
     root = Path(out) / "eval"
-    head = " | ".join(f"{label}: W/D/L % | format % | invalid % | reward" for _, label in OPPONENTS)
+    head = " | ".join(f"{OPPONENTS.get(o, o)}: W/D/L % | format % | invalid % | reward" for o in opponents)
     print(f"| model | {head} |")
-    print("|---" * (1 + 4 * len(OPPONENTS)) + "|")
-    for stage, label in STAGES:
-        print(f"| {label} | " + " | ".join(cell(root / f"{stage}-{opp}") for opp, _ in OPPONENTS) + " |")
+    print("|---" * (1 + 4 * len(opponents)) + "|")
+    for stage in stages:
+        cells = " | ".join(cell(root / f"{stage}-{opp}") for opp in opponents)
+        print(f"| {STAGES.get(stage, stage)} | {cells} |")
     seconds = {p.stem: int(p.read_text()) for p in Path(out).glob("*.seconds")}
     if seconds:
         print("\nseconds per stage: " + ", ".join(f"{k} {v}" for k, v in sorted(seconds.items())))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "runs/tictactoe")
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("out", nargs="?", default="runs/tictactoe", help="the run's output folder")
+    parser.add_argument("--stages", default="teacher,base,sft,rl1,rl2", help="rows, comma-separated")
+    parser.add_argument("--opponents", default=",".join(OPPONENTS), help="column groups, comma-separated")
+    args = parser.parse_args()
+    main(args.out, args.stages.split(","), args.opponents.split(","))

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
 import random
 from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from rlvr import ChatClient, MultiTurnEnv, SamplingArgs, Task, stop
@@ -190,7 +192,7 @@ class TicTacToeEnv(MultiTurnEnv[GameState]):
         return {name: functools.partial(players.policy, name) for name in players.POLICIES}
 
     def default_model(self) -> str | None:
-        return "policy:optimal"
+        return default_model()
 
     def summarize(self, rollouts: Sequence[Any]) -> dict[str, float] | None:
         return summarize(rollouts)
@@ -216,6 +218,23 @@ def _user(content: str) -> dict[str, str]:
 
 
 # ---- entry point ----------------------------------------------------------------------------
+
+
+
+MODEL_VAR = "RLVR_TICTACTOE_MODEL"
+SHIPPED_MODEL = Path(__file__).resolve().parents[3] / "models" / "tictactoe-tiny"
+"""The trained model committed in the rlvr repository (see its README.md); present in a source
+checkout and an editable install, absent from a wheel."""
+
+
+def default_model() -> str:
+    """`$RLVR_TICTACTOE_MODEL` if set, else the shipped model when this is a source checkout, else
+    the optimal reference player (`policy:optimal`)."""
+    if os.environ.get(MODEL_VAR):
+        return os.environ[MODEL_VAR]
+    if (SHIPPED_MODEL / "config.json").is_file():
+        return str(SHIPPED_MODEL)
+    return "policy:optimal"
 
 
 def load_environment(
