@@ -225,11 +225,17 @@ asyncio.run(run_rollouts(env, Policy(player), env.tasks()))
 '''
 
 
+def _default_sigint() -> None:
+    """A suite started in the background (`make test &`) runs with SIGINT ignored, and children
+    inherit that: give the child the default, as in a terminal."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_stops_the_server(server_file: str, tmp_path) -> None:
     script = tmp_path / "ctrl_c.py"
     script.write_text(CTRL_C)
     proc = subprocess.Popen([sys.executable, str(script), server_file], stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True)
+                            stderr=subprocess.DEVNULL, text=True, preexec_fn=_default_sigint)
     try:
         pid = int(proc.stdout.readline())
         assert _alive(pid)

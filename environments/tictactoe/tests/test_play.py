@@ -148,6 +148,8 @@ def test_one_ctrl_c_while_waiting_for_a_move_exits():
     proc = subprocess.Popen(
         [sys.executable, "-m", "rlvr.cli", "play", "tictactoe", "-m", "policy:optimal", "--first", "me"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=root,
+        # a suite started in the background runs with SIGINT ignored; give the child the default
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         seen = b""
