@@ -11,15 +11,14 @@ With `LocalModel(reuse_cache=True)` a finished row's keys and values are kept, a
 prompt extends a kept sequence prefills only the rest; joiners with a long common prefix and
 nothing kept prefill that prefix once (see `rlvr.clients.local_prefix`).
 
-`sample_tokens` draws each row's token with Gumbel noise hashed from (seed, step, token id):
-a seeded request gets the same tokens whatever else shares its batch.
+Each row's token comes from `rlvr.clients.local_sampling.sample_tokens`: a seeded request gets
+the same tokens whatever else shares its batch.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,9 +32,9 @@ from rlvr.clients.local_prefix import (
     prefix_hashes,
     row_kv,
 )
+from rlvr.clients.local_sampling import row_key, sample_tokens
 from rlvr.types import Completion
 
-_M32 = 0xFFFFFFFF
 MIN_SHARED = 32
 """Joiners with no kept prefix but this many leading tokens in common prefill them once."""
 
@@ -245,7 +244,7 @@ class Batch:
             logits,
             temperatures=[r.temperature for r in rows],
             top_ps=[r.top_p for r in rows],
-            keys=[_row_key(r.seed, len(r.ids)) for r in rows],
+            keys=[row_key(r.seed, len(r.ids)) for r in rows],
         )
         for r, token, logprob in zip(rows, tokens.tolist(), logprobs.tolist()):
             if r.finish is not None or r.cancelled:
@@ -310,71 +309,6 @@ class Batch:
         self.next_pos = torch.cat([self.next_pos, next_pos])
         self.last = torch.cat([self.last, last])
         self.rows.extend(joiners)
-
-
-# ---- sampling -------------------------------------------------------------------------------
-
-
-def sample_tokens(
-    logits: torch.Tensor, *, temperatures: list[float], top_ps: list[float], keys: list[int]
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """One token per row of `logits` (B, V) and its logprob under `log_softmax(logits / T)`.
-
-    Temperature 0 is greedy (logprob under T = 1). Top-p keeps the smallest set of tokens whose
-    mass reaches p. Randomness is Gumbel noise hashed from each row's key (see `_row_key`), so a
-    row's sample never depends on the other rows.
-    """
-    device = logits.device
-    temps = torch.tensor(temperatures, device=device)
-    scaled = logits / torch.where(temps > 0, temps, 1.0)[:, None]  # (B, V)
-    logp = torch.log_softmax(scaled, dim=-1)  # (B, V)
-    if any(t > 0 for t in temperatures):
-        cut = [(i, p) for i, (t, p) in enumerate(zip(temperatures, top_ps)) if t > 0 and p < 1.0]
-        candidates = _top_p(scaled, cut) if cut else scaled
-        noise = _gumbel(torch.tensor(keys, dtype=torch.long, device=device), logits.shape[-1])
-        choice = (candidates + noise).argmax(dim=-1)  # (B,)
-        if not all(t > 0 for t in temperatures):
-            choice = torch.where(temps > 0, choice, logits.argmax(dim=-1))
-    else:
-        choice = logits.argmax(dim=-1)  # (B,) all greedy
-    return choice, logp.gather(1, choice[:, None]).squeeze(1)
-
-
-def _top_p(scaled: torch.Tensor, cut: list[tuple[int, float]]) -> torch.Tensor:
-    rows = torch.tensor([j for j, _ in cut], device=scaled.device)
-    p = torch.tensor([p for _, p in cut], device=scaled.device)[:, None]
-    values, order = scaled[rows].sort(dim=-1, descending=True)
-    probs = values.softmax(dim=-1)
-    drop = (probs.cumsum(dim=-1) - probs) >= p  # mass before this token already reaches p
-    values = values.masked_fill(drop, float("-inf"))
-    out = scaled.clone()
-    out[rows] = torch.full_like(values, float("-inf")).scatter(1, order, values)
-    return out
-
-
-def _mix32(x: Any) -> Any:
-    """A 32-bit integer hash (works on Python ints and int64 tensors alike)."""
-    x = (((x >> 16) ^ x) * 0x45D9F3B) & _M32
-    x = (((x >> 16) ^ x) * 0x45D9F3B) & _M32
-    return (x >> 16) ^ x
-
-
-def _row_key(seed: int, step: int) -> int:
-    return _mix32(((seed & _M32) * 0x9E3779B1 + (step + 1) * 0x85EBCA6B) & _M32)
-
-
-@functools.cache
-def _salt(vocab: int, device: torch.device) -> torch.Tensor:
-    """(V,) a hash of each token id, so that neighbouring ids get unrelated noise."""
-    return _mix32(torch.arange(vocab, device=device, dtype=torch.long) * 0x27D4EB2F & _M32)
-
-
-def _gumbel(keys: torch.Tensor, vocab: int) -> torch.Tensor:
-    """(B, V) Gumbel noise from a hash of (row key, token id); 24-bit uniforms."""
-    salt = _salt(vocab, keys.device)
-    bits = _mix32(keys[:, None] ^ salt[None, :])
-    u = ((bits >> 8).float() + 0.5) * 2.0**-24
-    return -torch.log(-torch.log(u))
 
 
 def attention_backends(device: torch.device) -> Any:
