@@ -9,8 +9,9 @@ Cells are read from OUT/eval/STAGE-OPPONENT (`rlvr eval` result folders).
 from __future__ import annotations
 
 import argparse
-import statistics
 from pathlib import Path
+
+from rlvr_tictactoe.rewards import summarize
 
 from rlvr.results import RunDir
 
@@ -22,18 +23,11 @@ OPPONENTS = {"random": "vs random", "optimal": "vs optimal", "optimal-reseeded":
 def cell(run: Path) -> str:
     if not (run / "results.jsonl").exists():
         return "not run | | | "
-    rollouts = [r for r in RunDir.open(run).read() if r.error is None]
-    if not rollouts:
+    row = summarize(RunDir.open(run).read())
+    if row is None:
         return "no games | | | "
-    n = len(rollouts)
-
-    def pct(name: str) -> float:
-        return 100 * sum(r.rewards.get(name, 0.0) for r in rollouts) / n
-
-    wdl = f"{pct('win'):.1f}/{pct('draw'):.1f}/{pct('loss') + pct('timeout'):.1f}"
-    invalid = 100 * sum(r.rewards.get("invalid_moves", 0.0) > 0 for r in rollouts) / n
-    mean = statistics.fmean(r.reward for r in rollouts)
-    return f"{wdl} | {pct('format_reward'):.1f} | {invalid:.1f} | {mean:.3f}"
+    wdl = f"{row['win %']:.1f}/{row['draw %']:.1f}/{row['loss %'] + row['timeout %']:.1f}"
+    return f"{wdl} | {row['format %']:.1f} | {row['invalid %']:.1f} | {row['mean reward']:.3f}"
 
 
 def main(out: str, stages: list[str], opponents: list[str]) -> None:

@@ -101,7 +101,7 @@ class Batch:
         owner.stats.prompt_tokens += sum(map(len, suffixes))
         owner.stats.reused_tokens += sum(m for _, m in hits)
         tokens = self._sample(logits, joiners)
-        mergeable = all(type(layer).__name__ == "DynamicLayer" for layer in _layers(cache))
+        mergeable = _plain(cache)
         if owner.prefix is not None and owner.prefix.usable is None:
             owner.prefix.usable = mergeable and bool(_layers(cache))
         if not self.rows:
@@ -168,11 +168,9 @@ class Batch:
         for r in joiners:
             r.hashes, r.cache_version = prefix_hashes(r.prompt_ids), prefix.version
             hits.append(prefix.lookup(r.prompt_ids, r.hashes) if prefix.usable else (None, 0))
-        if self._share_prefix([r for r, (_, m) in zip(joiners, hits) if m == 0]):
-            hits = [
-                prefix.lookup(r.prompt_ids, r.hashes) if m == 0 else (kv, m)  # type: ignore[arg-type]
-                for r, (kv, m) in zip(joiners, hits)
-            ]
+        shared = self._share_prefix([r for r, (_, m) in zip(joiners, hits) if m == 0])
+        if shared is not None:  # every joiner without a kept prefix starts from the shared one
+            hits = [(kv, m) if m else shared for kv, m in hits]
         width = max(len(r.prompt_ids) - m for r, (_, m) in zip(joiners, hits))
         out: list[tuple[Any, int]] = []
         for r, (kv, m) in zip(joiners, hits):
@@ -180,15 +178,16 @@ class Batch:
             out.append(([(k[:, :, :m], v[:, :, :m]) for k, v in kv], m) if m else (None, 0))
         return out
 
-    def _share_prefix(self, cold: list[Request]) -> bool:
+    def _share_prefix(self, cold: list[Request]) -> tuple[Any, int] | None:
         """Prefill once the prefix that joiners without a kept one have in common (when it is
-        at least `MIN_SHARED` tokens) and keep it as a shared entry; True when it was kept."""
+        at least `MIN_SHARED` tokens), keep it as a shared entry for later joiners, and return
+        its keys and values and length (None when there is none)."""
         owner, prefix = self.owner, self.owner.prefix
         if len(cold) < 2 or prefix is None:
-            return False
+            return None
         n = min(common_prefix_len([r.prompt_ids for r in cold]), min(len(r.prompt_ids) for r in cold) - 1)
         if n < MIN_SHARED:
-            return False
+            return None
         ids = torch.tensor([cold[0].prompt_ids[:n]], device=owner.device)
         cache = _new_cache(owner.model)
         self._forward(ids, torch.ones_like(ids), torch.arange(n, device=owner.device)[None], cache)
@@ -196,14 +195,14 @@ class Batch:
         owner.stats.shared_tokens += n
         layers = _layers(cache)
         if prefix.usable is None:
-            prefix.usable = bool(layers) and all(type(x).__name__ == "DynamicLayer" for x in layers)
+            prefix.usable = bool(layers) and _plain(cache)
         if not prefix.usable:
-            return False
+            return None
         kv = [(layer.keys, layer.values) for layer in layers]
         assert cold[0].hashes is not None
         prefix.store(cold[0].prompt_ids[:n], cold[0].hashes[: n + 1], n, kv, cold[0].cache_version,
                      shared=True)
-        return True
+        return kv, n
 
     def _store(self, rows: list[Request]) -> None:
         """Keep the keys and values of finished rows: prompt + sampled ids but the last."""
@@ -337,3 +336,8 @@ def _new_cache(model: Any) -> Any:
 
 def _layers(cache: Any) -> list[Any]:
     return list(getattr(cache, "layers", ()))
+
+
+def _plain(cache: Any) -> bool:
+    """Every layer a plain `DynamicLayer` (the cache surgery here needs them)."""
+    return all(type(layer).__name__ == "DynamicLayer" for layer in _layers(cache))
