@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -13,11 +14,16 @@ _HERE = str(Path(__file__).parent)
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)  # tests import the helper module `openai_server`
 
-from openai_server import OpenAIServer
+if TYPE_CHECKING:
+    from openai_server import OpenAIServer
 
 
 @pytest.fixture(scope="session")
 def _openai_server_session() -> Iterator[OpenAIServer]:
+    # imported here: the server needs the dev extra (uvicorn), which a GPU machine running only
+    # tests/test_gpu.py may not have
+    from openai_server import OpenAIServer
+
     with OpenAIServer() as server:
         yield server
 

@@ -26,10 +26,12 @@ def tiny_dir(tmp_path_factory):
     return build_tiny_model(tmp_path_factory.mktemp("tiny"), preset="tiny")
 
 
-@pytest.fixture(scope="module")
-def lm(tiny_dir) -> LocalModel:
+@pytest.fixture(scope="module", params=[False, True], ids=["dynamic", "static"])
+def lm(tiny_dir, request) -> LocalModel:
     """A tiny model with large random weights: greedy replies vary with the prompt and never
-    emit EOS, which makes batching mistakes show up as different token ids."""
+    emit EOS, which makes batching mistakes show up as different token ids. Every test that
+    takes it runs twice: decoding over transformers' DynamicCache, and over static KV slots
+    (`rlvr.clients.local_slots`, without CUDA graphs on the CPU)."""
     model = transformers.AutoModelForCausalLM.from_pretrained(tiny_dir)
     tokenizer = transformers.AutoTokenizer.from_pretrained(tiny_dir)
     gen = torch.Generator().manual_seed(0)
@@ -37,7 +39,14 @@ def lm(tiny_dir) -> LocalModel:
         for p in model.parameters():
             if p.dim() > 1:
                 p.normal_(0.0, 0.3, generator=gen)
-    return LocalModel("tiny", model=model.eval(), tokenizer=tokenizer, max_batch_size=64)
+    return LocalModel("tiny", model=model.eval(), tokenizer=tokenizer, max_batch_size=64,
+                      static_cache=request.param)
+
+
+def like(lm: LocalModel, **kwargs) -> LocalModel:
+    """Another client on `lm`'s model, with the same decoder."""
+    return LocalModel("tiny", model=lm.model, tokenizer=lm.tokenizer,
+                      static_cache=lm.static_cache, **kwargs)
 
 
 def ask(i: int) -> list[dict]:
@@ -235,6 +244,19 @@ def test_prompt_too_long_and_context_cap(lm) -> None:
         lm.context_length = saved
 
 
+def test_a_repeated_prompt_is_rendered_once(lm, monkeypatch) -> None:
+    client = like(lm)
+    calls = []
+    template = client.tokenizer.apply_chat_template
+    monkeypatch.setattr(client.tokenizer, "apply_chat_template",
+                        lambda *a, **k: calls.append(1) or template(*a, **k))
+    first = client.render(ask(1))
+    assert client.render(ask(1)) == first and len(calls) == 1  # a GRPO group: one render
+    assert client.render(ask(2)) != first and len(calls) == 2
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    assert client.render(ask(1), tools) != first and len(calls) == 3  # tools are part of the key
+
+
 def test_tools_reach_the_chat_template(lm) -> None:
     tool = {
         "type": "function",
@@ -386,8 +408,8 @@ def _converse(client, n: int, turns: int, sampling, edit=None) -> list[list]:
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_reused_kv_cache_gives_the_same_ids_and_logprobs(lm, temperature) -> None:
-    plain = LocalModel("tiny", model=lm.model, tokenizer=lm.tokenizer, reuse_cache=False)
-    reuse = LocalModel("tiny", model=lm.model, tokenizer=lm.tokenizer, max_batch_size=64)
+    plain = like(lm, reuse_cache=False)
+    reuse = like(lm, max_batch_size=64)
     sampling = SamplingArgs(max_tokens=10, temperature=temperature)
     without = _converse(plain, 8, 4, sampling)
     with_ = _converse(reuse, 8, 4, sampling)
@@ -418,8 +440,8 @@ def test_a_common_prompt_prefix_is_prefilled_once(lm, temperature) -> None:
         [{"role": "system", "content": system}, {"role": "user", "content": f"board {i} " * (1 + i % 3)}]
         for i in range(12)
     ]
-    plain = LocalModel("tiny", model=lm.model, tokenizer=lm.tokenizer, reuse_cache=False)
-    shared = LocalModel("tiny", model=lm.model, tokenizer=lm.tokenizer)
+    plain = like(lm, reuse_cache=False)
+    shared = like(lm)
     sampling = SamplingArgs(max_tokens=6, temperature=temperature)
 
     async def all_of(client):
@@ -464,7 +486,7 @@ def _common_prefix(kept: list[int], prompt: list[int]) -> int:
 
 def test_changed_weights_never_use_a_kept_cache(lm) -> None:
     greedy = SamplingArgs(max_tokens=8, temperature=0.0)
-    reuse = LocalModel("tiny", model=lm.model, tokenizer=lm.tokenizer)
+    reuse = like(lm)
     fresh_clients = []
     head = lm.model.get_output_embeddings().weight
     saved = head.detach().clone()
@@ -488,7 +510,7 @@ def test_changed_weights_never_use_a_kept_cache(lm) -> None:
             before = reuse.stats.reused_tokens
             second = next_turn(reuse, first)
             assert reuse.stats.reused_tokens == before  # nothing stale was used
-            fresh_clients.append(LocalModel("tiny", model=lm.model, tokenizer=lm.tokenizer))
+            fresh_clients.append(like(lm))
             fresh = next_turn(fresh_clients[-1], first)
             assert second.token_ids == fresh.token_ids
             assert second.logprobs == pytest.approx(fresh.logprobs, abs=2e-4)

@@ -25,8 +25,16 @@ loop over a KV cache:
   (an in-place update or a swapped parameter is also detected). Sliding-window and hybrid
   caches are never reused. See `rlvr.clients.local_prefix`. Measured (64 tic-tac-toe games of
   4 turns, tiny model, 2 CPU threads): 36% of the prompt tokens prefilled, 1.2-1.6x tokens/s.
-- **Attention kernels**: on CUDA, generation runs without cuDNN attention, which builds a new
-  plan for every new sequence length (a growing KV cache is one every step).
+- **Static KV slots and CUDA graphs** (`static_cache`, on by default on CUDA for the llama,
+  mistral, qwen2 and qwen3 families): each row keeps its keys and values in a slot of
+  preallocated buffers, and the one-token decode step (forward and sampling) is a hand-written
+  forward replayed as a CUDA graph. See `rlvr.clients.local_slots`. Measured (H200, the 17.6M
+  model, 256 rows): 1.6-1.8 ms a step against ~12 ms with the transformers forward over a
+  `DynamicCache`; float32 gives the same tokens, bf16 drifts as two bf16 kernels do. On CPU the
+  `DynamicCache` path stays the default (static slots measured 8-13% slower there).
+- **Attention kernels**: on CUDA, the transformers forward (prefill, and decoding without
+  static slots) runs without cuDNN attention, which builds a new plan for every new sequence
+  length (a growing KV cache is one every step).
 
 Why not `model.generate`: one generate call shares one temperature, seed and max length across
 its batch, gives no per-request seeds, and holds every row until the longest finishes. Measured
@@ -61,8 +69,13 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rlvr.clients.local_batch import Batch, Request, attention_backends, base_model
 from rlvr.clients.local_prefix import PrefixCache
+from rlvr.clients.local_slots import FAMILIES, SlotBatch, SlotDecoder
+from rlvr.clients.local_slots import supported as slots_supported
 from rlvr.errors import ModelError, PromptTooLongError, UsageError
 from rlvr.types import Completion, Messages, SamplingArgs, ToolCall, Usage
+
+RENDER_CACHE = 4096
+"""Rendered prompts kept (by their messages); all are dropped when it is full."""
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -103,6 +116,14 @@ class LocalModel:
             prefills only its new tokens (call `clear_cache()` after changing the weights).
         cache_entries, cache_bytes: bounds of the reuse cache (None: 2 x max_batch_size
             entries; 2 GiB).
+        static_cache: decode over preallocated per-row KV slots with a hand-written one-token
+            forward, replayed as a CUDA graph on CUDA (`rlvr.clients.local_slots`); False = the
+            transformers forward over a `DynamicCache`; None = static where the model family
+            is supported and the model is on CUDA.
+        autocast: run generation under `torch.autocast` to this dtype ("bfloat16", "float16";
+            None = the weights' dtype). A trainer that keeps float32 weights and trains under
+            bf16 autocast passes "bfloat16": the sampler then computes what the training forward
+            computes (and its matmuls run at bf16 speed).
     """
 
     def __init__(
@@ -117,6 +138,8 @@ class LocalModel:
         reuse_cache: bool = True,
         cache_entries: int | None = None,
         cache_bytes: int | None = None,
+        static_cache: bool | None = None,
+        autocast: str | None = None,
     ) -> None:
         if max_batch_size < 1:
             raise UsageError(f"max_batch_size must be >= 1, got {max_batch_size}")
@@ -149,6 +172,21 @@ class LocalModel:
         params = inspect.signature(base_model(model).forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
         self._keep_last = "logits_to_keep" in params
+        if static_cache and not slots_supported(model):
+            raise UsageError(
+                f"static_cache needs a model of the {sorted(FAMILIES)} families with full "
+                f"attention; {path_or_id} is not one"
+            )
+        self.static_cache = (
+            slots_supported(model) and self.device.type == "cuda"
+            if static_cache is None
+            else static_cache
+        )
+        if autocast is not None and autocast not in ("bfloat16", "float16"):
+            raise UsageError(f"autocast must be 'bfloat16' or 'float16', got {autocast!r}")
+        self.autocast = None if autocast is None else _DTYPES[autocast]
+        self._decoder: SlotDecoder | None = None
+        self._renders: dict[str, tuple[int, ...]] = {}
         self._rng = random.Random()
         self._lock = threading.Lock()
         self._pending: list[Request] = []
@@ -160,6 +198,15 @@ class LocalModel:
         if self.prefix is not None:
             self.prefix.clear()
 
+    def slot_decoder(self) -> SlotDecoder:
+        """The static KV slots and decode step, kept between batches (created on first use)."""
+        if self._decoder is None:
+            self._decoder = SlotDecoder(
+                self.model, graphs=self.device.type == "cuda", max_length=self.context_length,
+                dtype=self.autocast,
+            )
+        return self._decoder
+
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
@@ -168,10 +215,21 @@ class LocalModel:
 
     def render(self, messages: Messages, tools: list[dict[str, Any]] | None = None) -> list[int]:
         """Prompt token ids: the chat template with `add_generation_prompt=True`."""
+        try:  # the rollouts of one GRPO group share their prompt: render it once
+            key: str | None = json.dumps([messages, tools or None], sort_keys=True)
+        except (TypeError, ValueError):
+            key = None
+        if key is not None and (ids := self._renders.get(key)) is not None:
+            return list(ids)
         text = self.tokenizer.apply_chat_template(
             messages, tools=tools or None, add_generation_prompt=True, tokenize=False
         )
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        if key is not None:
+            if len(self._renders) >= RENDER_CACHE:
+                self._renders.clear()
+            self._renders[key] = tuple(ids)
+        return ids
 
     async def chat(
         self,
@@ -226,7 +284,7 @@ class LocalModel:
     # ---- the worker thread ----------------------------------------------------------------
 
     def _serve(self) -> None:
-        batch = Batch(self)
+        batch = SlotBatch(self) if self.static_cache else Batch(self)
         try:
             while True:
                 joiners = self._take(batch)
@@ -236,13 +294,16 @@ class LocalModel:
                     torch.inference_mode(),
                     _eval_mode(self.model),
                     attention_backends(self.device),
+                    torch.autocast(  # no weight-cast cache: CUDA graphs cast on every replay
+                        self.device.type, dtype=self.autocast or torch.bfloat16,
+                        enabled=self.autocast is not None, cache_enabled=False,
+                    ),
                 ):
                     if joiners:
                         batch.admit(joiners)
                     else:
                         batch.step()
-                for request in batch.pop_finished():
-                    self._deliver(request)
+                self._deliver(batch.pop_finished())
         except BaseException as exc:  # a failed step fails its requests, never hangs them
             with self._lock:
                 failed, self._pending, self._thread = batch.rows + self._pending, [], None
@@ -279,18 +340,26 @@ class LocalModel:
                 seen = self._arrivals
             time.sleep(quiet_s)
 
-    def _deliver(self, request: Request) -> None:
-        self.stats.requests += 1
-        self.stats.tokens += len(request.ids)
+    def _deliver(self, requests: list[Request]) -> None:
+        if not requests:
+            return
+        self.stats.requests += len(requests)
+        self.stats.tokens += sum(len(r.ids) for r in requests)
+        ids = [r.ids[:-1] if r.ids and r.ids[-1] in self.eos_ids else r.ids for r in requests]
         try:
-            result: Completion | BaseException = self._completion(request)
+            texts = self.tokenizer.batch_decode(ids, skip_special_tokens=True)
         except Exception as exc:
-            result = exc
-        _resolve(request, result)
+            for request in requests:
+                _resolve(request, exc)
+            return
+        for request, text in zip(requests, texts):
+            try:
+                result: Completion | BaseException = self._completion(request, text)
+            except Exception as exc:
+                result = exc
+            _resolve(request, result)
 
-    def _completion(self, r: Request) -> Completion:
-        ids = r.ids[:-1] if r.ids and r.ids[-1] in self.eos_ids else r.ids
-        text = self.tokenizer.decode(ids, skip_special_tokens=True)
+    def _completion(self, r: Request, text: str) -> Completion:
         if r.stop_hit is not None:
             text = text[: text.find(r.stop_hit)]
         calls: list[ToolCall] = []

@@ -13,6 +13,9 @@ nothing kept prefill that prefix once (see `rlvr.clients.local_prefix`).
 
 Each row's token comes from `rlvr.clients.local_sampling.sample_tokens`: a seeded request gets
 the same tokens whatever else shares its batch.
+
+`rlvr.clients.local_slots.SlotBatch` extends this class (same admission, sampling and answers)
+with static per-row KV slots and a graph-captured decode step; `LocalModel` uses it on CUDA.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import torch
 from transformers import DynamicCache
 
 from rlvr.clients.local_prefix import (
+    KV,
     common_prefix_len,
     extend_hashes,
     past_cache,
@@ -60,6 +64,7 @@ class Request:
     delivered: bool = False
     hashes: list[int] | None = None  # prefix hashes of prompt_ids (with cache reuse)
     cache_version: int = -1  # the prefix cache's version when the request was admitted
+    slot: int = -1  # its slot in a `SlotBatch`
 
 
 class Batch:
@@ -81,6 +86,19 @@ class Batch:
     def admit(self, joiners: list[Request]) -> None:
         """Prefill the joiners' prompts, sample their first token, merge them into the batch."""
         self.prune()
+        cache, mask, next_pos, tokens = self._prefill(joiners)
+        if not self.rows:
+            self.cache, self.mask, self.rows = cache, mask, list(joiners)
+            self.next_pos, self.last = next_pos, tokens
+            self.mergeable = _plain(cache)
+        else:
+            self._merge(cache, mask, next_pos, tokens, joiners)
+        self.owner.stats.max_batch = max(self.owner.stats.max_batch, len(self.rows))
+
+    def _prefill(self, joiners: list[Request]) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Run the joiners' prompts (left padded, after their kept or shared prefix) through the
+        model and sample their first tokens. Returns the new cache, its (B, T) mask, each row's
+        next position and its first token."""
         owner, device = self.owner, self.owner.device
         cache = _new_cache(owner.model)
         hits = self._lookup(joiners)
@@ -101,16 +119,9 @@ class Batch:
         owner.stats.prompt_tokens += sum(map(len, suffixes))
         owner.stats.reused_tokens += sum(m for _, m in hits)
         tokens = self._sample(logits, joiners)
-        mergeable = _plain(cache)
         if owner.prefix is not None and owner.prefix.usable is None:
-            owner.prefix.usable = mergeable and bool(_layers(cache))
-        if not self.rows:
-            self.cache, self.mask, self.rows = cache, mask, list(joiners)
-            self.next_pos, self.last = positions[:, -1] + 1, tokens
-            self.mergeable = mergeable
-        else:
-            self._merge(cache, mask, positions[:, -1] + 1, tokens, joiners)
-        owner.stats.max_batch = max(owner.stats.max_batch, len(self.rows))
+            owner.prefix.usable = _plain(cache) and bool(_layers(cache))
+        return cache, mask, positions[:, -1] + 1, tokens
 
     def step(self) -> None:
         """One decode step for every row."""
@@ -154,7 +165,7 @@ class Batch:
         prefix = self.owner.prefix
         return prefix is not None and bool(prefix.usable) and self.mergeable
 
-    def _lookup(self, joiners: list[Request]) -> list[tuple[Any, int]]:
+    def _lookup(self, joiners: list[Request]) -> list[tuple[KV | None, int]]:
         """Per joiner: kept keys and values for a prefix of its prompt (or None), and its length.
 
         Every row prefills as many tokens as the longest new part among the joiners (padding
@@ -172,13 +183,13 @@ class Batch:
         if shared is not None:  # every joiner without a kept prefix starts from the shared one
             hits = [(kv, m) if m else shared for kv, m in hits]
         width = max(len(r.prompt_ids) - m for r, (_, m) in zip(joiners, hits))
-        out: list[tuple[Any, int]] = []
+        out: list[tuple[KV | None, int]] = []
         for r, (kv, m) in zip(joiners, hits):
             m = max(0, len(r.prompt_ids) - width)  # <= the kept length, as width >= len - m
-            out.append(([(k[:, :, :m], v[:, :, :m]) for k, v in kv], m) if m else (None, 0))
+            out.append(((kv[0][:, :, :m], kv[1][:, :, :m]), m) if kv is not None and m else (None, 0))
         return out
 
-    def _share_prefix(self, cold: list[Request]) -> tuple[Any, int] | None:
+    def _share_prefix(self, cold: list[Request]) -> tuple[KV, int] | None:
         """Prefill once the prefix that joiners without a kept one have in common (when it is
         at least `MIN_SHARED` tokens), keep it as a shared entry for later joiners, and return
         its keys and values and length (None when there is none)."""
@@ -198,7 +209,7 @@ class Batch:
             prefix.usable = bool(layers) and _plain(cache)
         if not prefix.usable:
             return None
-        kv = [(layer.keys, layer.values) for layer in layers]
+        kv = (torch.cat([layer.keys for layer in layers]), torch.cat([layer.values for layer in layers]))
         assert cold[0].hashes is not None
         prefix.store(cold[0].prompt_ids[:n], cold[0].hashes[: n + 1], n, kv, cold[0].cache_version,
                      shared=True)
@@ -245,7 +256,12 @@ class Batch:
             top_ps=[r.top_p for r in rows],
             keys=[row_key(r.seed, len(r.ids)) for r in rows],
         )
-        for r, token, logprob in zip(rows, tokens.tolist(), logprobs.tolist()):
+        self._record(rows, tokens.tolist(), logprobs.tolist())
+        return tokens
+
+    def _record(self, rows: list[Request], tokens: list[int], logprobs: list[float]) -> None:
+        """Append each row's token and logprob; mark the rows that are done."""
+        for r, token, logprob in zip(rows, tokens, logprobs):
             if r.finish is not None or r.cancelled:
                 continue
             r.ids.append(token)
@@ -256,7 +272,6 @@ class Batch:
                 r.finish, r.stop_hit = "stop", hit
             elif len(r.ids) >= r.max_tokens:
                 r.finish = "length"
-        return tokens
 
     def _stop_hit(self, r: Request) -> str | None:
         tail = self.owner.tokenizer.decode(

@@ -51,12 +51,16 @@ def prefix_hashes(ids: list[int]) -> list[int]:
     return extend_hashes([0], ids)
 
 
+KV = tuple[torch.Tensor, torch.Tensor]
+"""Kept keys and values: two tensors of (layers, kv heads, tokens, head dim)."""
+
+
 @dataclass(eq=False)
 class Entry:
     ids: list[int]  # the tokens whose keys and values are kept
     hashes: list[int]  # prefix hashes of `ids` (len(ids) + 1)
     prompt_len: int
-    kv: list[tuple[torch.Tensor, torch.Tensor]]  # per layer, (1, heads, len(ids), head_dim)
+    kv: KV  # of the len(ids) tokens (may be a view into a larger copy)
     nbytes: int
     key: int
     shared: bool = False  # a common prefix: kept when a request extends all of it
@@ -89,7 +93,7 @@ class PrefixCache:
 
     def lookup(
         self, ids: list[int], hashes: list[int]
-    ) -> tuple[list[tuple[torch.Tensor, torch.Tensor]] | None, int]:
+    ) -> tuple[KV | None, int]:
         """The kept keys and values for the longest usable prefix of `ids`, and its length."""
         limit = len(ids) - 1
         best, best_m = None, 0
@@ -115,18 +119,19 @@ class PrefixCache:
                 self.nbytes -= best.nbytes
             else:
                 self.entries.move_to_end(best.key)
-        return [(k[:, :, :best_m], v[:, :, :best_m]) for k, v in best.kv], best_m
+        keys, values = best.kv
+        return (keys[:, :, :best_m], values[:, :, :best_m]), best_m
 
     def store(
         self,
         ids: list[int],
         hashes: list[int],
         prompt_len: int,
-        kv: list[tuple[torch.Tensor, torch.Tensor]],
+        kv: KV,
         version: int,
         shared: bool = False,
     ) -> None:
-        nbytes = sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in kv)
+        nbytes = sum(t.numel() * t.element_size() for t in kv)
         with self._lock:
             if version != self.version or nbytes > self.max_bytes or self.max_entries < 1:
                 return
@@ -150,30 +155,24 @@ def common_prefix_len(seqs: list[list[int]]) -> int:
     return n
 
 
-def past_cache(
-    cache: Any, hits: list[tuple[list[tuple[torch.Tensor, torch.Tensor]] | None, int]], device: Any
-) -> torch.Tensor:
+def past_cache(cache: Any, hits: list[tuple[KV | None, int]], device: Any) -> torch.Tensor:
     """Fill the empty `cache` with the rows' kept keys and values (right aligned, zeros before)
-    and return the (B, width) mask of those columns. Four kernels a row, whatever the depth."""
+    and return the (B, width) mask of those columns. Two kernels a row, whatever the depth."""
     width = max(m for _, m in hits)
     mask = torch.zeros((len(hits), width), dtype=torch.long)
-    first = next(kv for kv, _ in hits if kv is not None)
-    k0, v0 = first[0]
-    keys = k0.new_zeros((len(first), len(hits), k0.shape[1], width, k0.shape[3]))
-    values = v0.new_zeros((len(first), len(hits), v0.shape[1], width, v0.shape[3]))
+    k0, v0 = next(kv for kv, _ in hits if kv is not None)
+    keys = k0.new_zeros((k0.shape[0], len(hits), k0.shape[1], width, k0.shape[3]))
+    values = v0.new_zeros((v0.shape[0], len(hits), v0.shape[1], width, v0.shape[3]))
     for i, (kv, m) in enumerate(hits):
         if kv is not None:
-            keys[:, i, :, width - m :] = torch.stack([k[0] for k, _ in kv])
-            values[:, i, :, width - m :] = torch.stack([v[0] for _, v in kv])
+            keys[:, i, :, width - m :], values[:, i, :, width - m :] = kv
             mask[i, width - m :] = 1
-    for layer in range(len(first)):
+    for layer in range(keys.shape[0]):
         cache.update(keys[layer], values[layer], layer)
     return mask.to(device)
 
 
-def row_kv(
-    layers: list[Any], mask_row: torch.Tensor, row: int, n: int
-) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
+def row_kv(layers: list[Any], mask_row: torch.Tensor, row: int, n: int) -> KV | None:
     """A copy of the first `n` real (unmasked) columns of `row` of the batch cache.
 
     `mask_row` is that row of the batch mask, on the CPU. The copy takes two kernels for all
@@ -189,4 +188,4 @@ def row_kv(
         index = cols.to(layers[0].keys.device, non_blocking=True)
         keys = torch.stack([layer.keys[row] for layer in layers]).index_select(2, index)
         values = torch.stack([layer.values[row] for layer in layers]).index_select(2, index)
-    return [(keys[i : i + 1], values[i : i + 1]) for i in range(len(layers))]
+    return keys, values

@@ -25,17 +25,31 @@ def sample_tokens(
     """
     device = logits.device
     temps = torch.tensor(temperatures, device=device)
+    cut = [(i, p) for i, (t, p) in enumerate(zip(temperatures, top_ps)) if t > 0 and p < 1.0]
+    if any(t > 0 for t in temperatures) and not cut:
+        return draw(logits, temps, torch.tensor(keys, dtype=torch.long, device=device))
     scaled = logits / torch.where(temps > 0, temps, 1.0)[:, None]  # (B, V)
     logp = torch.log_softmax(scaled, dim=-1)  # (B, V)
     if any(t > 0 for t in temperatures):
-        cut = [(i, p) for i, (t, p) in enumerate(zip(temperatures, top_ps)) if t > 0 and p < 1.0]
-        candidates = _top_p(scaled, cut) if cut else scaled
         noise = _gumbel(torch.tensor(keys, dtype=torch.long, device=device), logits.shape[-1])
-        choice = (candidates + noise).argmax(dim=-1)  # (B,)
+        choice = (_top_p(scaled, cut) + noise).argmax(dim=-1)  # (B,)
         if not all(t > 0 for t in temperatures):
             choice = torch.where(temps > 0, choice, logits.argmax(dim=-1))
     else:
         choice = logits.argmax(dim=-1)  # (B,) all greedy
+    return choice, logp.gather(1, choice[:, None]).squeeze(1)
+
+
+def draw(
+    logits: torch.Tensor, temps: torch.Tensor, keys: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`sample_tokens` without top-p, from tensors (B,) of temperatures and row keys: no host
+    values and no data-dependent branch, so it can run inside a CUDA graph. Same tokens and
+    logprobs as `sample_tokens` with top_p = 1."""
+    scaled = logits / torch.where(temps > 0, temps, 1.0)[:, None]  # (B, V)
+    logp = torch.log_softmax(scaled, dim=-1)
+    sampled = (scaled + _gumbel(keys, logits.shape[-1])).argmax(dim=-1)
+    choice = torch.where(temps > 0, sampled, logits.argmax(dim=-1))  # (B,)
     return choice, logp.gather(1, choice[:, None]).squeeze(1)
 
 
@@ -58,7 +72,8 @@ def _mix32(x: Any) -> Any:
     return (x >> 16) ^ x
 
 
-def row_key(seed: int, step: int) -> int:
+def row_key(seed: Any, step: Any) -> Any:
+    """The noise key of a row's `step`-th token (Python ints, or int64 tensors: same values)."""
     return _mix32(((seed & _M32) * 0x9E3779B1 + (step + 1) * 0x85EBCA6B) & _M32)
 
 

@@ -1,0 +1,346 @@
+"""A static KV cache with one slot per row, and a decode step that CUDA graphs can replay.
+
+`Batch` (rlvr.clients.local_batch) keeps the rows' keys and values in a transformers
+`DynamicCache`: every decode step concatenates a column onto every layer, and every admission or
+removal copies the whole cache. On a GPU with a small model that loop is bound by kernel launches
+(measured, H200, 17.6M model, 256 rows: ~700 launches and ~12 ms a step, the GPU busy 17% of
+the time). `SlotBatch` keeps them instead in preallocated buffers, one slot per row:
+
+- a row's token at position p has its keys and values at index p of its slot (no padding);
+- a joiner is prefilled by the model's own forward (as in `Batch`, with kept prefixes), and its
+  keys and values are then gathered into a free slot; a finished row just frees its slot;
+- the decode step is a hand-written forward for one token per slot over those buffers: write
+  the new keys and values at each slot's position, attend over positions <= it, MLP, logits. Its
+  shapes depend only on (slots in use, rounded up to a power of two; buffer length), so on CUDA
+  it is captured once per shape as a CUDA graph and replayed: a few launches a step.
+
+Buffers start at the sizes the first rows need (powers of two) and double when a row outgrows
+them (the graphs are then captured again); they are kept between batches (the trainer's next
+step reuses them). The decode forward covers decoder-only models with rotary embeddings, full
+attention and no extra scaling: the llama, mistral (without sliding window), qwen2 and qwen3
+families (`supported`). Others use `Batch`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+from typing import Any
+
+import torch
+
+from rlvr.clients.local_batch import Batch, Request, _layers, base_model
+from rlvr.clients.local_prefix import KV, extend_hashes
+from rlvr.clients.local_sampling import draw, row_key
+
+FAMILIES = frozenset({"llama", "mistral", "qwen2", "qwen3"})
+_ROPE = frozenset({None, "default", "linear", "llama3", "yarn"})  # no data-dependent rescaling
+MIN_SLOTS, MIN_LENGTH = 8, 128
+
+Step = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+"""What a decode step returns: logits (n, V), drawn tokens (n,), their logprobs (n,)."""
+
+
+def supported(model: Any) -> bool:
+    """Whether `SlotDecoder`'s forward reproduces this model's (see the module docstring)."""
+    causal = base_model(model)
+    config = causal.config
+    core = getattr(causal, "model", None)
+    if getattr(config, "model_type", None) not in FAMILIES or core is None:
+        return False
+    if not all(hasattr(core, a) for a in ("embed_tokens", "layers", "norm", "rotary_emb")):
+        return False
+    if any(t != "full_attention" for t in getattr(config, "layer_types", None) or ()):
+        return False
+    if getattr(config, "use_sliding_window", False) or (
+        config.model_type == "mistral" and getattr(config, "sliding_window", None)
+    ):
+        return False
+    rope = getattr(core.rotary_emb, "rope_type", None)
+    return rope in _ROPE and not getattr(config, "pretraining_tp", 1) > 1
+
+
+def _bucket(n: int, least: int, most: int | None = None) -> int:
+    size = least
+    while size < n:
+        size *= 2
+    return size if most is None else min(size, max(most, n))
+
+
+class SlotDecoder:
+    """Per-layer key and value buffers of (slots, kv heads, length, head dim), and the one-token
+    decode forward over them (graph-captured on CUDA)."""
+
+    def __init__(
+        self, model: Any, graphs: bool, max_length: int, dtype: torch.dtype | None = None
+    ) -> None:
+        self.model = model
+        causal = base_model(model)
+        self.core = causal.model
+        self.head = causal.lm_head
+        attn = self.core.layers[0].self_attn
+        config = causal.config
+        self.head_dim = getattr(attn, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        self.kv_heads = config.num_key_value_heads or config.num_attention_heads
+        self.q_heads = config.num_attention_heads
+        self.rope = sys.modules[type(attn).__module__].apply_rotary_pos_emb
+        self.graphs = graphs
+        self.max_length = max_length
+        param = next(model.parameters())
+        self.device, self.dtype = param.device, dtype or param.dtype  # of the keys and values
+        self.slots = self.length = 0
+        self.keys = self.values = torch.empty(0)
+        # per slot: its next input token, that token's position, and its sampling state (the
+        # seed, how many tokens the row has sampled, its temperature); the decode step advances
+        # them itself
+        self.tokens = self.pos = self.seeds = self.counts = torch.zeros(0, dtype=torch.long)
+        self.temps = torch.zeros(0)
+        self.captured: dict[int, tuple[Any, Step]] = {}
+        self.pool: Any = None
+        self._weights: Any = None
+        self.captures = 0
+        self.held: list[Request] = []  # finished rows whose keys and values wait in their slots
+
+    # ---- buffers --------------------------------------------------------------------------
+
+    def reserve(self, slots: int, length: int) -> None:
+        """Make room for `slots` slots of `length` positions (doubling; contents kept)."""
+        if slots <= self.slots and length <= self.length:
+            return
+        new_slots = max(self.slots, _bucket(slots, MIN_SLOTS))
+        new_length = max(self.length, _bucket(length, MIN_LENGTH, self.max_length))
+        shape = (len(self.core.layers), new_slots, self.kv_heads, new_length, self.head_dim)
+        keys = torch.zeros(shape, dtype=self.dtype, device=self.device)
+        values = torch.zeros(shape, dtype=self.dtype, device=self.device)
+        if self.slots:
+            keys[:, : self.slots, :, : self.length] = self.keys
+            values[:, : self.slots, :, : self.length] = self.values
+        self.keys, self.values = keys, values
+        for name in ("tokens", "pos", "seeds", "counts", "temps"):
+            old = getattr(self, name)
+            new = old.new_zeros(new_slots, device=self.device)
+            new[: old.shape[0]] = old
+            setattr(self, name, new)
+        self.slots, self.length = new_slots, new_length
+        self._drop_graphs()  # they point at the old buffers
+
+    def write(self, slots: torch.Tensor, cache: Any, mask: torch.Tensor, length: int) -> None:
+        """Copy the prefill cache's real (mask = 1) columns of each row into its slot, in order,
+        for the first `length` positions."""
+        order = torch.sort((mask == 0).to(torch.int8), dim=1, stable=True).indices  # real first
+        order = order[:, :length]
+        layers = _layers(cache)
+        for buffers, src in ((self.keys, [layer.keys for layer in layers]),
+                             (self.values, [layer.values for layer in layers])):
+            stacked = torch.stack(src)  # (layers, rows, heads, width, dim)
+            index = order[None, :, None, :, None].expand(
+                stacked.shape[0], stacked.shape[1], stacked.shape[2], length, stacked.shape[4]
+            )
+            buffers[:, slots, :, :length] = stacked.gather(3, index).to(self.dtype)
+
+    def rows(self, slots: list[int], n: int) -> KV:
+        """A copy of the first `n` positions of `slots`: keys and values of (layers, rows,
+        heads, n, dim), one kernel each."""
+        at = torch.tensor(slots, device=self.device)
+        return self.keys[:, at, :, :n], self.values[:, at, :, :n]
+
+    # ---- the decode step ------------------------------------------------------------------
+
+    def check_weights(self) -> None:
+        """Forget the graphs when a parameter was swapped (they read the old storage; an update
+        in place is fine)."""
+        sig = tuple(p.data_ptr() for p in self.model.parameters())
+        if sig != self._weights:
+            self._drop_graphs()
+            self._weights = sig
+
+    def step(self, n: int) -> Step:
+        """Decode one token for each of slots [0, n') (n rounded up): logits from `tokens` at
+        `pos`, a token drawn by `rlvr.clients.local_sampling.draw` (no top-p) into `tokens`,
+        and `pos` and `counts` advanced."""
+        n = min(_bucket(n, MIN_SLOTS), self.slots)
+        if not self.graphs:
+            return self.decode(n)
+        if n not in self.captured:
+            self.captured[n] = self._capture(n)
+        graph, out = self.captured[n]
+        graph.replay()
+        return out
+
+    def _drop_graphs(self) -> None:
+        """Forget the captured graphs, and their memory pool with them (a pool whose last graph
+        is gone cannot take a new capture)."""
+        self.captured.clear()
+        self.pool = None
+
+    def _capture(self, n: int) -> tuple[Any, Step]:
+        """Warm up on a side stream (lazy kernel set-up must not happen during capture), then
+        record `decode(n)`. The warm-up runs work on copies of the per-slot state, so they only
+        rewrite keys and values that the next step writes again."""
+        stream = torch.cuda.Stream(self.device)
+        stream.wait_stream(torch.cuda.current_stream(self.device))
+        state = [t.clone() for t in (self.tokens, self.pos, self.counts)]
+        with torch.cuda.stream(stream):
+            for _ in range(2):
+                self.decode(n)
+                for t, saved in zip((self.tokens, self.pos, self.counts), state):
+                    t.copy_(saved)
+        torch.cuda.current_stream(self.device).wait_stream(stream)
+        if self.pool is None:
+            self.pool = torch.cuda.graph_pool_handle()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.pool):
+            out = self.decode(n)
+        self.captures += 1
+        return graph, out
+
+    def decode(self, n: int) -> Step:
+        logits = self.forward(n)
+        choice, logprob = draw(logits, self.temps[:n], row_key(self.seeds[:n], self.counts[:n]))
+        self.tokens[:n] = choice
+        self.pos[:n] += 1
+        self.counts[:n] += 1
+        return logits, choice, logprob
+
+    def forward(self, n: int) -> torch.Tensor:
+        """One token for each of slots [0, n): the model's layers, called module by module, with
+        attention over the slot buffers."""
+        tokens = self.tokens[:n]
+        pos = self.pos[:n].clamp(max=self.length - 1)  # free slots keep counting up
+        rows = torch.arange(n, device=self.device)
+        x = self.core.embed_tokens(tokens[:, None])  # (n, 1, hidden)
+        cos, sin = self.core.rotary_emb(x, pos[:, None])
+        # (n, 1, 1, L): 0 where a position is written, -inf after it (added to the scores)
+        bias = torch.arange(self.length, device=self.device)[None, :] > pos[:, None]
+        bias = torch.zeros(bias.shape, device=self.device).masked_fill(bias, float("-inf"))
+        bias = bias[:, None, None, :]
+        groups = self.q_heads // self.kv_heads
+        for i, layer in enumerate(self.core.layers):
+            attn = layer.self_attn
+            h = _rms_norm(layer.input_layernorm, x)
+            q = attn.q_proj(h).view(n, 1, -1, self.head_dim)
+            k = attn.k_proj(h).view(n, 1, -1, self.head_dim)
+            v = attn.v_proj(h).view(n, 1, -1, self.head_dim)
+            if getattr(attn, "q_norm", None) is not None:
+                q, k = _rms_norm(attn.q_norm, q), _rms_norm(attn.k_norm, k)
+            q, k = self.rope(q.transpose(1, 2), k.transpose(1, 2), cos, sin)  # (n, heads, 1, d)
+            keys, values = self.keys[i], self.values[i]
+            keys[rows, :, pos] = k[:, :, 0].to(self.dtype)
+            values[rows, :, pos] = v[:, 0].to(self.dtype)
+            q = q.reshape(n, self.kv_heads, groups, self.head_dim)  # q head j*groups+g uses kv j
+            scores = torch.matmul(q, keys[:n].transpose(-1, -2))  # (n, kv, g, L)
+            probs = torch.softmax(scores.float() * attn.scaling + bias, dim=-1).to(values.dtype)
+            out = torch.matmul(probs, values[:n]).reshape(n, 1, self.q_heads * self.head_dim)
+            x = x + attn.o_proj(out.to(x.dtype))
+            x = x + layer.mlp(_rms_norm(layer.post_attention_layernorm, x))
+        return self.head(_rms_norm(self.core.norm, x)[:, 0]).float()
+
+
+def _rms_norm(norm: Any, x: torch.Tensor) -> torch.Tensor:
+    """`norm(x)` for the llama/qwen `RMSNorm` (weight * (x / rms(x)) in float32, cast back
+    before the weight), with torch's fused kernel: 2-3 kernels instead of 7."""
+    eps = getattr(norm, "variance_epsilon", None)
+    if eps is None:
+        return norm(x)
+    normed = torch.nn.functional.rms_norm(x.float(), (x.shape[-1],), eps=eps)
+    return norm.weight * normed.to(x.dtype)
+
+
+class SlotBatch(Batch):
+    """`Batch` over a `SlotDecoder`: same admission (kept and shared prefixes), sampling and
+    answers; rows live in slots instead of one padded cache."""
+
+    def __init__(self, owner: Any) -> None:
+        super().__init__(owner)
+        self.decoder: SlotDecoder = owner.slot_decoder()
+        self.index: torch.Tensor | None = None  # (rows,) each row's slot, on the device
+
+    def admit(self, joiners: list[Request]) -> None:
+        self.prune()
+        owner, dec = self.owner, self.decoder
+        if dec.held:  # kept now, before the lookup that may use them, and their slots freed
+            held, dec.held = dec.held, []
+            self._store(held)
+        cache, mask, next_pos, tokens = self._prefill(joiners)
+        used = {r.slot for r in self.rows}  # the lowest free slots: fewer to decode each step
+        slots = list(itertools.islice((s for s in itertools.count() if s not in used), len(joiners)))
+        longest = max(len(r.prompt_ids) for r in joiners)
+        dec.reserve(max(slots) + 1, max([longest + 1, *(self._next(r) + 1 for r in self.rows)]))
+        at = torch.tensor(slots, device=owner.device)
+        dec.write(at, cache, mask, longest)
+        dec.check_weights()
+        dec.tokens[at] = tokens
+        dec.pos[at] = next_pos
+        state = [(r.seed & 0xFFFFFFFF, len(r.ids)) for r in joiners]
+        dec.seeds[at], dec.counts[at] = torch.tensor(state, device=owner.device).T
+        dec.temps[at] = torch.tensor([r.temperature for r in joiners], device=owner.device)
+        for r, s in zip(joiners, slots):
+            r.slot = s
+        self.rows.extend(joiners)
+        self.index = None
+        owner.stats.max_batch = max(owner.stats.max_batch, len(self.rows))
+
+    def step(self) -> None:
+        dec = self.decoder
+        dec.reserve(0, max(self._next(r) for r in self.rows) + 1)
+        if self.index is None:
+            self.index = torch.tensor([r.slot for r in self.rows], device=self.owner.device)
+        logits, choice, logprob = dec.step(max(r.slot for r in self.rows) + 1)
+        self.owner.stats.decode_steps += 1
+        if all(r.top_p >= 1.0 or r.temperature == 0 for r in self.rows):  # drawn in the step
+            tokens, logprobs = choice.tolist(), logprob.tolist()
+            self._record(self.rows, [tokens[r.slot] for r in self.rows],
+                         [logprobs[r.slot] for r in self.rows])
+        else:  # top-p: sample again outside the step, and overwrite its tokens
+            dec.tokens[self.index] = self._sample(logits.index_select(0, self.index), self.rows)
+
+    def pop_finished(self) -> list[Request]:
+        fresh = [
+            r for r in self.rows if r.finish is not None and not r.delivered and not r.cancelled
+        ]
+        for r in fresh:
+            r.delivered = True
+        if fresh and self._keeps():
+            # kept at the next admission, with one copy for all: a trainer that changes the
+            # weights (and clears the cache) before then pays for no copy at all. Until then
+            # the decode step writes only past their kept positions.
+            self.decoder.held.extend(fresh)
+        self.prune()
+        return fresh
+
+    def prune(self) -> None:
+        keep = [r for r in self.rows if r.finish is None and not r.cancelled]
+        if len(keep) < len(self.rows):
+            self.rows, self.index = keep, None
+
+    def reset(self) -> None:
+        self.rows, self.index = [], None
+
+    def _keeps(self) -> bool:
+        prefix = self.owner.prefix
+        return prefix is not None and bool(prefix.usable)
+
+    def _store(self, rows: list[Request]) -> None:
+        """Keep the finished rows' keys and values (prompt + sampled ids but the last): one copy
+        for all of them, each entry a view of its row."""
+        prefix = self.owner.prefix
+        assert prefix is not None
+        prefix.check_weights(self.owner.model)
+        keep = [
+            r for r in rows
+            if r.hashes is not None and r.cache_version == prefix.version and r.finish is not None
+        ]
+        if not keep:
+            return
+        lengths = [self._next(r) for r in keep]
+        keys, values = self.decoder.rows([r.slot for r in keep], max(lengths))
+        for i, (r, n) in enumerate(zip(keep, lengths)):
+            prefix.store(r.prompt_ids + r.ids[:-1], extend_hashes(r.hashes, r.ids[:-1]),
+                         len(r.prompt_ids), (keys[:, i, :, :n], values[:, i, :, :n]),
+                         r.cache_version)
+
+    @staticmethod
+    def _next(r: Request) -> int:
+        """The position of the row's next input token (its last sampled one)."""
+        return len(r.prompt_ids) + len(r.ids) - 1
+

@@ -1,0 +1,149 @@
+"""Static KV slots (`rlvr.clients.local_slots`): same tokens as the transformers forward, buffer
+growth, the family check, the sampling and norm pieces it uses. CPU (no CUDA graphs here; the
+graph-captured path is checked in tests/test_gpu.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from rlvr.clients.local import LocalModel
+from rlvr.clients.local_sampling import draw, row_key, sample_tokens
+from rlvr.clients.local_slots import MIN_LENGTH, MIN_SLOTS, _rms_norm, supported
+from rlvr.errors import UsageError
+from rlvr.models import build_tiny_model
+from rlvr.types import SamplingArgs
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """The tiny Qwen3-architecture model with large random weights (replies never end early)."""
+    path = build_tiny_model(tmp_path_factory.mktemp("tiny"), preset="tiny")
+    model = transformers.AutoModelForCausalLM.from_pretrained(path).eval()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(path)
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.normal_(0.0, 0.3, generator=gen)
+    return model, tokenizer
+
+
+def _games(client: LocalModel, n: int, turns: int) -> list[list]:
+    """`n` conversations: greedy, sampled and top-p rows mixed, replies of 20-70 tokens, so the
+    slots outgrow their first size and the sequences pass MIN_LENGTH positions."""
+
+    def sampling(i: int, t: int) -> SamplingArgs:
+        return SamplingArgs(max_tokens=20 + (7 * i + t) % 50, temperature=0.0 if i % 3 == 0 else 1.0,
+                            top_p=0.9 if i % 4 == 1 else 1.0, seed=100 * i + t)
+
+    async def one(i: int) -> list:
+        messages = [{"role": "user", "content": f"game {i}: " + "go " * (i % 5)}]
+        out = []
+        for t in range(turns):
+            c = await client.chat(messages, sampling(i, t))
+            out.append(c)
+            messages = messages + [{"role": "assistant", "content": c.text},
+                                   {"role": "user", "content": "next " * (1 + t)}]
+        return out
+
+    async def main() -> list[list]:
+        return await asyncio.gather(*(one(i) for i in range(n)))
+
+    return asyncio.run(main())
+
+
+@pytest.mark.parametrize("reuse", [False, True])
+def test_static_slots_give_the_transformers_tokens_and_grow(tiny, reuse) -> None:
+    model, tokenizer = tiny
+    dynamic = LocalModel("tiny", model=model, tokenizer=tokenizer, static_cache=False,
+                         reuse_cache=reuse)
+    static = LocalModel("tiny", model=model, tokenizer=tokenizer, static_cache=True,
+                        reuse_cache=reuse)
+    want, got = _games(dynamic, 20, 3), _games(static, 20, 3)
+    for a, b in zip(want, got):
+        assert [c.token_ids for c in a] == [c.token_ids for c in b]
+        for x, y in zip(a, b):
+            assert y.logprobs == pytest.approx(x.logprobs, abs=2e-4)
+    decoder = static._decoder
+    assert decoder is not None and not decoder.graphs  # no CUDA graphs on the CPU
+    assert decoder.slots > MIN_SLOTS and decoder.length > MIN_LENGTH  # both grew
+    assert max(len(c.prompt_token_ids) + len(c.token_ids) for g in got for c in g) > MIN_LENGTH
+    if reuse:
+        assert static.stats.reused_tokens > 0
+        assert static.stats.reused_tokens == pytest.approx(dynamic.stats.reused_tokens, rel=0.3)
+
+
+def test_static_slots_need_a_supported_family(tiny) -> None:
+    model, tokenizer = tiny
+    assert supported(model)
+    config = transformers.MistralConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
+                                        num_hidden_layers=1, num_attention_heads=2,
+                                        num_key_value_heads=1, sliding_window=12)
+    windowed = transformers.MistralForCausalLM(config).eval()
+    assert not supported(windowed)
+    with pytest.raises(UsageError, match="static_cache needs"):
+        LocalModel("sw", model=windowed, tokenizer=tokenizer, static_cache=True)
+    # by default the CPU decodes over the DynamicCache, and a windowed model always does
+    assert not LocalModel("t", model=model, tokenizer=tokenizer).static_cache
+    assert not LocalModel("sw", model=windowed, tokenizer=tokenizer).static_cache
+
+
+def test_autocast_is_checked_and_runs(tiny) -> None:
+    model, tokenizer = tiny
+    with pytest.raises(UsageError, match="autocast"):
+        LocalModel("t", model=model, tokenizer=tokenizer, autocast="float64")
+    client = LocalModel("t", model=model, tokenizer=tokenizer, static_cache=True, autocast="bfloat16")
+    c = asyncio.run(client.chat([{"role": "user", "content": "hi"}],
+                                SamplingArgs(max_tokens=5, temperature=1.0, seed=0)))
+    assert len(c.token_ids) == len(c.logprobs) == 5 and all(lp <= 0 for lp in c.logprobs)
+    assert client._decoder is not None and client._decoder.keys.dtype == torch.bfloat16
+
+
+def test_draw_is_sample_tokens_without_top_p() -> None:
+    logits = torch.randn(7, 50, generator=torch.Generator().manual_seed(0))
+    temps = [0.0, 1.0, 0.7, 1.3, 0.0, 1.0, 2.0]
+    keys = [row_key(1000 + i, i) for i in range(7)]
+    choice, logp = sample_tokens(logits, temperatures=temps, top_ps=[1.0] * 7, keys=keys)
+    tensor_keys = row_key(torch.arange(1000, 1007), torch.arange(7))
+    assert tensor_keys.tolist() == keys  # the keys hash the same on tensors as on ints
+    choice2, logp2 = draw(logits, torch.tensor(temps), tensor_keys)
+    assert choice2.tolist() == choice.tolist() and torch.equal(logp2, logp)
+    greedy = [i for i, t in enumerate(temps) if t == 0]
+    assert choice[greedy].tolist() == logits[greedy].argmax(-1).tolist()
+
+
+def test_fused_rms_norm_matches_the_module(tiny) -> None:
+    model, _ = tiny
+    norm = copy.deepcopy(model.model.layers[0].input_layernorm)
+    with torch.no_grad():
+        norm.weight.normal_()
+        x = torch.randn(3, 1, norm.weight.shape[0])
+        assert torch.allclose(_rms_norm(norm, x), norm(x), atol=1e-5)
+
+
+def test_finished_rows_are_kept_at_the_next_admission_or_never(tiny) -> None:
+    """A finished row's keys and values stay in its slot until the next admission copies them
+    into the reuse cache; after `clear_cache()` (the trainer's optimizer step) they are dropped
+    without a copy."""
+    model, tokenizer = tiny
+    client = LocalModel("t", model=model, tokenizer=tokenizer, static_cache=True)
+    sampling = SamplingArgs(max_tokens=4, temperature=0.0)
+
+    def ask(i: int):
+        return asyncio.run(client.chat([{"role": "user", "content": f"q {i}"}], sampling))
+
+    ask(0)
+    assert len(client.prefix.entries) == 0 and len(client._decoder.held) == 1
+    ask(1)  # its admission kept row 0
+    assert len(client.prefix.entries) == 1 and len(client._decoder.held) == 1
+    client.clear_cache()
+    ask(2)  # row 1 belonged to the old weights: dropped
+    assert len(client.prefix.entries) == 0 and len(client._decoder.held) == 1
