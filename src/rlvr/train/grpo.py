@@ -57,6 +57,7 @@ import asyncio
 import contextlib
 import functools
 import json
+import math
 import re
 import shutil
 import statistics
@@ -157,7 +158,8 @@ def train(cfg: TrainConfig, *, resume: bool = False, make_env: EnvFactory | None
         policy = DistributedDataParallel(model, device_ids=[dist.device.index] if dist.device.type == "cuda" else None)
     per_rank = cfg.batch_size // dist.world
     client = LocalModel(cfg.model, model=model, tokenizer=tokenizer,
-                        max_batch_size=max(per_rank, cfg.eval_tasks))
+                        max_batch_size=max(per_rank, cfg.eval_tasks),
+                        autocast="bfloat16" if cfg.bf16 else None)
     log = MetricsLog(run_dir, resume_step=start, plots=plots) if dist.main else None
     loss_cfg = LossConfig(clip_eps=cfg.clip_eps, clip_eps_high=cfg.clip_eps_high,
                           max_is_weight=cfg.max_is_weight, kl_coef=cfg.kl_coef, norm_len=cfg.max_tokens)
@@ -352,14 +354,16 @@ def update_policy(policy: Any, ref: Any, seqs: list[Any], n_rollouts: int, cfg: 
     acc = LossStats()
     params = [p for p in policy.parameters() if p.requires_grad]
     for m, plan in enumerate(plans):
-        total = dist.sum([sum(normaliser(kind, mb.mask) for mb in plan)])[0]
+        total = dist.sum([sum(normaliser(kind, mb.cpu_mask) for mb in plan)])[0]
         if total == 0:
             continue  # nothing to train on anywhere: no optimizer step (Adam would still move)
         count = dist.max(len(plan))
         plan = plan + [empty_micro_batch(pad_id, device)] * (count - len(plan))
-        bad = ""  # the first non-finite loss; every rank still runs every backward (DDP)
+        losses = []  # checked once after the backward passes (no GPU wait per micro-batch);
+        # every rank runs every backward (DDP) whatever they hold
         for u, mb in enumerate(plan):
-            share = normaliser(kind, mb.mask) / total if mb.mask.numel() and mb.mask.any() else 0.0
+            host = mb.cpu_mask
+            share = normaliser(kind, host) / total if host.numel() and host.any() else 0.0
             sync = u == count - 1 or not dist.active
             with (contextlib.nullcontext() if sync else policy.no_sync()):
                 with autocast:
@@ -368,19 +372,21 @@ def update_policy(policy: Any, ref: Any, seqs: list[Any], n_rollouts: int, cfg: 
                 ref_logp = _reference_logprobs(policy, ref, mb, cfg, autocast)
                 old_logp = old.get((m, u), logp.detach())
                 loss, stats = loss_fn(logp, old_logp, mb.adv, mb.mask, loss_cfg, ref_logp=ref_logp)
-                if not bad and not torch.isfinite(loss):
-                    bad = f"the loss is {loss.item()} (micro-batch {u + 1} of update {m + 1})"
+                losses.append(loss.detach())
                 (loss * (share * dist.world)).backward()
             acc.add(stats, ent, old_logp, mb, share)
         grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
-        if not bad and not torch.isfinite(grad_norm):
-            bad = f"the gradient norm is {grad_norm.item()} (update {m + 1})"
+        values = torch.stack([*losses, grad_norm.detach().float()]).tolist()
+        bad = next((f"the loss is {v} (micro-batch {u + 1} of update {m + 1})"
+                    for u, v in enumerate(values[:-1]) if not math.isfinite(v)), "")
+        if not bad and not math.isfinite(values[-1]):
+            bad = f"the gradient norm is {values[-1]} (update {m + 1})"
         if dist.max(int(bool(bad))):  # stop on every rank together, before the step
             optimizer.zero_grad(set_to_none=True)
             raise TrainingError(bad or "another process got a non-finite loss")
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        acc.grad_norms.append(float(grad_norm))
+        acc.grad_norms.append(values[-1])
     return acc.result(dist)
 
 

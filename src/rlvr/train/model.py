@@ -89,7 +89,9 @@ def load_reference(cfg: TrainConfig, device: torch.device) -> Any:
 
 def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
     params = [p for p in model.parameters() if p.requires_grad]
-    return torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.99), eps=1e-8, weight_decay=0.0)
+    fused = bool(params) and all(p.is_cuda for p in params)  # one kernel for all parameters
+    return torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.99), eps=1e-8, weight_decay=0.0,
+                             fused=fused or None)
 
 
 def lr_factor(step: int, cfg: TrainConfig) -> float:

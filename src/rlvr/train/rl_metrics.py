@@ -42,34 +42,53 @@ class LossStats:
         self.mins: dict[str, float] = {}
         self.maxs: dict[str, float] = {}
         self.grad_norms: list[float] = []
+        self._pending: list[tuple[list[str], list[torch.Tensor], float, float, int]] = []
 
     def add(self, stats: dict[str, torch.Tensor], ent: torch.Tensor | None, logp: torch.Tensor,
             mb: MicroBatch, share: float) -> None:
-        tokens = float(mb.mask.sum())
+        """Queue a micro-batch's statistics; they are read back from the device all at once, by
+        `result` (a read per value would make the CPU wait for the GPU each time)."""
+        tokens = float(mb.cpu_mask.sum())
         if tokens == 0:
             return
-        s = self.sums
-        for name, value in stats.items():
-            v = float(value)
-            if name in self.SUMMED:
-                s[name] = s.get(name, 0.0) + v * share
-            elif name.endswith("/min"):
-                self.mins[name] = min(self.mins.get(name, math.inf), v)
-            elif name.endswith("/max"):
-                self.maxs[name] = max(self.maxs.get(name, -math.inf), v)
-            else:
-                s[name] = s.get(name, 0.0) + v * tokens
         on = mb.mask > 0
         known = on & torch.isfinite(mb.gen_logp)
+        names, values = list(stats), [torch.as_tensor(v, device=logp.device).float() for v in stats.values()]
+        zero = logp.new_zeros(())
         if ent is not None:
-            s["entropy/mean"] = s.get("entropy/mean", 0.0) + float(ent[on].sum())
-        s["_mismatch"] = s.get("_mismatch", 0.0) + float((mb.gen_logp - logp).abs()[known].sum())
-        s["_known"] = s.get("_known", 0.0) + float(known.sum())
-        s["_tokens"] = s.get("_tokens", 0.0) + tokens
-        s["tokens/processed"] = s.get("tokens/processed", 0.0) + mb.tokens
-        s["_updates"] = s.get("_updates", 0.0) + share
+            names.append("entropy/mean")
+            values.append(torch.where(on, ent, zero).sum().float())
+        names += ["_mismatch", "_known"]
+        values += [torch.where(known, (mb.gen_logp - logp).abs(), zero).sum().float(),
+                   known.sum().float()]
+        self._pending.append((names, values, share, tokens, mb.tokens))
+
+    def _flush(self) -> None:
+        if not self._pending:
+            return
+        flat = torch.stack([v for _, values, *_ in self._pending for v in values]).tolist()
+        at = 0
+        s = self.sums
+        for names, _, share, tokens, processed in self._pending:
+            for name in names:
+                v, at = flat[at], at + 1
+                if name in self.SUMMED:
+                    s[name] = s.get(name, 0.0) + v * share
+                elif name.endswith("/min"):
+                    self.mins[name] = min(self.mins.get(name, math.inf), v)
+                elif name.endswith("/max"):
+                    self.maxs[name] = max(self.maxs.get(name, -math.inf), v)
+                elif name.startswith("_") or name == "entropy/mean":
+                    s[name] = s.get(name, 0.0) + v
+                else:
+                    s[name] = s.get(name, 0.0) + v * tokens
+            s["_tokens"] = s.get("_tokens", 0.0) + tokens
+            s["tokens/processed"] = s.get("tokens/processed", 0.0) + processed
+            s["_updates"] = s.get("_updates", 0.0) + share
+        self._pending.clear()
 
     def result(self, dist: Dist) -> dict[str, float]:
+        self._flush()
         parts = dist.gather([(self.sums, self.mins, self.maxs)])
         sums: dict[str, float] = {}
         mins: dict[str, float] = {}

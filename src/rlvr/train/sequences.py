@@ -120,10 +120,16 @@ class MicroBatch:
     mask: torch.Tensor        # (B, T-1) float, 1 on trainable target tokens
     adv: torch.Tensor         # (B,) float
     gen_logp: torch.Tensor    # (B, T-1) float, nan where unknown
+    host_mask: torch.Tensor | None = None  # `mask` on the CPU (counts without a GPU wait)
+    n_tokens: int | None = None            # real tokens in `ids`
 
     @property
     def tokens(self) -> int:
-        return int(self.attention.sum())
+        return int(self.attention.sum()) if self.n_tokens is None else self.n_tokens
+
+    @property
+    def cpu_mask(self) -> torch.Tensor:
+        return self.mask.cpu() if self.host_mask is None else self.host_mask
 
 
 def micro_batches(seqs: Sequence[TrainSequence], size: int, pad_id: int,
@@ -134,19 +140,18 @@ def micro_batches(seqs: Sequence[TrainSequence], size: int, pad_id: int,
     for start in range(0, len(order), size):
         chunk = [seqs[i] for i in order[start:start + size]]
         width = max(2, max(len(s.ids) for s in chunk))
-        ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
-        attention = torch.zeros((len(chunk), width), dtype=torch.long)
-        mask = torch.zeros((len(chunk), width), dtype=torch.float32)
-        gen = torch.full((len(chunk), width), math.nan, dtype=torch.float32)
-        for row, s in enumerate(chunk):
-            n = len(s.ids)
-            ids[row, :n] = torch.tensor(s.ids)
-            attention[row, :n] = 1
-            mask[row, :n] = torch.tensor(s.mask, dtype=torch.float32)
-            gen[row, :n] = torch.tensor(s.gen_logprobs, dtype=torch.float32)
+        pads = [width - len(s.ids) for s in chunk]  # one tensor per field, built from lists
+        ids = torch.tensor([s.ids + [pad_id] * p for s, p in zip(chunk, pads)], dtype=torch.long)
+        attention = torch.tensor([[1] * len(s.ids) + [0] * p for s, p in zip(chunk, pads)],
+                                 dtype=torch.long)
+        mask = torch.tensor([list(s.mask) + [0] * p for s, p in zip(chunk, pads)],
+                            dtype=torch.float32)
+        gen = torch.tensor([list(s.gen_logprobs) + [math.nan] * p for s, p in zip(chunk, pads)],
+                           dtype=torch.float32)
         adv = torch.tensor([s.advantage for s in chunk], dtype=torch.float32)
         out.append(MicroBatch(ids.to(device), attention.to(device), mask[:, 1:].to(device),
-                              adv.to(device), gen[:, 1:].to(device)))
+                              adv.to(device), gen[:, 1:].to(device), host_mask=mask[:, 1:],
+                              n_tokens=sum(len(s.ids) for s in chunk)))
     return out
 
 
