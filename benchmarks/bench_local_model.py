@@ -10,6 +10,10 @@ tokens per second of wall time:
                prefill it once
     local-noshare   LocalModel with reuse across turns but without prefilling a common prefix once
     local-noreuse   the same without KV cache reuse (every request prefills its whole prompt)
+    local-dynamic   LocalModel over transformers' `DynamicCache` (`static_cache=False`);
+               `local-static` over static per-row KV slots (`static_cache=True`; CUDA graphs
+               on CUDA). `local` takes LocalModel's default: static on CUDA where the model
+               family allows, dynamic on CPU. `local-dynamic-noreuse` is dynamic without reuse
     generate   `model.generate` once per request, one request at a time (the baseline)
     generate-nocudnn   the same with LocalModel's attention kernels (no cuDNN attention, which
                rebuilds its plan for every new sequence length on some torch/GPU pairs)
@@ -267,7 +271,8 @@ def main() -> None:
     p.add_argument(
         "--modes",
         default="local,generate,padded",
-        help="comma-separated: local,local-noshare,local-noreuse,generate,generate-nocudnn,padded,cb",
+        help="comma-separated: local,local-noshare,local-noreuse,local-static,local-dynamic,local-dynamic-noreuse,"
+        "generate,generate-nocudnn,padded,cb",
     )
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     args = p.parse_args()
@@ -290,17 +295,25 @@ def main() -> None:
         f"games: {args.games} concurrent (baseline {args.baseline_games}), {args.max_turns} turns, "
         f"{args.max_tokens} max tokens, temperature {args.temperature}"
     )
-    noreuse = LocalModel(
-        path, model=lm.model, tokenizer=lm.tokenizer, max_batch_size=args.games, reuse_cache=False
-    )
+    def variant(**kw: Any) -> LocalModel:
+        return LocalModel(path, model=lm.model, tokenizer=lm.tokenizer, max_batch_size=args.games, **kw)
+
+    clients = {
+        "local": lm, "local-noshare": lm, "local-noreuse": variant(reuse_cache=False),
+        "local-dynamic": variant(static_cache=False),
+        "local-static": variant(static_cache=True),
+        "local-dynamic-noreuse": variant(static_cache=False, reuse_cache=False),
+    }
     play(lm, min(args.games, 8), args)  # warm-up (allocations, kernels)
     results: dict[str, dict[str, float]] = {}
     for mode in args.modes.split(","):
         runs = sum(1 for k in results if k.split("#")[0] == mode)
         key = mode if not runs else f"{mode}#{runs + 1}"  # a mode may be listed more than once
         try:
-            if mode in ("local", "local-noshare", "local-noreuse"):
-                client = noreuse if mode == "local-noreuse" else lm
+            if mode in clients:
+                client = clients[mode]
+                if client is not lm:
+                    play(client, min(args.games, 8), args)  # its own warm-up (graphs)
                 client.clear_cache()  # replayed games must not hit the last run's entries
                 s0 = dataclasses.replace(client.stats)
                 with _shared_prefix(mode != "local-noshare"):
@@ -338,7 +351,7 @@ def main() -> None:
             f"{r['tokens_per_s']:>10.0f} {ratio:>12}"
         )
     for mode, r in results.items():
-        if mode.split("#")[0] in ("local", "local-noshare", "local-noreuse"):
+        if mode.split("#")[0] in clients:
             print(
                 f"{mode}: {r['requests']:.0f} requests in {r['prefills']:.0f} prefills and "
                 f"{r['decode_steps']:.0f} decode steps (mean {r['tokens'] / max(r['decode_steps'], 1):.0f} "

@@ -12,7 +12,9 @@ same function), the same batch (`--batch-size` completions per optimizer step, g
 `--group` completions per prompt), the same sampling (temperature 1, top-p 1,
 `--max-tokens` new tokens), one optimizer step per batch (TRL: num_iterations = 1), the PPO-clip
 GRPO loss, no KL term, float32 weights with bfloat16 autocast on CUDA, and transformers-based
-generation (rlvr: LocalModel's batched decode loop; TRL: `model.generate`, no vLLM).
+generation (rlvr: LocalModel's batched decode loop, on CUDA over static KV slots with a
+CUDA-graph step; TRL: `model.generate`, no vLLM). `--dynamic-cache` also measures rlvr with
+the transformers forward over a DynamicCache (`LocalModel(static_cache=False)`).
 
 Measured after `--warmup` steps, over `--steps` steps: wall seconds per optimizer step,
 rollouts (completions) per second, completion tokens per second and total tokens per second
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import itertools
 import json
 import platform
@@ -48,8 +51,10 @@ def vowel_share_text(text: str) -> float:
 # ---- rlvr ------------------------------------------------------------------------------------
 
 
-def run_rlvr(model_dir: Path, args: argparse.Namespace, work: Path) -> dict[str, Any]:
+def run_rlvr(model_dir: Path, args: argparse.Namespace, work: Path, static_cache: bool | None = None) -> dict[str, Any]:
+    import rlvr.train.grpo
     from rlvr import Rubric, SingleTurnEnv
+    from rlvr.clients.local import LocalModel
     from rlvr.train.config import TrainConfig
     from rlvr.train.grpo import train
 
@@ -61,15 +66,20 @@ def run_rlvr(model_dir: Path, args: argparse.Namespace, work: Path) -> dict[str,
         return SingleTurnEnv(tasks, rubric=Rubric([vowel_share]))
 
     cfg = TrainConfig(
-        env="vowels", model=str(model_dir), output_dir=str(work / "rlvr"), steps=args.warmup + args.steps,
+        env="vowels", model=str(model_dir), output_dir=str(work / ("rlvr" if static_cache is None else "rlvr-dynamic")), steps=args.warmup + args.steps,
         batch_size=args.batch_size, rollouts_per_example=args.group, lr=args.lr, max_tokens=args.max_tokens,
         loss="grpo", micro_batch_size=args.micro_batch_size, bf16=args.device == "cuda",
         eval_every=None, save_every=None, seed=0,
     )
-    history = train(cfg, make_env=make_env, quiet=True, plots=False)
+    if static_cache is False:  # the trainer's LocalModel over transformers' DynamicCache
+        rlvr.train.grpo.LocalModel = functools.partial(LocalModel, static_cache=False)  # type: ignore[misc]
+    try:
+        history = train(cfg, make_env=make_env, quiet=True, plots=False)
+    finally:
+        rlvr.train.grpo.LocalModel = LocalModel  # type: ignore[misc]
     timed = history[args.warmup:]
     seconds = [m["time/step"] for m in timed]
-    return _summary("rlvr", seconds, args.batch_size,
+    return _summary("rlvr" if static_cache is None else "rlvr dynamic-cache", seconds, args.batch_size,
                     completion_tokens=[m["rollout/completion_tokens"] * args.batch_size for m in timed],
                     total_tokens=[m["tokens/processed"] for m in timed],
                     rewards=[m["reward/mean"] for m in history],
@@ -166,6 +176,9 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps first")
     parser.add_argument("--lr", type=float, default=1e-5)
     parser.add_argument("--only", choices=["rlvr", "trl"], default=None, help="measure one trainer")
+    parser.add_argument("--dynamic-cache", action="store_true",
+                        help="also measure rlvr with LocalModel(static_cache=False): decoding over "
+                        "transformers' DynamicCache instead of static KV slots and CUDA graphs")
     parser.add_argument("--out", default="benchmarks/results/train_vs_trl.json", help="JSON results file")
     args = parser.parse_args()
 
@@ -197,6 +210,8 @@ def main() -> None:
         results.append(run_rlvr(model_dir, args, work))
         if args.device == "cuda":
             torch.cuda.empty_cache()
+        if args.dynamic_cache:
+            results.append(run_rlvr(model_dir, args, work, static_cache=False))
     if args.only in (None, "trl") and have_trl:
         results.append(run_trl(model_dir, args, work))
     device = torch.cuda.get_device_name() if args.device == "cuda" else platform.processor() or "cpu"
@@ -206,8 +221,11 @@ def main() -> None:
     for r in results:
         print(f"{r['trainer']:<14}{r['seconds_per_step']:>10.3f}{r['rollouts_per_s']:>12.1f}"
               f"{r['completion_tokens_per_s']:>14.0f}{r['total_tokens_per_s']:>14.0f}")
-    if len(results) == 2:
-        print(f"rlvr / TRL rollouts per second: {results[0]['rollouts_per_s'] / results[1]['rollouts_per_s']:.2f}x")
+    trl_rows = [r for r in results if r["trainer"].startswith("trl")]
+    for r in results:
+        if trl_rows and not r["trainer"].startswith("trl"):
+            print(f"{r['trainer']} / TRL rollouts per second: "
+                  f"{r['rollouts_per_s'] / trl_rows[0]['rollouts_per_s']:.2f}x")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"device": device, "args": vars(args), "results": results}, indent=2) + "\n")
