@@ -147,3 +147,21 @@ def test_finished_rows_are_kept_at_the_next_admission_or_never(tiny) -> None:
     client.clear_cache()
     ask(2)  # row 1 belonged to the old weights: dropped
     assert len(client.prefix.entries) == 0 and len(client._decoder.held) == 1
+
+
+def test_a_failed_graph_capture_falls_back_to_plain_decoding(tiny, monkeypatch) -> None:
+    model, tokenizer = tiny
+    client = LocalModel("t", model=model, tokenizer=tokenizer, static_cache=True)
+    plain = LocalModel("t", model=model, tokenizer=tokenizer, static_cache=True)
+    decoder = client.slot_decoder()
+    decoder.graphs = True  # as on CUDA; the capture fails the way an uncapturable op does
+
+    def fail(n):
+        raise RuntimeError("operation not permitted when stream is capturing\nmore detail")
+
+    monkeypatch.setattr(decoder, "_capture", fail)
+    sampling = SamplingArgs(max_tokens=6, temperature=1.0, seed=4)
+    with pytest.warns(RuntimeWarning, match="CUDA graph capture failed .operation not permitted"):
+        c = asyncio.run(client.chat([{"role": "user", "content": "hi"}], sampling))
+    assert not decoder.graphs
+    assert c.token_ids == asyncio.run(plain.chat([{"role": "user", "content": "hi"}], sampling)).token_ids

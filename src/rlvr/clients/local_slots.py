@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import itertools
 import sys
+import warnings
 from typing import Any
 
 import torch
@@ -162,7 +163,15 @@ class SlotDecoder:
         if not self.graphs:
             return self.decode(n)
         if n not in self.captured:
-            self.captured[n] = self._capture(n)
+            try:
+                self.captured[n] = self._capture(n)
+            except RuntimeError as exc:  # an op that cannot be captured (some adapter, kernel)
+                reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                warnings.warn(f"rlvr: CUDA graph capture failed ({reason}); decoding without "
+                              "CUDA graphs", RuntimeWarning, stacklevel=2)
+                self.graphs = False
+                self._drop_graphs()
+                return self.decode(n)
         graph, out = self.captured[n]
         graph.replay()
         return out
@@ -175,22 +184,29 @@ class SlotDecoder:
 
     def _capture(self, n: int) -> tuple[Any, Step]:
         """Warm up on a side stream (lazy kernel set-up must not happen during capture), then
-        record `decode(n)`. The warm-up runs work on copies of the per-slot state, so they only
-        rewrite keys and values that the next step writes again."""
-        stream = torch.cuda.Stream(self.device)
-        stream.wait_stream(torch.cuda.current_stream(self.device))
+        record `decode(n)`. The per-slot state is put back after the warm-up runs (and after a
+        failure), so they only rewrite keys and values that the next step writes again."""
         state = [t.clone() for t in (self.tokens, self.pos, self.counts)]
-        with torch.cuda.stream(stream):
-            for _ in range(2):
-                self.decode(n)
-                for t, saved in zip((self.tokens, self.pos, self.counts), state):
-                    t.copy_(saved)
-        torch.cuda.current_stream(self.device).wait_stream(stream)
-        if self.pool is None:
-            self.pool = torch.cuda.graph_pool_handle()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool):
-            out = self.decode(n)
+
+        def restore() -> None:
+            for t, saved in zip((self.tokens, self.pos, self.counts), state):
+                t.copy_(saved)
+
+        try:
+            stream = torch.cuda.Stream(self.device)
+            stream.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(stream):
+                for _ in range(2):
+                    self.decode(n)
+                    restore()
+            torch.cuda.current_stream(self.device).wait_stream(stream)
+            if self.pool is None:
+                self.pool = torch.cuda.graph_pool_handle()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self.pool):
+                out = self.decode(n)
+        finally:
+            restore()
         self.captures += 1
         return graph, out
 
