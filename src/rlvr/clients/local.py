@@ -285,9 +285,9 @@ class LocalModel:
 
     def _serve(self) -> None:
         batch = SlotBatch(self) if self.static_cache else Batch(self)
-        if self.device.type == "cuda":  # this thread's current device: graphs capture and
-            torch.cuda.set_device(self.device)  # replay on its current stream
         try:
+            if self.device.type == "cuda":  # this thread's current device: graphs capture and
+                torch.cuda.set_device(self.device)  # replay on its current stream
             while True:
                 joiners = self._take(batch)
                 if joiners is None:
