@@ -219,8 +219,8 @@ class LocalModel:
             key: str | None = json.dumps([messages, tools or None], sort_keys=True)
         except (TypeError, ValueError):
             key = None
-        if key is not None and (ids := self._renders.get(key)) is not None:
-            return list(ids)
+        if key is not None and (hit := self._renders.get(key)) is not None:
+            return list(hit)
         text = self.tokenizer.apply_chat_template(
             messages, tools=tools or None, add_generation_prompt=True, tokenize=False
         )
@@ -284,8 +284,9 @@ class LocalModel:
     # ---- the worker thread ----------------------------------------------------------------
 
     def _serve(self) -> None:
-        batch = SlotBatch(self) if self.static_cache else Batch(self)
+        batch: Batch | None = None
         try:
+            batch = SlotBatch(self) if self.static_cache else Batch(self)
             if self.device.type == "cuda":  # this thread's current device: graphs capture and
                 torch.cuda.set_device(self.device)  # replay on its current stream
             while True:
@@ -308,7 +309,8 @@ class LocalModel:
                 self._deliver(batch.pop_finished())
         except BaseException as exc:  # a failed step fails its requests, never hangs them
             with self._lock:
-                failed, self._pending, self._thread = batch.rows + self._pending, [], None
+                rows = batch.rows if batch is not None else []
+                failed, self._pending, self._thread = rows + self._pending, [], None
             for request in failed:
                 _resolve(request, exc)
 

@@ -358,6 +358,7 @@ class SlotBatch(Batch):
         lengths = [self._next(r) for r in keep]
         keys, values = self.decoder.rows([r.slot for r in keep], max(lengths))
         for i, (r, n) in enumerate(zip(keep, lengths)):
+            assert r.hashes is not None
             prefix.store(r.prompt_ids + r.ids[:-1], extend_hashes(r.hashes, r.ids[:-1]),
                          len(r.prompt_ids), (keys[:, i, :, :n], values[:, i, :, :n]),
                          r.cache_version)
