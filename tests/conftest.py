@@ -46,3 +46,20 @@ def one_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(saved)
+
+
+@pytest.fixture(scope="session")
+def scramble():
+    """`scramble(model, seed)`: large random weights, N(0, 0.3) on every matrix. Greedy replies
+    then vary with the prompt and never end early, so decoding mistakes show as different ids."""
+    import torch
+
+    def apply(model, seed: int = 0):
+        gen = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for p in model.parameters():
+                if p.dim() > 1:
+                    p.normal_(0.0, 0.3, generator=gen)
+        return model
+
+    return apply

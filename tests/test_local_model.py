@@ -27,18 +27,14 @@ def tiny_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="module", params=[False, True], ids=["dynamic", "static"])
-def lm(tiny_dir, request) -> LocalModel:
+def lm(tiny_dir, request, scramble) -> LocalModel:
     """A tiny model with large random weights: greedy replies vary with the prompt and never
     emit EOS, which makes batching mistakes show up as different token ids. Every test that
     takes it runs twice: decoding over transformers' DynamicCache, and over static KV slots
     (`rlvr.clients.local_slots`, without CUDA graphs on the CPU)."""
     model = transformers.AutoModelForCausalLM.from_pretrained(tiny_dir)
     tokenizer = transformers.AutoTokenizer.from_pretrained(tiny_dir)
-    gen = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() > 1:
-                p.normal_(0.0, 0.3, generator=gen)
+    scramble(model)
     return LocalModel("tiny", model=model.eval(), tokenizer=tokenizer, max_batch_size=64,
                       static_cache=request.param)
 
@@ -99,7 +95,7 @@ def test_batched_greedy_equals_one_at_a_time(lm) -> None:
     assert lm.stats.prefills - before < 80  # some requests joined together
 
 
-def test_sliding_window_models_fall_back_to_waves_and_stay_exact(tiny_dir) -> None:
+def test_sliding_window_models_fall_back_to_waves_and_stay_exact(tiny_dir, scramble) -> None:
     """A sliding-window cache cannot be merged: new requests wait for an empty batch."""
     tokenizer = transformers.AutoTokenizer.from_pretrained(tiny_dir)
     config = transformers.MistralConfig(
@@ -113,11 +109,7 @@ def test_sliding_window_models_fall_back_to_waves_and_stay_exact(tiny_dir) -> No
         eos_token_id=2,
     )
     torch.manual_seed(0)
-    model = transformers.MistralForCausalLM(config).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() > 1:
-                p.normal_(0.0, 0.3)
+    model = scramble(transformers.MistralForCausalLM(config).eval())
     sw = LocalModel("mistral", model=model, tokenizer=tokenizer, max_batch_size=8)
 
     def sampling(i):

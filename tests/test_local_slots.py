@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from rlvr.clients.local import LocalModel
-from rlvr.clients.local_sampling import draw, row_key, sample_tokens
+from rlvr.clients.local_sampling import _gumbel, draw, row_key, sample_tokens
 from rlvr.clients.local_slots import MIN_LENGTH, MIN_SLOTS, _rms_norm, supported
 from rlvr.errors import UsageError
 from rlvr.models import build_tiny_model
@@ -23,17 +23,12 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
+def tiny(tmp_path_factory, scramble):
     """The tiny Qwen3-architecture model with large random weights (replies never end early)."""
     path = build_tiny_model(tmp_path_factory.mktemp("tiny"), preset="tiny")
     model = transformers.AutoModelForCausalLM.from_pretrained(path).eval()
     tokenizer = transformers.AutoTokenizer.from_pretrained(path)
-    gen = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() > 1:
-                p.normal_(0.0, 0.3, generator=gen)
-    return model, tokenizer
+    return scramble(model, seed=1), tokenizer
 
 
 def _games(client: LocalModel, n: int, turns: int) -> list[list]:
@@ -107,17 +102,26 @@ def test_autocast_is_checked_and_runs(tiny) -> None:
     assert client._decoder is not None and client._decoder.keys.dtype == torch.bfloat16
 
 
-def test_draw_is_sample_tokens_without_top_p() -> None:
+def test_draw_samples_from_hashed_gumbel_noise() -> None:
+    """`draw`, the sampler inside the CUDA graph, by hand: argmax of logits / T plus the rows'
+    Gumbel noise (argmax of the logits for T = 0), logprob under log_softmax(logits / T)."""
     logits = torch.randn(7, 50, generator=torch.Generator().manual_seed(0))
-    temps = [0.0, 1.0, 0.7, 1.3, 0.0, 1.0, 2.0]
-    keys = [row_key(1000 + i, i) for i in range(7)]
-    choice, logp = sample_tokens(logits, temperatures=temps, top_ps=[1.0] * 7, keys=keys)
-    tensor_keys = row_key(torch.arange(1000, 1007), torch.arange(7))
-    assert tensor_keys.tolist() == keys  # the keys hash the same on tensors as on ints
-    choice2, logp2 = draw(logits, torch.tensor(temps), tensor_keys)
-    assert choice2.tolist() == choice.tolist() and torch.equal(logp2, logp)
-    greedy = [i for i, t in enumerate(temps) if t == 0]
-    assert choice[greedy].tolist() == logits[greedy].argmax(-1).tolist()
+    temps = torch.tensor([0.0, 1.0, 0.7, 1.3, 0.0, 1.0, 2.0])
+    keys = row_key(torch.arange(1000, 1007), torch.arange(7))
+    assert keys.tolist() == [row_key(1000 + i, i) for i in range(7)]  # ints hash the same
+    choice, logp = draw(logits, temps, keys)
+    scaled = logits / torch.where(temps > 0, temps, 1.0)[:, None]
+    noisy = (scaled + _gumbel(keys, 50)).argmax(-1)
+    want = torch.where(temps > 0, noisy, logits.argmax(-1))
+    assert choice.tolist() == want.tolist()
+    assert torch.allclose(logp, scaled.log_softmax(-1).gather(1, want[:, None]).squeeze(1))
+    # the list front end gives the same tokens, and top-p restricts them
+    same, _ = sample_tokens(logits, temperatures=temps.tolist(), top_ps=[1.0] * 7,
+                            keys=keys.tolist())
+    assert same.tolist() == want.tolist()
+    tight, _ = sample_tokens(logits, temperatures=temps.tolist(), top_ps=[1e-6] * 7,
+                             keys=keys.tolist())
+    assert tight.tolist() == scaled.argmax(-1).tolist()  # the top token only
 
 
 def test_fused_rms_norm_matches_the_module(tiny) -> None:

@@ -172,15 +172,14 @@ class LocalModel:
         params = inspect.signature(base_model(model).forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
         self._keep_last = "logits_to_keep" in params
-        if static_cache and not slots_supported(model):
+        slots_ok = slots_supported(model)
+        if static_cache and not slots_ok:
             raise UsageError(
                 f"static_cache needs a model of the {sorted(FAMILIES)} families with full "
                 f"attention; {path_or_id} is not one"
             )
-        self.static_cache = (
-            slots_supported(model) and self.device.type == "cuda"
-            if static_cache is None
-            else static_cache
+        self.static_cache = slots_ok and (
+            self.device.type == "cuda" if static_cache is None else static_cache
         )
         if autocast is not None and autocast not in ("bfloat16", "float16"):
             raise UsageError(f"autocast must be 'bfloat16' or 'float16', got {autocast!r}")

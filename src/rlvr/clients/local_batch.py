@@ -66,6 +66,12 @@ class Request:
     cache_version: int = -1  # the prefix cache's version when the request was admitted
     slot: int = -1  # its slot in a `SlotBatch`
 
+    @property
+    def seq_len(self) -> int:
+        """Tokens with keys and values in the cache: the prompt and the sampled ids but the last
+        (the next step's input); also the position of that last sampled id."""
+        return len(self.prompt_ids) + len(self.ids) - 1
+
 
 class Batch:
     """The rows being decoded together, with their KV cache (left padded)."""
@@ -119,8 +125,7 @@ class Batch:
         owner.stats.prompt_tokens += sum(map(len, suffixes))
         owner.stats.reused_tokens += sum(m for _, m in hits)
         tokens = self._sample(logits, joiners)
-        if owner.prefix is not None and owner.prefix.usable is None:
-            owner.prefix.usable = _plain(cache) and bool(_layers(cache))
+        self._learn_layout(cache)
         return cache, mask, positions[:, -1] + 1, tokens
 
     def step(self) -> None:
@@ -141,11 +146,18 @@ class Batch:
         for r in fresh:
             r.delivered = True
         if fresh and self._keeps():
-            self._store(fresh)
+            self._keep(fresh)
+        self._prune_finished()
+        return fresh
+
+    def _keep(self, rows: list[Request]) -> None:
+        """Keep finished rows' keys and values for reuse (now: the cache is about to change)."""
+        self._store(rows)
+
+    def _prune_finished(self) -> None:
         dead = sum(1 for r in self.rows if r.finish is not None or r.cancelled)
         if dead and dead >= max(1, len(self.rows) // 8):
             self.prune()
-        return fresh
 
     def prune(self) -> None:
         """Drop finished and cancelled rows from the batch."""
@@ -160,6 +172,12 @@ class Batch:
         self.mergeable = True
 
     # ---- internals ------------------------------------------------------------------------
+
+    def _learn_layout(self, cache: Any) -> None:
+        """The first prefill shows whether this model's caches can be kept (plain layers)."""
+        prefix = self.owner.prefix
+        if prefix is not None and prefix.usable is None:
+            prefix.usable = bool(_layers(cache)) and _plain(cache)
 
     def _keeps(self) -> bool:
         prefix = self.owner.prefix
@@ -204,11 +222,10 @@ class Batch:
         self._forward(ids, torch.ones_like(ids), torch.arange(n, device=owner.device)[None], cache)
         owner.stats.prefills += 1
         owner.stats.shared_tokens += n
-        layers = _layers(cache)
-        if prefix.usable is None:
-            prefix.usable = bool(layers) and _plain(cache)
+        self._learn_layout(cache)
         if not prefix.usable:
             return None
+        layers = _layers(cache)
         kv = (torch.cat([layer.keys for layer in layers]), torch.cat([layer.values for layer in layers]))
         assert cold[0].hashes is not None
         prefix.store(cold[0].prompt_ids[:n], cold[0].hashes[: n + 1], n, kv, cold[0].cache_version,
@@ -217,26 +234,28 @@ class Batch:
 
     def _store(self, rows: list[Request]) -> None:
         """Keep the keys and values of finished rows: prompt + sampled ids but the last."""
-        prefix, layers = self.owner.prefix, _layers(self.cache)
-        assert prefix is not None and self.mask is not None
+        prefix = self.owner.prefix
+        assert prefix is not None
         prefix.check_weights(self.owner.model)
-        index = {id(r): i for i, r in enumerate(self.rows)}
         keep = [
             r for r in rows
             if r.hashes is not None and r.cache_version == prefix.version and r.finish is not None
         ]
-        if not keep:
-            return
-        # the finished rows' mask, brought to the CPU at once (one wait for the GPU, not one each)
-        at = torch.tensor([index[id(r)] for r in keep], device=self.mask.device)
-        masks = self.mask.index_select(0, at).cpu()
-        for r, mask_row in zip(keep, masks):
-            assert r.hashes is not None
-            seq = r.prompt_ids + r.ids[:-1]
-            kv = row_kv(layers, mask_row, index[id(r)], len(seq))
+        for r, kv in zip(keep, self._copy_kv(keep) if keep else []):
             if kv is not None:
-                hashes = extend_hashes(r.hashes, r.ids[:-1])
-                prefix.store(seq, hashes, len(r.prompt_ids), kv, r.cache_version)
+                assert r.hashes is not None
+                prefix.store(r.prompt_ids + r.ids[:-1], extend_hashes(r.hashes, r.ids[:-1]),
+                             len(r.prompt_ids), kv, r.cache_version)
+
+    def _copy_kv(self, rows: list[Request]) -> list[KV | None]:
+        """Copies of the rows' first `seq_len` keys and values (None: not all in the cache)."""
+        assert self.mask is not None
+        layers = _layers(self.cache)
+        index = {id(r): i for i, r in enumerate(self.rows)}
+        # the rows' mask, brought to the CPU at once (one wait for the GPU, not one each)
+        at = torch.tensor([index[id(r)] for r in rows], device=self.mask.device)
+        masks = self.mask.index_select(0, at).cpu()
+        return [row_kv(layers, m, index[id(r)], r.seq_len) for r, m in zip(rows, masks)]
 
     def _forward(
         self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache: Any

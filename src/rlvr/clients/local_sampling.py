@@ -24,31 +24,27 @@ def sample_tokens(
     row's sample never depends on the other rows.
     """
     device = logits.device
-    temps = torch.tensor(temperatures, device=device)
+    if not any(t > 0 for t in temperatures):  # all greedy: no noise to draw
+        choice = logits.argmax(dim=-1)
+        return choice, torch.log_softmax(logits, dim=-1).gather(1, choice[:, None]).squeeze(1)
     cut = [(i, p) for i, (t, p) in enumerate(zip(temperatures, top_ps)) if t > 0 and p < 1.0]
-    if any(t > 0 for t in temperatures) and not cut:
-        return draw(logits, temps, torch.tensor(keys, dtype=torch.long, device=device))
-    scaled = logits / torch.where(temps > 0, temps, 1.0)[:, None]  # (B, V)
-    logp = torch.log_softmax(scaled, dim=-1)  # (B, V)
-    if any(t > 0 for t in temperatures):
-        noise = _gumbel(torch.tensor(keys, dtype=torch.long, device=device), logits.shape[-1])
-        choice = (_top_p(scaled, cut) + noise).argmax(dim=-1)  # (B,)
-        if not all(t > 0 for t in temperatures):
-            choice = torch.where(temps > 0, choice, logits.argmax(dim=-1))
-    else:
-        choice = logits.argmax(dim=-1)  # (B,) all greedy
-    return choice, logp.gather(1, choice[:, None]).squeeze(1)
+    return draw(logits, torch.tensor(temperatures, device=device),
+                torch.tensor(keys, dtype=torch.long, device=device), cut)
 
 
 def draw(
-    logits: torch.Tensor, temps: torch.Tensor, keys: torch.Tensor
+    logits: torch.Tensor,
+    temps: torch.Tensor,
+    keys: torch.Tensor,
+    cut: list[tuple[int, float]] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """`sample_tokens` without top-p, from tensors (B,) of temperatures and row keys: no host
-    values and no data-dependent branch, so it can run inside a CUDA graph. Same tokens and
-    logprobs as `sample_tokens` with top_p = 1."""
+    """`sample_tokens` from tensors (B,) of temperatures and row keys, with top-p given as
+    (row, p) pairs. Without `cut` it reads no host values and takes no data-dependent branch,
+    so it can run inside a CUDA graph."""
     scaled = logits / torch.where(temps > 0, temps, 1.0)[:, None]  # (B, V)
     logp = torch.log_softmax(scaled, dim=-1)
-    sampled = (scaled + _gumbel(keys, logits.shape[-1])).argmax(dim=-1)
+    candidates = _top_p(scaled, cut) if cut else scaled
+    sampled = (candidates + _gumbel(keys, logits.shape[-1])).argmax(dim=-1)
     choice = torch.where(temps > 0, sampled, logits.argmax(dim=-1))  # (B,)
     return choice, logp.gather(1, choice[:, None]).squeeze(1)
 

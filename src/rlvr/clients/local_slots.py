@@ -37,7 +37,7 @@ from typing import Any
 import torch
 
 from rlvr.clients.local_batch import Batch, Request, _layers, base_model
-from rlvr.clients.local_prefix import KV, extend_hashes
+from rlvr.clients.local_prefix import KV
 from rlvr.clients.local_sampling import draw, row_key
 
 FAMILIES = frozenset({"llama", "mistral", "qwen2", "qwen3"})
@@ -145,7 +145,7 @@ class SlotDecoder:
             )
             buffers[:, slots, :, :length] = stacked.gather(3, index).to(self.dtype)
 
-    def rows(self, slots: list[int], n: int) -> KV:
+    def copy_rows(self, slots: list[int], n: int) -> KV:
         """A copy of the first `n` positions of `slots`: keys and values of (layers, rows,
         heads, n, dim), one kernel each."""
         at = torch.tensor(slots, device=self.device)
@@ -288,7 +288,7 @@ class SlotBatch(Batch):
         used = {r.slot for r in self.rows}  # the lowest free slots: fewer to decode each step
         slots = list(itertools.islice((s for s in itertools.count() if s not in used), len(joiners)))
         longest = max(len(r.prompt_ids) for r in joiners)
-        dec.reserve(max(slots) + 1, max([longest + 1, *(self._next(r) + 1 for r in self.rows)]))
+        dec.reserve(max(slots) + 1, max(r.seq_len for r in (*self.rows, *joiners)) + 1)
         at = torch.tensor(slots, device=owner.device)
         dec.write(at, cache, mask, longest)
         dec.check_weights()
@@ -305,7 +305,7 @@ class SlotBatch(Batch):
 
     def step(self) -> None:
         dec = self.decoder
-        dec.reserve(0, max(self._next(r) for r in self.rows) + 1)
+        dec.reserve(0, max(r.seq_len for r in self.rows) + 1)
         if self.index is None:
             self.index = torch.tensor([r.slot for r in self.rows], device=self.owner.device)
         logits, choice, logprob = dec.step(max(r.slot for r in self.rows) + 1)
@@ -317,54 +317,22 @@ class SlotBatch(Batch):
         else:  # top-p: sample again outside the step, and overwrite its tokens
             dec.tokens[self.index] = self._sample(logits.index_select(0, self.index), self.rows)
 
-    def pop_finished(self) -> list[Request]:
-        fresh = [
-            r for r in self.rows if r.finish is not None and not r.delivered and not r.cancelled
-        ]
-        for r in fresh:
-            r.delivered = True
-        if fresh and self._keeps():
-            # kept at the next admission, with one copy for all: a trainer that changes the
-            # weights (and clears the cache) before then pays for no copy at all. Until then
-            # the decode step writes only past their kept positions.
-            self.decoder.held.extend(fresh)
-        self.prune()
-        return fresh
+    def _keep(self, rows: list[Request]) -> None:
+        """Hold the rows' slots: the next admission copies their keys and values (one copy for
+        all; none when the trainer cleared the cache meanwhile). Until then the decode step
+        writes only past their kept positions."""
+        self.decoder.held.extend(rows)
+
+    def _prune_finished(self) -> None:
+        self.prune()  # leaving costs nothing here
 
     def prune(self) -> None:
         keep = [r for r in self.rows if r.finish is None and not r.cancelled]
         if len(keep) < len(self.rows):
             self.rows, self.index = keep, None
 
-    def reset(self) -> None:
-        self.rows, self.index = [], None
-
-    def _keeps(self) -> bool:
-        prefix = self.owner.prefix
-        return prefix is not None and bool(prefix.usable)
-
-    def _store(self, rows: list[Request]) -> None:
-        """Keep the finished rows' keys and values (prompt + sampled ids but the last): one copy
-        for all of them, each entry a view of its row."""
-        prefix = self.owner.prefix
-        assert prefix is not None
-        prefix.check_weights(self.owner.model)
-        keep = [
-            r for r in rows
-            if r.hashes is not None and r.cache_version == prefix.version and r.finish is not None
-        ]
-        if not keep:
-            return
-        lengths = [self._next(r) for r in keep]
-        keys, values = self.decoder.rows([r.slot for r in keep], max(lengths))
-        for i, (r, n) in enumerate(zip(keep, lengths)):
-            assert r.hashes is not None
-            prefix.store(r.prompt_ids + r.ids[:-1], extend_hashes(r.hashes, r.ids[:-1]),
-                         len(r.prompt_ids), (keys[:, i, :, :n], values[:, i, :, :n]),
-                         r.cache_version)
-
-    @staticmethod
-    def _next(r: Request) -> int:
-        """The position of the row's next input token (its last sampled one)."""
-        return len(r.prompt_ids) + len(r.ids) - 1
-
+    def _copy_kv(self, rows: list[Request]) -> list[KV | None]:
+        """One copy of all the rows' slots; each row's entry a view of its part."""
+        lengths = [r.seq_len for r in rows]
+        keys, values = self.decoder.copy_rows([r.slot for r in rows], max(lengths))
+        return [(keys[:, i, :, :n], values[:, i, :, :n]) for i, n in enumerate(lengths)]

@@ -72,7 +72,6 @@ def _base_type(tp: Any) -> tuple[Any, bool]:
     return (args[0], True) if args and len(args) < len(typing.get_args(tp)) else (tp, False)
 
 
-
 def run(args: argparse.Namespace) -> int:
     from rlvr.train.sft_config import SFTConfig
 
