@@ -41,9 +41,7 @@ class ChatEnv(MultiTurnEnv[State]):
 
 
 def make_env(turns: int, n_tasks: int) -> MultiTurnEnv[Any]:
-    tasks = [
-        {"id": f"t{i}", "question": f"question number {i}: say something"} for i in range(n_tasks)
-    ]
+    tasks = [{"id": f"t{i}", "question": f"question number {i}: say something"} for i in range(n_tasks)]
     sampling = SamplingArgs(temperature=0.0, max_tokens=64)
     if turns == 1:
         return SingleTurnEnv(tasks, rubric=Rubric([replied]), sampling=sampling)
@@ -147,9 +145,7 @@ def main() -> None:
     )
     for client_name, turns, conc, n, rate, cpu, server_ms in rows:
         server_col = f"{server_ms:19.2f}" if server_ms is not None else f"{'-':>19}"
-        print(
-            f"{client_name:<8}{turns:>6}{conc:>6}{n:>10}{rate:>12.0f}{cpu:>23.3f}{cpu / turns:>9.3f}{server_col}"
-        )
+        print(f"{client_name:<8}{turns:>6}{conc:>6}{n:>10}{rate:>12.0f}{cpu:>23.3f}{cpu / turns:>9.3f}{server_col}")
 
 
 if __name__ == "__main__":

@@ -74,9 +74,7 @@ class PerRequestGenerate:
     def __init__(self, lm: LocalModel, no_cudnn: bool = False) -> None:
         self.lm, self.lock, self.no_cudnn = lm, threading.Lock(), no_cudnn
 
-    async def chat(
-        self, messages: Messages, sampling: SamplingArgs, tools: Any = None
-    ) -> Completion:
+    async def chat(self, messages: Messages, sampling: SamplingArgs, tools: Any = None) -> Completion:
         return await asyncio.to_thread(self._generate, self.lm.render(messages, tools), sampling)
 
     def _generate(self, ids: list[int], s: SamplingArgs) -> Completion:
@@ -96,9 +94,7 @@ class PaddedGenerate:
         self.pending: list[tuple[list[int], SamplingArgs, asyncio.Future[Completion]]] = []
         self.running = False
 
-    async def chat(
-        self, messages: Messages, sampling: SamplingArgs, tools: Any = None
-    ) -> Completion:
+    async def chat(self, messages: Messages, sampling: SamplingArgs, tools: Any = None) -> Completion:
         future: asyncio.Future[Completion] = asyncio.get_running_loop().create_future()
         self.pending.append((self.lm.render(messages, tools), sampling, future))
         if not self.running:
@@ -144,9 +140,7 @@ class ContinuousBatching:
         self.manager = lm.model.init_continuous_batching(generation_config=config)
         self.manager.start()
 
-    async def chat(
-        self, messages: Messages, sampling: SamplingArgs, tools: Any = None
-    ) -> Completion:
+    async def chat(self, messages: Messages, sampling: SamplingArgs, tools: Any = None) -> Completion:
         ids = self.lm.render(messages, tools)
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         rid = uuid.uuid4().hex
@@ -173,9 +167,7 @@ def _generate(
     ids = torch.tensor([[lm.pad_id] * (width - len(p)) + p for p in prompts], device=lm.device)
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=lm.device)
     sample = (
-        {"do_sample": True, "temperature": temperature, "top_p": top_p}
-        if temperature > 0
-        else {"do_sample": False}
+        {"do_sample": True, "temperature": temperature, "top_p": top_p} if temperature > 0 else {"do_sample": False}
     )
     out = lm.model.generate(
         input_ids=ids,
@@ -206,10 +198,7 @@ class StandIn(MultiTurnEnv):
     """A stand-in multi-turn game when tictactoe is not installed: the env always asks again."""
 
     def __init__(self, n: int, max_turns: int) -> None:
-        rows = [
-            {"question": f"Game {i}. Pick a cell from 0 to 8 and answer <move>N</move>."}
-            for i in range(n)
-        ]
+        rows = [{"question": f"Game {i}. Pick a cell from 0 to 8 and answer <move>N</move>."} for i in range(n)]
         super().__init__(rows, rubric=Rubric([]), max_turns=max_turns)
 
     async def env_response(self, messages: Messages, state: Any) -> Messages:
@@ -235,9 +224,7 @@ def play(client: Any, games: int, args: argparse.Namespace) -> dict[str, float]:
     env = make_env(games, args.max_turns)
     sampling = SamplingArgs(max_tokens=args.max_tokens, temperature=args.temperature, top_p=1.0)
     t0 = time.perf_counter()
-    rollouts = asyncio.run(
-        run_rollouts(env, client, env.tasks("train")[:games], concurrency=games, sampling=sampling)
-    )
+    rollouts = asyncio.run(run_rollouts(env, client, env.tasks("train")[:games], concurrency=games, sampling=sampling))
     seconds = time.perf_counter() - t0
     errors = [r.error for r in rollouts if r.error]
     if errors:
@@ -254,17 +241,13 @@ def play(client: Any, games: int, args: argparse.Namespace) -> dict[str, float]:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", help="model folder (default: build a tiny model with --preset)")
     p.add_argument("--preset", default="tiny", help="rlvr.models preset when --model is not given")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     p.add_argument("--dtype", default=None, help="float32 / bfloat16 (default: bf16 on cuda)")
     p.add_argument("--games", type=int, default=256, help="concurrent games for the batched modes")
-    p.add_argument(
-        "--baseline-games", type=int, default=8, help="games for the serial per-request baseline"
-    )
+    p.add_argument("--baseline-games", type=int, default=8, help="games for the serial per-request baseline")
     p.add_argument("--max-turns", type=int, default=4, help="model turns per game")
     p.add_argument("--max-tokens", type=int, default=48, help="max tokens per reply")
     p.add_argument("--temperature", type=float, default=1.0)
@@ -295,11 +278,14 @@ def main() -> None:
         f"games: {args.games} concurrent (baseline {args.baseline_games}), {args.max_turns} turns, "
         f"{args.max_tokens} max tokens, temperature {args.temperature}"
     )
+
     def variant(**kw: Any) -> LocalModel:
         return LocalModel(path, model=lm.model, tokenizer=lm.tokenizer, max_batch_size=args.games, **kw)
 
     clients = {
-        "local": lm, "local-noshare": lm, "local-noreuse": variant(reuse_cache=False),
+        "local": lm,
+        "local-noshare": lm,
+        "local-noreuse": variant(reuse_cache=False),
         "local-dynamic": variant(static_cache=False),
         "local-static": variant(static_cache=True),
         "local-dynamic-noreuse": variant(static_cache=False, reuse_cache=False),
@@ -323,9 +309,7 @@ def main() -> None:
             elif mode == "generate":
                 results[key] = play(PerRequestGenerate(lm), args.baseline_games, args)
             elif mode == "generate-nocudnn":
-                results[key] = play(
-                    PerRequestGenerate(lm, no_cudnn=True), args.baseline_games, args
-                )
+                results[key] = play(PerRequestGenerate(lm, no_cudnn=True), args.baseline_games, args)
             elif mode == "padded":
                 results[key] = play(PaddedGenerate(lm), args.games, args)
             elif mode == "cb":

@@ -43,10 +43,12 @@ def bench_rollouts(games: int, concurrency: int, opponent: str) -> None:
     env_s = sum(r.timing.get("env", 0.0) for r in rollouts)
     score_s = sum(r.timing.get("score", 0.0) for r in rollouts)
     assert all(r.error is None for r in rollouts)
-    print(f"  opponent={opponent:<8} {games} games, {turns} turns in {wall * 1e3:.0f} ms: "
-          f"{games / wall:,.0f} games/s, {turns / wall:,.0f} turns/s; "
-          f"env_response {env_s / turns * 1e6:.1f} us/turn, rubric {score_s / games * 1e6:.1f} us/game "
-          f"({100 * (env_s + score_s) / wall:.0f}% of the wall time)")
+    print(
+        f"  opponent={opponent:<8} {games} games, {turns} turns in {wall * 1e3:.0f} ms: "
+        f"{games / wall:,.0f} games/s, {turns / wall:,.0f} turns/s; "
+        f"env_response {env_s / turns * 1e6:.1f} us/turn, rubric {score_s / games * 1e6:.1f} us/game "
+        f"({100 * (env_s + score_s) / wall:.0f}% of the wall time)"
+    )
 
 
 def bench_opponent(calls: int) -> None:
@@ -67,8 +69,10 @@ def bench_opponent(calls: int) -> None:
         opponent_move(board, "O", 0.25, move_rng(i, board))
         times.append(time.perf_counter_ns() - t)
     times.sort()
-    print(f"  opponent move (move_rng + opponent_move): median {statistics.median(times) / 1e3:.1f} us, "
-          f"p99 {times[int(0.99 * len(times))] / 1e3:.1f} us over {calls} positions")
+    print(
+        f"  opponent move (move_rng + opponent_move): median {statistics.median(times) / 1e3:.1f} us, "
+        f"p99 {times[int(0.99 * len(times))] / 1e3:.1f} us over {calls} positions"
+    )
 
 
 def main() -> None:
@@ -78,8 +82,9 @@ def main() -> None:
     args = ap.parse_args()
     t = time.perf_counter()
     load_environment(num_examples=1000, eval_examples=1000)
-    print(f"load_environment (1000 train + 1000 eval tasks, cold minimax cache): "
-          f"{(time.perf_counter() - t) * 1e3:.0f} ms")
+    print(
+        f"load_environment (1000 train + 1000 eval tasks, cold minimax cache): {(time.perf_counter() - t) * 1e3:.0f} ms"
+    )
     print(f"rollouts through the engine (concurrency {args.concurrency}):")
     for opponent in ("optimal", "mix", "random"):
         bench_rollouts(args.games, args.concurrency, opponent)

@@ -66,10 +66,20 @@ def run_rlvr(model_dir: Path, args: argparse.Namespace, work: Path, static_cache
         return SingleTurnEnv(tasks, rubric=Rubric([vowel_share]))
 
     cfg = TrainConfig(
-        env="vowels", model=str(model_dir), output_dir=str(work / ("rlvr" if static_cache is None else "rlvr-dynamic")), steps=args.warmup + args.steps,
-        batch_size=args.batch_size, rollouts_per_example=args.group, lr=args.lr, max_tokens=args.max_tokens,
-        loss="grpo", micro_batch_size=args.micro_batch_size, bf16=args.device == "cuda",
-        eval_every=None, save_every=None, seed=0,
+        env="vowels",
+        model=str(model_dir),
+        output_dir=str(work / ("rlvr" if static_cache is None else "rlvr-dynamic")),
+        steps=args.warmup + args.steps,
+        batch_size=args.batch_size,
+        rollouts_per_example=args.group,
+        lr=args.lr,
+        max_tokens=args.max_tokens,
+        loss="grpo",
+        micro_batch_size=args.micro_batch_size,
+        bf16=args.device == "cuda",
+        eval_every=None,
+        save_every=None,
+        seed=0,
     )
     if static_cache is False:  # the trainer's LocalModel over transformers' DynamicCache
         rlvr.train.grpo.LocalModel = functools.partial(LocalModel, static_cache=False)  # type: ignore[misc]
@@ -77,14 +87,20 @@ def run_rlvr(model_dir: Path, args: argparse.Namespace, work: Path, static_cache
         history = train(cfg, make_env=make_env, quiet=True, plots=False)
     finally:
         rlvr.train.grpo.LocalModel = LocalModel  # type: ignore[misc]
-    timed = history[args.warmup:]
+    timed = history[args.warmup :]
     seconds = [m["time/step"] for m in timed]
-    return _summary("rlvr" if static_cache is None else "rlvr dynamic-cache", seconds, args.batch_size,
-                    completion_tokens=[m["rollout/completion_tokens"] * args.batch_size for m in timed],
-                    total_tokens=[m["tokens/processed"] for m in timed],
-                    rewards=[m["reward/mean"] for m in history],
-                    phases={"rollouts_s": statistics.fmean(m["time/rollouts"] for m in timed),
-                            "train_s": statistics.fmean(m["time/train"] for m in timed)})
+    return _summary(
+        "rlvr" if static_cache is None else "rlvr dynamic-cache",
+        seconds,
+        args.batch_size,
+        completion_tokens=[m["rollout/completion_tokens"] * args.batch_size for m in timed],
+        total_tokens=[m["tokens/processed"] for m in timed],
+        rewards=[m["reward/mean"] for m in history],
+        phases={
+            "rollouts_s": statistics.fmean(m["time/rollouts"] for m in timed),
+            "train_s": statistics.fmean(m["time/train"] for m in timed),
+        },
+    )
 
 
 # ---- TRL -------------------------------------------------------------------------------------
@@ -117,15 +133,33 @@ def run_trl(model_dir: Path, args: argparse.Namespace, work: Path) -> dict[str, 
     rows = [{"prompt": [{"role": "user", "content": q}]} for q in PROMPTS]
     dataset = Dataset.from_list(rows * (args.batch_size * steps // len(rows) + args.group))
     wanted = {
-        "output_dir": str(work / "trl"), "per_device_train_batch_size": args.micro_batch_size,
+        "output_dir": str(work / "trl"),
+        "per_device_train_batch_size": args.micro_batch_size,
         "gradient_accumulation_steps": args.batch_size // args.micro_batch_size,
-        "num_generations": args.group, "max_completion_length": args.max_tokens, "max_steps": steps,
-        "learning_rate": args.lr, "temperature": 1.0, "top_p": 1.0, "beta": 0.0, "num_iterations": 1,
-        "loss_type": "grpo", "epsilon": 0.2, "scale_rewards": True, "use_vllm": False,
-        "bf16": args.device == "cuda", "use_cpu": args.device == "cpu", "logging_steps": 1,
-        "report_to": "none", "save_strategy": "no", "disable_dropout": True, "seed": 0,
-        "gradient_checkpointing": False, "lr_scheduler_type": "constant", "max_grad_norm": 1.0,
-        "weight_decay": 0.0, "shuffle_dataset": False,
+        "num_generations": args.group,
+        "max_completion_length": args.max_tokens,
+        "max_steps": steps,
+        "learning_rate": args.lr,
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "beta": 0.0,
+        "num_iterations": 1,
+        "loss_type": "grpo",
+        "epsilon": 0.2,
+        "scale_rewards": True,
+        "use_vllm": False,
+        "bf16": args.device == "cuda",
+        "use_cpu": args.device == "cpu",
+        "logging_steps": 1,
+        "report_to": "none",
+        "save_strategy": "no",
+        "disable_dropout": True,
+        "seed": 0,
+        "gradient_checkpointing": False,
+        "lr_scheduler_type": "constant",
+        "max_grad_norm": 1.0,
+        "weight_decay": 0.0,
+        "shuffle_dataset": False,
     }
     known = {f.name for f in dataclasses.fields(trl.GRPOConfig)}
     config = trl.GRPOConfig(**{k: v for k, v in wanted.items() if k in known})
@@ -133,23 +167,43 @@ def run_trl(model_dir: Path, args: argparse.Namespace, work: Path) -> dict[str, 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     tokenizer.padding_side = "left"
     clock = Clock()
-    trainer = trl.GRPOTrainer(model=model, reward_funcs=[vowel_share], args=config, train_dataset=dataset,
-                              processing_class=tokenizer, callbacks=[clock])
+    trainer = trl.GRPOTrainer(
+        model=model,
+        reward_funcs=[vowel_share],
+        args=config,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        callbacks=[clock],
+    )
     trainer.train()
-    seconds = [b - a for a, b in itertools.pairwise(clock.marks)][args.warmup:]
+    seconds = [b - a for a, b in itertools.pairwise(clock.marks)][args.warmup :]
     logs = [h for h in trainer.state.log_history if "num_tokens" in h][:steps]
     tokens = [logs[0]["num_tokens"]] + [b["num_tokens"] - a["num_tokens"] for a, b in itertools.pairwise(logs)]
     lengths = [h.get("completions/mean_length", float("nan")) * args.batch_size for h in logs]
     rewards = [h.get("reward", float("nan")) for h in logs]
-    return _summary(f"trl {trl.__version__}", seconds, args.batch_size,
-                    completion_tokens=lengths[args.warmup:], total_tokens=tokens[args.warmup:], rewards=rewards)
+    return _summary(
+        f"trl {trl.__version__}",
+        seconds,
+        args.batch_size,
+        completion_tokens=lengths[args.warmup :],
+        total_tokens=tokens[args.warmup :],
+        rewards=rewards,
+    )
 
 
 # ---- shared ----------------------------------------------------------------------------------
 
 
-def _summary(name: str, seconds: list[float], batch: int, *, completion_tokens: list[float],
-             total_tokens: list[float], rewards: list[float], phases: dict[str, float] | None = None) -> dict[str, Any]:
+def _summary(
+    name: str,
+    seconds: list[float],
+    batch: int,
+    *,
+    completion_tokens: list[float],
+    total_tokens: list[float],
+    rewards: list[float],
+    phases: dict[str, float] | None = None,
+) -> dict[str, Any]:
     wall = sum(seconds)
     return {
         "trainer": name,
@@ -176,9 +230,12 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps first")
     parser.add_argument("--lr", type=float, default=1e-5)
     parser.add_argument("--only", choices=["rlvr", "trl"], default=None, help="measure one trainer")
-    parser.add_argument("--dynamic-cache", action="store_true",
-                        help="also measure rlvr with LocalModel(static_cache=False): decoding over "
-                        "transformers' DynamicCache instead of static KV slots and CUDA graphs")
+    parser.add_argument(
+        "--dynamic-cache",
+        action="store_true",
+        help="also measure rlvr with LocalModel(static_cache=False): decoding over "
+        "transformers' DynamicCache instead of static KV slots and CUDA graphs",
+    )
     parser.add_argument("--out", default="benchmarks/results/train_vs_trl.json", help="JSON results file")
     args = parser.parse_args()
 
@@ -201,6 +258,7 @@ def main() -> None:
         print(f"model: {args.preset}, {count_parameters(AutoModelForCausalLM.from_pretrained(model_dir)):,} parameters")
     try:
         import trl  # noqa: F401
+
         have_trl = True
     except ImportError:
         have_trl = False
@@ -215,17 +273,22 @@ def main() -> None:
     if args.only in (None, "trl") and have_trl:
         results.append(run_trl(model_dir, args, work))
     device = torch.cuda.get_device_name() if args.device == "cuda" else platform.processor() or "cpu"
-    print(f"\ndevice: {device}; batch {args.batch_size} = {args.batch_size // args.group} prompts x {args.group}, "
-          f"{args.max_tokens} new tokens, {args.steps} timed steps after {args.warmup}")
+    print(
+        f"\ndevice: {device}; batch {args.batch_size} = {args.batch_size // args.group} prompts x {args.group}, "
+        f"{args.max_tokens} new tokens, {args.steps} timed steps after {args.warmup}"
+    )
     print(f"{'trainer':<14}{'s/step':>10}{'rollouts/s':>12}{'compl tok/s':>14}{'total tok/s':>14}")
     for r in results:
-        print(f"{r['trainer']:<14}{r['seconds_per_step']:>10.3f}{r['rollouts_per_s']:>12.1f}"
-              f"{r['completion_tokens_per_s']:>14.0f}{r['total_tokens_per_s']:>14.0f}")
+        print(
+            f"{r['trainer']:<14}{r['seconds_per_step']:>10.3f}{r['rollouts_per_s']:>12.1f}"
+            f"{r['completion_tokens_per_s']:>14.0f}{r['total_tokens_per_s']:>14.0f}"
+        )
     trl_rows = [r for r in results if r["trainer"].startswith("trl")]
     for r in results:
         if trl_rows and not r["trainer"].startswith("trl"):
-            print(f"{r['trainer']} / TRL rollouts per second: "
-                  f"{r['rollouts_per_s'] / trl_rows[0]['rollouts_per_s']:.2f}x")
+            print(
+                f"{r['trainer']} / TRL rollouts per second: {r['rollouts_per_s'] / trl_rows[0]['rollouts_per_s']:.2f}x"
+            )
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"device": device, "args": vars(args), "results": results}, indent=2) + "\n")

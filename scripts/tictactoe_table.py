@@ -15,8 +15,14 @@ from rlvr_tictactoe.rewards import summarize
 
 from rlvr.results import RunDir
 
-STAGES = {"teacher": "teacher (policy:teacher)", "base": "base (random weights)", "sft": "after SFT",
-          "rl1": "after RL phase 1", "rl2": "after RL phase 2", "shipped": "models/tictactoe-tiny"}
+STAGES = {
+    "teacher": "teacher (policy:teacher)",
+    "base": "base (random weights)",
+    "sft": "after SFT",
+    "rl1": "after RL phase 1",
+    "rl2": "after RL phase 2",
+    "shipped": "models/tictactoe-tiny",
+}
 OPPONENTS = {"random": "vs random", "optimal": "vs optimal", "optimal-reseeded": "vs optimal, other seeds"}
 
 

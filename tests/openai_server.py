@@ -214,9 +214,7 @@ class OpenAIServer:
             if not message.get("more_body"):
                 break
         if scope["path"] != "/v1/chat/completions" or scope["method"] != "POST":
-            await _send(
-                send, 404, _error(f"no route {scope['method']} {scope['path']}", "NotFound")
-            )
+            await _send(send, 404, _error(f"no route {scope['method']} {scope['path']}", "NotFound"))
             return
         try:
             body = json.loads(b"".join(chunks))
@@ -275,9 +273,7 @@ class OpenAIServer:
         if self.strict:
             extra = sorted(set(body) & {"return_token_ids", "return_tokens_as_token_ids"})
             if extra:
-                return 400, _error(
-                    f"Unrecognized request argument supplied: {extra[0]}", "invalid_request_error"
-                )
+                return 400, _error(f"Unrecognized request argument supplied: {extra[0]}", "invalid_request_error")
         if self.reasoning:
             refused = _reasoning_refusal(body)
             if refused:

@@ -178,9 +178,7 @@ def test_think_stripping_template_per_turn_samples_match_inference() -> None:
     ]
     first, second = tokenize_chat_turns(tokenizer, messages)
     for sample, end, reply in [(first, 1, "<think>a</think>X"), (second, 4, "<think>b</think>Y")]:
-        prompt = tokenizer.apply_chat_template(
-            messages[:end], tokenize=False, add_generation_prompt=True
-        )
+        prompt = tokenizer.apply_chat_template(messages[:end], tokenize=False, add_generation_prompt=True)
         assert tokenizer.decode(sample.input_ids) == prompt + reply + "<|im_end|>"
         assert _runs(tokenizer, sample) == [reply + "<|im_end|>"]
     assert "<think>a" not in tokenizer.decode(second.input_ids)  # as the model saw it
@@ -211,9 +209,7 @@ def test_tokenizer_without_template_is_a_model_error() -> None:
 
 
 def test_rollout_tokens_masks_exactly_the_sampled_ids(tokenizer) -> None:
-    prompt = tokenizer.apply_chat_template(
-        CONVERSATION[:2], add_generation_prompt=True, tokenize=False
-    )
+    prompt = tokenizer.apply_chat_template(CONVERSATION[:2], add_generation_prompt=True, tokenize=False)
     prompt_ids = tokenizer.encode(prompt)
     # Sampled ids need not be the canonical tokenisation of their text: one byte at a time.
     first = [tokenizer.convert_tokens_to_ids(c) for c in "ab"] + [tokenizer.eos_token_id]

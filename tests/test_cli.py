@@ -22,7 +22,10 @@ def _err(capsys, argv) -> str:
 @pytest.mark.parametrize(
     ("argv", "expected"),
     [
-        (["eval", "no_such_env", "-m", "policy:oracle"], "no environment named 'no_such_env' is installed (installed: "),
+        (
+            ["eval", "no_such_env", "-m", "policy:oracle"],
+            "no environment named 'no_such_env' is installed (installed: ",
+        ),
         (["eval", "reverse_text", "-m", "policy:oracle", "-a", "{bad"], "-a must be a JSON object"),
         (["eval", "reverse_text", "-m", "policy:oracle", "-a", "[1]"], "-a must be a JSON object"),
         (["eval", "reverse_text", "-m", "policy:oracle", "-a", '{"nope": 1}'], "takes no argument 'nope'"),
@@ -69,7 +72,9 @@ def test_unreachable_endpoint_fails_fast_and_writes_nothing(capsys, tmp_path) ->
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     out = tmp_path / "run"
-    err = _err(capsys, ["eval", "reverse_text", "-m", "some-model", "-b", f"http://127.0.0.1:{port}/v1",
-                        "-n", "3", "-o", str(out)])
+    err = _err(
+        capsys,
+        ["eval", "reverse_text", "-m", "some-model", "-b", f"http://127.0.0.1:{port}/v1", "-n", "3", "-o", str(out)],
+    )
     assert f"cannot reach http://127.0.0.1:{port}/v1" in err and "-b" in err
     assert not out.exists()

@@ -169,6 +169,7 @@ def test_bad_arguments() -> None:
 
 # ---- tools ------------------------------------------------------------------------------
 
+
 def add(a: int, b: int) -> int:
     """Add two integers.
 
@@ -271,6 +272,7 @@ def test_stateful_tools_hide_arguments_and_inject_state() -> None:
 
 
 # ---- check_env --------------------------------------------------------------------------
+
 
 def test_check_env_accepts_a_sound_env() -> None:
     check_env(CountEnv(target=2), SAY)

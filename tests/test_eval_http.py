@@ -97,9 +97,7 @@ def arithmetic_env(n: int = 12, poison_every: int = 0) -> SingleTurnEnv:
 
 
 def tool_env(n: int = 8, poison_every: int = 0) -> ToolEnv:
-    return ToolEnv(
-        arithmetic_tasks(n, poison_every), tools=[add], rubric=Rubric([correct]), max_turns=4
-    )
+    return ToolEnv(arithmetic_tasks(n, poison_every), tools=[add], rubric=Rubric([correct]), max_turns=4)
 
 
 def solver_reward(task) -> float:
@@ -121,9 +119,7 @@ def check_accounting(
     tasks = {t.id: t for t in env.dataset}
     for r in rollouts:
         if r.task_id in poisoned:
-            assert r.error is not None and r.error.startswith("ClientError") and r.truncated, (
-                r.error
-            )
+            assert r.error is not None and r.error.startswith("ClientError") and r.truncated, r.error
             assert r.stop_reason == "error" and r.reward == 0.0
         else:
             assert r.error is None, r.error
@@ -154,9 +150,7 @@ async def test_single_turn_eval_without_faults_keeps_token_ids(openai_server) ->
     for r in rollouts:
         completion = r.turns[0].completion
         assert completion.token_ids == [ord(c) for c in completion.text]
-        assert completion.logprobs is not None and len(completion.logprobs) == len(
-            completion.token_ids
-        )
+        assert completion.logprobs is not None and len(completion.logprobs) == len(completion.token_ids)
         assert completion.prompt_token_ids and r.usage.completion_tokens == len(completion.text)
     seeds = {body["seed"] for body in openai_server.bodies}
     assert len(seeds) == len(rollouts)  # each rollout has its own seed
@@ -168,9 +162,7 @@ async def test_single_turn_eval_with_faults(openai_server, seed) -> None:
     openai_server.reset(solver, faults=faults, permanent=is_poison)
     env = arithmetic_env(n=16, poison_every=5)
     poisoned = {t.id for t in env.dataset if "(poison)" in (t.question or "")}
-    client = OpenAIClient(
-        "scripted", base_url=openai_server.base_url, timeout_s=0.5, max_retries=5, backoff_s=0.005
-    )
+    client = OpenAIClient("scripted", base_url=openai_server.base_url, timeout_s=0.5, max_retries=5, backoff_s=0.005)
     async with client:
         rollouts = await run_rollouts(env, client, env.dataset, rollouts_per_task=3, concurrency=16)
     check_accounting(rollouts, env, 3, openai_server, client, poisoned)
@@ -183,14 +175,10 @@ async def test_tool_env_with_faults(openai_server) -> None:
     openai_server.reset(tool_solver, faults=FAULTS, permanent=is_poison)
     env = tool_env(n=10, poison_every=4)
     poisoned = {t.id for t in env.dataset if "(poison)" in (t.question or "")}
-    client = OpenAIClient(
-        "scripted", base_url=openai_server.base_url, timeout_s=0.5, backoff_s=0.005
-    )
+    client = OpenAIClient("scripted", base_url=openai_server.base_url, timeout_s=0.5, backoff_s=0.005)
     async with client:
         rollouts = await run_rollouts(env, client, env.dataset, rollouts_per_task=2, concurrency=20)
-    check_accounting(
-        rollouts, env, 2, openai_server, client, poisoned, expected_reward=lambda task: 1.0
-    )
+    check_accounting(rollouts, env, 2, openai_server, client, poisoned, expected_reward=lambda task: 1.0)
     for r in rollouts:
         if r.error is None:
             assert len(r.turns) == 2 and r.stop_reason == "no_tool_call" and not r.truncated
@@ -224,9 +212,7 @@ def http_arith_env(monkeypatch):
     module.load_environment = lambda n: arithmetic_env(n=n, poison_every=5)
     monkeypatch.setitem(sys.modules, module.__name__, module)
     found = rlvr.registry._entry_points()
-    found["http_arith"] = EntryPoint(
-        "http_arith", f"{module.__name__}:load_environment", rlvr.registry.GROUP
-    )
+    found["http_arith"] = EntryPoint("http_arith", f"{module.__name__}:load_environment", rlvr.registry.GROUP)
     monkeypatch.setattr(rlvr.registry, "_entry_points", lambda: found)
 
     created: list[OpenAIClient] = []
@@ -270,9 +256,7 @@ def eval_cli(server, out, max_retries: int) -> int:
     )
 
 
-def test_cli_eval_with_faults_accounts_for_every_rollout(
-    openai_server, http_arith_env, tmp_path, capsys
-) -> None:
+def test_cli_eval_with_faults_accounts_for_every_rollout(openai_server, http_arith_env, tmp_path, capsys) -> None:
     openai_server.reset(solver, faults=FAULTS, permanent=is_poison)
     out = tmp_path / "run"
     code = eval_cli(openai_server, out, max_retries=5)
@@ -293,17 +277,13 @@ def test_cli_eval_with_faults_accounts_for_every_rollout(
     assert openai_server.counts["ok"] == 36
 
 
-def test_cli_eval_records_random_failures_as_errors(
-    openai_server, http_arith_env, tmp_path, capsys
-) -> None:
+def test_cli_eval_records_random_failures_as_errors(openai_server, http_arith_env, tmp_path, capsys) -> None:
     """One retry only and no cap on faults: some calls fail for good; all are still recorded."""
     openai_server.reset(solver, faults=Faults(rate_limit=0.15, server_error=0.15, seed=1))
     code = eval_cli(openai_server, tmp_path / "run", max_retries=1)
     printed = capsys.readouterr().out
     assert code == 0, printed
-    records = [
-        json.loads(line) for line in (tmp_path / "run" / "results.jsonl").read_text().splitlines()
-    ]
+    records = [json.loads(line) for line in (tmp_path / "run" / "results.jsonl").read_text().splitlines()]
     assert len({(r["task_id"], r["rollout_index"]) for r in records}) == len(records) == 45
     errors = [r for r in records if r["error"]]
     assert 0 < len(errors) < 45 and all("failed 2 times; last: " in r["error"] for r in errors)
@@ -313,9 +293,7 @@ def test_cli_eval_records_random_failures_as_errors(
     assert openai_server.counts["ok"] == 45 - len(errors)
 
 
-def test_cli_eval_exits_non_zero_when_every_rollout_failed(
-    openai_server, http_arith_env, tmp_path, capsys
-) -> None:
+def test_cli_eval_exits_non_zero_when_every_rollout_failed(openai_server, http_arith_env, tmp_path, capsys) -> None:
     """A server that answers 500 to everything: results are kept, the exit code says failure."""
     openai_server.reset(solver, faults=Faults(server_error=1.0, seed=1))
     code = eval_cli(openai_server, tmp_path / "run", max_retries=0)

@@ -72,9 +72,7 @@ def test_unknown_names_list_the_available_ones() -> None:
     f = Filter("win_rewrd > 0 or turns > 1")
     assert f.names == {"win_rewrd", "turns"}
     f.check_names(["win_rewrd", "turns", "x"])  # all known: no error
-    with pytest.raises(
-        UsageError, match=r"unknown 'win_rewrd'; available: format_reward, turns, win_reward"
-    ):
+    with pytest.raises(UsageError, match=r"unknown 'win_rewrd'; available: format_reward, turns, win_reward"):
         f.check_names(["win_reward", "format_reward", "turns"])
 
 

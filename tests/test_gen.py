@@ -31,12 +31,8 @@ class EchoEnv(SingleTurnEnv):
     cccc (wrong, long), dd (wrong, short), boom (the player raises)."""
 
     def __init__(self):
-        rows = [
-            {"id": q, "question": q, "answer": q.upper()} for q in ("a", "bb", "cccc", "dd", "boom")
-        ]
-        super().__init__(
-            rows, system_prompt="Shout.", rubric=Rubric([correct, short], weights=[1.0, 0.5])
-        )
+        rows = [{"id": q, "question": q, "answer": q.upper()} for q in ("a", "bb", "cccc", "dd", "boom")]
+        super().__init__(rows, system_prompt="Shout.", rubric=Rubric([correct, short], weights=[1.0, 0.5]))
         self.calls = 0
 
     def policies(self):
@@ -68,9 +64,7 @@ def envs(monkeypatch):
             made[name] = EchoEnv()
         elif name == "tooly":
             made[name] = ToolEnv([{"id": "0", "question": "q"}], tools=[lookup])
-            made[name].policies = lambda: {
-                "plain": lambda: Policy(lambda m, rng: "done", name="plain")
-            }
+            made[name].policies = lambda: {"plain": lambda: Policy(lambda m, rng: "done", name="plain")}
         else:
             raise AssertionError(name)
         made[name].name, made[name].env_args = name, dict(env_args)
@@ -84,9 +78,7 @@ def _lines(path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def test_keeps_rollouts_passing_the_filter_and_says_why_others_dropped(
-    envs, tmp_path, capsys
-) -> None:
+def test_keeps_rollouts_passing_the_filter_and_says_why_others_dropped(envs, tmp_path, capsys) -> None:
     out = tmp_path / "data" / "sft.jsonl"
     argv = [
         "gen",
@@ -158,10 +150,7 @@ def test_unknown_filter_name_fails_before_playing(envs, tmp_path, capsys) -> Non
             "corect == 1",
         ],
     )
-    assert (
-        "unknown 'corect'; available: completion_tokens, correct, reward, short, truncated, turns"
-        in err
-    )
+    assert "unknown 'corect'; available: completion_tokens, correct, reward, short, truncated, turns" in err
     assert envs["echo"].calls == 0 and not (tmp_path / "x.jsonl").exists()
 
 
@@ -173,19 +162,13 @@ def test_bad_filter_syntax_and_existing_output_are_one_line_errors(envs, tmp_pat
     out.write_text("precious\n")
     assert "already exists" in _error(capsys, ["gen", "echo", "-m", "policy:shout", "-o", str(out)])
     assert out.read_text() == "precious\n"
-    assert (
-        main(["gen", "echo", "-m", "policy:shout", "-q", "-o", str(out), "--overwrite", "-n", "1"])
-        == 0
-    )
+    assert main(["gen", "echo", "-m", "policy:shout", "-q", "-o", str(out), "--overwrite", "-n", "1"]) == 0
     assert len(_lines(out)) == 1
 
 
 def test_nothing_kept_exits_non_zero(envs, tmp_path, capsys) -> None:
     out = tmp_path / "none.jsonl"
-    assert (
-        main(["gen", "echo", "-m", "policy:shout", "-q", "-o", str(out), "--filter", "reward > 10"])
-        == 1
-    )
+    assert main(["gen", "echo", "-m", "policy:shout", "-q", "-o", str(out), "--filter", "reward > 10"]) == 1
     assert "kept 0 of 5 rollouts" in capsys.readouterr().out
 
 
@@ -223,14 +206,10 @@ def test_local_model_directory_plays_through_the_batched_client(envs, tmp_path, 
     printed = capsys.readouterr().out
     rows = _lines(out)
     assert "kept 10 of 10 rollouts" in printed and len(rows) == 10  # "boom" only crashes the policy
-    assert all(
-        r["model"] == str(model_dir) and r["messages"][-1]["role"] == "assistant" for r in rows
-    )
+    assert all(r["model"] == str(model_dir) and r["messages"][-1]["role"] == "assistant" for r in rows)
 
 
 def test_a_folder_that_holds_no_model_is_a_one_line_error(envs, tmp_path, capsys) -> None:
     (tmp_path / "empty").mkdir()
-    err = _error(
-        capsys, ["gen", "echo", "-m", str(tmp_path / "empty"), "-o", str(tmp_path / "x.jsonl")]
-    )
+    err = _error(capsys, ["gen", "echo", "-m", str(tmp_path / "empty"), "-o", str(tmp_path / "x.jsonl")])
     assert "cannot load a causal language model from" in err

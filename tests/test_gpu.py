@@ -47,10 +47,29 @@ def test_batched_greedy_equals_one_at_a_time_on_cuda(small) -> None:
 def test_train_two_steps_on_cuda(small, tmp_path, capsys) -> None:
     pytest.importorskip("rlvr_tictactoe")
     out = tmp_path / "run"
-    argv = ["train", "tictactoe", "--model", str(small), "--output-dir", str(out), "--steps", "2",
-            "--batch-size", "32", "--rollouts-per-example", "4", "--max-tokens", "16", "--bf16",
-            "--env-args", '{"opponent": "random", "num_examples": 64, "eval_examples": 8}',
-            "--eval-every", "2", "--eval-tasks", "4"]
+    argv = [
+        "train",
+        "tictactoe",
+        "--model",
+        str(small),
+        "--output-dir",
+        str(out),
+        "--steps",
+        "2",
+        "--batch-size",
+        "32",
+        "--rollouts-per-example",
+        "4",
+        "--max-tokens",
+        "16",
+        "--bf16",
+        "--env-args",
+        '{"opponent": "random", "num_examples": 64, "eval_examples": 8}',
+        "--eval-every",
+        "2",
+        "--eval-tasks",
+        "4",
+    ]
     assert main(argv) == 0, capsys.readouterr().err
     rows = list(csv.DictReader((out / "metrics.csv").read_text().splitlines()))
     # a random-weight model mostly times out, so a group's rewards may all be equal (zero
@@ -70,9 +89,13 @@ def test_cuda_graph_slots_give_the_transformers_tokens(small) -> None:
 
     def play(client):
         async def together():
-            return await asyncio.gather(*(
-                client.chat(_ask(i), SamplingArgs(max_tokens=40, temperature=float(i % 2), seed=i))
-                for i in range(48)))
+            return await asyncio.gather(
+                *(
+                    client.chat(_ask(i), SamplingArgs(max_tokens=40, temperature=float(i % 2), seed=i))
+                    for i in range(48)
+                )
+            )
+
         return asyncio.run(together())
 
     def compare(want, got) -> None:

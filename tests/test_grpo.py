@@ -63,9 +63,20 @@ class TwoTurnEnv(MultiTurnEnv):
 
 
 def config(tiny: Path, out: Path, **changes) -> TrainConfig:
-    values = {"env": "vowels", "model": str(tiny), "output_dir": str(out), "steps": 3,
-              "batch_size": 8, "rollouts_per_example": 4, "lr": 1e-2, "max_tokens": 6, "loss": "grpo",
-              "eval_every": None, "save_every": None, "micro_batch_size": 8}
+    values = {
+        "env": "vowels",
+        "model": str(tiny),
+        "output_dir": str(out),
+        "steps": 3,
+        "batch_size": 8,
+        "rollouts_per_example": 4,
+        "lr": 1e-2,
+        "max_tokens": 6,
+        "loss": "grpo",
+        "eval_every": None,
+        "save_every": None,
+        "micro_batch_size": 8,
+    }
     return TrainConfig(**{**values, **changes})
 
 
@@ -87,8 +98,11 @@ def test_only_sampled_tokens_are_trained_env_tokens_never(tiny) -> None:
     tokenizer = transformers.AutoTokenizer.from_pretrained(tiny)
     client = LocalModel("tiny", model=model, tokenizer=tokenizer)
     env = TwoTurnEnv()
-    rollouts = asyncio.run(run_rollouts(env, client, env.tasks(), rollouts_per_task=2,
-                                        sampling=SamplingArgs(max_tokens=5, temperature=1.0)))
+    rollouts = asyncio.run(
+        run_rollouts(
+            env, client, env.tasks(), rollouts_per_task=2, sampling=SamplingArgs(max_tokens=5, temperature=1.0)
+        )
+    )
     assert all(len(r.turns) == 2 and r.error is None for r in rollouts)
     seqs, _ = build_sequences(rollouts, [1.0] * len(rollouts), [True] * len(rollouts))
     reply_ids = tokenizer.encode(ENV_REPLY, add_special_tokens=False)
@@ -98,13 +112,14 @@ def test_only_sampled_tokens_are_trained_env_tokens_never(tiny) -> None:
         assert trained == [t for turn in r.turns for t in turn.completion.token_ids]
         for s in mine:  # the env reply is in the context, with mask 0
             if len(mine) == 1:
-                start = next(j for j in range(len(s.ids)) if s.ids[j:j + len(reply_ids)] == reply_ids)
-                assert s.mask[start:start + len(reply_ids)] == [0] * len(reply_ids)
+                start = next(j for j in range(len(s.ids)) if s.ids[j : j + len(reply_ids)] == reply_ids)
+                assert s.mask[start : start + len(reply_ids)] == [0] * len(reply_ids)
             assert s.ids[: len(r.turns[0].completion.prompt_token_ids)] == r.turns[0].completion.prompt_token_ids
     # through padding and the shift, the loss gradient reaches exactly the sampled tokens
     [mb] = micro_batches(seqs, len(seqs), tokenizer.pad_token_id, torch.device("cpu"))
-    assert mb.ids[:, 1:][mb.mask > 0].tolist() == [t for s in sorted(seqs, key=lambda s: -len(s.ids))
-                                                   for t, m in zip(s.ids, s.mask) if m]
+    assert mb.ids[:, 1:][mb.mask > 0].tolist() == [
+        t for s in sorted(seqs, key=lambda s: -len(s.ids)) for t, m in zip(s.ids, s.mask) if m
+    ]
     logp = torch.full(mb.mask.shape, -1.0, requires_grad=True)
     loss, _ = LOSSES["cispo"](logp, logp.detach(), mb.adv, mb.mask, LossConfig())
     loss.backward()
@@ -116,8 +131,7 @@ def test_only_sampled_tokens_are_trained_env_tokens_never(tiny) -> None:
 
 def test_mean_reward_rises_on_a_trivial_env(tiny, tmp_path) -> None:
     """Reward = share of vowels in 6 sampled tokens; the random tiny model starts near 0.19."""
-    cfg = config(tiny, tmp_path / "run", steps=12, batch_size=32, rollouts_per_example=8,
-                 micro_batch_size=32)
+    cfg = config(tiny, tmp_path / "run", steps=12, batch_size=32, rollouts_per_example=8, micro_batch_size=32)
     history = fit(cfg)
     rewards = [m["reward/mean"] for m in history]
     first, last = sum(rewards[:2]) / 2, sum(rewards[-2:]) / 2
@@ -131,8 +145,14 @@ def test_mean_reward_rises_on_a_trivial_env(tiny, tmp_path) -> None:
 
 
 def test_resume_after_a_kill_repeats_the_next_step_exactly(tiny, tmp_path, monkeypatch) -> None:
-    changes = {"steps": 3, "save_every": 1, "loss": "cispo", "minibatches": 2, "lr_schedule": "cosine",
-               "warmup_steps": 1}
+    changes = {
+        "steps": 3,
+        "save_every": 1,
+        "loss": "cispo",
+        "minibatches": 2,
+        "lr_schedule": "cosine",
+        "warmup_steps": 1,
+    }
     straight = fit(config(tiny, tmp_path / "a", **changes))
 
     real_update, calls = grpo.update_policy, []
@@ -208,21 +228,56 @@ def test_lora_with_kl_trains_only_adapters_and_exports_a_merged_model(tiny, tmp_
 def test_tictactoe_two_step_smoke_through_the_cli(tiny, tmp_path, capsys) -> None:
     pytest.importorskip("rlvr_tictactoe")
     out = tmp_path / "run"
-    argv = ["train", "tictactoe", "--model", str(tiny), "--output-dir", str(out), "--steps", "2",
-            "--batch-size", "4", "--rollouts-per-example", "2", "--max-tokens", "8", "--max-turns", "2",
-            "--env-args", '{"opponent": "random", "num_examples": 16, "eval_examples": 4}',
-            "--eval-env-args", '[{"opponent": "random"}, {"opponent": "optimal"}]', "--eval-every", "2",
-            "--eval-tasks", "2", "--lr", "1e-3"]
+    argv = [
+        "train",
+        "tictactoe",
+        "--model",
+        str(tiny),
+        "--output-dir",
+        str(out),
+        "--steps",
+        "2",
+        "--batch-size",
+        "4",
+        "--rollouts-per-example",
+        "2",
+        "--max-tokens",
+        "8",
+        "--max-turns",
+        "2",
+        "--env-args",
+        '{"opponent": "random", "num_examples": 16, "eval_examples": 4}',
+        "--eval-env-args",
+        '[{"opponent": "random"}, {"opponent": "optimal"}]',
+        "--eval-every",
+        "2",
+        "--eval-tasks",
+        "2",
+        "--lr",
+        "1e-3",
+    ]
     assert main(argv) == 0, capsys.readouterr().err
     printed = capsys.readouterr().out
     assert "step 2/2  reward" in printed and "opponent=optimal" in printed
     rows = list(csv.DictReader((out / "metrics.csv").read_text().splitlines()))
     assert [r["step"] for r in rows] == ["0.0", "1.0", "2.0"]
     last = rows[-1]
-    for name in ("reward/mean", "reward/win_reward", "reward/format_reward", "outcome/win_pct",
-                 "loss/policy", "grad/norm", "entropy/mean", "eval/opponent=random/outcome/win_pct",
-                 "eval/opponent=optimal/outcome/draw_pct", "eval/opponent=optimal/reward/mean",
-                 "rollout/truncated_frac", "time/rollouts", "optim/lr", "throughput/rollouts_per_s"):
+    for name in (
+        "reward/mean",
+        "reward/win_reward",
+        "reward/format_reward",
+        "outcome/win_pct",
+        "loss/policy",
+        "grad/norm",
+        "entropy/mean",
+        "eval/opponent=random/outcome/win_pct",
+        "eval/opponent=optimal/outcome/draw_pct",
+        "eval/opponent=optimal/reward/mean",
+        "rollout/truncated_frac",
+        "time/rollouts",
+        "optim/lr",
+        "throughput/rollouts_per_s",
+    ):
         assert last[name] != "" and math.isfinite(float(last[name])), name
     assert float(last["rollout/turns"]) <= 2
     assert (out / "plots" / "overview.png").is_file() and (out / "plots" / "reward.png").is_file()

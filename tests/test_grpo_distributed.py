@@ -17,7 +17,7 @@ pytest.importorskip("transformers")
 
 from rlvr.models import build_tiny_model
 
-SCRIPT = textwrap.dedent('''
+SCRIPT = textwrap.dedent("""
     import json, os, sys
     import torch
     from rlvr import Rubric, SingleTurnEnv
@@ -42,7 +42,7 @@ SCRIPT = textwrap.dedent('''
     if int(os.environ.get("RANK", "0")) == 0:
         with open(result, "w") as f:
             json.dump(history, f)
-''')
+""")
 
 
 def _run(argv: list[str], cwd: Path) -> None:
@@ -57,8 +57,21 @@ def test_two_processes_match_one_process_step_by_step(tmp_path) -> None:
     script = tmp_path / "train_vowels.py"
     script.write_text(SCRIPT)
     _run([sys.executable, str(script), str(model), str(tmp_path / "one"), str(tmp_path / "one.json")], tmp_path)
-    _run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-          str(script), str(model), str(tmp_path / "two"), str(tmp_path / "two.json")], tmp_path)
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            str(script),
+            str(model),
+            str(tmp_path / "two"),
+            str(tmp_path / "two.json"),
+        ],
+        tmp_path,
+    )
     one = json.loads((tmp_path / "one.json").read_text())
     two = json.loads((tmp_path / "two.json").read_text())
     assert len(one) == len(two) == 3

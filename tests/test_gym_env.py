@@ -42,8 +42,11 @@ def test_frozen_lake_solved_by_a_scripted_walk_is_terminated_with_return_1() -> 
 
 
 def test_a_gymnasium_time_limit_becomes_a_truncated_stop() -> None:
-    env = GymEnv(lambda: gymnasium.make("FrozenLake-v1", is_slippery=False, max_episode_steps=3),
-                 action_names=["left", "down", "right", "up"], num_tasks=1)
+    env = GymEnv(
+        lambda: gymnasium.make("FrozenLake-v1", is_slippery=False, max_episode_steps=3),
+        action_names=["left", "down", "right", "up"],
+        num_tasks=1,
+    )
     (r,) = run(env, scripted(["left"]))  # bumps into the wall until the time limit
     assert r.stop_reason == "truncated" and r.truncated and len(r.turns) == 3 and r.reward == 0.0
     assert "cut short" in r.turns[-1].env_messages[0]["content"]

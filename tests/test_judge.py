@@ -25,13 +25,22 @@ def _answers(fn) -> Policy:
     return Policy(lambda messages, rng: f"<answer>{fn(int(messages[-1]['content'].split()[2]))}</answer>")
 
 
-@pytest.mark.parametrize(("text", "verdict"), [
-    ("<verdict>yes</verdict>", True), ("<verdict>no</verdict>", False), ("<verdict> YES </verdict>", True),
-    ("The response matches the reference.\n<verdict>yes</verdict>", True),
-    ("<think>is <verdict>no</verdict> right?</think><verdict>yes</verdict>", True),
-    ("yes", None), ("<verdict>maybe</verdict>", None), ("<verdict>yes</verdict> <verdict>no</verdict>", None),
-    ("<verdict>yes", None), ("<verdict>yes</verdict></verdict>", None), ("", None),
-])
+@pytest.mark.parametrize(
+    ("text", "verdict"),
+    [
+        ("<verdict>yes</verdict>", True),
+        ("<verdict>no</verdict>", False),
+        ("<verdict> YES </verdict>", True),
+        ("The response matches the reference.\n<verdict>yes</verdict>", True),
+        ("<think>is <verdict>no</verdict> right?</think><verdict>yes</verdict>", True),
+        ("yes", None),
+        ("<verdict>maybe</verdict>", None),
+        ("<verdict>yes</verdict> <verdict>no</verdict>", None),
+        ("<verdict>yes", None),
+        ("<verdict>yes</verdict></verdict>", None),
+        ("", None),
+    ],
+)
 def test_parse_verdict_is_strict(text: str, verdict: bool | None) -> None:
     assert parse_verdict(text) is verdict
 

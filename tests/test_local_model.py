@@ -35,14 +35,12 @@ def lm(tiny_dir, request, scramble) -> LocalModel:
     model = transformers.AutoModelForCausalLM.from_pretrained(tiny_dir)
     tokenizer = transformers.AutoTokenizer.from_pretrained(tiny_dir)
     scramble(model)
-    return LocalModel("tiny", model=model.eval(), tokenizer=tokenizer, max_batch_size=64,
-                      static_cache=request.param)
+    return LocalModel("tiny", model=model.eval(), tokenizer=tokenizer, max_batch_size=64, static_cache=request.param)
 
 
 def like(lm: LocalModel, **kwargs) -> LocalModel:
     """Another client on `lm`'s model, with the same decoder."""
-    return LocalModel("tiny", model=lm.model, tokenizer=lm.tokenizer,
-                      static_cache=lm.static_cache, **kwargs)
+    return LocalModel("tiny", model=lm.model, tokenizer=lm.tokenizer, static_cache=lm.static_cache, **kwargs)
 
 
 def ask(i: int) -> list[dict]:
@@ -59,14 +57,10 @@ def run(coro):
 def test_loads_a_saved_model_and_answers(tiny_dir) -> None:
     lm = LocalModel(str(tiny_dir), device="cpu")
     c = run(lm.chat(ask(1), SamplingArgs(max_tokens=7, temperature=1.0, seed=3)))
-    expected_prompt = lm.tokenizer.apply_chat_template(
-        ask(1), add_generation_prompt=True, tokenize=False
-    )
+    expected_prompt = lm.tokenizer.apply_chat_template(ask(1), add_generation_prompt=True, tokenize=False)
     assert lm.tokenizer.decode(c.prompt_token_ids) == expected_prompt
     assert 1 <= len(c.token_ids) <= 7 and len(c.logprobs) == len(c.token_ids)
-    assert c.usage.prompt_tokens == len(c.prompt_token_ids) and c.usage.completion_tokens == len(
-        c.token_ids
-    )
+    assert c.usage.prompt_tokens == len(c.prompt_token_ids) and c.usage.completion_tokens == len(c.token_ids)
     assert c.finish_reason == ("length" if len(c.token_ids) == 7 else "stop")
     assert lm.name == str(tiny_dir) and lm.model.dtype == torch.float32
 
@@ -141,10 +135,7 @@ def _forward_logprobs(lm, c, temperature: float) -> list[float]:
 def test_logprobs_match_a_forward_pass(lm, temperature) -> None:
     async def main():
         return await asyncio.gather(
-            *(
-                lm.chat(ask(i), SamplingArgs(max_tokens=12, temperature=temperature, seed=i))
-                for i in range(6)
-            )
+            *(lm.chat(ask(i), SamplingArgs(max_tokens=12, temperature=temperature, seed=i)) for i in range(6))
         )
 
     for c in run(main()):
@@ -156,9 +147,7 @@ def test_64_concurrent_requests_share_few_batched_steps(lm) -> None:
     before = (lm.stats.prefills, lm.stats.decode_steps, lm.stats.requests)
 
     async def main():
-        return await asyncio.gather(
-            *(lm.chat(ask(i), SamplingArgs(max_tokens=16, temperature=1.0)) for i in range(64))
-        )
+        return await asyncio.gather(*(lm.chat(ask(i), SamplingArgs(max_tokens=16, temperature=1.0)) for i in range(64)))
 
     out = run(main())
     prefills = lm.stats.prefills - before[0]
@@ -187,9 +176,7 @@ def test_seeded_sampling_is_reproducible_whatever_shares_the_batch(lm) -> None:
 def test_tiny_top_p_is_greedy(lm) -> None:
     async def main():
         greedy = await lm.chat(ask(5), SamplingArgs(max_tokens=10, temperature=0.0))
-        nucleus = await lm.chat(
-            ask(5), SamplingArgs(max_tokens=10, temperature=1.5, top_p=1e-6, seed=1)
-        )
+        nucleus = await lm.chat(ask(5), SamplingArgs(max_tokens=10, temperature=1.5, top_p=1e-6, seed=1))
         return greedy, nucleus
 
     greedy, nucleus = run(main())
@@ -198,19 +185,12 @@ def test_tiny_top_p_is_greedy(lm) -> None:
 
 def test_stop_strings_eos_and_max_tokens_end_a_reply(lm) -> None:
     greedy = SamplingArgs(max_tokens=20, temperature=0.0)
-    prompt, full = next(
-        (ask(i), c)
-        for i in range(50)
-        if (c := run(lm.chat(ask(i), greedy))).finish_reason == "length"
-    )
+    prompt, full = next((ask(i), c) for i in range(50) if (c := run(lm.chat(ask(i), greedy))).finish_reason == "length")
     assert len(full.token_ids) == 20 and not set(full.token_ids) & lm.eos_ids
     cut = full.text[len(full.text) // 2 :][:3]
     stopped = run(lm.chat(prompt, greedy.replace(stop=[cut])))
     assert stopped.finish_reason == "stop" and stopped.text == full.text[: full.text.find(cut)]
-    assert (
-        stopped.token_ids == full.token_ids[: len(stopped.token_ids)]
-        and len(stopped.token_ids) < 20
-    )
+    assert stopped.token_ids == full.token_ids[: len(stopped.token_ids)] and len(stopped.token_ids) < 20
     saved = lm.eos_ids
     lm.eos_ids = frozenset({full.token_ids[4]})  # pretend the 5th token is the end-of-turn marker
     try:
@@ -240,8 +220,7 @@ def test_a_repeated_prompt_is_rendered_once(lm, monkeypatch) -> None:
     client = like(lm)
     calls = []
     template = client.tokenizer.apply_chat_template
-    monkeypatch.setattr(client.tokenizer, "apply_chat_template",
-                        lambda *a, **k: calls.append(1) or template(*a, **k))
+    monkeypatch.setattr(client.tokenizer, "apply_chat_template", lambda *a, **k: calls.append(1) or template(*a, **k))
     first = client.render(ask(1))
     assert client.render(ask(1)) == first and len(calls) == 1  # a GRPO group: one render
     assert client.render(ask(2)) != first and len(calls) == 2
@@ -275,9 +254,7 @@ def test_parse_hermes_tool_calls() -> None:
         ("call_x_2", ""),
     ]
     assert calls[0].arguments == '{"a": 1, "b": 2}'
-    assert (
-        calls[1].arguments == '{"name": "neg", "arguments": {"a": }'
-    )  # malformed: raw, for the env to report
+    assert calls[1].arguments == '{"name": "neg", "arguments": {"a": }'  # malformed: raw, for the env to report
     assert calls[2].arguments == '{"oops"'  # unclosed at the end of the reply
     assert parse_tool_calls("no calls here ") == ("no calls here ", [])
 
@@ -302,14 +279,9 @@ def test_shared_model_uses_current_weights_and_keeps_train_mode(lm) -> None:
 
 def test_cancelled_requests_leave_the_batch(lm) -> None:
     async def main():
-        slow = asyncio.create_task(
-            lm.chat(ask(1), SamplingArgs(max_tokens=400, temperature=1.0, seed=0))
-        )
+        slow = asyncio.create_task(lm.chat(ask(1), SamplingArgs(max_tokens=400, temperature=1.0, seed=0)))
         others = [
-            asyncio.create_task(
-                lm.chat(ask(i), SamplingArgs(max_tokens=8, temperature=1.0, seed=i))
-            )
-            for i in range(4)
+            asyncio.create_task(lm.chat(ask(i), SamplingArgs(max_tokens=8, temperature=1.0, seed=i))) for i in range(4)
         ]
         await asyncio.sleep(0.05)
         slow.cancel()
@@ -328,9 +300,7 @@ class Countdown(MultiTurnEnv):
     """Three model turns; the env answers each with a short user message."""
 
     def __init__(self):
-        super().__init__(
-            [{"question": f"start {i}"} for i in range(16)], rubric=Rubric([]), max_turns=3
-        )
+        super().__init__([{"question": f"start {i}"} for i in range(16)], rubric=Rubric([]), max_turns=3)
 
     async def env_response(self, messages, state):
         return [{"role": "user", "content": f"{3 - state.turn} left"}]
@@ -437,9 +407,7 @@ def test_a_common_prompt_prefix_is_prefilled_once(lm, temperature) -> None:
     sampling = SamplingArgs(max_tokens=6, temperature=temperature)
 
     async def all_of(client):
-        return await asyncio.gather(
-            *(client.chat(p, sampling.replace(seed=i)) for i, p in enumerate(prompts))
-        )
+        return await asyncio.gather(*(client.chat(p, sampling.replace(seed=i)) for i, p in enumerate(prompts)))
 
     without, with_ = run(all_of(plain)), run(all_of(shared))
     for a, b in zip(without, with_):

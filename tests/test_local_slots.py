@@ -36,8 +36,12 @@ def _games(client: LocalModel, n: int, turns: int) -> list[list]:
     slots outgrow their first size and the sequences pass MIN_LENGTH positions."""
 
     def sampling(i: int, t: int) -> SamplingArgs:
-        return SamplingArgs(max_tokens=20 + (7 * i + t) % 50, temperature=0.0 if i % 3 == 0 else 1.0,
-                            top_p=0.9 if i % 4 == 1 else 1.0, seed=100 * i + t)
+        return SamplingArgs(
+            max_tokens=20 + (7 * i + t) % 50,
+            temperature=0.0 if i % 3 == 0 else 1.0,
+            top_p=0.9 if i % 4 == 1 else 1.0,
+            seed=100 * i + t,
+        )
 
     async def one(i: int) -> list:
         messages = [{"role": "user", "content": f"game {i}: " + "go " * (i % 5)}]
@@ -45,8 +49,10 @@ def _games(client: LocalModel, n: int, turns: int) -> list[list]:
         for t in range(turns):
             c = await client.chat(messages, sampling(i, t))
             out.append(c)
-            messages = messages + [{"role": "assistant", "content": c.text},
-                                   {"role": "user", "content": "next " * (1 + t)}]
+            messages = messages + [
+                {"role": "assistant", "content": c.text},
+                {"role": "user", "content": "next " * (1 + t)},
+            ]
         return out
 
     async def main() -> list[list]:
@@ -58,10 +64,8 @@ def _games(client: LocalModel, n: int, turns: int) -> list[list]:
 @pytest.mark.parametrize("reuse", [False, True])
 def test_static_slots_give_the_transformers_tokens_and_grow(tiny, reuse) -> None:
     model, tokenizer = tiny
-    dynamic = LocalModel("tiny", model=model, tokenizer=tokenizer, static_cache=False,
-                         reuse_cache=reuse)
-    static = LocalModel("tiny", model=model, tokenizer=tokenizer, static_cache=True,
-                        reuse_cache=reuse)
+    dynamic = LocalModel("tiny", model=model, tokenizer=tokenizer, static_cache=False, reuse_cache=reuse)
+    static = LocalModel("tiny", model=model, tokenizer=tokenizer, static_cache=True, reuse_cache=reuse)
     want, got = _games(dynamic, 20, 3), _games(static, 20, 3)
     for a, b in zip(want, got):
         assert [c.token_ids for c in a] == [c.token_ids for c in b]
@@ -79,9 +83,15 @@ def test_static_slots_give_the_transformers_tokens_and_grow(tiny, reuse) -> None
 def test_static_slots_need_a_supported_family(tiny) -> None:
     model, tokenizer = tiny
     assert supported(model)
-    config = transformers.MistralConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
-                                        num_hidden_layers=1, num_attention_heads=2,
-                                        num_key_value_heads=1, sliding_window=12)
+    config = transformers.MistralConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        sliding_window=12,
+    )
     windowed = transformers.MistralForCausalLM(config).eval()
     assert not supported(windowed)
     with pytest.raises(UsageError, match="static_cache needs"):
@@ -96,8 +106,9 @@ def test_autocast_is_checked_and_runs(tiny) -> None:
     with pytest.raises(UsageError, match="autocast"):
         LocalModel("t", model=model, tokenizer=tokenizer, autocast="float64")
     client = LocalModel("t", model=model, tokenizer=tokenizer, static_cache=True, autocast="bfloat16")
-    c = asyncio.run(client.chat([{"role": "user", "content": "hi"}],
-                                SamplingArgs(max_tokens=5, temperature=1.0, seed=0)))
+    c = asyncio.run(
+        client.chat([{"role": "user", "content": "hi"}], SamplingArgs(max_tokens=5, temperature=1.0, seed=0))
+    )
     assert len(c.token_ids) == len(c.logprobs) == 5 and all(lp <= 0 for lp in c.logprobs)
     assert client._decoder is not None and client._decoder.keys.dtype == torch.bfloat16
 
@@ -116,11 +127,9 @@ def test_draw_samples_from_hashed_gumbel_noise() -> None:
     assert choice.tolist() == want.tolist()
     assert torch.allclose(logp, scaled.log_softmax(-1).gather(1, want[:, None]).squeeze(1))
     # the list front end gives the same tokens, and top-p restricts them
-    same, _ = sample_tokens(logits, temperatures=temps.tolist(), top_ps=[1.0] * 7,
-                            keys=keys.tolist())
+    same, _ = sample_tokens(logits, temperatures=temps.tolist(), top_ps=[1.0] * 7, keys=keys.tolist())
     assert same.tolist() == want.tolist()
-    tight, _ = sample_tokens(logits, temperatures=temps.tolist(), top_ps=[1e-6] * 7,
-                             keys=keys.tolist())
+    tight, _ = sample_tokens(logits, temperatures=temps.tolist(), top_ps=[1e-6] * 7, keys=keys.tolist())
     assert tight.tolist() == scaled.argmax(-1).tolist()  # the top token only
 
 

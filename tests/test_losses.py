@@ -37,8 +37,7 @@ def grads_close(actual, expected: list[list[float]]) -> None:
 # seq 1: A = -2, ratios 0.7, 1.0, then one padding token whose old_logp is NaN.
 LOGP = [[-1.0, -1.0, -1.0], [-2.0, -2.0, -3.0]]
 RATIOS = [[1.1, 1.5, 0.5], [0.7, 1.0, 1.0]]
-OLD = [[lp - math.log(r) for lp, r in zip(row, rr, strict=True)] for row, rr in zip(LOGP, RATIOS,
-                                                                                     strict=True)]
+OLD = [[lp - math.log(r) for lp, r in zip(row, rr, strict=True)] for row, rr in zip(LOGP, RATIOS, strict=True)]
 OLD[1][2] = NAN
 MASK = [[1, 1, 1], [1, 1, 0]]
 ADV = [1.0, -2.0]
@@ -46,8 +45,9 @@ ADV = [1.0, -2.0]
 
 def run(name: str, cfg: LossConfig, logp=LOGP, old=OLD, adv=ADV, mask=MASK, ref=None):
     lp = logp_leaf(logp)
-    loss, stats = LOSSES[name](lp, t(old), torch.tensor(adv, dtype=F64), t(mask), cfg,
-                               ref_logp=None if ref is None else t(ref))
+    loss, stats = LOSSES[name](
+        lp, t(old), torch.tensor(adv, dtype=F64), t(mask), cfg, ref_logp=None if ref is None else t(ref)
+    )
     loss.backward()
     return loss, stats, lp.grad
 
@@ -101,30 +101,31 @@ def test_dapo_asymmetric_clip_boundaries():
     adv = [1.0, 1.0, -1.0, -1.0, -1.0, 1.0]
     logp = [[-1.0]] * 6
     old = [[-1.0 - math.log(r)] for r in ratios]
-    _, stats, grad = run("dapo", LossConfig(clip_eps=0.2, clip_eps_high=0.28),
-                         logp=logp, old=old, adv=adv, mask=[[1]] * 6)
+    _, stats, grad = run(
+        "dapo", LossConfig(clip_eps=0.2, clip_eps_high=0.28), logp=logp, old=old, adv=adv, mask=[[1]] * 6
+    )
     expected = [
         -1.25 / 6,  # A>0, r=1.25 < 1.28: inside the raised upper bound, gradient flows
-        0.0,        # A>0, r=1.3 > 1.28: clipped
-        0.0,        # A<0, r=0.75 < 0.8: lower bound unchanged, clipped
-        0.85 / 6,   # A<0, r=0.85 >= 0.8: flows
-        1.5 / 6,    # A<0, r=1.5: the pessimistic min keeps r*A, flows
-        -0.5 / 6,   # A>0, r=0.5: flows
+        0.0,  # A>0, r=1.3 > 1.28: clipped
+        0.0,  # A<0, r=0.75 < 0.8: lower bound unchanged, clipped
+        0.85 / 6,  # A<0, r=0.85 >= 0.8: flows
+        1.5 / 6,  # A<0, r=1.5: the pessimistic min keeps r*A, flows
+        -0.5 / 6,  # A>0, r=0.5: flows
     ]
     grads_close(grad, [[g] for g in expected])
     close(stats["clip/high_frac"], 1 / 6)
     close(stats["clip/low_frac"], 1 / 6)
     # The same r = 1.25 token is clipped by symmetric GRPO (upper bound 1.2).
-    _, _, grad = run("grpo", LossConfig(clip_eps=0.2), logp=[[-1.0]], old=[old[0]], adv=[1.0],
-                     mask=[[1]])
+    _, _, grad = run("grpo", LossConfig(clip_eps=0.2), logp=[[-1.0]], old=[old[0]], adv=[1.0], mask=[[1]])
     assert grad.item() == 0.0
 
 
 def test_cispo_caps_the_weight_and_keeps_the_gradient():
     logp = [[-0.5, -1.0], [-2.0, -7.0]]
     old = [[-0.5 - math.log(3.0), -1.0], [-2.0 - math.log(0.5), NAN]]  # r = 3, 1 / 0.5, pad
-    loss, stats, grad = run("cispo", LossConfig(max_is_weight=2.0), logp=logp, old=old,
-                            adv=[1.5, -1.0], mask=[[1, 1], [1, 0]])
+    loss, stats, grad = run(
+        "cispo", LossConfig(max_is_weight=2.0), logp=logp, old=old, adv=[1.5, -1.0], mask=[[1, 1], [1, 0]]
+    )
     # weights w = min(r, 2): 2, 1, 0.5; loss = -sum(w * A * logp) / 3
     close(loss, -(2 * 1.5 * -0.5 + 1 * 1.5 * -1.0 + 0.5 * -1.0 * -2.0) / 3)
     # grad = -w * A / N, nonzero for the token whose ratio 3 exceeds the cap.
@@ -140,19 +141,18 @@ def test_cispo_caps_the_weight_and_keeps_the_gradient():
 def test_on_policy_gradient_is_minus_advantage_over_normaliser(name: str):
     # Off-mask log-probs are -inf (as padding may hold); the last sequence has no trainable token.
     inf = float("inf")
-    logp = [[-0.3, -1.2, -0.7, -2.0], [-0.1, -0.9, -inf, -inf], [-inf, -0.4, -0.2, -inf],
-            [-inf] * 4]
+    logp = [[-0.3, -1.2, -0.7, -2.0], [-0.1, -0.9, -inf, -inf], [-inf, -0.4, -0.2, -inf], [-inf] * 4]
     mask = [[1, 1, 1, 1], [1, 1, 0, 0], [0, 1, 1, 0], [0, 0, 0, 0]]
     adv = [0.5, -1.5, 2.0, 1.0]
     loss, stats, grad = run(name, LossConfig(), logp=logp, old=logp, adv=adv, mask=mask)
     assert math.isfinite(loss.item())
     n_tok = [4, 2, 2, 1]
     if name in ("grpo", "gspo"):
-        norm = [n * 3 for n in n_tok]   # mean per sequence, then over the 3 non-empty ones
+        norm = [n * 3 for n in n_tok]  # mean per sequence, then over the 3 non-empty ones
     elif name == "dr_grpo":
-        norm = [4 * 4] * 4              # B * T
+        norm = [4 * 4] * 4  # B * T
     else:
-        norm = [8] * 4                  # all trainable tokens
+        norm = [8] * 4  # all trainable tokens
     expected = [[-a / nm * m for m in row] for a, nm, row in zip(adv, norm, mask, strict=True)]
     grads_close(grad, expected)
     close(stats["clip/frac"], 0.0)
@@ -173,8 +173,9 @@ def test_gspo_sequence_ratio_clip_and_token_gradient():
     close(stats["ratio/mean"], (s0 + s1) / 2, tol=1e-9)
     close(stats["clip/frac"], 2 / 5)  # the 2 tokens of seq 0
     # With wide bounds nothing is clipped: value s_i, gradient -s_i * A / (n_i * n_seqs).
-    loss, _, grad = run("gspo", LossConfig(seq_clip_eps=0.5, seq_clip_eps_high=0.5),
-                        logp=logp, old=old, adv=[1.0, -1.0], mask=mask)
+    loss, _, grad = run(
+        "gspo", LossConfig(seq_clip_eps=0.5, seq_clip_eps_high=0.5), logp=logp, old=old, adv=[1.0, -1.0], mask=mask
+    )
     close(loss, (-s0 + s1) / 2, tol=1e-9)
     grads_close(grad, [[-s0 / 4, -s0 / 4, 0.0], [s1 / 6, s1 / 6, s1 / 6]])
 
@@ -207,15 +208,13 @@ def test_kl_term_k3_added_with_its_coefficient():
     logp = [[-1.0, -2.0]]
     ref = [[-1.0 + math.log(2.0), -2.0]]
     k3 = 2.0 - math.log(2.0) - 1.0
-    loss, stats, grad = run("grpo", LossConfig(kl_coef=0.1), logp=logp, old=logp, adv=[0.0],
-                            mask=[[1, 1]], ref=ref)
+    loss, stats, grad = run("grpo", LossConfig(kl_coef=0.1), logp=logp, old=logp, adv=[0.0], mask=[[1, 1]], ref=ref)
     close(stats["kl/ref"], k3 / 2)
     close(loss, 0.1 * k3 / 2)
     # d k3 / d logp = 1 - exp(ref - logp): -1 and 0; times 0.1 / 2 tokens.
     grads_close(grad, [[-0.05, 0.0]])
     # kl_coef = 0: logged, not added.
-    loss, stats, _ = run("cispo", LossConfig(), logp=logp, old=logp, adv=[0.0], mask=[[1, 1]],
-                         ref=ref)
+    loss, stats, _ = run("cispo", LossConfig(), logp=logp, old=logp, adv=[0.0], mask=[[1, 1]], ref=ref)
     assert loss.item() == 0.0
     close(stats["kl/ref"], k3 / 2)
 

@@ -80,8 +80,12 @@ def calls_reward(state) -> float:
 
 
 def _env(*configs: MCPServerConfig, n: int = 1) -> MCPEnv:
-    return MCPEnv([{"id": f"t{i}", "question": "go"} for i in range(n)], servers=list(configs),
-                  rubric=Rubric([calls_reward]), max_turns=20)
+    return MCPEnv(
+        [{"id": f"t{i}", "question": "go"} for i in range(n)],
+        servers=list(configs),
+        rubric=Rubric([calls_reward]),
+        max_turns=20,
+    )
 
 
 def _stdio(path: str, **kw) -> MCPServerConfig:
@@ -122,10 +126,19 @@ async def test_tools_schemas_calls_bad_input_timeouts_and_one_server_per_env(ser
         assert set(schemas) == {"add", "pid", "refuse", "crash", "nap", "die"}
         assert schemas["add"]["description"] == "Add two integers."
         assert schemas["add"]["parameters"]["properties"]["a"]["type"] == "integer"
-        policy = _scripted(("add", '{"a": 2, "b": 3}'), ("pid", ""), ("add", '{"a": 2'), ("nope", "{}"),
-                           ("add", '{"a": "2", "b": 3}'), ("add", '{"a": 2}'), ("add", '{"a": 1, "b": 2, "c": 3}'),
-                           ("refuse", '{"reason": "why not"}'), ("crash", "{}"), ("nap", '{"seconds": 30}'),
-                           ("add", '{"a": 1, "b": 1}'))
+        policy = _scripted(
+            ("add", '{"a": 2, "b": 3}'),
+            ("pid", ""),
+            ("add", '{"a": 2'),
+            ("nope", "{}"),
+            ("add", '{"a": "2", "b": 3}'),
+            ("add", '{"a": 2}'),
+            ("add", '{"a": 1, "b": 2, "c": 3}'),
+            ("refuse", '{"reason": "why not"}'),
+            ("crash", "{}"),
+            ("nap", '{"seconds": 30}'),
+            ("add", '{"a": 1, "b": 1}'),
+        )
         t0 = time.monotonic()
         rollouts = await run_rollouts(env, policy, env.tasks(), concurrency=3)
         assert time.monotonic() - t0 < 12  # the 30 s nap was cut at 2 s
@@ -163,11 +176,17 @@ async def test_server_dying_mid_run_becomes_tool_errors_without_hanging(server_f
     assert replies[0] == "2" and all(x.startswith("Error: MCP server 'toy'") for x in replies[1:]), replies
 
 
-@pytest.mark.parametrize(("command", "args", "expected"), [
-    (sys.executable, ("-c", "import sys; print('cannot start: bad config', file=sys.stderr); sys.exit(3)"),
-     "cannot start: bad config"),
-    ("/no/such/server-binary", (), "failed to start"),
-])
+@pytest.mark.parametrize(
+    ("command", "args", "expected"),
+    [
+        (
+            sys.executable,
+            ("-c", "import sys; print('cannot start: bad config', file=sys.stderr); sys.exit(3)"),
+            "cannot start: bad config",
+        ),
+        ("/no/such/server-binary", (), "failed to start"),
+    ],
+)
 async def test_server_that_fails_to_start(command: str, args: tuple[str, ...], expected: str) -> None:
     env = _env(MCPServerConfig("broken", command=command, args=args, start_timeout_s=20), n=3)
     try:
@@ -182,8 +201,9 @@ async def test_server_that_fails_to_start(command: str, args: tuple[str, ...], e
 
 
 async def test_server_that_never_answers_times_out_and_is_killed() -> None:
-    env = _env(MCPServerConfig("mute", command=sys.executable, args=("-c", "import time; time.sleep(60)"),
-                               start_timeout_s=1.0))
+    env = _env(
+        MCPServerConfig("mute", command=sys.executable, args=("-c", "import time; time.sleep(60)"), start_timeout_s=1.0)
+    )
     t0 = time.monotonic()
     with pytest.raises(EnvError, match="no answer within 1 s"):
         await env.start()
@@ -207,7 +227,7 @@ def test_event_loop_teardown_stops_servers_and_a_new_loop_restarts_them(server_f
     assert not _alive(first) and not _alive(second)
 
 
-CTRL_C = '''
+CTRL_C = """
 import asyncio, sys
 from rlvr import Policy
 from rlvr.engine import run_rollouts
@@ -222,7 +242,7 @@ async def player(messages, rng):
 
 env = MCPEnv([{"question": "q"}], servers=[MCPServerConfig("toy", command=sys.executable, args=(sys.argv[1],))])
 asyncio.run(run_rollouts(env, Policy(player), env.tasks()))
-'''
+"""
 
 
 def _default_sigint() -> None:
@@ -234,8 +254,13 @@ def _default_sigint() -> None:
 def test_ctrl_c_stops_the_server(server_file: str, tmp_path) -> None:
     script = tmp_path / "ctrl_c.py"
     script.write_text(CTRL_C)
-    proc = subprocess.Popen([sys.executable, str(script), server_file], stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True, preexec_fn=_default_sigint)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), server_file],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        preexec_fn=_default_sigint,
+    )
     try:
         pid = int(proc.stdout.readline())
         assert _alive(pid)
@@ -259,8 +284,9 @@ def _free_port() -> int:
 
 async def test_streamable_http_server_on_localhost(server_file: str) -> None:
     port = _free_port()
-    proc = await asyncio.create_subprocess_exec(sys.executable, server_file, str(port),
-                                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, server_file, str(port), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         deadline = time.monotonic() + 20
         while True:  # wait for the port
@@ -301,15 +327,31 @@ def test_config_and_missing_sdk(monkeypatch) -> None:
 
 
 def test_validate_arguments() -> None:
-    schema = {"type": "object", "required": ["q"], "properties": {
-        "q": {"type": "string"}, "n": {"type": "integer"}, "x": {"type": "number"}, "flag": {"type": "boolean"},
-        "tags": {"type": "array", "items": {"type": "string"}}, "mode": {"enum": ["a", "b"]},
-        "maybe": {"anyOf": [{"type": "integer"}, {"type": "null"}]}}}
-    assert validate_arguments(schema, {"q": "s", "n": 1, "x": 1, "flag": False, "tags": ["a"], "mode": "a",
-                                       "maybe": None}) is None
-    bad = [({"q": "s", "n": True}, "'n' must be integer, got boolean"), ({"q": "s", "x": "1"}, "'x' must be number"),
-           ({"q": "s", "tags": ["a", 1]}, "'tags'[1] must be string"), ({"q": "s", "mode": "c"}, "one of ['a', 'b']"),
-           ({"q": "s", "maybe": "1"}, "'maybe' must be one of"), ({"q": None}, "'q' must be string, got null")]
+    schema = {
+        "type": "object",
+        "required": ["q"],
+        "properties": {
+            "q": {"type": "string"},
+            "n": {"type": "integer"},
+            "x": {"type": "number"},
+            "flag": {"type": "boolean"},
+            "tags": {"type": "array", "items": {"type": "string"}},
+            "mode": {"enum": ["a", "b"]},
+            "maybe": {"anyOf": [{"type": "integer"}, {"type": "null"}]},
+        },
+    }
+    assert (
+        validate_arguments(schema, {"q": "s", "n": 1, "x": 1, "flag": False, "tags": ["a"], "mode": "a", "maybe": None})
+        is None
+    )
+    bad = [
+        ({"q": "s", "n": True}, "'n' must be integer, got boolean"),
+        ({"q": "s", "x": "1"}, "'x' must be number"),
+        ({"q": "s", "tags": ["a", 1]}, "'tags'[1] must be string"),
+        ({"q": "s", "mode": "c"}, "one of ['a', 'b']"),
+        ({"q": "s", "maybe": "1"}, "'maybe' must be one of"),
+        ({"q": None}, "'q' must be string, got null"),
+    ]
     for args, message in bad:
         assert message in validate_arguments(schema, args), args
 

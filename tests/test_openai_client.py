@@ -92,9 +92,7 @@ async def test_tool_calls_out_and_in(openai_server) -> None:
             "tool_call_id": call.id,
             "content": str(add(**json.loads(call.arguments))),
         }
-        second = await client.chat(
-            [*HI, first.message(), result], SamplingArgs(), tools=[ADD_SCHEMA]
-        )
+        second = await client.chat([*HI, first.message(), result], SamplingArgs(), tools=[ADD_SCHEMA])
     assert second.text == "the sum is 5" and second.tool_calls == []
     sent = openai_server.bodies[-1]
     assert sent["tools"] == [ADD_SCHEMA]
@@ -112,9 +110,7 @@ async def test_logprobs_and_token_ids_when_served(openai_server) -> None:
     assert completion.logprobs == [token_logprob(i) for i in range(len("echo: hi"))]
     assert completion.prompt_token_ids == [ord(c) for c in render_prompt(HI)]
     body = openai_server.bodies[-1]
-    assert (
-        body["logprobs"] is True and body["return_token_ids"] and body["return_tokens_as_token_ids"]
-    )
+    assert body["logprobs"] is True and body["return_token_ids"] and body["return_tokens_as_token_ids"]
 
 
 async def test_server_that_refuses_token_fields_still_gives_logprobs(openai_server) -> None:
@@ -138,9 +134,12 @@ async def test_max_tokens_becomes_max_completion_tokens_where_refused(openai_ser
         with pytest.raises(ClientError, match="'temperature' does not support 0.5"):
             await client.chat(HI, SamplingArgs(temperature=0.5))  # a real refusal: no resend
     assert (first.text, second.text, second.finish_reason) == ("ech", "echo", "length")
-    assert [
-        sorted(set(b) & {"max_tokens", "max_completion_tokens"}) for b in openai_server.bodies
-    ] == [["max_tokens"], ["max_completion_tokens"], ["max_completion_tokens"], []]
+    assert [sorted(set(b) & {"max_tokens", "max_completion_tokens"}) for b in openai_server.bodies] == [
+        ["max_tokens"],
+        ["max_completion_tokens"],
+        ["max_completion_tokens"],
+        [],
+    ]
 
 
 def test_token_ids_read_from_logprob_tokens_and_misaligned_ones_dropped() -> None:
@@ -165,16 +164,10 @@ async def test_retry_count_is_exact(openai_server, max_retries) -> None:
     assert openai_server.counts["requests"] == max_retries + 1 == client.requests
     assert client.retries == max_retries
     message = str(info.value)
-    assert (
-        "\n" not in message
-        and f"failed {max_retries + 1} times" in message
-        and "HTTP 500" in message
-    )
+    assert "\n" not in message and f"failed {max_retries + 1} times" in message and "HTTP 500" in message
 
 
-@pytest.mark.parametrize(
-    "faults", [["429", "500"], ["malformed"], ["500", "malformed", "429", "500"]]
-)
+@pytest.mark.parametrize("faults", [["429", "500"], ["malformed"], ["500", "malformed", "429", "500"]])
 async def test_faults_then_success(openai_server, faults) -> None:
     openai_server.force(faults)
     async with client_for(openai_server, max_retries=len(faults)) as client:
@@ -203,9 +196,7 @@ async def test_unreachable_endpoint_is_retried_then_a_client_error() -> None:
     with socket.socket() as s:  # a port that nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    client = OpenAIClient(
-        "m", base_url=f"http://127.0.0.1:{port}/v1", max_retries=2, backoff_s=0.001
-    )
+    client = OpenAIClient("m", base_url=f"http://127.0.0.1:{port}/v1", max_retries=2, backoff_s=0.001)
     async with client:
         with pytest.raises(ClientError, match="failed 3 times; last: connection failed"):
             await client.chat(HI, SamplingArgs())
@@ -230,16 +221,11 @@ async def test_other_client_errors_are_not_retried(openai_server) -> None:
 
 def test_missing_key_variable_names_the_variable(monkeypatch) -> None:
     monkeypatch.delenv("RLVR_TEST_KEY", raising=False)
-    with pytest.raises(
-        ClientError, match="RLVR_TEST_KEY is not set; export RLVR_TEST_KEY=.* -k NAME"
-    ):
+    with pytest.raises(ClientError, match="RLVR_TEST_KEY is not set; export RLVR_TEST_KEY=.* -k NAME"):
         OpenAIClient("gpt-x", api_key_var="RLVR_TEST_KEY")
     with pytest.raises(ClientError, match="RLVR_TEST_KEY"):
         OpenAIClient("gpt-x", base_url="https://api.example.com/v1", api_key_var="RLVR_TEST_KEY")
-    assert (
-        OpenAIClient("m", base_url="http://localhost:8000/v1", api_key_var="RLVR_TEST_KEY").api_key
-        == "EMPTY"
-    )
+    assert OpenAIClient("m", base_url="http://localhost:8000/v1", api_key_var="RLVR_TEST_KEY").api_key == "EMPTY"
     monkeypatch.setenv("RLVR_TEST_KEY", "sk-test")
     assert OpenAIClient("gpt-x", api_key_var="RLVR_TEST_KEY").api_key == "sk-test"
 

@@ -102,8 +102,15 @@ def test_q_learning_converges_to_the_optimal_q_on_the_corridor() -> None:
 
 def test_q_learning_learns_the_gamble_off_policy() -> None:
     env = TableEnv(GAMBLE)
-    cfg = QLearningConfig(episodes=5000, discount=0.9, learning_rate=0.05, learning_rate_end=0.005,
-                          epsilon_start=0.5, epsilon_end=0.5, eval_every=0)  # half the moves are random
+    cfg = QLearningConfig(
+        episodes=5000,
+        discount=0.9,
+        learning_rate=0.05,
+        learning_rate_end=0.005,
+        epsilon_start=0.5,
+        epsilon_end=0.5,
+        eval_every=0,
+    )  # half the moves are random
     result = q_learning(env, cfg)
     assert result.q[0][0] == pytest.approx([0.9, 0.6], abs=0.03)
     assert result.act(0) == 0
@@ -113,8 +120,16 @@ def test_q_learning_learns_the_gamble_off_policy() -> None:
 
 def test_horizon_agent_learns_the_time_dependent_optimum() -> None:
     env = TableEnv(GAMBLE, max_steps=2)
-    cfg = QLearningConfig(episodes=5000, horizon=2, discount=1.0, learning_rate=0.05,
-                          learning_rate_end=0.005, epsilon_start=0.5, epsilon_end=0.5, eval_every=0)
+    cfg = QLearningConfig(
+        episodes=5000,
+        horizon=2,
+        discount=1.0,
+        learning_rate=0.05,
+        learning_rate_end=0.005,
+        epsilon_start=0.5,
+        epsilon_end=0.5,
+        eval_every=0,
+    )
     result = q_learning(env, cfg)
     assert result.act(0, steps_left=1) == 1 and result.act(0, steps_left=2) == 0
     assert result.q[1][0] == pytest.approx([0.0, 0.6], abs=0.05)
@@ -135,8 +150,7 @@ def test_q_learning_on_gymnasium_frozen_lake_matches_value_iteration() -> None:
     slippery = gymnasium.make("FrozenLake-v1", is_slippery=True)
     model = slippery.unwrapped.P  # Gymnasium's toy-text envs expose the same (p, s', r, done) table
     optimal = value_iteration(model, discount=0.95)
-    cfg = QLearningConfig(episodes=6000, discount=0.95, learning_rate=0.2, learning_rate_end=0.01,
-                          eval_every=0)
+    cfg = QLearningConfig(episodes=6000, discount=0.95, learning_rate=0.2, learning_rate_end=0.01, eval_every=0)
     learnt = evaluate_policy(model, q_learning(slippery, cfg).greedy_policy(), 1000, discount=0.95)
     assert learnt[0] == pytest.approx(optimal.values[0], abs=0.01)
 

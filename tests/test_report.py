@@ -53,9 +53,7 @@ def make_run(path: Path, tasks: int = 3) -> Path:
         {"id": "boom", "question": "boom", "answer": "4"},
     ]
     rows += [{"id": f"t{i}", "question": f"{i}+{4 - i}?", "answer": "5"} for i in range(tasks)]
-    env = TwoTurnEnv(
-        rows, system_prompt="be brief", rubric=Rubric([says_answer, nasty_metric], [1.0, 0.0])
-    )
+    env = TwoTurnEnv(rows, system_prompt="be brief", rubric=Rubric([says_answer, nasty_metric], [1.0, 0.0]))
     meta = {
         "env": "two_turn",
         "model": f"policy:{NASTY}",
@@ -63,11 +61,7 @@ def make_run(path: Path, tasks: int = 3) -> Path:
         "rollouts_per_task": 2,
     }
     run, _ = RunDir.create(path, meta)
-    asyncio.run(
-        run_rollouts(
-            env, Policy(_policy, "p"), env.tasks(), rollouts_per_task=2, on_rollout=run.append
-        )
-    )
+    asyncio.run(run_rollouts(env, Policy(_policy, "p"), env.tasks(), rollouts_per_task=2, on_rollout=run.append))
     run.close(rollouts=2 * len(rows))
     return path
 
@@ -93,9 +87,7 @@ class _Checker(HTMLParser):
     def handle_endtag(self, tag: str) -> None:
         if tag in self.VOID:
             return
-        assert self.stack and self.stack[-1] == tag, (
-            f"</{tag}> closes <{self.stack[-1] if self.stack else None}>"
-        )
+        assert self.stack and self.stack[-1] == tag, f"</{tag}> closes <{self.stack[-1] if self.stack else None}>"
         self.stack.pop()
 
 
@@ -124,11 +116,7 @@ def test_report_is_well_formed_self_contained_and_escaped(tmp_path: Path) -> Non
     assert len(svgs) == 6
     for svg in svgs:
         ET.fromstring(svg)  # each plot is well-formed XML
-    assert (
-        "stop reasons" in page
-        and "turns per rollout" in page
-        and "mean of each reward function" in page
-    )
+    assert "stop reasons" in page and "turns per rollout" in page and "mean of each reward function" in page
 
 
 def test_report_lists_every_rollout_with_roles_rewards_and_errors(tmp_path: Path) -> None:
@@ -139,9 +127,7 @@ def test_report_lists_every_rollout_with_roles_rewards_and_errors(tmp_path: Path
     assert "model exploded" in page and "RuntimeError" in page
     for role in ("system", "user", "assistant"):
         assert f'class="msg role-{role}"' in page
-    assert (
-        page.count('class="msg role-assistant"') == 2 * 1 + 2 * 3 * 2
-    )  # 'short' has 1 turn, t* have 2
+    assert page.count('class="msg role-assistant"') == 2 * 1 + 2 * 3 * 2  # 'short' has 1 turn, t* have 2
     assert "says_answer" in page and "nasty_metric" in page
     assert "policy:&lt;script&gt;" in page  # metadata header, escaped
 
@@ -179,9 +165,7 @@ def test_empty_run_still_reports(tmp_path: Path) -> None:
     assert "no rollouts yet" in page and "Rollouts (0)" in page
 
 
-def test_corrupt_or_foreign_results_raise(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_corrupt_or_foreign_results_raise(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run = make_run(tmp_path / "run")
     lines = (run / "results.jsonl").read_text().splitlines()
     (run / "results.jsonl").write_text(lines[0] + "\n{not json\n" + "\n".join(lines[1:]) + "\n")

@@ -60,17 +60,21 @@ async def test_memory_bomb_fails_with_memory_error(code: str) -> None:
     assert message.startswith("the code exited with status 1") and "MemoryError" in message
 
 
-@pytest.mark.parametrize("code", [
-    "import os\nwhile True:\n    os.fork()",
-    "import subprocess\nsubprocess.run(['sh', '-c', ':(){ :|:& };:'])",
-    "import os\nos.system('echo hi')",
-    "import os\nos.posix_spawn('/bin/sh', ['sh'], {})",
-    "import multiprocessing\np = multiprocessing.Process(target=print)\np.start()",
-])
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import os\nwhile True:\n    os.fork()",
+        "import subprocess\nsubprocess.run(['sh', '-c', ':(){ :|:& };:'])",
+        "import os\nos.system('echo hi')",
+        "import os\nos.posix_spawn('/bin/sh', ['sh'], {})",
+        "import multiprocessing\np = multiprocessing.Process(target=print)\np.start()",
+    ],
+)
 async def test_fork_bomb_and_other_processes_are_denied(code: str) -> None:
     message = await _error(code)
-    assert "PermissionError: sandbox: " in message and ("processes is disabled" in message
-                                                         or "importing _posixsubprocess" in message)
+    assert "PermissionError: sandbox: " in message and (
+        "processes is disabled" in message or "importing _posixsubprocess" in message
+    )
 
 
 async def test_files_outside_the_working_directory_are_denied() -> None:
@@ -85,15 +89,18 @@ async def test_files_outside_the_working_directory_are_denied() -> None:
     escape = "import os\nos.mkdir('d')\nprint(open('d/../../../etc/passwd').read())"
     assert "reading 'd/../../../etc/passwd' is not allowed" in await _error(escape)  # paths are resolved first
     assert not Path("/tmp/rlvr-escape").exists()
-    ok = await run_python("open('a.txt', 'w').write('hi')\nimport os\nos.mkdir('d')\nprint(open('a.txt').read(), "
-                          "sorted(os.listdir('.')))")
+    ok = await run_python(
+        "open('a.txt', 'w').write('hi')\nimport os\nos.mkdir('d')\nprint(open('a.txt').read(), sorted(os.listdir('.')))"
+    )
     assert ok.ok and ok.stdout == "hi ['a.txt', 'd', 'main.py']\n"
 
 
 async def test_network_is_denied() -> None:
-    for code in ("import socket\ns = socket.socket()\ns.connect(('1.1.1.1', 80))",
-                 "import socket\nsocket.getaddrinfo('example.com', 80)",
-                 "import urllib.request\nurllib.request.urlopen('http://example.com', timeout=1)"):
+    for code in (
+        "import socket\ns = socket.socket()\ns.connect(('1.1.1.1', 80))",
+        "import socket\nsocket.getaddrinfo('example.com', 80)",
+        "import urllib.request\nurllib.request.urlopen('http://example.com', timeout=1)",
+    ):
         assert "network access is disabled" in await _error(code)
 
 
@@ -151,9 +158,14 @@ def test_limits_are_checked() -> None:
             SandboxLimits(**bad)
 
 
-EVIL = ["while True:\n    pass", "x = bytearray(2 * 1024 ** 3)", "import os\nwhile True:\n    os.fork()",
-        "print(open('/etc/passwd').read())", "import socket\nsocket.create_connection(('1.1.1.1', 80), 1)",
-        "1 / 0"]
+EVIL = [
+    "while True:\n    pass",
+    "x = bytearray(2 * 1024 ** 3)",
+    "import os\nwhile True:\n    os.fork()",
+    "print(open('/etc/passwd').read())",
+    "import socket\nsocket.create_connection(('1.1.1.1', 80), 1)",
+    "1 / 0",
+]
 
 
 async def test_the_eval_goes_on_after_each_failure() -> None:
@@ -170,8 +182,11 @@ async def test_the_eval_goes_on_after_each_failure() -> None:
     def failed(state) -> float:
         return float(state.failed_tool_calls)
 
-    env = ToolEnv([{"id": "a", "question": "x"}, {"id": "b", "question": "y"}],
-                  tools=[python_tool(SandboxLimits(timeout_s=1.0, memory_mb=256))], rubric=Rubric([failed]))
+    env = ToolEnv(
+        [{"id": "a", "question": "x"}, {"id": "b", "question": "y"}],
+        tools=[python_tool(SandboxLimits(timeout_s=1.0, memory_mb=256))],
+        rubric=Rubric([failed]),
+    )
     rollouts = await run_rollouts(env, Policy(fn), env.tasks(), concurrency=2)
     for r in rollouts:
         replies = [m["content"] for m in r.completion if m["role"] == "tool"]

@@ -77,33 +77,25 @@ def test_full_fine_tuning_loss_falls_and_final_model_loads(tiny_dir, data, tmp_p
     assert (run / "checkpoints" / "step_000025" / "trainer.pt").is_file()
     model = transformers.AutoModelForCausalLM.from_pretrained(result.final_dir)
     tokenizer = transformers.AutoTokenizer.from_pretrained(result.final_dir)
-    prompt = tokenizer.apply_chat_template(
-        conversation(4)["messages"][:2], add_generation_prompt=True, tokenize=False
-    )
+    prompt = tokenizer.apply_chat_template(conversation(4)["messages"][:2], add_generation_prompt=True, tokenize=False)
     ids = tokenizer(prompt, add_special_tokens=False, return_tensors="pt")["input_ids"]
     out = model.generate(ids, max_new_tokens=20, do_sample=False)
     assert "<move>" in tokenizer.decode(out[0, ids.shape[1] :])  # it picked up the format
 
 
 def test_lora_trains_adapters_and_saves_a_merged_model(tiny_dir, data, tmp_path) -> None:
-    result = train_sft(
-        config(tiny_dir, data, tmp_path / "lora", lora_rank=8, lr=1e-2, max_steps=12), quiet=True
-    )
+    result = train_sft(config(tiny_dir, data, tmp_path / "lora", lora_rank=8, lr=1e-2, max_steps=12), quiet=True)
     assert sum(result.train_loss[-3:]) / 3 < 0.8 * result.train_loss[0], result.train_loss
     assert not list(result.final_dir.glob("adapter_*"))  # merged: a plain model folder
     base = transformers.AutoModelForCausalLM.from_pretrained(tiny_dir)
     tuned = transformers.AutoModelForCausalLM.from_pretrained(result.final_dir)
     changed = [n for n, p in tuned.named_parameters() if not torch.equal(p, base.get_parameter(n))]
-    assert any("q_proj" in n for n in changed) and not any(
-        "embed" in n or "norm" in n for n in changed
-    )
+    assert any("q_proj" in n for n in changed) and not any("embed" in n or "norm" in n for n in changed)
 
 
 def test_resume_continues_exactly_where_the_run_stopped(tiny_dir, data, tmp_path) -> None:
     def cfg(out, steps):  # constant LR: the schedule does not depend on max_steps
-        return config(
-            tiny_dir, data, tmp_path / out, max_steps=steps, save_every=3, lr_schedule="constant"
-        )
+        return config(tiny_dir, data, tmp_path / out, max_steps=steps, save_every=3, lr_schedule="constant")
 
     straight = train_sft(cfg("a", 6), quiet=True)
     train_sft(cfg("b", 3), quiet=True)  # as if killed after the checkpoint of step 3
@@ -136,20 +128,9 @@ def test_loss_is_a_token_mean_whatever_the_micro_batch_size(tiny_dir) -> None:
         train=False,
     )
     with torch.no_grad():
-        logp = [
-            torch.log_softmax(model(torch.tensor([s.ids])).logits[0].float(), -1) for s in samples
-        ]
-    manual = [
-        -lp[t - 1, s.ids[t]].item()
-        for lp, s in zip(logp, samples)
-        for t in range(1, len(s.ids))
-        if s.mask[t]
-    ]
-    assert (
-        n == 6
-        and one == pytest.approx(both, rel=1e-5)
-        and one == pytest.approx(sum(manual) / 6, rel=1e-4)
-    )
+        logp = [torch.log_softmax(model(torch.tensor([s.ids])).logits[0].float(), -1) for s in samples]
+    manual = [-lp[t - 1, s.ids[t]].item() for lp, s in zip(logp, samples) for t in range(1, len(s.ids)) if s.mask[t]]
+    assert n == 6 and one == pytest.approx(both, rel=1e-5) and one == pytest.approx(sum(manual) / 6, rel=1e-4)
 
 
 def _error(capsys, argv) -> str:
@@ -181,9 +162,7 @@ def test_malformed_lines_are_reported_by_number(tiny_dir, tmp_path, capsys) -> N
         "-q",
     ]
     err = _error(capsys, argv)
-    assert (
-        "has 3 malformed line(s) (line 2: not JSON" in err and "line 4: no assistant message" in err
-    )
+    assert "has 3 malformed line(s) (line 2: not JSON" in err and "line 4: no assistant message" in err
     assert "line 5: message 0 needs a role" in err and "--skip-bad-lines" in err
     rows, skipped = read_dataset(bad, skip_bad_lines=True)
     assert skipped == [2, 4, 5] and [r["line"] for r in rows] == [1, 3, 6]
@@ -194,9 +173,7 @@ def test_malformed_lines_are_reported_by_number(tiny_dir, tmp_path, capsys) -> N
 
 def test_bad_input_is_one_line(tiny_dir, data, tmp_path, capsys) -> None:
     base = ["sft", "-d", str(data), "--max-steps", "1", "-q"]
-    assert "cannot load a tokenizer" in _error(
-        capsys, base + ["-m", str(tmp_path / "nope"), "-o", str(tmp_path / "x")]
-    )
+    assert "cannot load a tokenizer" in _error(capsys, base + ["-m", str(tmp_path / "nope"), "-o", str(tmp_path / "x")])
     assert "does not exist" in _error(
         capsys,
         [
@@ -210,18 +187,12 @@ def test_bad_input_is_one_line(tiny_dir, data, tmp_path, capsys) -> None:
             "-q",
         ],
     )
-    assert "lr must be > 0" in _error(
-        capsys, base + ["-m", str(tiny_dir), "-o", str(tmp_path / "z"), "--lr", "0"]
-    )
-    assert "nothing to resume" in _error(
-        capsys, base + ["-m", str(tiny_dir), "-o", str(tmp_path / "w"), "--resume"]
-    )
+    assert "lr must be > 0" in _error(capsys, base + ["-m", str(tiny_dir), "-o", str(tmp_path / "z"), "--lr", "0"])
+    assert "nothing to resume" in _error(capsys, base + ["-m", str(tiny_dir), "-o", str(tmp_path / "w"), "--resume"])
     out = tmp_path / "done"
     assert main(base + ["-m", str(tiny_dir), "-o", str(out)]) == 0
     capsys.readouterr()
-    assert "already holds an SFT run" in _error(
-        capsys, base + ["-m", str(tiny_dir), "-o", str(out)]
-    )
+    assert "already holds an SFT run" in _error(capsys, base + ["-m", str(tiny_dir), "-o", str(out)])
     assert "cannot resume: lr was" in _error(
         capsys, base + ["-m", str(tiny_dir), "-o", str(out), "--resume", "--lr", "0.5"]
     )

@@ -40,9 +40,20 @@ def test_teacher_games_teach_a_fresh_model_the_move_format(tmp_path) -> None:
 
     corpus = default_corpus() + [m["content"] for r in rows for m in r["messages"]]
     model_dir = build_tiny_model(tmp_path / "base", preset="tiny", corpus=corpus, seed=0)
-    cfg = SFTConfig(model=str(model_dir), data=str(data), output_dir=str(tmp_path / "sft"),
-                    max_steps=120, batch_size=16, micro_batch_size=16, lr=3e-3, warmup_steps=3,
-                    eval_fraction=0.0, save_every=None, device="cpu", seed=0)
+    cfg = SFTConfig(
+        model=str(model_dir),
+        data=str(data),
+        output_dir=str(tmp_path / "sft"),
+        max_steps=120,
+        batch_size=16,
+        micro_batch_size=16,
+        lr=3e-3,
+        warmup_steps=3,
+        eval_fraction=0.0,
+        save_every=None,
+        device="cpu",
+        seed=0,
+    )
     result = train_sft(cfg, quiet=True)
     first, last = sum(result.train_loss[:5]) / 5, sum(result.train_loss[-5:]) / 5
     assert last < 0.15 * first, (first, last)  # measured: 6.0 -> about 0.2

@@ -101,9 +101,7 @@ def test_generate_stops_at_end_of_turn(tiny_dir: Path, tokenizer) -> None:
     prompt = tokenizer.apply_chat_template(
         [{"role": "user", "content": "hi"}], add_generation_prompt=True, return_tensors="pt"
     )
-    out = model.generate(
-        **prompt, max_new_tokens=8, do_sample=False, logits_processor=[OnlyEndOfTurn()]
-    )
+    out = model.generate(**prompt, max_new_tokens=8, do_sample=False, logits_processor=[OnlyEndOfTurn()])
     # The saved generation config alone must stop generation at the end-of-turn token.
     assert out[0, prompt["input_ids"].shape[1] :].tolist() == [end_of_turn]
 
@@ -197,9 +195,7 @@ def test_chat_template_renders_every_role_and_tool_calls(tokenizer) -> None:
         {
             "role": "assistant",
             "content": None,
-            "tool_calls": [
-                {"type": "function", "function": {"name": "add", "arguments": {"a": 0}}}
-            ],
+            "tool_calls": [{"type": "function", "function": {"name": "add", "arguments": {"a": 0}}}],
         },
         {"role": "assistant", "content": "<answer>3</answer>"},
     ]
@@ -254,7 +250,5 @@ def test_tools_from_python_functions(tokenizer) -> None:
         """
         return a * b
 
-    text = tokenizer.apply_chat_template(
-        [{"role": "user", "content": "2*3?"}], tools=[multiply], tokenize=False
-    )
+    text = tokenizer.apply_chat_template([{"role": "user", "content": "2*3?"}], tools=[multiply], tokenize=False)
     assert '"name": "multiply"' in text and '"description": "Multiply two integers."' in text

@@ -21,8 +21,14 @@ BASE = {"env": "e", "model": "m"}
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        ({"batch_size": 10, "rollouts_per_example": 4}, "batch_size (10) must be divisible by rollouts_per_example (4)"),
-        ({"batch_size": 32, "rollouts_per_example": 8, "num_groups": 8}, "num_groups (8) is larger than the tasks in a batch"),
+        (
+            {"batch_size": 10, "rollouts_per_example": 4},
+            "batch_size (10) must be divisible by rollouts_per_example (4)",
+        ),
+        (
+            {"batch_size": 32, "rollouts_per_example": 8, "num_groups": 8},
+            "num_groups (8) is larger than the tasks in a batch",
+        ),
         ({"batch_size": 48, "rollouts_per_example": 8, "num_groups": 4}, "must be a multiple of num_groups (4)"),
         ({"loss": "ppo"}, "unknown loss 'ppo'; expected one of grpo, dr_grpo, dapo, cispo, gspo"),
         ({"rollouts_per_example": 1, "batch_size": 8}, "rollouts_per_example must be >= 2"),
@@ -45,13 +51,17 @@ def test_bad_config_values_raise_usage_errors(changes, message) -> None:
 
 def test_toml_file_and_flags_merge(tmp_path) -> None:
     path = tmp_path / "train.toml"
-    path.write_text('env = "tictactoe"\nmodel = "m"\nbatch_size = 64\nlr = 1\n'
-                    'eval_env_args = [{opponent = "random"}, {opponent = "optimal"}]\n'
-                    'env_args = {min_random_move_prob = 0.2}\n')
+    path.write_text(
+        'env = "tictactoe"\nmodel = "m"\nbatch_size = 64\nlr = 1\n'
+        'eval_env_args = [{opponent = "random"}, {opponent = "optimal"}]\n'
+        "env_args = {min_random_move_prob = 0.2}\n"
+    )
     cfg = load_config(path, batch_size=128, eval_every=None)
     assert (cfg.batch_size, cfg.lr, cfg.eval_every) == (128, 1.0, None)  # flags win; int lr -> float
-    assert cfg.eval_sets == [{"min_random_move_prob": 0.2, "opponent": "random"},
-                             {"min_random_move_prob": 0.2, "opponent": "optimal"}]
+    assert cfg.eval_sets == [
+        {"min_random_move_prob": 0.2, "opponent": "random"},
+        {"min_random_move_prob": 0.2, "opponent": "optimal"},
+    ]
     path.write_text('env = "x"\nmodel = "m"\nbatch_sise = 64\n')
     with pytest.raises(UsageError, match="unknown config field 'batch_sise'; valid fields: env, model"):
         load_config(path)
@@ -84,11 +94,26 @@ def test_resume_may_change_steps_but_not_the_algorithm() -> None:
 @pytest.mark.parametrize(
     ("argv", "expected"),
     [
-        (["train", "tictactoe", "--model", "m", "--batch-size", "10", "--rollouts-per-example", "4"],
-         "batch_size (10) must be divisible by rollouts_per_example (4)"),
+        (
+            ["train", "tictactoe", "--model", "m", "--batch-size", "10", "--rollouts-per-example", "4"],
+            "batch_size (10) must be divisible by rollouts_per_example (4)",
+        ),
         (["train", "tictactoe", "--model", "m", "--loss", "reinforce"], "unknown loss 'reinforce'"),
-        (["train", "tictactoe", "--model", "m", "--batch-size", "16", "--rollouts-per-example", "8",
-          "--num-groups", "4"], "num_groups (4) is larger than the tasks in a batch"),
+        (
+            [
+                "train",
+                "tictactoe",
+                "--model",
+                "m",
+                "--batch-size",
+                "16",
+                "--rollouts-per-example",
+                "8",
+                "--num-groups",
+                "4",
+            ],
+            "num_groups (4) is larger than the tasks in a batch",
+        ),
         (["train", "tictactoe"], "'model' is required"),
         (["train", "--model", "m"], "'env' is required"),
         (["train", "tictactoe", "--model", "m", "--config", "/nonexistent.toml"], "does not exist"),
@@ -105,12 +130,29 @@ def test_cli_flags_parse_json_none_and_booleans(monkeypatch) -> None:
     from rlvr.train import grpo
 
     monkeypatch.setattr(grpo, "train", lambda cfg, **kw: seen.update(cfg=cfg, **kw))
-    argv = ["train", "tictactoe", "-m", "m", "--eval-every", "none", "--bf16", "--scale-std", "false",
-            "--eval-env-args", '[{"opponent": "random"}]', "--resume"]
+    argv = [
+        "train",
+        "tictactoe",
+        "-m",
+        "m",
+        "--eval-every",
+        "none",
+        "--bf16",
+        "--scale-std",
+        "false",
+        "--eval-env-args",
+        '[{"opponent": "random"}]',
+        "--resume",
+    ]
     assert main(argv) == 0
     cfg = seen["cfg"]
     assert (cfg.eval_every, cfg.bf16, cfg.scale_std, cfg.eval_env_args, seen["resume"]) == (
-        None, True, False, [{"opponent": "random"}], True)
+        None,
+        True,
+        False,
+        [{"opponent": "random"}],
+        True,
+    )
 
 
 # ---- token sequences ----------------------------------------------------------------------
@@ -118,8 +160,10 @@ def test_cli_flags_parse_json_none_and_booleans(monkeypatch) -> None:
 
 def _turn(prompt: list[int], sampled: list[int], reply: str = "ok") -> Turn:
     logprobs = [-0.5] * len(sampled)
-    return Turn(Completion(text="x", token_ids=sampled, logprobs=logprobs, prompt_token_ids=prompt),
-                [{"role": "user", "content": reply}])
+    return Turn(
+        Completion(text="x", token_ids=sampled, logprobs=logprobs, prompt_token_ids=prompt),
+        [{"role": "user", "content": reply}],
+    )
 
 
 def test_sequences_follow_sampled_ids_and_mask_only_them() -> None:
@@ -152,8 +196,16 @@ def test_advantages_fill_failed_rollouts_and_dapo_drops_uniform_groups() -> None
     def ro(reward: float, error: str | None = None, truncated: bool = False) -> Rollout:
         return Rollout("t", 0, 0, [], reward=reward, error=error, truncated=truncated)
 
-    batch = [ro(1.0), ro(0.0), ro(0.0, error="EnvError: boom"), ro(0.5, truncated=True),
-             ro(1.0), ro(1.0), ro(1.0), ro(1.0)]
+    batch = [
+        ro(1.0),
+        ro(0.0),
+        ro(0.0, error="EnvError: boom"),
+        ro(0.5, truncated=True),
+        ro(1.0),
+        ro(1.0),
+        ro(1.0),
+        ro(1.0),
+    ]
     cfg = TrainConfig(**BASE, batch_size=8, rollouts_per_example=4, scale_std=False, mask_truncated=True)
     adv, trainable, kept = compute_advantages(batch, cfg)
     # group 1: mean of scored (1, 0, 0.5) = 0.5; the failed one gets exactly 0 advantage
@@ -237,5 +289,6 @@ def test_default_output_dir_names_the_env_and_the_model() -> None:
     from rlvr.train.grpo import default_output_dir
 
     assert default_output_dir(TrainConfig(env="tictactoe", model="runs/sft/small/final")) == (
-        "runs/train/tictactoe--small-final")
+        "runs/train/tictactoe--small-final"
+    )
     assert default_output_dir(TrainConfig(env="x", model="Qwen/Qwen3-0.6B")) == "runs/train/x--Qwen3-0.6B"

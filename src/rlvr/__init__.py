@@ -13,7 +13,25 @@ from rlvr.types import Completion, Message, Messages, Rollout, SamplingArgs, Sta
 __version__ = "0.1.0"
 
 __all__ = [
-    "ChatClient", "Completion", "Message", "Messages", "MultiTurnEnv", "Policy", "Rollout",
-    "Rubric", "SamplingArgs", "SingleTurnEnv", "State", "StatefulToolEnv", "Task", "ThinkParser",
-    "ToolCall", "ToolEnv", "ToolState", "Turn", "XMLParser", "group_reward", "stop",
+    "ChatClient",
+    "Completion",
+    "Message",
+    "Messages",
+    "MultiTurnEnv",
+    "Policy",
+    "Rollout",
+    "Rubric",
+    "SamplingArgs",
+    "SingleTurnEnv",
+    "State",
+    "StatefulToolEnv",
+    "Task",
+    "ThinkParser",
+    "ToolCall",
+    "ToolEnv",
+    "ToolState",
+    "Turn",
+    "XMLParser",
+    "group_reward",
+    "stop",
 ]

@@ -81,9 +81,7 @@ async def run_rollouts(
     async with asyncio.TaskGroup() as tg:
         for task in tasks:
             tg.create_task(run_group(task))
-    return [
-        done[(t.id, i)] for t in tasks for i in range(rollouts_per_task) if (t.id, i) in done
-    ]
+    return [done[(t.id, i)] for t in tasks for i in range(rollouts_per_task) if (t.id, i) in done]
 
 
 async def score_group(

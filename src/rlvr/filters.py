@@ -64,9 +64,7 @@ class Filter:
     def __init__(self, source: str) -> None:
         self.source = source.strip()
         if not self.source:
-            raise UsageError(
-                "empty filter expression; write e.g. 'win_reward > 0 and format_reward == 1'"
-            )
+            raise UsageError("empty filter expression; write e.g. 'win_reward > 0 and format_reward == 1'")
         self._tokens = _tokenize(self.source)
         self._pos = 0
         self.root = self._or()
@@ -211,9 +209,7 @@ def _eval(node: _Node, values: Mapping[str, float]) -> float | bool:
         return node.value
     if node.kind == "name":
         if node.value not in values:
-            raise UsageError(
-                f"filter names unknown {node.value!r}; available: {', '.join(sorted(values))}"
-            )
+            raise UsageError(f"filter names unknown {node.value!r}; available: {', '.join(sorted(values))}")
         return float(values[node.value])
     if node.kind == "not":
         return not _truth(_eval(node.children[0], values))

@@ -117,8 +117,12 @@ class Judge:
         verdict = parse_verdict(reply.text)
         if verdict is None:
             self.stats["unparsed"] += 1
-            log.warning("%s: unparsed verdict from %s (scored 0): %r", self.__name__,
-                        getattr(self.client, "name", "judge"), reply.text[:300])
+            log.warning(
+                "%s: unparsed verdict from %s (scored 0): %r",
+                self.__name__,
+                getattr(self.client, "name", "judge"),
+                reply.text[:300],
+            )
             return 0.0
         self.stats["yes" if verdict else "no"] += 1
         return 1.0 if verdict else 0.0

@@ -146,9 +146,7 @@ class XMLParser:
 
     def format_instructions(self) -> str:
         """A sentence for the system prompt describing the expected format."""
-        parts = [
-            f"<{f}>...</{f}>" + (" (optional)" if f in self.optional else "") for f in self.fields
-        ]
+        parts = [f"<{f}>...</{f}>" + (" (optional)" if f in self.optional else "") for f in self.fields]
         return "Reply with " + ", then ".join(parts) + ", and nothing else."
 
 

@@ -26,9 +26,7 @@ from rlvr.types import Message, Rollout
 REPORT = "report.html"
 
 
-def write_report(
-    run_path: str | Path, output: str | Path | None = None, *, max_rollouts: int = 1000
-) -> Path:
+def write_report(run_path: str | Path, output: str | Path | None = None, *, max_rollouts: int = 1000) -> Path:
     """Read the run in `run_path` and write its report (default: RUN_DIR/report.html).
 
     Raises `ResultsError` when the directory is not a readable rlvr results directory.
@@ -36,9 +34,7 @@ def write_report(
     run = RunDir.open(run_path)
     rollouts = run.read()
     out = Path(output) if output is not None else run.path / REPORT
-    page = render_report(
-        run.metadata, rollouts, source=str(run.results_path), max_rollouts=max_rollouts
-    )
+    page = render_report(run.metadata, rollouts, source=str(run.results_path), max_rollouts=max_rollouts)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(page, encoding="utf-8")
     return out
@@ -56,8 +52,9 @@ def render_report(
 
     per_task = metadata.get("rollouts_per_task")
     weights = metadata.get("reward_weights")
-    stats = summarize(rollouts, per_task if isinstance(per_task, int) else None,
-                      weights if isinstance(weights, dict) else None)
+    stats = summarize(
+        rollouts, per_task if isinstance(per_task, int) else None, weights if isinstance(weights, dict) else None
+    )
     title = "rlvr report: " + " / ".join(str(metadata.get(k, "?")) for k in ("env", "model"))
     body = [
         f"<h1>{_e(title)}</h1>",
@@ -70,9 +67,7 @@ def render_report(
         _rollouts(rollouts, max_rollouts),
     ]
     skeleton = files("rlvr").joinpath("templates", "report.html").read_text(encoding="utf-8")
-    return string.Template(skeleton).substitute(
-        title=_e(title), body="\n".join(body), version=_e(__version__)
-    )
+    return string.Template(skeleton).substitute(title=_e(title), body="\n".join(body), version=_e(__version__))
 
 
 # ---- header and numbers -------------------------------------------------------------------
@@ -83,9 +78,7 @@ def _e(value: Any) -> str:
 
 
 def _num(value: float, digits: int = 4) -> str:
-    return (
-        f"{value:.{digits}f}" if isinstance(value, (int, float)) and math.isfinite(value) else "-"
-    )
+    return f"{value:.{digits}f}" if isinstance(value, (int, float)) and math.isfinite(value) else "-"
 
 
 def _metadata(metadata: dict[str, Any], stats: dict[str, Any], source: str) -> str:
@@ -105,9 +98,7 @@ def _metadata(metadata: dict[str, Any], stats: dict[str, Any], source: str) -> s
 def _summary(s: dict[str, Any]) -> str:
     rows = [("reward (total)", s["reward"]["mean"], s["reward"]["std"])]
     rows += [(f"  {name}", st["mean"], st["std"]) for name, st in s["rewards"].items()]
-    rows += [
-        (f"  {name} {k}", v, None) for name, ks in s["pass_at_k"].items() for k, v in ks.items()
-    ]
+    rows += [(f"  {name} {k}", v, None) for name, ks in s["pass_at_k"].items() for k, v in ks.items()]
     rows += [
         ("turns", s["turns"]["mean"], s["turns"]["std"]),
         ("completion tokens", s["completion_tokens"]["mean"], s["completion_tokens"]["std"]),
@@ -170,18 +161,12 @@ def bar_chart(
             f'height="{max(y1 - y0, 0.5):.1f}"><title>{_e(label)}: {text}</title></rect>'
         )
         if not small or v:
-            parts.append(
-                f'<text x="{cx:.1f}" y="{y0 - 3:.1f}" text-anchor="middle">{_e(text)}</text>'
-            )
+            parts.append(f'<text x="{cx:.1f}" y="{y0 - 3:.1f}" text-anchor="middle">{_e(text)}</text>')
         if not small or i % max(len(values) // 6, 1) == 0:
             short = label if len(label) <= fits else label[: fits - 1] + "\u2026"
-            parts.append(
-                f'<text x="{cx:.1f}" y="{height - bottom + 14}" text-anchor="middle">{_e(short)}</text>'
-            )
+            parts.append(f'<text x="{cx:.1f}" y="{height - bottom + 14}" text-anchor="middle">{_e(short)}</text>')
     zero = y(0.0)
-    parts.append(
-        f'<line x1="{left}" x2="{width - right}" y1="{zero:.1f}" y2="{zero:.1f}" stroke="#888"/></svg>'
-    )
+    parts.append(f'<line x1="{left}" x2="{width - right}" y1="{zero:.1f}" y2="{zero:.1f}" stroke="#888"/></svg>')
     return "".join(parts)
 
 
@@ -242,9 +227,7 @@ def _plots(rollouts: Sequence[Rollout], s: dict[str, Any]) -> str:
         for name in names:
             values = [r.rewards[name] for r in scored if name in r.rewards]
             labels, counts, caption = histogram_bins(values)
-            charts.append(
-                bar_chart(labels, counts, title=f"{name}: rollouts per bin", caption=caption)
-            )
+            charts.append(bar_chart(labels, counts, title=f"{name}: rollouts per bin", caption=caption))
     return '<div class="plots">' + "\n".join(charts) + "</div>"
 
 
@@ -304,9 +287,7 @@ def _rollout(r: Rollout) -> str:
     }
     parts.append(_kv_table(details))
     if r.info:
-        parts.append(
-            f"<p>info</p><pre>{_e(json.dumps(r.info, ensure_ascii=False, default=str))}</pre>"
-        )
+        parts.append(f"<p>info</p><pre>{_e(json.dumps(r.info, ensure_ascii=False, default=str))}</pre>")
     return "".join(parts) + "</div></details>"
 
 

@@ -44,7 +44,9 @@ class RunDir:
     # ---- opening --------------------------------------------------------------------------
 
     @classmethod
-    def create(cls, path: str | Path, metadata: dict[str, Any], *, resume: bool = False) -> tuple[RunDir, list[Rollout]]:
+    def create(
+        cls, path: str | Path, metadata: dict[str, Any], *, resume: bool = False
+    ) -> tuple[RunDir, list[Rollout]]:
         """Open `path` for a run; with `resume`, continue the run already there.
 
         Returns the directory and the rollouts already in it (empty for a new run). A new run

@@ -56,8 +56,7 @@ def _wanted(fn: Callable[..., Any], allowed: Sequence[str]) -> tuple[list[str], 
         elif p.default is p.empty:
             kind = "group reward function" if allowed is GROUP_ARGUMENTS else "reward function"
             raise RubricError(
-                f"{kind} {fn.__name__!r} asks for unknown argument {p.name!r}; "
-                f"available: {', '.join(allowed)}"
+                f"{kind} {fn.__name__!r} asks for unknown argument {p.name!r}; available: {', '.join(allowed)}"
             )
     return (list(allowed) if var_kw else names), var_kw
 
@@ -124,9 +123,7 @@ class Rubric:
                         f"for a group of {len(states)}"
                     )
             else:
-                values = [
-                    await _call(fn, {a: _value(a, s, self.parser) for a in args}) for s in states
-                ]
+                values = [await _call(fn, {a: _value(a, s, self.parser) for a in args}) for s in states]
             for score, v in zip(scores, values):
                 score[fn.__name__] = _as_float(fn, v)
         return scores
@@ -143,9 +140,7 @@ def _as_float(fn: Callable[..., Any], value: Any) -> float:
     try:
         return float(value)
     except (TypeError, ValueError):
-        raise RubricError(
-            f"reward function {fn.__name__!r} returned {value!r}; expected a number"
-        ) from None
+        raise RubricError(f"reward function {fn.__name__!r} returned {value!r}; expected a number") from None
 
 
 def _value(name: str, state: State, parser: Any) -> Any:

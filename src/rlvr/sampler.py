@@ -192,9 +192,7 @@ def _key_value(key: Key, task: Task) -> float:
     elif key in task.info:
         value = task.info[key]
     else:
-        raise UsageError(
-            f"task {task.id!r} has no info[{key!r}] to stratify by; its info keys: {sorted(task.info)}"
-        )
+        raise UsageError(f"task {task.id!r} has no info[{key!r}] to stratify by; its info keys: {sorted(task.info)}")
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise UsageError(f"task {task.id!r}: the stratification key must be a finite number, got {value!r}")
     return float(value)

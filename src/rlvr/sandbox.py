@@ -52,7 +52,7 @@ from rlvr.envs.tools import ToolCallError
 from rlvr.errors import UsageError
 
 # The program the sandboxed interpreter runs first: limits, hooks, then the user's code.
-_RUNNER = r'''
+_RUNNER = r"""
 import builtins, json, linecache, os, resource, signal, sys, traceback
 
 def on_xcpu(signum, frame):
@@ -126,7 +126,7 @@ def main():
         os._exit(1)
 
 main()
-'''
+"""
 
 CPU_EXIT = 152
 """Exit status of a run stopped by its CPU limit (the runner catches SIGXCPU; 128 + 24)."""
@@ -200,8 +200,15 @@ async def _namespace_prefix() -> tuple[str, ...]:
             for candidate in _NAMESPACE_CANDIDATES:
                 try:
                     proc = await asyncio.create_subprocess_exec(
-                        *candidate, sys.executable, "-I", "-S", "-c", "pass",
-                        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+                        *candidate,
+                        sys.executable,
+                        "-I",
+                        "-S",
+                        "-c",
+                        "pass",
+                        stdout=asyncio.subprocess.DEVNULL,
+                        stderr=asyncio.subprocess.DEVNULL,
+                    )
                     async with asyncio.timeout(10):
                         ok = await proc.wait() == 0
                 except (OSError, TimeoutError):
@@ -237,9 +244,14 @@ def _kill_group(pid: int) -> None:
 def _rlimits(limits: SandboxLimits) -> dict[str, int | list[int]]:
     cpu = limits.cpu_s or int(-(-limits.timeout_s // 1)) + 1
     mib = 1024 * 1024
-    return {"RLIMIT_AS": limits.memory_mb * mib, "RLIMIT_CPU": [cpu, cpu + 1],
-            "RLIMIT_FSIZE": limits.file_size_mb * mib, "RLIMIT_NOFILE": limits.max_open_files,
-            "RLIMIT_CORE": 0, "RLIMIT_NPROC": limits.max_processes}
+    return {
+        "RLIMIT_AS": limits.memory_mb * mib,
+        "RLIMIT_CPU": [cpu, cpu + 1],
+        "RLIMIT_FSIZE": limits.file_size_mb * mib,
+        "RLIMIT_NOFILE": limits.max_open_files,
+        "RLIMIT_CORE": 0,
+        "RLIMIT_NPROC": limits.max_processes,
+    }
 
 
 async def run_python(code: str, limits: SandboxLimits | None = None) -> SandboxResult:
@@ -252,15 +264,35 @@ async def run_python(code: str, limits: SandboxLimits | None = None) -> SandboxR
     try:
         Path(workdir, "main.py").write_text(code, encoding="utf-8")
         config = json.dumps({"workdir": workdir, "limits": _rlimits(limits)})
-        env = {"PATH": os.defpath, "LANG": "C.UTF-8", "HOME": workdir, "TMPDIR": workdir,
-               "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        env = {
+            "PATH": os.defpath,
+            "LANG": "C.UTF-8",
+            "HOME": workdir,
+            "TMPDIR": workdir,
+            "OMP_NUM_THREADS": "1",
+            "OPENBLAS_NUM_THREADS": "1",
+            "MKL_NUM_THREADS": "1",
+        }
         t0 = time.monotonic()
         proc = await asyncio.create_subprocess_exec(
-            *prefix, sys.executable, "-I", "-B", "-c", _RUNNER, config, stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd=workdir, env=env,
-            start_new_session=True)
-        readers = asyncio.gather(_drain(proc.stdout, limits.output_limit),  # type: ignore[arg-type]
-                                 _drain(proc.stderr, limits.output_limit))  # type: ignore[arg-type]
+            *prefix,
+            sys.executable,
+            "-I",
+            "-B",
+            "-c",
+            _RUNNER,
+            config,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            cwd=workdir,
+            env=env,
+            start_new_session=True,
+        )
+        readers = asyncio.gather(
+            _drain(proc.stdout, limits.output_limit),  # type: ignore[arg-type]
+            _drain(proc.stderr, limits.output_limit),
+        )  # type: ignore[arg-type]
         timed_out, lost = False, False
         try:
             try:
@@ -281,8 +313,16 @@ async def run_python(code: str, limits: SandboxLimits | None = None) -> SandboxR
         seconds = time.monotonic() - t0
         if lost:
             (out, out_dropped), (err, err_dropped) = (b"", 0), (b"[output lost: a process kept the pipes open]", 0)
-        return SandboxResult(out.decode("utf-8", "replace"), err.decode("utf-8", "replace"), proc.returncode,
-                             timed_out, round(seconds, 3), out_dropped, err_dropped, bool(prefix))
+        return SandboxResult(
+            out.decode("utf-8", "replace"),
+            err.decode("utf-8", "replace"),
+            proc.returncode,
+            timed_out,
+            round(seconds, 3),
+            out_dropped,
+            err_dropped,
+            bool(prefix),
+        )
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
@@ -296,10 +336,12 @@ def _signal_name(number: int) -> str:
 
 def explain(result: SandboxResult, limits: SandboxLimits) -> str:
     """The tool's answer for a successful run; raise `SandboxError` describing a failed one."""
-    out = result.stdout + (f"\n[... {result.stdout_dropped} more bytes of output dropped]"
-                           if result.stdout_dropped else "")
-    err = result.stderr.strip() + (f"\n[... {result.stderr_dropped} more bytes dropped]"
-                                   if result.stderr_dropped else "")
+    out = result.stdout + (
+        f"\n[... {result.stdout_dropped} more bytes of output dropped]" if result.stdout_dropped else ""
+    )
+    err = result.stderr.strip() + (
+        f"\n[... {result.stderr_dropped} more bytes dropped]" if result.stderr_dropped else ""
+    )
     if result.ok:
         text = out if out.strip() else "(no output: print() the values you need)"
         return text + (f"\n[stderr]\n{err}" if err else "")
@@ -312,8 +354,9 @@ def explain(result: SandboxResult, limits: SandboxLimits) -> str:
         problem = f"the process was killed by {name}" + (" (a CPU or memory limit)" if name == "SIGKILL" else "")
     else:
         problem = f"the code exited with status {result.returncode}"
-    details = "\n".join(part for part in (f"[stdout]\n{out.strip()}" if out.strip() else "",
-                                          f"[stderr]\n{err}" if err else "") if part)
+    details = "\n".join(
+        part for part in (f"[stdout]\n{out.strip()}" if out.strip() else "", f"[stderr]\n{err}" if err else "") if part
+    )
     raise SandboxError(problem + (f"\n{details}" if details else ""))
 
 

@@ -76,9 +76,7 @@ def _pass_at_k(scored: Sequence[Rollout], names: list[str], r: int | None) -> di
         out[name] = {}
         for k in ks:
             vals = [
-                pass_at_k(len(g), sum(ro.rewards[name] == 1.0 for ro in g), k)
-                for g in by_task.values()
-                if len(g) >= k
+                pass_at_k(len(g), sum(ro.rewards[name] == 1.0 for ro in g), k) for g in by_task.values() if len(g) >= k
             ]
             if vals:
                 out[name][f"pass@{k}"] = statistics.fmean(vals)
@@ -133,14 +131,18 @@ def print_summary(
             table.add_row(f"  {name} {k}", f"{v:.4f}", "")
     table.add_row("model turns", f"{s['turns']['mean']:.2f}", f"{s['turns']['std']:.2f}")
     table.add_row("completion tokens", f"{s['completion_tokens']['mean']:.1f}", f"{s['completion_tokens']['std']:.1f}")
-    table.add_row("seconds / rollout", f"{s['seconds_per_rollout']['mean']:.3f}", f"{s['seconds_per_rollout']['std']:.3f}")
+    table.add_row(
+        "seconds / rollout", f"{s['seconds_per_rollout']['mean']:.3f}", f"{s['seconds_per_rollout']['std']:.3f}"
+    )
     for name, value in (extra or {}).items():
         table.add_row(escape(name), f"{value:.1f}" if name.endswith("%") else f"{value:.3f}", "")
     console.print(table)
     stops = ", ".join(f"{k or '?'} {v}" for k, v in s["stop_reasons"].items())
     console.print(escape(f"stops: {stops}   truncated: {100 * s['truncated']:.1f}%"))
     errors = ", ".join(f"{k} {v}" for k, v in s["errors_by_kind"].items()) or "none"
-    console.print(escape(f"errors: {s['errors']} ({errors})" + (f"   time: {elapsed_s:.1f} s" if elapsed_s is not None else "")))
+    console.print(
+        escape(f"errors: {s['errors']} ({errors})" + (f"   time: {elapsed_s:.1f} s" if elapsed_s is not None else ""))
+    )
     lines = histogram([r.reward for r in rollouts if r.error is None])
     if lines:
         console.print("reward histogram:")

@@ -111,9 +111,7 @@ STEPS = {
         "{friend} gives {name} enough {items} to have {k} times as many as before.",
         lambda x, n, k: x * k,
     ),
-    "split": Step(
-        "{name} splits the {items} into {k} equal piles and keeps one pile.", lambda x, n, k: x // k
-    ),
+    "split": Step("{name} splits the {items} into {k} equal piles and keeps one pile.", lambda x, n, k: x // k),
 }
 
 
@@ -154,9 +152,7 @@ def make_problem(rng: random.Random, steps: int) -> tuple[str, int]:
             kind, numbers = "give", (rng.randint(1, x - 1), 0)
         n, k = numbers
         x = STEPS[kind].apply(x, n, k)
-        sentences.append(
-            STEPS[kind].template.format(name=name, friend=friend, items=items, n=n, k=k)
-        )
+        sentences.append(STEPS[kind].template.format(name=name, friend=friend, items=items, n=n, k=k))
     sentences.append(f"How many {items} does {name} have now?")
     return " ".join(sentences), x
 
@@ -318,13 +314,9 @@ def load_environment(
         format_weight: weight of `format_reward` in the total (0: a logged metric only).
     """
     if num_examples < 1 or num_eval_examples < 1:
-        raise UsageError(
-            f"num_examples and num_eval_examples must be >= 1, got {num_examples}, {num_eval_examples}"
-        )
+        raise UsageError(f"num_examples and num_eval_examples must be >= 1, got {num_examples}, {num_eval_examples}")
     if not 0 <= min_steps <= max_steps:
-        raise UsageError(
-            f"need 0 <= min_steps <= max_steps, got min_steps={min_steps}, max_steps={max_steps}"
-        )
+        raise UsageError(f"need 0 <= min_steps <= max_steps, got min_steps={min_steps}, max_steps={max_steps}")
     parser = XMLParser(["think", "answer"], optional=["think"])
     rubric = Rubric(
         [correct_answer, first_answer_correct, changed_answer, format_reward],

@@ -22,9 +22,7 @@ def test_same_arguments_same_tasks_and_prefix_stable() -> None:
     assert [t.to_dict() for t in a.tasks("train")] == [t.to_dict() for t in b.tasks("train")]
     assert [t.to_dict() for t in a.tasks("eval")] == [t.to_dict() for t in b.tasks("eval")]
     longer = load_environment(num_examples=25, seed=7)
-    assert [t.question for t in longer.tasks("train")[:20]] == [
-        t.question for t in a.tasks("train")
-    ]
+    assert [t.question for t in longer.tasks("train")[:20]] == [t.question for t in a.tasks("train")]
     assert [t.question for t in load_environment(num_examples=20, seed=8).tasks("train")] != [
         t.question for t in a.tasks("train")
     ]
@@ -67,9 +65,7 @@ def test_as_int() -> None:
 
 def _run(name: str, n: int = 10) -> list[Rollout]:
     env = load_environment(num_examples=n, num_eval_examples=n)
-    rollouts = asyncio.run(
-        run_rollouts(env, env.policies()[name](), env.tasks(), rollouts_per_task=2)
-    )
+    rollouts = asyncio.run(run_rollouts(env, env.policies()[name](), env.tasks(), rollouts_per_task=2))
     assert len(rollouts) == 2 * n and all(r.error is None for r in rollouts)
     return rollouts
 
@@ -85,18 +81,13 @@ def test_stops_exactly_after_the_second_answer() -> None:
 def test_oracle_keeps_its_right_answer() -> None:
     rollouts = _run("oracle")
     assert statistics.fmean(r.reward for r in rollouts) == 1.0
-    assert all(
-        r.rewards["changed_answer"] == 0.0 and r.rewards["format_reward"] == 1.0 for r in rollouts
-    )
+    assert all(r.rewards["changed_answer"] == 0.0 and r.rewards["format_reward"] == 1.0 for r in rollouts)
 
 
 def test_flipper_is_right_then_wrong() -> None:
     rollouts = _run("flipper")
     assert statistics.fmean(r.reward for r in rollouts) == 0.0
-    assert all(
-        r.rewards["first_answer_correct"] == 1.0 and r.rewards["changed_answer"] == 1.0
-        for r in rollouts
-    )
+    assert all(r.rewards["first_answer_correct"] == 1.0 and r.rewards["changed_answer"] == 1.0 for r in rollouts)
 
 
 def test_random_scores_low() -> None:
@@ -111,9 +102,7 @@ def test_final_answer_is_read_from_the_last_turn_only() -> None:
         first = not any(m["role"] == "assistant" for m in messages)
         return f"<answer>{solve(messages[1]['content'])}</answer>" if first else "Yes, I am sure."
 
-    rollouts = asyncio.run(
-        run_rollouts(env, Policy(forgetful), env.tasks(), sampling=SamplingArgs())
-    )
+    rollouts = asyncio.run(run_rollouts(env, Policy(forgetful), env.tasks(), sampling=SamplingArgs()))
     for r in rollouts:
         assert r.rewards == {
             "correct_answer": 0.0,

@@ -6,5 +6,11 @@ from ice_maze.maze import MOVES, Maze, generate_maze
 from ice_maze.rewards import MazeState, optimal_success
 
 __all__ = [
-    "MOVES", "IceMazeEnv", "Maze", "MazeState", "generate_maze", "load_environment", "optimal_success",
+    "MOVES",
+    "IceMazeEnv",
+    "Maze",
+    "MazeState",
+    "generate_maze",
+    "load_environment",
+    "optimal_success",
 ]

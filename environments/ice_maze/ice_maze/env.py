@@ -65,8 +65,10 @@ def task_text(maze: Maze, max_moves: int) -> str:
     ]
     if maze.slip_prob:
         keep, side = round(100 * (1 - maze.slip_prob)), round(50 * maze.slip_prob)
-        lines.append(f"The ice is slippery: a move goes the way you chose with probability {keep}%; "
-                     f"otherwise you slide at a right angle to it ({side}% to each side).")
+        lines.append(
+            f"The ice is slippery: a move goes the way you chose with probability {keep}%; "
+            f"otherwise you slide at a right angle to it ({side}% to each side)."
+        )
     lines.append(f"You have {max_moves} moves.")
     status = position_line(maze, maze.start, max_moves)
     return "\n".join(lines) + f"\n\n{maze.render(maze.start)}\n\n{status}"
@@ -95,8 +97,7 @@ class IceMazeEnv(MultiTurnEnv[MazeState]):
     """See the module docstring."""
 
     def __init__(self, dataset: Sequence[Task], **kwargs: Any) -> None:
-        super().__init__(dataset, system_prompt=SYSTEM_PROMPT, parser=PARSER, rubric=make_rubric(),
-                         **kwargs)
+        super().__init__(dataset, system_prompt=SYSTEM_PROMPT, parser=PARSER, rubric=make_rubric(), **kwargs)
         self._by_text: dict[str, Task] | None = None
 
     def setup_state(self, task: Task) -> MazeState:
@@ -177,8 +178,7 @@ class IceMazeEnv(MultiTurnEnv[MazeState]):
             self._by_text = {str(t.question): t for t in tasks}
         first = next((str(m.get("content")) for m in messages if m.get("role") == "user"), "")
         if first not in self._by_text:
-            raise ValueError("policy:optimal plays only this environment's own tasks; "
-                             "this prompt is not one of them")
+            raise ValueError("policy:optimal plays only this environment's own tasks; this prompt is not one of them")
         return self._by_text[first]
 
 
@@ -190,15 +190,30 @@ def random_reply(messages: Messages, rng: random.Random) -> str:
 # ---- dataset and entry point ----------------------------------------------------------------
 
 
-def make_task(split: str, index: int, seed: int, *, size: int | None, min_size: int, max_size: int,
-              slip_prob: float, hole_prob: float, max_turns: int | None) -> Task:
+def make_task(
+    split: str,
+    index: int,
+    seed: int,
+    *,
+    size: int | None,
+    min_size: int,
+    max_size: int,
+    slip_prob: float,
+    hole_prob: float,
+    max_turns: int | None,
+) -> Task:
     """Task `index` of `split`: a pure function of its arguments."""
     task_seed = mix_seed(seed, SPLITS.index(split), index)
     n = size if size is not None else random.Random(task_seed).randint(min_size, max_size)
     maze = generate_maze(n, mix_seed(task_seed, 1), hole_prob=hole_prob, slip_prob=slip_prob)
     max_moves = max_turns if max_turns is not None else n * n
-    info = {"rows": list(maze.rows), "size": n, "slip_prob": slip_prob, "max_moves": max_moves,
-            "shortest_path": maze.shortest_path()}
+    info = {
+        "rows": list(maze.rows),
+        "size": n,
+        "slip_prob": slip_prob,
+        "max_moves": max_moves,
+        "shortest_path": maze.shortest_path(),
+    }
     return Task(id=f"{split}-{index}", question=task_text(maze, max_moves), info=info, seed=task_seed)
 
 
@@ -220,15 +235,18 @@ def load_environment(
             raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
     low, high = (size, size) if size is not None else (min_size, max_size)
     if not MIN_SIZE <= low <= high <= MAX_SIZE:
-        raise ValueError(f"sizes must satisfy {MIN_SIZE} <= min_size <= max_size <= {MAX_SIZE}, "
-                         f"got {low} and {high}")
+        raise ValueError(f"sizes must satisfy {MIN_SIZE} <= min_size <= max_size <= {MAX_SIZE}, got {low} and {high}")
     if slippery and not 0.0 < slip_prob < 1.0:
         raise ValueError(f"slip_prob must be in (0, 1) on slippery ice, got {slip_prob}")
     if max_turns is not None and max_turns < 1:
         raise ValueError(f"max_turns must be >= 1 or null, got {max_turns}")
     options: dict[str, Any] = {
-        "size": size, "min_size": min_size, "max_size": max_size, "hole_prob": hole_prob,
-        "slip_prob": slip_prob if slippery else 0.0, "max_turns": max_turns,
+        "size": size,
+        "min_size": min_size,
+        "max_size": max_size,
+        "hole_prob": hole_prob,
+        "slip_prob": slip_prob if slippery else 0.0,
+        "max_turns": max_turns,
     }
 
     def split(name: str, n: int) -> list[Task]:

@@ -61,9 +61,7 @@ class IceMazeGymEnv(gymnasium.Env):  # type: ignore[type-arg]
         self.position = self.maze.start
         self.steps = 0
 
-    def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[int, dict[str, Any]]:
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[int, dict[str, Any]]:
         super().reset(seed=seed)
         self.position, self.steps = self.maze.start, 0
         return self.position, {"steps": 0}

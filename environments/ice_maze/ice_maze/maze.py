@@ -49,9 +49,7 @@ class Maze:
     def __post_init__(self) -> None:
         n = len(self.rows)
         if not MIN_SIZE <= n <= MAX_SIZE or any(len(r) != n for r in self.rows):
-            raise ValueError(
-                f"a maze is a square of {MIN_SIZE}..{MAX_SIZE} rows of equal length, got {self.rows!r}"
-            )
+            raise ValueError(f"a maze is a square of {MIN_SIZE}..{MAX_SIZE} rows of equal length, got {self.rows!r}")
         text = "".join(self.rows)
         if not CELLS.issuperset(text) or text.count("S") != 1 or text.count("G") != 1:
             raise ValueError(f"a maze needs one S, one G and only the cells 'S.HG', got {self.rows!r}")
@@ -122,9 +120,7 @@ class Maze:
                 for p, direction in self.directions(a):
                     nxt = self.move(s, direction)
                     merged[nxt] = merged.get(nxt, 0.0) + p
-                row.append(
-                    [(p, t, float(self.cell(t) == "G"), self.is_terminal(t)) for t, p in merged.items()]
-                )
+                row.append([(p, t, float(self.cell(t) == "G"), self.is_terminal(t)) for t, p in merged.items()])
             table.append(row)
         return table
 

@@ -39,10 +39,16 @@ def test_registry_finds_the_environment() -> None:
     assert all(t.info["size"] == 5 for t in env.tasks())
 
 
-@pytest.mark.parametrize("args", [
-    {"size": 9}, {"min_size": 6, "max_size": 5}, {"slippery": True, "slip_prob": 0.0}, {"max_turns": 0},
-    {"num_examples": 0},
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        {"size": 9},
+        {"min_size": 6, "max_size": 5},
+        {"slippery": True, "slip_prob": 0.0},
+        {"max_turns": 0},
+        {"num_examples": 0},
+    ],
+)
 def test_bad_arguments_are_rejected(args: dict) -> None:
     with pytest.raises(ValueError):
         load_environment(**args)

@@ -19,8 +19,7 @@ from rlvr.envs.gym import GymEnv
 
 @pytest.mark.parametrize("slippery", [False, True])
 def test_gymnasium_env_checker_passes(slippery: bool) -> None:
-    env = gymnasium.make(f"ice_maze.gym:{ENV_ID}", size=6, map_seed=2, slippery=slippery,
-                         render_mode="ansi")
+    env = gymnasium.make(f"ice_maze.gym:{ENV_ID}", size=6, map_seed=2, slippery=slippery, render_mode="ansi")
     check_env(env.unwrapped)  # the checker wants the bare env (made by id, so that it has a spec)
 
 
@@ -57,8 +56,7 @@ def test_same_seed_same_episode_on_slippery_ice() -> None:
 
 
 def test_ice_maze_gym_env_plays_through_gym_env_and_the_engine() -> None:
-    env = GymEnv(lambda: IceMazeGymEnv(size=4, map_seed=1, render_mode="ansi"), action_names=MOVES,
-                 num_tasks=3)
+    env = GymEnv(lambda: IceMazeGymEnv(size=4, map_seed=1, render_mode="ansi"), action_names=MOVES, num_tasks=3)
     rollouts = asyncio.run(run_rollouts(env, env.policies()["random"](), env.tasks(), rollouts_per_task=4))
     assert all(r.error is None for r in rollouts)
     assert {r.stop_reason for r in rollouts} <= {"terminated", "truncated"}

@@ -49,8 +49,15 @@ def test_q_learning_reaches_the_optimal_success_rate_on_slippery_mazes(size: int
     model, horizon, start = env.maze.transitions(), env.max_steps, env.maze.start
     optimum = plan_horizon(model, horizon).value(start)
     config = QLearningConfig(
-        episodes=6000, horizon=horizon, discount=1.0, learning_rate=0.3, learning_rate_end=0.01,
-        initial_q=1.0, epsilon_end=0.2, explore_fraction=0.3, eval_every=0,
+        episodes=6000,
+        horizon=horizon,
+        discount=1.0,
+        learning_rate=0.3,
+        learning_rate_end=0.01,
+        initial_q=1.0,
+        epsilon_end=0.2,
+        explore_fraction=0.3,
+        eval_every=0,
     )
     result = q_learning(env, config)
     exact = evaluate_policy(model, result.act, horizon)[start]

@@ -45,8 +45,10 @@ class PythonMathEnv(ToolEnv[ToolState]):
     """A `ToolEnv` whose one tool is the sandboxed `run_python`."""
 
     def policies(self) -> dict[str, Callable[[], ChatClient]]:
-        return {"oracle": functools.partial(Policy, oracle_policy, name="oracle"),
-                "guess": functools.partial(Policy, guess_policy, name="guess")}
+        return {
+            "oracle": functools.partial(Policy, oracle_policy, name="oracle"),
+            "guess": functools.partial(Policy, guess_policy, name="guess"),
+        }
 
 
 def _as_int(text: str | None) -> int | None:
@@ -95,7 +97,7 @@ def oracle_policy(messages: Messages, rng: random.Random) -> Completion:
 def guess_policy(messages: Messages, rng: random.Random) -> str:
     """No tools: a number with as many digits as the largest number in the question."""
     digits = max((len(n) for n in re.findall(r"\d+", _question(messages))), default=2)
-    return f"<answer>{rng.randint(10 ** (digits - 1), 10 ** digits - 1)}</answer>"
+    return f"<answer>{rng.randint(10 ** (digits - 1), 10**digits - 1)}</answer>"
 
 
 def make_tasks(split: str, count: int, seed: int) -> list[Task]:
@@ -104,8 +106,11 @@ def make_tasks(split: str, count: int, seed: int) -> list[Task]:
     for i in range(count):
         rng = random.Random(f"python_math:{seed}:{split}:{i}")
         question, answer, kind = make_problem(rng)
-        tasks.append(Task(id=f"{split}-{i}", question=question, answer=str(answer), info={"kind": kind},
-                          seed=rng.getrandbits(31)))
+        tasks.append(
+            Task(
+                id=f"{split}-{i}", question=question, answer=str(answer), info={"kind": kind}, seed=rng.getrandbits(31)
+            )
+        )
     return tasks
 
 

@@ -65,8 +65,10 @@ async def test_a_wrong_argument_type_is_a_tool_error() -> None:
 
     [r] = await run_rollouts(env, Policy(fn), env.tasks())
     replies = [m["content"] for m in r.completion if m["role"] == "tool"]
-    assert replies == ["Error: argument 'code' must be string, got integer 42",
-                       "Error: missing required argument 'code'"]
+    assert replies == [
+        "Error: argument 'code' must be string, got integer 42",
+        "Error: missing required argument 'code'",
+    ]
     assert r.error is None and r.rewards["failed_tool_calls"] == 2
 
 

@@ -135,9 +135,7 @@ def format_reward(completion: Messages, parser: XMLParser) -> float:
 
 
 def _paragraph_of(messages: Messages) -> str:
-    return next(
-        (str(m.get("content") or "") for m in reversed(messages) if m.get("role") == "user"), ""
-    )
+    return next((str(m.get("content") or "") for m in reversed(messages) if m.get("role") == "user"), "")
 
 
 def oracle_policy(messages: Messages, rng: random.Random) -> str:
@@ -198,13 +196,9 @@ def load_environment(
         format_weight: weight of `format_reward` in the total (0: a logged metric only).
     """
     if num_examples < 1 or num_eval_examples < 1:
-        raise UsageError(
-            f"num_examples and num_eval_examples must be >= 1, got {num_examples}, {num_eval_examples}"
-        )
+        raise UsageError(f"num_examples and num_eval_examples must be >= 1, got {num_examples}, {num_eval_examples}")
     if not 1 <= min_words <= max_words:
-        raise UsageError(
-            f"need 1 <= min_words <= max_words, got min_words={min_words}, max_words={max_words}"
-        )
+        raise UsageError(f"need 1 <= min_words <= max_words, got min_words={min_words}, max_words={max_words}")
     parser = XMLParser(["think", "reversed_text"], optional=["think"])
     rubric = Rubric([lcs_reward, format_reward], weights=[1.0, format_weight], parser=parser)
     return ReverseTextEnv(

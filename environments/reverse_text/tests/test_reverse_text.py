@@ -20,9 +20,7 @@ def test_same_arguments_same_tasks_and_prefix_stable() -> None:
     assert [t.to_dict() for t in a.tasks("train")] == [t.to_dict() for t in b.tasks("train")]
     assert [t.to_dict() for t in a.tasks("eval")] == [t.to_dict() for t in b.tasks("eval")]
     longer = load_environment(num_examples=30, seed=3)
-    assert [t.question for t in longer.tasks("train")[:20]] == [
-        t.question for t in a.tasks("train")
-    ]
+    assert [t.question for t in longer.tasks("train")[:20]] == [t.question for t in a.tasks("train")]
     other = load_environment(num_examples=20, seed=4)
     assert [t.question for t in other.tasks("train")] != [t.question for t in a.tasks("train")]
     train = {t.question for t in a.tasks("train")}
@@ -57,9 +55,7 @@ def reference_lcs(a: str, b: str) -> int:
     table = [[0] * (len(b) + 1) for _ in range(len(a) + 1)]
     for i, ca in enumerate(a, 1):
         for j, cb in enumerate(b, 1):
-            table[i][j] = (
-                table[i - 1][j - 1] + 1 if ca == cb else max(table[i - 1][j], table[i][j - 1])
-            )
+            table[i][j] = table[i - 1][j - 1] + 1 if ca == cb else max(table[i - 1][j], table[i][j - 1])
     return table[-1][-1]
 
 
@@ -96,16 +92,10 @@ def test_lcs_reward_reads_only_the_tagged_answer() -> None:
 
 def _mean_reward(name: str, n: int = 8) -> tuple[float, list[float]]:
     env = load_environment(num_examples=n, num_eval_examples=n)
-    rollouts = asyncio.run(
-        run_rollouts(env, env.policies()[name](), env.tasks(), rollouts_per_task=2)
-    )
+    rollouts = asyncio.run(run_rollouts(env, env.policies()[name](), env.tasks(), rollouts_per_task=2))
     assert len(rollouts) == 2 * n and all(r.error is None for r in rollouts)
-    assert {r.stop_reason for r in rollouts} == {"answered"} and not any(
-        r.truncated for r in rollouts
-    )
-    return statistics.fmean(r.reward for r in rollouts), [
-        r.rewards["format_reward"] for r in rollouts
-    ]
+    assert {r.stop_reason for r in rollouts} == {"answered"} and not any(r.truncated for r in rollouts)
+    return statistics.fmean(r.reward for r in rollouts), [r.rewards["format_reward"] for r in rollouts]
 
 
 def test_oracle_scores_one() -> None:
@@ -133,9 +123,7 @@ def test_check_env_and_entry_point() -> None:
     }
 
 
-@pytest.mark.parametrize(
-    "kwargs", [{"num_examples": 0}, {"min_words": 5, "max_words": 4}, {"min_words": 0}]
-)
+@pytest.mark.parametrize("kwargs", [{"num_examples": 0}, {"min_words": 5, "max_words": 4}, {"min_words": 0}])
 def test_bad_arguments(kwargs: dict[str, int]) -> None:
     with pytest.raises(UsageError):
         load_environment(**kwargs)

@@ -108,8 +108,7 @@ def task_seed(split: str, seed: int, index: int) -> int:
     return (int.from_bytes(digest, "big") & ~1) | (split == "eval")
 
 
-def make_task(split: str, index: int, seed: int, low: float, high: float, num_groups: int,
-              model_starts: str) -> Task:
+def make_task(split: str, index: int, seed: int, low: float, high: float, num_groups: int, model_starts: str) -> Task:
     """Task `index` of a split (see the module docstring)."""
     tseed = task_seed(split, seed, index)
     rng = random.Random(tseed)
@@ -117,8 +116,7 @@ def make_task(split: str, index: int, seed: int, low: float, high: float, num_gr
     p = min(max(a + rng.random() * (b - a), low), high)
     starts = {"always": True, "never": False}.get(model_starts, rng.random() < 0.5)
     first = None if starts else opponent_move(EMPTY_BOARD, "O", p, move_rng(tseed, EMPTY_BOARD))
-    return opening_task(f"{split}-{index}", tseed, p, first,
-                        bucket=bucket_index(p, low, high, num_groups))
+    return opening_task(f"{split}-{index}", tseed, p, first, bucket=bucket_index(p, low, high, num_groups))
 
 
 def opening_task(task_id: str, seed: int, p: float, first: int | None, bucket: int = 0) -> Task:
@@ -128,8 +126,7 @@ def opening_task(task_id: str, seed: int, p: float, first: int | None, bucket: i
     else:
         board = apply_move(EMPTY_BOARD, first, "O")
         status = f"New game. You are X; O moved first and took {first}. Your move."
-    info = {"random_move_prob": p, "bucket": bucket, "model_starts": first is None,
-            "board": "".join(board)}
+    info = {"random_move_prob": p, "bucket": bucket, "model_starts": first is None, "board": "".join(board)}
     prompt = ({"role": "user", "content": board_view(status, board)},)
     return Task(id=task_id, prompt=prompt, info=info, seed=seed)
 
@@ -140,19 +137,18 @@ def opening_task(task_id: str, seed: int, p: float, first: int | None, bucket: i
 class TicTacToeEnv(MultiTurnEnv[GameState]):
     """The model (X) against the seeded opponent (O); see the module docstring."""
 
-    def __init__(self, dataset: Sequence[Task], *, low: float, high: float, num_groups: int,
-                 **kwargs: Any) -> None:
+    def __init__(self, dataset: Sequence[Task], *, low: float, high: float, num_groups: int, **kwargs: Any) -> None:
         kwargs.setdefault("sampling", SamplingArgs(max_tokens=256))  # a think + move is ~30 tokens
-        super().__init__(dataset, system_prompt=SYSTEM_PROMPT, parser=PARSER, rubric=make_rubric(),
-                         **kwargs)
+        super().__init__(dataset, system_prompt=SYSTEM_PROMPT, parser=PARSER, rubric=make_rubric(), **kwargs)
         self.min_random_move_prob, self.max_random_move_prob = low, high
         self.num_groups = num_groups
         self.human: HumanMove | None = None
         """When set (by `rlvr play`), a person makes the opponent's moves instead of minimax."""
 
     def setup_state(self, task: Task) -> GameState:
-        return GameState(task=task, board=tuple(task.info["board"]),
-                         random_move_prob=float(task.info["random_move_prob"]))
+        return GameState(
+            task=task, board=tuple(task.info["board"]), random_move_prob=float(task.info["random_move_prob"])
+        )
 
     async def env_response(self, messages: Messages, state: GameState) -> Messages:
         cell, error = read_move(str(messages[-1].get("content") or ""), state.board)
@@ -197,14 +193,22 @@ class TicTacToeEnv(MultiTurnEnv[GameState]):
     def summarize(self, rollouts: Sequence[Any]) -> dict[str, float] | None:
         return summarize(rollouts)
 
-    def sampler(self, seed: int = 0, *, num_groups: int | None = None, tasks_per_group: int = 1,
-                split: str = "train") -> StratifiedSampler:
+    def sampler(
+        self, seed: int = 0, *, num_groups: int | None = None, tasks_per_group: int = 1, split: str = "train"
+    ) -> StratifiedSampler:
         """Stratified batches over the opponent's random-move probability: `num_groups`
         (default: the env's) equal-width buckets of [min, max], `tasks_per_group` from each."""
         low, high = self.min_random_move_prob, self.max_random_move_prob
         groups = 1 if low == high else num_groups or self.num_groups
-        return StratifiedSampler(self.tasks(split), groups, key="random_move_prob", low=low,
-                                 high=high, seed=seed, tasks_per_group=tasks_per_group)
+        return StratifiedSampler(
+            self.tasks(split),
+            groups,
+            key="random_move_prob",
+            low=low,
+            high=high,
+            seed=seed,
+            tasks_per_group=tasks_per_group,
+        )
 
     async def play_human(self, client: Any, terminal: Any, **options: Any) -> str:
         """`rlvr play`: a person takes the opponent's seat (see `rlvr_tictactoe.interactive`)."""
@@ -218,7 +222,6 @@ def _user(content: str) -> dict[str, str]:
 
 
 # ---- entry point ----------------------------------------------------------------------------
-
 
 
 MODEL_VAR = "RLVR_TICTACTOE_MODEL"
@@ -259,9 +262,7 @@ def load_environment(
         raise ValueError(f"opponent must be 'optimal', 'random', 'mix' or null, got {opponent!r}")
     low, high = OPPONENTS.get(opponent or "mix", (min_random_move_prob, max_random_move_prob))
     if not 0.0 <= low <= high <= 1.0:
-        raise ValueError(
-            f"need 0 <= min_random_move_prob <= max_random_move_prob <= 1, got {low} and {high}"
-        )
+        raise ValueError(f"need 0 <= min_random_move_prob <= max_random_move_prob <= 1, got {low} and {high}")
     if model_starts not in STARTS:
         raise ValueError(f"model_starts must be one of {', '.join(STARTS)}; got {model_starts!r}")
     counts = {"num_examples": num_examples, "eval_examples": eval_examples, "num_groups": num_groups}
@@ -278,5 +279,8 @@ def load_environment(
     return TicTacToeEnv(
         split("train", num_examples, seed),
         eval_dataset=split("eval", eval_examples, seed if eval_seed is None else eval_seed),
-        low=low, high=high, num_groups=groups, max_turns=max_turns,
+        low=low,
+        high=high,
+        num_groups=groups,
+        max_turns=max_turns,
     )

@@ -195,9 +195,7 @@ def move_rng(example_seed: int, board: Sequence[str]) -> random.Random:
     return random.Random(int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big"))
 
 
-def opponent_move(
-    board: Sequence[str], mark: str, random_move_prob: float, rng: random.Random
-) -> int:
+def opponent_move(board: Sequence[str], mark: str, random_move_prob: float, rng: random.Random) -> int:
     """With probability `random_move_prob` a uniformly random free cell, otherwise a
     uniformly random choice among `best_moves`. Always draws one `rng.random()` first."""
     if not 0.0 <= random_move_prob <= 1.0:

@@ -64,9 +64,16 @@ def _thought(state: GameState) -> str:
     return f"Model: {think[:200]}{'...' if len(think) > 200 else ''}" if think else ""
 
 
-async def play_human(env: TicTacToeEnv, client: Any, terminal: Any, *, human_mark: str = "O",
-                     human_first: bool = False, seed: int | None = None,
-                     sampling: SamplingArgs | None = None) -> str:
+async def play_human(
+    env: TicTacToeEnv,
+    client: Any,
+    terminal: Any,
+    *,
+    human_mark: str = "O",
+    human_first: bool = False,
+    seed: int | None = None,
+    sampling: SamplingArgs | None = None,
+) -> str:
     """Play one game; returns the person's result: `win`, `loss`, `draw` or `unfinished`."""
     seed = random.randrange(2**31) if seed is None else seed
     display = Display(terminal, human_mark)

@@ -84,8 +84,13 @@ def test_opponent_and_start_arguments():
     assert {t.info["random_move_prob"] for t in rand.tasks()} == {1.0} and rand.num_groups == 1
     assert all(t.info["model_starts"] for t in load_environment(model_starts="always").tasks())
     assert not any(t.info["model_starts"] for t in load_environment(model_starts="never").tasks())
-    for bad in ({"opponent": "perfect"}, {"min_random_move_prob": 0.8, "max_random_move_prob": 0.2},
-                {"model_starts": "sometimes"}, {"num_examples": 0}, {"num_groups": 9, "num_examples": 8}):
+    for bad in (
+        {"opponent": "perfect"},
+        {"min_random_move_prob": 0.8, "max_random_move_prob": 0.2},
+        {"model_starts": "sometimes"},
+        {"num_examples": 0},
+        {"num_groups": 9, "num_examples": 8},
+    ):
         with pytest.raises(ValueError):
             load_environment(**bad)
 
@@ -134,14 +139,17 @@ def test_rollouts_of_a_group_share_opponent_replies():
 # ---- rules -----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("text, error", [
-    ("4", "no <move>"),
-    ("<think>I play <move>4</move></think>", "no <move>"),
-    ("<move>four</move>", "not a cell number"),
-    ("<move>-1</move>", "not a cell number"),
-    ("<move>9</move>", "off the board"),
-    ("<move>0</move>", "already taken by O"),
-])
+@pytest.mark.parametrize(
+    "text, error",
+    [
+        ("4", "no <move>"),
+        ("<think>I play <move>4</move></think>", "no <move>"),
+        ("<move>four</move>", "not a cell number"),
+        ("<move>-1</move>", "not a cell number"),
+        ("<move>9</move>", "off the board"),
+        ("<move>0</move>", "already taken by O"),
+    ],
+)
 def test_invalid_moves_are_rejected_and_the_game_continues(text, error):
     env = load_environment(opponent="optimal")
     task = env.tasks()[0]
@@ -159,21 +167,24 @@ def test_read_move_takes_the_last_top_level_move():
     assert read_move("<think>open <move>5</move>", EMPTY_BOARD) == (5, None)  # unclosed think
 
 
-@pytest.mark.parametrize("text, ok", [
-    ("<think>centre</think><move>4</move>", True),
-    ("  <think>centre</think>\n\n<move> 4 </move>\n", True),
-    ("<move>4</move>", False),  # missing think: played, but no format credit
-    ("<think></think><move>4</move>", False),  # empty think
-    ("<think>a</think><move>4</move><move>5</move>", False),  # two move tags
-    ("<think>I play <move>4</move></think><move>4</move>", False),  # tag inside think
-    ("<think>a</think><move>4</move> good luck", False),  # trailing garbage
-    ("Sure! <think>a</think><move>4</move>", False),  # leading garbage
-    ("<think>a<move>4</move>", False),  # unclosed think
-    ("<think>a</think><move>4", False),  # unclosed move
-    ("<move>4</move><think>a</think>", False),  # wrong order
-    ("<think>a</think><move>cell 4</move>", False),  # not a bare cell number
-    ("<think>a</think><move>12</move>", False),
-])
+@pytest.mark.parametrize(
+    "text, ok",
+    [
+        ("<think>centre</think><move>4</move>", True),
+        ("  <think>centre</think>\n\n<move> 4 </move>\n", True),
+        ("<move>4</move>", False),  # missing think: played, but no format credit
+        ("<think></think><move>4</move>", False),  # empty think
+        ("<think>a</think><move>4</move><move>5</move>", False),  # two move tags
+        ("<think>I play <move>4</move></think><move>4</move>", False),  # tag inside think
+        ("<think>a</think><move>4</move> good luck", False),  # trailing garbage
+        ("Sure! <think>a</think><move>4</move>", False),  # leading garbage
+        ("<think>a<move>4</move>", False),  # unclosed think
+        ("<think>a</think><move>4", False),  # unclosed move
+        ("<move>4</move><think>a</think>", False),  # wrong order
+        ("<think>a</think><move>cell 4</move>", False),  # not a bare cell number
+        ("<think>a</think><move>12</move>", False),
+    ],
+)
 def test_format_edge_cases(text, ok):
     assert is_formatted(text) is ok
     assert PARSER.is_formatted(text) is (ok or text.endswith(("cell 4</move>", "12</move>")))
@@ -208,8 +219,10 @@ def greedy(board, rng) -> str:
     """Complete a line of X when possible, else the first free cell of 0, 4, 8, 2, 6, ..."""
     for cell in (i for i, c in enumerate(board) if c == " "):
         after = apply_move(board, cell, "X")
-        if any(after[a] == after[b] == after[c] == "X" for a, b, c in
-               ((0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6))):
+        if any(
+            after[a] == after[b] == after[c] == "X"
+            for a, b, c in ((0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6))
+        ):
             return f"<think>win</think><move>{cell}</move>"
     cell = next(c for c in (0, 4, 8, 2, 6, 1, 3, 5, 7) if board[c] == " ")
     return f"<think>plan</think><move>{cell}</move>"
@@ -254,8 +267,23 @@ def test_cli_eval_optimal_vs_optimal_shows_no_losses(tmp_path, capsys):
     from rlvr.cli import main
 
     out = tmp_path / "run"
-    code = main(["eval", "tictactoe", "-m", "policy:optimal", "-a", '{"opponent": "optimal"}',
-                 "-n", "50", "-r", "1", "-o", str(out), "-q"])
+    code = main(
+        [
+            "eval",
+            "tictactoe",
+            "-m",
+            "policy:optimal",
+            "-a",
+            '{"opponent": "optimal"}',
+            "-n",
+            "50",
+            "-r",
+            "1",
+            "-o",
+            str(out),
+            "-q",
+        ]
+    )
     text = capsys.readouterr().out
     assert code == 0
     assert re.search(r"loss %\s*│\s*0\.0\s", text) and re.search(r"draw %\s*│\s*100\.0\s", text)

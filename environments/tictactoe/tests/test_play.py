@@ -55,8 +55,9 @@ def test_a_full_game_with_bad_input_reprompted(monkeypatch, capsys):
 
 def test_the_person_can_be_x_and_the_model_starts(monkeypatch, capsys):
     feed(monkeypatch, cycle_cells())
-    code = main(["play", "tictactoe", "-m", "policy:random", "--as", "X", "--first", "model",
-                 "--games", "2", "--seed", "1"])
+    code = main(
+        ["play", "tictactoe", "-m", "policy:random", "--as", "X", "--first", "model", "--games", "2", "--seed", "1"]
+    )
     out = capsys.readouterr().out
     assert code == 0 and "you are X, the model is O" in out
     before = out.split("The model took", 1)[0].replace("│", "")
@@ -97,8 +98,9 @@ def test_play_again_prompt(monkeypatch, capsys):
 def test_an_env_without_play_support_gets_one_line(monkeypatch, capsys):
     import rlvr.commands.eval as eval_cmd
 
-    monkeypatch.setattr(eval_cmd, "load_env_and_client",
-                        lambda args, concurrency: (MultiTurnEnv([{"question": "?"}]), None, "m"))
+    monkeypatch.setattr(
+        eval_cmd, "load_env_and_client", lambda args, concurrency: (MultiTurnEnv([{"question": "?"}]), None, "m")
+    )
     assert main(["play", "whatever", "-m", "policy:x"]) == 1
     assert "does not support play" in capsys.readouterr().err
 
@@ -133,9 +135,25 @@ def test_scripted_stdin_in_a_subprocess():
     root = Path(__file__).resolve().parents[3]
     moves = "\n".join(str(i) for i in range(9)) * 3 + "\n"
     proc = subprocess.run(
-        [sys.executable, "-m", "rlvr.cli", "play", "tictactoe", "-m", "policy:optimal", "--first", "me",
-         "--games", "1"],
-        check=False, input=moves, capture_output=True, text=True, timeout=60, cwd=root,
+        [
+            sys.executable,
+            "-m",
+            "rlvr.cli",
+            "play",
+            "tictactoe",
+            "-m",
+            "policy:optimal",
+            "--first",
+            "me",
+            "--games",
+            "1",
+        ],
+        check=False,
+        input=moves,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=root,
     )
     assert proc.returncode == 0, proc.stderr
     assert "you won 0" in proc.stdout and "Traceback" not in proc.stderr
@@ -147,7 +165,10 @@ def test_one_ctrl_c_while_waiting_for_a_move_exits():
     root = Path(__file__).resolve().parents[3]
     proc = subprocess.Popen(
         [sys.executable, "-m", "rlvr.cli", "play", "tictactoe", "-m", "policy:optimal", "--first", "me"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=root,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=root,
         # a suite started in the background runs with SIGINT ignored; give the child the default
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
@@ -186,8 +207,10 @@ def test_play_human_results_from_the_persons_side():
     rng = random.Random(0)
     # On screen the person is O; play it optimally against the random reference player.
     person = FakeTerminal(lambda board: optimal_player(board, "O", rng))
-    results = [asyncio.run(env.play_human(env.policies()["random"](), person, human_mark="O",
-                                          human_first=i % 2 == 0, seed=i)) for i in range(12)]
+    results = [
+        asyncio.run(env.play_human(env.policies()["random"](), person, human_mark="O", human_first=i % 2 == 0, seed=i))
+        for i in range(12)
+    ]
     assert set(results) <= {"win", "draw"} and "win" in results and env.human is None
 
     garbage = Policy(lambda messages, rng: "no idea", name="garbage")

@@ -34,10 +34,9 @@ def test_the_shipped_model_plays_well_on_cpu():
 
     async def both():
         envs = [load_environment(opponent=o, eval_examples=24) for o in ("optimal", "random")]
-        out = await asyncio.gather(*(
-            run_rollouts(env, model, env.tasks("eval"), concurrency=24, sampling=sampling)
-            for env in envs
-        ))
+        out = await asyncio.gather(
+            *(run_rollouts(env, model, env.tasks("eval"), concurrency=24, sampling=sampling) for env in envs)
+        )
         await model.aclose()
         return out
 

@@ -43,8 +43,13 @@ def _servers() -> set[int]:
 
 def _bad_then_answer(messages, rng) -> Completion | str:
     if not any(m["role"] == "tool" for m in messages):
-        return Completion(text="", tool_calls=[ToolCall("c0", "view_sections", '{"page_id": "nope"}'),
-                                               ToolCall("c1", "read_section", '{"section_id": 3}')])
+        return Completion(
+            text="",
+            tool_calls=[
+                ToolCall("c0", "view_sections", '{"page_id": "nope"}'),
+                ToolCall("c1", "read_section", '{"section_id": 3}'),
+            ],
+        )
     return "<answer>unknown</answer>"
 
 
@@ -63,9 +68,12 @@ async def test_mcp_variant_gives_the_same_scores_and_conversations(cache: str) -
                 assert len(_servers() - before) == 1
             results[mcp] = {
                 name: await run_rollouts(env, policy, env.tasks(), rollouts_per_task=2, concurrency=8)
-                for name, policy in [("oracle", env.policies()["oracle"]()),
-                                     ("no_tools", env.policies()["no_tools"]()),
-                                     ("bad", Policy(_bad_then_answer))]}
+                for name, policy in [
+                    ("oracle", env.policies()["oracle"]()),
+                    ("no_tools", env.policies()["no_tools"]()),
+                    ("bad", Policy(_bad_then_answer)),
+                ]
+            }
         finally:
             await env.aclose()
     assert _servers() == before  # aclose stopped the server
@@ -85,8 +93,10 @@ def test_cli_eval_through_mcp_offline_and_the_server_is_stopped(cache: str, tmp_
     before = _servers()
     out = tmp_path / "run"
     args = json.dumps({"size": "small", "cache_dir": cache, "mcp": True})
-    assert main(["eval", "wiki_search", "-m", "policy:oracle", "-a", args, "-n", "8", "-r", "2", "-q",
-                 "-o", str(out)]) == 0
+    assert (
+        main(["eval", "wiki_search", "-m", "policy:oracle", "-a", args, "-n", "8", "-r", "2", "-q", "-o", str(out)])
+        == 0
+    )
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert len(rows) == 16 and all(row["reward"] == 1.0 and row["error"] is None for row in rows)
     assert _servers() == before

@@ -58,7 +58,8 @@ async def _play(env, policy, n_rollouts=1, tasks=None):
 def test_world_is_reproducible_and_consistent() -> None:
     a, b = World(3, "small"), World(3, "small")
     assert [(p.id, [s.body for s in p.sections]) for p in a.pages()] == [
-        (p.id, [s.body for s in p.sections]) for p in b.pages()]
+        (p.id, [s.body for s in p.sections]) for p in b.pages()
+    ]
     assert sorted(World(4, "small").entities) != sorted(a.entities)
     w = World(0, "full")
     assert len(w.entities) == sum(v for k, v in SIZES["full"].items() if k != "cities") + 16 * 12 == 2992
@@ -144,7 +145,7 @@ def test_tools_search_view_read(small: World, cache: str) -> None:
         person = next(x for x in sorted(small.entities.values(), key=lambda x: x.name) if x.kind == "person")
         hits = search_pages(person.name, db).splitlines()
         assert hits[0].startswith(f"[{person.name.lower().replace(' ', '_')}] {person.name} — ")
-        page_id = hits[0][1:hits[0].index("]")]
+        page_id = hits[0][1 : hits[0].index("]")]
         sections = view_sections(page_id, db)
         assert f"[{page_id}:early_life] Early life" in sections
         text = read_section(f"{page_id}:early_life", db)
@@ -204,9 +205,16 @@ def _scripted(calls: list[tuple[str, str]], final: str) -> Policy:
 async def test_bad_tool_calls_become_tool_errors_and_the_episode_goes_on(cache: str) -> None:
     env = _env(cache, num_eval_examples=1)
     task = env.tasks()[0]
-    bad = [("search_pages", '{"query": '), ("no_such_tool", "{}"), ("search_pages", '{"query": 5}'),
-           ("view_sections", "{}"), ("search_pages", '{"query": "x", "db": "mine"}'),
-           ("view_sections", '{"page_id": "no_such_page"}'), ("read_section", '["a"]'), ("search_pages", '""')]
+    bad = [
+        ("search_pages", '{"query": '),
+        ("no_such_tool", "{}"),
+        ("search_pages", '{"query": 5}'),
+        ("view_sections", "{}"),
+        ("search_pages", '{"query": "x", "db": "mine"}'),
+        ("view_sections", '{"page_id": "no_such_page"}'),
+        ("read_section", '["a"]'),
+        ("search_pages", '""'),
+    ]
     [r] = await _play(env, _scripted(bad, task.answer), tasks=[task])
     replies = [t.env_messages[0]["content"] for t in r.turns[:-1]]
     assert all(reply.startswith("Error: ") for reply in replies), replies
@@ -262,8 +270,10 @@ async def test_judge_reward_option(cache: str) -> None:
 def test_cli_eval_oracle_offline(cache: str, tmp_path, capsys) -> None:
     args = json.dumps({"size": "small", "cache_dir": cache})
     out = tmp_path / "run"
-    assert main(["eval", "wiki_search", "-m", "policy:oracle", "-a", args, "-n", "10", "-r", "1", "-q",
-                 "-o", str(out)]) == 0
+    assert (
+        main(["eval", "wiki_search", "-m", "policy:oracle", "-a", args, "-n", "10", "-r", "1", "-q", "-o", str(out)])
+        == 0
+    )
     assert "saved 10 rollouts" in capsys.readouterr().out
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert len(rows) == 10 and all(row["reward"] == 1.0 for row in rows)

@@ -64,8 +64,10 @@ class WikiState(ToolState):
 
 
 def _policies() -> dict[str, Callable[[], ChatClient]]:
-    return {"oracle": functools.partial(Policy, oracle_policy, name="oracle"),
-            "no_tools": functools.partial(Policy, no_tools_policy, name="no_tools")}
+    return {
+        "oracle": functools.partial(Policy, oracle_policy, name="oracle"),
+        "no_tools": functools.partial(Policy, no_tools_policy, name="no_tools"),
+    }
 
 
 def _summarize(rollouts: Sequence[Rollout]) -> dict[str, float]:
@@ -77,7 +79,8 @@ def _summarize(rollouts: Sequence[Rollout]) -> dict[str, float]:
         out[f"exact_match {hops} hop{'s' if hops > 1 else ''}"] = statistics.fmean(group)
     if scored:
         out["tool calls per rollout"] = statistics.fmean(
-            sum(v for k, v in r.rewards.items() if k.endswith("_calls") and k != "failed_tool_calls") for r in scored)
+            sum(v for k, v in r.rewards.items() if k.endswith("_calls") and k != "failed_tool_calls") for r in scored
+        )
     return out
 
 
@@ -197,12 +200,19 @@ def load_environment(
         weights.append(judge_weight)
     common: dict[str, Any] = {
         "eval_dataset": make_tasks(world, "eval", num_eval_examples, seed, min_hops, max_hops),
-        "system_prompt": SYSTEM_PROMPT, "parser": parser, "rubric": Rubric(funcs, weights, parser=parser),
-        "max_turns": max_turns}
+        "system_prompt": SYSTEM_PROMPT,
+        "parser": parser,
+        "rubric": Rubric(funcs, weights, parser=parser),
+        "max_turns": max_turns,
+    }
     train = make_tasks(world, "train", num_examples, seed, min_hops, max_hops)
     if mcp or mcp_url:
-        server = (MCPServerConfig("wiki_search", url=mcp_url) if mcp_url else
-                  MCPServerConfig("wiki_search", command=sys.executable,
-                                  args=("-m", "wiki_search.server", "--db", str(index.path))))
+        server = (
+            MCPServerConfig("wiki_search", url=mcp_url)
+            if mcp_url
+            else MCPServerConfig(
+                "wiki_search", command=sys.executable, args=("-m", "wiki_search.server", "--db", str(index.path))
+            )
+        )
         return WikiSearchMCPEnv(train, servers=[server], **common)
     return WikiSearchEnv(train, db=WikiDB(index.path), **common)

@@ -52,34 +52,102 @@ TEMPLATES = (
     Template("founded", "In what year was {s} founded?", _ORG, (), "year", (_FOUNDED,)),
     Template("capital", "What is the capital of {s}?", ("country",), (), "link:capital", (_CAPITAL,)),
     Template("creator", "Who created {s}?", ("work",), (), "link:creator", (_CREATOR,)),
-    Template("height", "How high is {s}, in metres?", ("mountain",), (), "num:height",
-             (("Overview", "height", "height"),)),
+    Template(
+        "height", "How high is {s}, in metres?", ("mountain",), (), "num:height", (("Overview", "height", "height"),)
+    ),
     Template("city_country", "In which country is the city of {s}?", ("city",), (), "link:country", (_COUNTRY,)),
     Template("mayor", "Who is the current mayor of {s}?", ("city",), (), "link:mayor", (_MAYOR,)),
-    Template("founder_born", "In what year was the founder of {s} born?", _ORG, ("founder",), "year",
-             (_FOUNDER, _BORN_YEAR)),
-    Template("birth_country", "In which country was {s} born?", ("person",), ("birth_city",), "link:country",
-             (_BORN_CITY, _COUNTRY)),
-    Template("creator_city", "In which city was the creator of {s} born?", ("work",), ("creator",),
-             "link:birth_city", (_CREATOR, _BORN_CITY)),
-    Template("creator_mentor", "Who was the mentor of the creator of {s}?", ("work",), ("creator",),
-             "link:mentor", (_CREATOR, _MENTOR)),
-    Template("university_city", "In which city is the university where {s} studied?", ("person",),
-             ("university",), "link:city", (_STUDIED, ("Overview", "org_based", "city"))),
-    Template("birth_river", "On which river lies the city where {s} was born?", ("person",), ("birth_city",),
-             "link:river", (_BORN_CITY, ("Geography", "river", "river"))),
-    Template("city_currency", "What is the currency of the country in which {s} lies?", ("city",), ("country",),
-             "extra:currency", (_COUNTRY, ("Economy", "currency", "currency"))),
-    Template("mayor_born", "In what year was the current mayor of {s} born?", ("city",), ("mayor",), "year",
-             (_MAYOR, _BORN_YEAR)),
-    Template("founder_country", "In which country was the founder of {s} born?", _ORG, ("founder", "birth_city"),
-             "link:country", (_FOUNDER, _BORN_CITY, _COUNTRY)),
-    Template("creator_university_founded", "In what year was the university attended by the creator of {s} "
-             "founded?", ("work",), ("creator", "university"), "year", (_CREATOR, _STUDIED, _FOUNDED)),
-    Template("birth_capital", "What is the capital of the country in which {s} was born?", ("person",),
-             ("birth_city", "country"), "link:capital", (_BORN_CITY, _COUNTRY, _CAPITAL)),
-    Template("creator_mentor_city", "In which city was the mentor of the creator of {s} born?", ("work",),
-             ("creator", "mentor"), "link:birth_city", (_CREATOR, _MENTOR, _BORN_CITY)),
+    Template(
+        "founder_born", "In what year was the founder of {s} born?", _ORG, ("founder",), "year", (_FOUNDER, _BORN_YEAR)
+    ),
+    Template(
+        "birth_country",
+        "In which country was {s} born?",
+        ("person",),
+        ("birth_city",),
+        "link:country",
+        (_BORN_CITY, _COUNTRY),
+    ),
+    Template(
+        "creator_city",
+        "In which city was the creator of {s} born?",
+        ("work",),
+        ("creator",),
+        "link:birth_city",
+        (_CREATOR, _BORN_CITY),
+    ),
+    Template(
+        "creator_mentor",
+        "Who was the mentor of the creator of {s}?",
+        ("work",),
+        ("creator",),
+        "link:mentor",
+        (_CREATOR, _MENTOR),
+    ),
+    Template(
+        "university_city",
+        "In which city is the university where {s} studied?",
+        ("person",),
+        ("university",),
+        "link:city",
+        (_STUDIED, ("Overview", "org_based", "city")),
+    ),
+    Template(
+        "birth_river",
+        "On which river lies the city where {s} was born?",
+        ("person",),
+        ("birth_city",),
+        "link:river",
+        (_BORN_CITY, ("Geography", "river", "river")),
+    ),
+    Template(
+        "city_currency",
+        "What is the currency of the country in which {s} lies?",
+        ("city",),
+        ("country",),
+        "extra:currency",
+        (_COUNTRY, ("Economy", "currency", "currency")),
+    ),
+    Template(
+        "mayor_born",
+        "In what year was the current mayor of {s} born?",
+        ("city",),
+        ("mayor",),
+        "year",
+        (_MAYOR, _BORN_YEAR),
+    ),
+    Template(
+        "founder_country",
+        "In which country was the founder of {s} born?",
+        _ORG,
+        ("founder", "birth_city"),
+        "link:country",
+        (_FOUNDER, _BORN_CITY, _COUNTRY),
+    ),
+    Template(
+        "creator_university_founded",
+        "In what year was the university attended by the creator of {s} founded?",
+        ("work",),
+        ("creator", "university"),
+        "year",
+        (_CREATOR, _STUDIED, _FOUNDED),
+    ),
+    Template(
+        "birth_capital",
+        "What is the capital of the country in which {s} was born?",
+        ("person",),
+        ("birth_city", "country"),
+        "link:capital",
+        (_BORN_CITY, _COUNTRY, _CAPITAL),
+    ),
+    Template(
+        "creator_mentor_city",
+        "In which city was the mentor of the creator of {s} born?",
+        ("work",),
+        ("creator", "mentor"),
+        "link:birth_city",
+        (_CREATOR, _MENTOR, _BORN_CITY),
+    ),
 )
 
 
@@ -133,8 +201,9 @@ def make_tasks(world: World, split: str, count: int, seed: int, min_hops: int, m
     subjects: dict[str, list[Entity]] = {}
     for t in TEMPLATES:
         kinds = set(t.subject)
-        subjects[t.name] = [e for _, e in sorted(world.entities.items())
-                            if e.kind in kinds and resolve(world, t, e) is not None]
+        subjects[t.name] = [
+            e for _, e in sorted(world.entities.items()) if e.kind in kinds and resolve(world, t, e) is not None
+        ]
     tasks = []
     for i in range(count):
         rng = random.Random(f"wiki_search:{seed}:{split}:{i}")
@@ -142,9 +211,15 @@ def make_tasks(world: World, split: str, count: int, seed: int, min_hops: int, m
         template = rng.choice([t for t in TEMPLATES if t.hops == hops and subjects[t.name]])
         subject = rng.choice(subjects[template.name])
         answer, chain = resolve(world, template, subject)  # type: ignore[misc]
-        tasks.append(Task(id=f"{split}-{i}", question=template.text.format(s=subject.name), answer=answer,
-                          info={"hops": hops, "template": template.name, "chain": chain},
-                          seed=rng.getrandbits(31)))
+        tasks.append(
+            Task(
+                id=f"{split}-{i}",
+                question=template.text.format(s=subject.name),
+                answer=answer,
+                info={"hops": hops, "template": template.name, "chain": chain},
+                seed=rng.getrandbits(31),
+            )
+        )
     return tasks
 
 
@@ -158,5 +233,5 @@ def parse_question(question: str) -> tuple[Template, str] | None:
     for t in sorted(TEMPLATES, key=lambda t: -len(t.text)):
         head, _, tail = t.text.partition("{s}")
         if question.startswith(head) and question.endswith(tail) and len(question) > len(head) + len(tail):
-            return t, question[len(head): len(question) - len(tail)]
+            return t, question[len(head) : len(question) - len(tail)]
     return None

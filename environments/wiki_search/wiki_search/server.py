@@ -60,8 +60,9 @@ def build_server(db: WikiDB) -> Any:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m wiki_search.server", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m wiki_search.server", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--db", default=None, help="index file (default: the cached index of --seed/--size)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--size", default="full", choices=["full", "small"])

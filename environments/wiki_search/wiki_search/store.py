@@ -92,23 +92,31 @@ def build_index(world: World, path: Path) -> tuple[int, int]:
         con.executescript(_SCHEMA)
         with con:
             con.executemany("INSERT INTO pages VALUES (?, ?, ?)", [(p.id, p.title, p.kind) for p in pages])
-            con.executemany("INSERT INTO sections VALUES (?, ?, ?, ?, ?)",
-                            [(s.id, p.id, i, s.heading, s.body) for p in pages for i, s in enumerate(p.sections)])
-            con.executemany("INSERT INTO pages_fts VALUES (?, ?, ?)",
-                            [(p.id, p.title, "\n".join(f"{s.heading}. {s.body}" for s in p.sections))
-                             for p in pages])
+            con.executemany(
+                "INSERT INTO sections VALUES (?, ?, ?, ?, ?)",
+                [(s.id, p.id, i, s.heading, s.body) for p in pages for i, s in enumerate(p.sections)],
+            )
+            con.executemany(
+                "INSERT INTO pages_fts VALUES (?, ?, ?)",
+                [(p.id, p.title, "\n".join(f"{s.heading}. {s.body}" for s in p.sections)) for p in pages],
+            )
             con.execute("INSERT INTO pages_fts(pages_fts) VALUES ('optimize')")
-            con.executemany("INSERT INTO meta VALUES (?, ?)", [
-                ("generator_version", str(GENERATOR_VERSION)), ("seed", str(world.seed)),
-                ("size", world.size), ("complete", "1")])
+            con.executemany(
+                "INSERT INTO meta VALUES (?, ?)",
+                [
+                    ("generator_version", str(GENERATOR_VERSION)),
+                    ("seed", str(world.seed)),
+                    ("size", world.size),
+                    ("complete", "1"),
+                ],
+            )
     finally:
         con.close()
     os.replace(tmp, path)
     return len(pages), sum(len(p.sections) for p in pages)
 
 
-def ensure_index(world: World, directory: str | os.PathLike[str] | None = None, *,
-                 rebuild: bool = False) -> BuildInfo:
+def ensure_index(world: World, directory: str | os.PathLike[str] | None = None, *, rebuild: bool = False) -> BuildInfo:
     """The index of `world`, built now when missing, stale, corrupt, or `rebuild` is set."""
     path = index_path(world.seed, world.size, directory)
     t0 = time.monotonic()
@@ -154,8 +162,10 @@ class WikiDB:
         words = re.findall(r"\w+", query)
         if not words:
             return []
-        sql = ("SELECT page_id, title, snippet(pages_fts, 2, '', '', ' ... ', 16) FROM pages_fts "
-               f"WHERE pages_fts MATCH ? ORDER BY bm25(pages_fts, 0.0, {TITLE_WEIGHT}, 1.0) LIMIT ?")
+        sql = (
+            "SELECT page_id, title, snippet(pages_fts, 2, '', '', ' ... ', 16) FROM pages_fts "
+            f"WHERE pages_fts MATCH ? ORDER BY bm25(pages_fts, 0.0, {TITLE_WEIGHT}, 1.0) LIMIT ?"
+        )
         quoted = ['"' + w.replace('"', "") + '"' for w in words]
         rows = self._rows(sql, (" AND ".join(quoted), limit))
         if not rows and len(words) > 1:
@@ -172,6 +182,8 @@ class WikiDB:
 
     def section(self, section_id: str) -> tuple[str, str, str] | None:
         """(page title, heading, text) of a section, or None."""
-        rows = self._rows("SELECT p.title, s.heading, s.body FROM sections s JOIN pages p ON p.id = s.page_id "
-                          "WHERE s.id = ?", (section_id,))
+        rows = self._rows(
+            "SELECT p.title, s.heading, s.body FROM sections s JOIN pages p ON p.id = s.page_id WHERE s.id = ?",
+            (section_id,),
+        )
         return (str(rows[0][0]), str(rows[0][1]), str(rows[0][2])) if rows else None

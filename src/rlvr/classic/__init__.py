@@ -22,7 +22,15 @@ from rlvr.classic.value_iteration import (
 )
 
 __all__ = [
-    "HorizonPlan", "QLearningConfig", "QLearningResult", "ValueIterationResult", "epsilon_at",
-    "evaluate", "evaluate_policy", "plan_horizon", "plot_learning_curve", "q_learning",
+    "HorizonPlan",
+    "QLearningConfig",
+    "QLearningResult",
+    "ValueIterationResult",
+    "epsilon_at",
+    "evaluate",
+    "evaluate_policy",
+    "plan_horizon",
+    "plot_learning_curve",
+    "q_learning",
     "value_iteration",
 ]

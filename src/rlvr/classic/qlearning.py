@@ -165,8 +165,7 @@ def q_learning(env: Any, config: QLearningConfig | None = None) -> QLearningResu
                 break
         result.episode_returns.append(total)
         if cfg.eval_every and (episode + 1) % cfg.eval_every == 0:
-            mean = evaluate(env, result.act, cfg.eval_episodes, seed=cfg.seed, horizon=horizon,
-                            max_steps=steps_cap)
+            mean = evaluate(env, result.act, cfg.eval_episodes, seed=cfg.seed, horizon=horizon, max_steps=steps_cap)
             result.curve.append((episode + 1, mean))
     return result
 
@@ -233,8 +232,13 @@ def plot_learning_curve(
     fig = Figure(figsize=(7, 4), layout="constrained")
     ax = fig.subplots()
     episodes = range(1, len(result.episode_returns) + 1)
-    ax.plot(episodes, moving_average(result.episode_returns, window), color="tab:blue", alpha=0.7,
-            label=f"behaviour policy (epsilon-greedy), mean of last {window}")
+    ax.plot(
+        episodes,
+        moving_average(result.episode_returns, window),
+        color="tab:blue",
+        alpha=0.7,
+        label=f"behaviour policy (epsilon-greedy), mean of last {window}",
+    )
     if result.curve:
         xs, ys = zip(*result.curve)
         ax.plot(xs, ys, color="tab:orange", marker=".", label="target policy (greedy), evaluated")

@@ -122,9 +122,7 @@ class HorizonPlan:
         if key not in self._fastest:
             best = self.values[k][state]
             tied = [a for a, v in enumerate(self.q[k][state]) if v >= best - _TIE]
-            soonest = {
-                a: next(j for j in range(1, k + 1) if self.q[j][state][a] >= best - _TIE) for a in tied
-            }
+            soonest = {a: next(j for j in range(1, k + 1) if self.q[j][state][a] >= best - _TIE) for a in tied}
             self._fastest[key] = min(tied, key=lambda a: (soonest[a], a))
         return self._fastest[key]
 

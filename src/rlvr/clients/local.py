@@ -148,9 +148,7 @@ class LocalModel:
         if model is None:
             model, tokenizer = _load(str(path_or_id), device, dtype)
         if not getattr(tokenizer, "chat_template", None):
-            raise ModelError(
-                f"the tokenizer of {path_or_id} has no chat template; use a chat model"
-            )
+            raise ModelError(f"the tokenizer of {path_or_id} has no chat template; use a chat model")
         self.name = str(path_or_id)
         self.model = model
         self.tokenizer = tokenizer
@@ -166,9 +164,7 @@ class LocalModel:
         )
         self.context_length = _context_length(model, tokenizer)
         self.eos_ids = _eos_ids(model, tokenizer)
-        self.pad_id = (
-            tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self.eos_ids)
-        )
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self.eos_ids)
         params = inspect.signature(base_model(model).forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
         self._keep_last = "logits_to_keep" in params
@@ -178,9 +174,7 @@ class LocalModel:
                 f"static_cache needs a model of the {sorted(FAMILIES)} families with full "
                 f"attention; {path_or_id} is not one"
             )
-        self.static_cache = slots_ok and (
-            self.device.type == "cuda" if static_cache is None else static_cache
-        )
+        self.static_cache = slots_ok and (self.device.type == "cuda" if static_cache is None else static_cache)
         if autocast is not None and autocast not in ("bfloat16", "float16"):
             raise UsageError(f"autocast must be 'bfloat16' or 'float16', got {autocast!r}")
         self.autocast = None if autocast is None else _DTYPES[autocast]
@@ -201,7 +195,9 @@ class LocalModel:
         """The static KV slots and decode step, kept between batches (created on first use)."""
         if self._decoder is None:
             self._decoder = SlotDecoder(
-                self.model, graphs=self.device.type == "cuda", max_length=self.context_length,
+                self.model,
+                graphs=self.device.type == "cuda",
+                max_length=self.context_length,
                 dtype=self.autocast,
             )
         return self._decoder
@@ -239,15 +235,11 @@ class LocalModel:
         prompt_ids = self.render(messages, tools)
         room = self.context_length - len(prompt_ids)
         if room < 1:
-            raise PromptTooLongError(
-                f"prompt has {len(prompt_ids)} tokens; {self.name} holds {self.context_length}"
-            )
+            raise PromptTooLongError(f"prompt has {len(prompt_ids)} tokens; {self.name} holds {self.context_length}")
         if sampling.max_tokens is not None and sampling.max_tokens < 1:
             raise UsageError(f"max_tokens must be >= 1, got {sampling.max_tokens}")
         if not 0 < sampling.top_p <= 1 or sampling.temperature < 0:
-            raise UsageError(
-                f"need temperature >= 0 and 0 < top_p <= 1, got {sampling.temperature}, {sampling.top_p}"
-            )
+            raise UsageError(f"need temperature >= 0 and 0 < top_p <= 1, got {sampling.temperature}, {sampling.top_p}")
         loop = asyncio.get_running_loop()
         request = Request(
             prompt_ids=prompt_ids,
@@ -297,8 +289,10 @@ class LocalModel:
                     _eval_mode(self.model),
                     attention_backends(self.device),
                     torch.autocast(  # no weight-cast cache: CUDA graphs cast on every replay
-                        self.device.type, dtype=self.autocast or torch.bfloat16,
-                        enabled=self.autocast is not None, cache_enabled=False,
+                        self.device.type,
+                        dtype=self.autocast or torch.bfloat16,
+                        enabled=self.autocast is not None,
+                        cache_enabled=False,
                     ),
                 ):
                     if joiners:
@@ -423,25 +417,17 @@ def _load(path_or_id: str, device: str | None, dtype: str | None) -> tuple[Any, 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     if dtype is not None and dtype not in _DTYPES:
         raise UsageError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
-    torch_dtype = (
-        _DTYPES[dtype]
-        if dtype
-        else (torch.bfloat16 if device.startswith("cuda") else torch.float32)
-    )
+    torch_dtype = _DTYPES[dtype] if dtype else (torch.bfloat16 if device.startswith("cuda") else torch.float32)
     looks_local = path_or_id.startswith(("/", ".", "~")) or path_or_id.count("/") != 1
     if looks_local and not Path(path_or_id).expanduser().is_dir():
-        raise ModelError(
-            f"no model folder at {path_or_id}; pass a folder written by save_pretrained or a hub id"
-        )
+        raise ModelError(f"no model folder at {path_or_id}; pass a folder written by save_pretrained or a hub id")
     path = str(Path(path_or_id).expanduser()) if looks_local else path_or_id
     try:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
         tokenizer = AutoTokenizer.from_pretrained(path)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ModelError(
-            f"cannot load a causal language model from {path_or_id}: {detail}"
-        ) from None
+        raise ModelError(f"cannot load a causal language model from {path_or_id}: {detail}") from None
     if device == "cpu":
         keep_freed_blocks()
     return model.to(device).eval(), tokenizer

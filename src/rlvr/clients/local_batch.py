@@ -140,9 +140,7 @@ class Batch:
     def pop_finished(self) -> list[Request]:
         """Rows that finished since the last call (to answer now). Finished rows leave the
         batch once they are an eighth of it: each removal copies the KV cache."""
-        fresh = [
-            r for r in self.rows if r.finish is not None and not r.delivered and not r.cancelled
-        ]
+        fresh = [r for r in self.rows if r.finish is not None and not r.delivered and not r.cancelled]
         for r in fresh:
             r.delivered = True
         if fresh and self._keeps():
@@ -228,8 +226,7 @@ class Batch:
         layers = _layers(cache)
         kv = (torch.cat([layer.keys for layer in layers]), torch.cat([layer.values for layer in layers]))
         assert cold[0].hashes is not None
-        prefix.store(cold[0].prompt_ids[:n], cold[0].hashes[: n + 1], n, kv, cold[0].cache_version,
-                     shared=True)
+        prefix.store(cold[0].prompt_ids[:n], cold[0].hashes[: n + 1], n, kv, cold[0].cache_version, shared=True)
         return kv, n
 
     def _store(self, rows: list[Request]) -> None:
@@ -237,15 +234,17 @@ class Batch:
         prefix = self.owner.prefix
         assert prefix is not None
         prefix.check_weights(self.owner.model)
-        keep = [
-            r for r in rows
-            if r.hashes is not None and r.cache_version == prefix.version and r.finish is not None
-        ]
+        keep = [r for r in rows if r.hashes is not None and r.cache_version == prefix.version and r.finish is not None]
         for r, kv in zip(keep, self._copy_kv(keep) if keep else []):
             if kv is not None:
                 assert r.hashes is not None
-                prefix.store(r.prompt_ids + r.ids[:-1], extend_hashes(r.hashes, r.ids[:-1]),
-                             len(r.prompt_ids), kv, r.cache_version)
+                prefix.store(
+                    r.prompt_ids + r.ids[:-1],
+                    extend_hashes(r.hashes, r.ids[:-1]),
+                    len(r.prompt_ids),
+                    kv,
+                    r.cache_version,
+                )
 
     def _copy_kv(self, rows: list[Request]) -> list[KV | None]:
         """Copies of the rows' first `seq_len` keys and values (None: not all in the cache)."""
@@ -257,9 +256,7 @@ class Batch:
         masks = self.mask.index_select(0, at).cpu()
         return [row_kv(layers, m, index[id(r)], r.seq_len) for r, m in zip(rows, masks)]
 
-    def _forward(
-        self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache: Any
-    ) -> torch.Tensor:
+    def _forward(self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache: Any) -> torch.Tensor:
         owner = self.owner
         kwargs: dict[str, Any] = {owner._cache_kw: cache, "use_cache": True}
         if owner._keep_last:
@@ -293,9 +290,7 @@ class Batch:
                 r.finish = "length"
 
     def _stop_hit(self, r: Request) -> str | None:
-        tail = self.owner.tokenizer.decode(
-            r.ids[-(max(map(len, r.stop)) + 1) :], skip_special_tokens=True
-        )
+        tail = self.owner.tokenizer.decode(r.ids[-(max(map(len, r.stop)) + 1) :], skip_special_tokens=True)
         return next((s for s in r.stop if s in tail), None)
 
     def _select(self, keep: list[int]) -> None:
@@ -352,9 +347,7 @@ def attention_backends(device: torch.device) -> Any:
         return contextlib.nullcontext()
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    return sdpa_kernel(
-        [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
-    )
+    return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
 
 
 def base_model(model: Any) -> Any:

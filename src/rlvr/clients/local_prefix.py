@@ -91,9 +91,7 @@ class PrefixCache:
                 self.clear()
             self._weights = sig
 
-    def lookup(
-        self, ids: list[int], hashes: list[int]
-    ) -> tuple[KV | None, int]:
+    def lookup(self, ids: list[int], hashes: list[int]) -> tuple[KV | None, int]:
         """The kept keys and values for the longest usable prefix of `ids`, and its length."""
         limit = len(ids) - 1
         best, best_m = None, 0

@@ -28,8 +28,9 @@ def sample_tokens(
         choice = logits.argmax(dim=-1)
         return choice, torch.log_softmax(logits, dim=-1).gather(1, choice[:, None]).squeeze(1)
     cut = [(i, p) for i, (t, p) in enumerate(zip(temperatures, top_ps)) if t > 0 and p < 1.0]
-    return draw(logits, torch.tensor(temperatures, device=device),
-                torch.tensor(keys, dtype=torch.long, device=device), cut)
+    return draw(
+        logits, torch.tensor(temperatures, device=device), torch.tensor(keys, dtype=torch.long, device=device), cut
+    )
 
 
 def draw(

@@ -78,9 +78,7 @@ class SlotDecoder:
     """Per-layer key and value buffers of (slots, kv heads, length, head dim), and the one-token
     decode forward over them (graph-captured on CUDA)."""
 
-    def __init__(
-        self, model: Any, graphs: bool, max_length: int, dtype: torch.dtype | None = None
-    ) -> None:
+    def __init__(self, model: Any, graphs: bool, max_length: int, dtype: torch.dtype | None = None) -> None:
         self.model = model
         causal = base_model(model)
         self.core = causal.model
@@ -137,8 +135,10 @@ class SlotDecoder:
         order = torch.sort((mask == 0).to(torch.int8), dim=1, stable=True).indices  # real first
         order = order[:, :length]
         layers = _layers(cache)
-        for buffers, src in ((self.keys, [layer.keys for layer in layers]),
-                             (self.values, [layer.values for layer in layers])):
+        for buffers, src in (
+            (self.keys, [layer.keys for layer in layers]),
+            (self.values, [layer.values for layer in layers]),
+        ):
             stacked = torch.stack(src)  # (layers, rows, heads, width, dim)
             index = order[None, :, None, :, None].expand(
                 stacked.shape[0], stacked.shape[1], stacked.shape[2], length, stacked.shape[4]
@@ -173,8 +173,11 @@ class SlotDecoder:
                 self.captured[n] = self._capture(n)
             except RuntimeError as exc:  # an op that cannot be captured (some adapter, kernel)
                 reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-                warnings.warn(f"rlvr: CUDA graph capture failed ({reason}); decoding without "
-                              "CUDA graphs", RuntimeWarning, stacklevel=2)
+                warnings.warn(
+                    f"rlvr: CUDA graph capture failed ({reason}); decoding without CUDA graphs",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
                 self.graphs = False
                 self._drop_graphs()
                 return self.decode(n)
@@ -312,8 +315,7 @@ class SlotBatch(Batch):
         self.owner.stats.decode_steps += 1
         if all(r.top_p >= 1.0 or r.temperature == 0 for r in self.rows):  # drawn in the step
             tokens, logprobs = choice.tolist(), logprob.tolist()
-            self._record(self.rows, [tokens[r.slot] for r in self.rows],
-                         [logprobs[r.slot] for r in self.rows])
+            self._record(self.rows, [tokens[r.slot] for r in self.rows], [logprobs[r.slot] for r in self.rows])
         else:  # top-p: sample again outside the step, and overwrite its tokens
             dec.tokens[self.index] = self._sample(logits.index_select(0, self.index), self.rows)
 

@@ -150,7 +150,9 @@ class OpenAIClient:
             reason = " ".join(str(exc).split()) or type(exc).__name__
             raise ClientError(f"cannot reach {where} ({reason}); check -b and that the server is running") from None
         except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
-            raise ClientError(f"{where} refused the API key ({_error_message(exc)}); pass the right variable with -k") from None
+            raise ClientError(
+                f"{where} refused the API key ({_error_message(exc)}); pass the right variable with -k"
+            ) from None
         except openai.APIError:
             return
 
@@ -173,9 +175,7 @@ class OpenAIClient:
                 async with gate, asyncio.timeout(self.timeout_s):
                     # `post` sends the body as is: the messages are JSON already, and skipping
                     # `chat.completions.create`'s param transform saves ~30% of client CPU
-                    response = await sdk.post(
-                        "/chat/completions", body=request, cast_to=ChatCompletion
-                    )
+                    response = await sdk.post("/chat/completions", body=request, cast_to=ChatCompletion)
                 return _parse(response, sampling)
             except Exception as exc:
                 action, reason, wait = self._judge(exc, request)
@@ -188,8 +188,7 @@ class OpenAIClient:
                 await asyncio.sleep(wait if wait is not None else self._backoff(attempt))
         where = f" at {self.base_url}" if self.base_url else ""
         raise ClientError(
-            f"model {self.name}{where} failed {self.max_retries + 1} times; last: "
-            + " ".join(reason.split())
+            f"model {self.name}{where} failed {self.max_retries + 1} times; last: " + " ".join(reason.split())
         )
 
     def _request(
@@ -235,9 +234,7 @@ class OpenAIClient:
                 return "resend", reason, None
             hint = " (check the API key variable, -k NAME)" if exc.status_code in (401, 403) else ""
             where = f" at {self.base_url}" if self.base_url else ""
-            raise ClientError(
-                f"model {self.name}{where} refused the request: {reason}{hint}"
-            ) from None
+            raise ClientError(f"model {self.name}{where} refused the request: {reason}{hint}") from None
         if isinstance(exc, (ValueError, MalformedResponse, openai.APIResponseValidationError)):
             return "retry", f"malformed response ({type(exc).__name__}: {exc})", None
         return "raise", "", None
@@ -326,9 +323,7 @@ def _completion(response: Any, sampling: SamplingArgs) -> Completion:
     finish = choice.finish_reason or "stop"
     usage = getattr(response, "usage", None)
     logprobs, token_ids = _tokens(choice)
-    prompt_ids = getattr(response, "prompt_token_ids", None) or getattr(
-        choice, "prompt_token_ids", None
-    )
+    prompt_ids = getattr(response, "prompt_token_ids", None) or getattr(choice, "prompt_token_ids", None)
     return Completion(
         text=message.content or "",
         token_ids=token_ids,

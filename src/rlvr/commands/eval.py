@@ -19,8 +19,12 @@ from rlvr.errors import UsageError
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("eval", help="evaluate a model in an environment", description=__doc__,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "eval",
+        help="evaluate a model in an environment",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("env", help="environment name (see `rlvr list`)")
     add_model_args(p)
     p.add_argument("-n", "--num-tasks", type=int, default=5, help="tasks to evaluate (default 5; -1 = all)")
@@ -29,8 +33,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("-t", "--max-tokens", type=int, default=None, help="max tokens per model reply")
     p.add_argument("-T", "--temperature", type=float, default=None, help="sampling temperature")
     p.add_argument("-a", "--env-args", default="{}", metavar="JSON", help="environment arguments as a JSON object")
-    p.add_argument("-o", "--output", default=None, metavar="DIR",
-                   help="results directory (default runs/eval/ENV--MODEL--TIME)")
+    p.add_argument(
+        "-o", "--output", default=None, metavar="DIR", help="results directory (default runs/eval/ENV--MODEL--TIME)"
+    )
     p.add_argument("--resume", action="store_true", help="continue the run already in --output")
     p.add_argument("--split", choices=["eval", "train"], default="eval", help="which task split (default eval)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
@@ -39,12 +44,20 @@ def add_parser(sub: Any) -> None:
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
     """The model-selection flags shared by eval, gen and play."""
-    p.add_argument("-m", "--model", default=None,
-                   help="policy:NAME (reference player), a local model directory, or an API model name "
-                        "(default: the environment's own default model)")
+    p.add_argument(
+        "-m",
+        "--model",
+        default=None,
+        help="policy:NAME (reference player), a local model directory, or an API model name "
+        "(default: the environment's own default model)",
+    )
     p.add_argument("-b", "--base-url", default=None, help="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1")
-    p.add_argument("-k", "--api-key-var", default=None, help="environment variable holding the API key (default OPENAI_API_KEY)")
-    p.add_argument("--timeout", type=float, default=120.0, help="seconds per model request before a retry (default 120)")
+    p.add_argument(
+        "-k", "--api-key-var", default=None, help="environment variable holding the API key (default OPENAI_API_KEY)"
+    )
+    p.add_argument(
+        "--timeout", type=float, default=120.0, help="seconds per model request before a retry (default 120)"
+    )
     p.add_argument("--max-retries", type=int, default=5, help="retries per request on 429/5xx/timeouts (default 5)")
 
 
@@ -103,8 +116,13 @@ def load_env_and_client(args: argparse.Namespace, concurrency: int) -> tuple[Any
         names = ", ".join(f"policy:{n}" for n in env.policies()) or "an API model or a local model directory"
         raise UsageError(f"environment {args.env!r} has no default model; pass -m (e.g. {names})")
     client = make_client(
-        model, env, base_url=args.base_url, api_key_var=args.api_key_var,
-        timeout_s=args.timeout, max_retries=args.max_retries, concurrency=concurrency,
+        model,
+        env,
+        base_url=args.base_url,
+        api_key_var=args.api_key_var,
+        timeout_s=args.timeout,
+        max_retries=args.max_retries,
+        concurrency=concurrency,
     )
     if hasattr(client, "check"):  # an unreachable endpoint fails here, before anything is written
         asyncio.run(_check(client))
@@ -134,9 +152,15 @@ def run(args: argparse.Namespace) -> int:
     tasks, sampling = tasks_and_sampling(args, env)
     out = Path(args.output or f"runs/eval/{args.env}--{_slug(model)}--{time.strftime('%Y%m%d-%H%M%S')}")
     metadata = {
-        "command": "eval", "env": args.env, "env_args": env.env_args, "model": model,
-        "base_url": args.base_url, "num_tasks": len(tasks), "rollouts_per_task": args.rollouts,
-        "sampling": {k: v for k, v in vars(sampling).items() if k != "seed"}, "split": args.split,
+        "command": "eval",
+        "env": args.env,
+        "env_args": env.env_args,
+        "model": model,
+        "base_url": args.base_url,
+        "num_tasks": len(tasks),
+        "rollouts_per_task": args.rollouts,
+        "sampling": {k: v for k, v in vars(sampling).items() if k != "seed"},
+        "split": args.split,
         "reward_weights": dict(zip(env.rubric.names, env.rubric.weights)),
     }
     run_dir, existing = RunDir.create(out, metadata, resume=args.resume)
@@ -146,13 +170,24 @@ def run(args: argparse.Namespace) -> int:
     new = _run_with_progress(env, client, tasks, args, sampling, run_dir, done, total, quiet=args.quiet)
     elapsed = time.monotonic() - start
     rollouts = existing + new
-    run_dir.close(status="complete", rollouts=len(rollouts), errors=sum(r.error is not None for r in rollouts),
-                  seconds=round(elapsed, 3))
-    stats = print_summary(rollouts, title=f"{args.env} / {model}", extra=env.summarize(rollouts),
-                          elapsed_s=elapsed, rollouts_per_task=args.rollouts,
-                          weights=dict(zip(env.rubric.names, env.rubric.weights)))
-    print(f"saved {len(rollouts)} rollouts to {run_dir.results_path}"
-          + (f" ({len(existing)} from the earlier run)" if existing else ""))
+    run_dir.close(
+        status="complete",
+        rollouts=len(rollouts),
+        errors=sum(r.error is not None for r in rollouts),
+        seconds=round(elapsed, 3),
+    )
+    stats = print_summary(
+        rollouts,
+        title=f"{args.env} / {model}",
+        extra=env.summarize(rollouts),
+        elapsed_s=elapsed,
+        rollouts_per_task=args.rollouts,
+        weights=dict(zip(env.rubric.names, env.rubric.weights)),
+    )
+    print(
+        f"saved {len(rollouts)} rollouts to {run_dir.results_path}"
+        + (f" ({len(existing)} from the earlier run)" if existing else "")
+    )
     if rollouts and all(r.error for r in rollouts):
         first = next(r.error for r in rollouts if r.error)
         print(f"rlvr eval: error: all {len(rollouts)} rollouts failed; the first: {first}", file=sys.stderr)
@@ -160,15 +195,31 @@ def run(args: argparse.Namespace) -> int:
     return 0 if stats["rollouts"] else 1
 
 
-def _run_with_progress(env: Any, client: Any, tasks: list[Any], args: argparse.Namespace, sampling: Any,
-                       run_dir: Any, done: set[tuple[str, int]], total: int, *, quiet: bool) -> list[Any]:
+def _run_with_progress(
+    env: Any,
+    client: Any,
+    tasks: list[Any],
+    args: argparse.Namespace,
+    sampling: Any,
+    run_dir: Any,
+    done: set[tuple[str, int]],
+    total: int,
+    *,
+    quiet: bool,
+) -> list[Any]:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from rlvr.engine import run_rollouts
 
     rewards: list[float] = []
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  disable=quiet, transient=False) as progress:
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        disable=quiet,
+        transient=False,
+    ) as progress:
         bar = progress.add_task("rollouts", total=total, completed=len(done))
 
         def on_rollout(rollout: Any) -> None:
@@ -180,9 +231,16 @@ def _run_with_progress(env: Any, client: Any, tasks: list[Any], args: argparse.N
 
         async def play() -> list[Any]:
             try:
-                return await run_rollouts(env, client, tasks, rollouts_per_task=args.rollouts,
-                                          concurrency=args.concurrency, sampling=sampling,
-                                          skip=done, on_rollout=on_rollout)
+                return await run_rollouts(
+                    env,
+                    client,
+                    tasks,
+                    rollouts_per_task=args.rollouts,
+                    concurrency=args.concurrency,
+                    sampling=sampling,
+                    skip=done,
+                    on_rollout=on_rollout,
+                )
             finally:
                 await close_client(client)
                 await env.aclose()

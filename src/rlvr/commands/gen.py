@@ -38,9 +38,7 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("env", help="environment name (see `rlvr list`)")
     add_model_args(p)
-    p.add_argument(
-        "-n", "--num-tasks", type=int, default=-1, help="tasks to play (default -1 = all)"
-    )
+    p.add_argument("-n", "--num-tasks", type=int, default=-1, help="tasks to play (default -1 = all)")
     p.add_argument("-r", "--rollouts", type=int, default=1, help="rollouts per task (default 1)")
     p.add_argument(
         "-f",
@@ -51,9 +49,7 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="JSONL file to write")
     p.add_argument("--overwrite", action="store_true", help="replace FILE if it exists")
-    p.add_argument(
-        "-c", "--concurrency", type=int, default=64, help="rollouts in flight at once (default 64)"
-    )
+    p.add_argument("-c", "--concurrency", type=int, default=64, help="rollouts in flight at once (default 64)")
     p.add_argument("-t", "--max-tokens", type=int, default=None, help="max tokens per model reply")
     p.add_argument("-T", "--temperature", type=float, default=None, help="sampling temperature")
     p.add_argument(
@@ -101,12 +97,7 @@ def run(args: argparse.Namespace) -> int:
             if reason is not None:
                 dropped[reason] += 1
                 return False
-            f.write(
-                json.dumps(
-                    dataset_row(rollout, tools.get(rollout.task_id), meta), ensure_ascii=False
-                )
-                + "\n"
-            )
+            f.write(json.dumps(dataset_row(rollout, tools.get(rollout.task_id), meta), ensure_ascii=False) + "\n")
             f.flush()
             kept += 1
             return True
@@ -131,9 +122,7 @@ def drop_reason(rollout: Any, keep: Any) -> str | None:
     return None if clause is None else f"failed `{clause}`"
 
 
-def dataset_row(
-    rollout: Any, tools: list[dict[str, Any]] | None, meta: dict[str, Any]
-) -> dict[str, Any]:
+def dataset_row(rollout: Any, tools: list[dict[str, Any]] | None, meta: dict[str, Any]) -> dict[str, Any]:
     """One line of the chat dataset."""
     row: dict[str, Any] = {"messages": rollout.messages}
     if tools:

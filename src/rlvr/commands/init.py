@@ -56,9 +56,7 @@ def check_name(name: str) -> None:
             "starting with a letter (e.g. my_env)"
         )
     if name in sys.stdlib_module_names or name == "rlvr":
-        raise UsageError(
-            f"environment name {name!r} would shadow the module {name!r}; choose another name"
-        )
+        raise UsageError(f"environment name {name!r} would shadow the module {name!r}; choose another name")
     spec = importlib.util.find_spec(name)
     if spec is not None:
         where = spec.origin or ", ".join(spec.submodule_search_locations or []) or "?"
@@ -92,8 +90,6 @@ def scaffold(name: str, parent: str | Path = "environments") -> Path:
 
 def run(args: argparse.Namespace) -> int:
     dest = scaffold(args.name, args.output)
-    print(
-        f"created {dest}/ with " + ", ".join(t.format(name=args.name) for t in TEMPLATES.values())
-    )
+    print(f"created {dest}/ with " + ", ".join(t.format(name=args.name) for t in TEMPLATES.values()))
     print(f"next: pip install -e {dest} && rlvr eval {args.name} -m policy:oracle -n 5 -r 2")
     return 0

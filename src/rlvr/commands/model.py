@@ -16,13 +16,22 @@ from rlvr.errors import UsageError
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("model", help="build tiny models for offline work", description=__doc__,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "model",
+        help="build tiny models for offline work",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     msub = p.add_subparsers(dest="model_command", metavar="ACTION", required=True)
     new = msub.add_parser("new", help="build a randomly initialised model and its tokenizer", description=__doc__)
     new.add_argument("--preset", choices=["tiny", "small"], default="tiny", help="model size (default tiny)")
-    new.add_argument("--corpus", nargs="*", default=[], metavar="ENV",
-                     help="environments whose text trains the tokenizer (default: a generic corpus)")
+    new.add_argument(
+        "--corpus",
+        nargs="*",
+        default=[],
+        metavar="ENV",
+        help="environments whose text trains the tokenizer (default: a generic corpus)",
+    )
     new.add_argument("--games", type=int, default=200, help="episodes per reference player per env for the corpus")
     new.add_argument("--seed", type=int, default=0, help="seed of the weights and the corpus")
     new.add_argument("--vocab-size", type=int, default=None, help="upper bound on the vocabulary")
@@ -68,6 +77,8 @@ def run(args: argparse.Namespace) -> int:
 
     model = AutoModelForCausalLM.from_pretrained(path)
     tok = AutoTokenizer.from_pretrained(path)
-    print(f"saved {args.preset} model to {path}: {count_parameters(model):,} parameters, "
-          f"vocabulary {len(tok):,} tokens, corpus {len(corpus):,} texts")
+    print(
+        f"saved {args.preset} model to {path}: {count_parameters(model):,} parameters, "
+        f"vocabulary {len(tok):,} tokens, corpus {len(corpus):,} texts"
+    )
     return 0

@@ -27,14 +27,24 @@ T = TypeVar("T")
 def add_parser(sub: Any) -> None:
     from rlvr.commands.eval import add_model_args
 
-    p = sub.add_parser("play", help="play against a model in the terminal", description=__doc__,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "play",
+        help="play against a model in the terminal",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("env", help="environment name (e.g. tictactoe)")
     add_model_args(p)
-    p.add_argument("--as", dest="mark", choices=["X", "O"], default="O",
-                   help="your mark on screen (default O; the model always plays X in its own view)")
-    p.add_argument("--first", choices=["me", "model", "random"], default="random",
-                   help="who moves first (default random)")
+    p.add_argument(
+        "--as",
+        dest="mark",
+        choices=["X", "O"],
+        default="O",
+        help="your mark on screen (default O; the model always plays X in its own view)",
+    )
+    p.add_argument(
+        "--first", choices=["me", "model", "random"], default="random", help="who moves first (default random)"
+    )
     p.add_argument("-a", "--env-args", default="{}", metavar="JSON", help="environment arguments as a JSON object")
     p.add_argument("-T", "--temperature", type=float, default=None, help="the model's sampling temperature")
     p.add_argument("-t", "--max-tokens", type=int, default=None, help="max tokens per model reply")
@@ -100,13 +110,21 @@ def run(args: argparse.Namespace) -> int:
     try:
         while True:
             human_first = {"me": True, "model": False}.get(args.first, rng.random() < 0.5)
-            result = loop.run_until_complete(env.play_human(
-                client, terminal, human_mark=args.mark, human_first=human_first,
-                seed=rng.randrange(2**31), sampling=sampling))
+            result = loop.run_until_complete(
+                env.play_human(
+                    client,
+                    terminal,
+                    human_mark=args.mark,
+                    human_first=human_first,
+                    seed=rng.randrange(2**31),
+                    sampling=sampling,
+                )
+            )
             tally[result] += 1
             terminal.console.print(
                 f"vs {model}: you won {tally['win']}, drew {tally['draw']}, lost {tally['loss']}"
-                + (f", unfinished {tally['unfinished']}" if tally["unfinished"] else ""))
+                + (f", unfinished {tally['unfinished']}" if tally["unfinished"] else "")
+            )
             if args.games is not None:
                 if tally.total() >= args.games:
                     return 0

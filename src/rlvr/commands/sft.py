@@ -35,13 +35,7 @@ def add_parser(sub: Any) -> None:
     for f in dataclasses.fields(SFTConfig):
         flags = ["--" + f.name.replace("_", "-"), *_SHORT.get(f.name, [])]
         required = f.default is dataclasses.MISSING
-        shown = (
-            "required"
-            if required
-            else "default: unset"
-            if f.default is None
-            else f"default {f.default}"
-        )
+        shown = "required" if required else "default: unset" if f.default is None else f"default {f.default}"
         help_text = f"{docs.get(f.name, '')} ({shown})"
         base, optional = _base_type(hints[f.name])
         if base is bool:
@@ -80,8 +74,6 @@ def run(args: argparse.Namespace) -> int:
     try:
         from rlvr.train.sft import train_sft
     except ImportError as exc:
-        raise UsageError(
-            f"rlvr sft needs the train extra: pip install 'rlvr[train]' ({exc})"
-        ) from None
+        raise UsageError(f"rlvr sft needs the train extra: pip install 'rlvr[train]' ({exc})") from None
     result = train_sft(cfg, resume=args.resume, quiet=args.quiet)
     return 0 if result.final_dir.exists() else 1

@@ -26,9 +26,13 @@ from rlvr.train.fields import none_or
 def add_parser(sub: Any) -> None:
     from rlvr.train.config import TrainConfig, field_docs
 
-    p = sub.add_parser("train", help="train a model in an environment with GRPO-family RL",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-                       argument_default=argparse.SUPPRESS)
+    p = sub.add_parser(
+        "train",
+        help="train a model in an environment with GRPO-family RL",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        argument_default=argparse.SUPPRESS,
+    )
     p.add_argument("env", nargs="?", help="environment name (see `rlvr list`); or `env` in --config")
     p.add_argument("--config", metavar="FILE.toml", help="TOML file of config fields (flags override it)")
     p.add_argument("--resume", action="store_true", help="continue the run in output_dir from its last checkpoint")
@@ -39,16 +43,21 @@ def add_parser(sub: Any) -> None:
         if f.name == "env":
             continue
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-        shown = ("required" if default is dataclasses.MISSING
-                 else "default: unset" if default is None else f"default {json.dumps(default)}")
+        shown = (
+            "required"
+            if default is dataclasses.MISSING
+            else "default: unset"
+            if default is None
+            else f"default {json.dumps(default)}"
+        )
         flags = ["--" + f.name.replace("_", "-")] + (["-m"] if f.name == "model" else [])
         kind, metavar = _parser_for(f.name, hints[f.name])
         if kind is bool:
-            p.add_argument(*flags, dest=f.name, action=argparse.BooleanOptionalAction,
-                           help=f"{docs.get(f.name, '')} ({shown})")
+            p.add_argument(
+                *flags, dest=f.name, action=argparse.BooleanOptionalAction, help=f"{docs.get(f.name, '')} ({shown})"
+            )
         else:
-            p.add_argument(*flags, dest=f.name, type=kind, metavar=metavar,
-                           help=f"{docs.get(f.name, '')} ({shown})")
+            p.add_argument(*flags, dest=f.name, type=kind, metavar=metavar, help=f"{docs.get(f.name, '')} ({shown})")
     p.set_defaults(run=run)
 
 
@@ -64,7 +73,6 @@ def _parser_for(name: str, tp: Any) -> tuple[Any, str]:
     kind = {int: int, float: float, str: str}[base]
     metavar = {int: "N", float: "X", str: "TEXT"}[base]
     return (none_or(kind) if optional else kind), metavar
-
 
 
 def _bool(text: str) -> bool:
@@ -83,7 +91,8 @@ def _json(name: str, kind: type) -> Any:
             raise argparse.ArgumentTypeError(f"--{name.replace('_', '-')} must be JSON ({exc.msg})") from None
         if not isinstance(value, kind):
             raise argparse.ArgumentTypeError(
-                f"--{name.replace('_', '-')} must be a JSON {'object' if kind is dict else 'list'}, got {text!r}")
+                f"--{name.replace('_', '-')} must be a JSON {'object' if kind is dict else 'list'}, got {text!r}"
+            )
         return value
 
     parse.__name__ = "JSON"

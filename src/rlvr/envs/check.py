@@ -48,6 +48,7 @@ def check_env(env: MultiTurnEnv[Any], client: ChatClient | None = None, num_task
     if client is None:
         policies = env.policies()
         client = next(iter(policies.values()))() if policies else Policy(_placeholder, name="placeholder")
+
     async def play() -> list[Rollout]:
         try:
             return await run_rollouts(env, client, tasks, rollouts_per_task=2, concurrency=4)
@@ -67,8 +68,10 @@ def _check_rollout(r: Rollout, env: MultiTurnEnv[Any], known: set[str]) -> None:
     if r.stop_reason not in known:
         raise EnvError(f"{where} ended with unknown stop reason {r.stop_reason!r}; expected one of {sorted(known)}")
     if not r.turns:
-        raise EnvError(f"{where} ended before the model's first turn ({r.stop_reason}): a stop condition is true "
-                       "at the start; make it depend on what happened in the episode")
+        raise EnvError(
+            f"{where} ended before the model's first turn ({r.stop_reason}): a stop condition is true "
+            "at the start; make it depend on what happened in the episode"
+        )
     missing = set(env.rubric.names) - set(r.rewards)
     if missing:
         raise EnvError(f"{where} has no score for {sorted(missing)}")
@@ -78,6 +81,8 @@ def _check_rollout(r: Rollout, env: MultiTurnEnv[Any], known: set[str]) -> None:
     try:
         again = Rollout.from_dict(json.loads(json.dumps(r.to_dict())))
     except (TypeError, ValueError) as exc:
-        raise EnvError(f"{where} is not JSON-serialisable ({exc}): keep info and messages to plain JSON types") from None
+        raise EnvError(
+            f"{where} is not JSON-serialisable ({exc}): keep info and messages to plain JSON types"
+        ) from None
     if again.to_dict() != r.to_dict():
         raise EnvError(f"{where} does not round-trip through JSON: keep info and messages to plain JSON types")

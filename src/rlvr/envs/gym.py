@@ -108,9 +108,7 @@ class GymEnv(MultiTurnEnv[GymState]):
             self.action_names = list(action_names) if action_names is not None else None
             n = getattr(self.action_space, "n", None)
             if self.action_names is not None and n is not None and len(self.action_names) != int(n):
-                raise UsageError(
-                    f"action_names has {len(self.action_names)} names; the action space has {n} actions"
-                )
+                raise UsageError(f"action_names has {len(self.action_names)} names; the action space has {n} actions")
             if parse_action is None and n is None:
                 raise UsageError(
                     "the default action parser needs a Discrete action space, "
@@ -126,8 +124,9 @@ class GymEnv(MultiTurnEnv[GymState]):
         finally:
             probe.close()
         parser = XMLParser(["think", "action"], optional=["think"])
-        rubric = Rubric([episode_return, format_reward, invalid_action_rate],
-                        weights=[1.0, format_weight, 0.0], parser=parser)
+        rubric = Rubric(
+            [episode_return, format_reward, invalid_action_rate], weights=[1.0, format_weight, 0.0], parser=parser
+        )
         super().__init__(tasks, parser=parser, rubric=rubric, max_turns=max_turns, **kwargs)
 
     # ---- actions ----------------------------------------------------------------------------
@@ -139,8 +138,10 @@ class GymEnv(MultiTurnEnv[GymState]):
             choices = ", ".join(self.action_names)
             return f"Each turn, choose one action: {choices}. Reply with <action>NAME</action> {tail}"
         n, start = int(self.action_space.n), int(getattr(self.action_space, "start", 0))
-        return (f"Each turn, choose one action, a number from {start} to {start + n - 1}. "
-                f"Reply with <action>N</action> {tail}")
+        return (
+            f"Each turn, choose one action, a number from {start} to {start + n - 1}. "
+            f"Reply with <action>N</action> {tail}"
+        )
 
     def parse_action(self, text: str, env: Any) -> Any:
         """The action in a reply; ValueError with a reason when there is none."""
@@ -219,8 +220,9 @@ class GymEnv(MultiTurnEnv[GymState]):
         if getattr(self.action_space, "n", None) is None:
             return {}
         n, start = int(self.action_space.n), int(getattr(self.action_space, "start", 0))
-        return {"random": lambda: Policy(lambda messages, rng: self.format_action(start + rng.randrange(n)),
-                                         name="random")}
+        return {
+            "random": lambda: Policy(lambda messages, rng: self.format_action(start + rng.randrange(n)), name="random")
+        }
 
 
 # ---- reward functions -----------------------------------------------------------------------

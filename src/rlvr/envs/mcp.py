@@ -43,6 +43,7 @@ from rlvr.types import SamplingArgs, Task, ToolCall
 
 log = logging.getLogger("rlvr.mcp")
 
+
 def describe_error(exc: BaseException) -> str:
     """`Type: message` of the first leaf of (nested) exception groups, on one line.
 
@@ -130,8 +131,9 @@ class MCPServerConnection:
         self._task = asyncio.get_running_loop().create_task(self._own(mcp, ready), name=f"mcp:{self.config.name}")
         waiter = asyncio.ensure_future(ready.wait())
         try:
-            await asyncio.wait({self._task, waiter}, timeout=self.config.start_timeout_s,
-                               return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(
+                {self._task, waiter}, timeout=self.config.start_timeout_s, return_when=asyncio.FIRST_COMPLETED
+            )
         finally:
             waiter.cancel()
         if ready.is_set():
@@ -142,8 +144,10 @@ class MCPServerConnection:
             reason = f"no answer within {self.config.start_timeout_s:g} s"
         await self.stop()
         tail = self.stderr_tail()
-        raise EnvError(f"MCP server {self.config.name!r} ({self.config.describe()}) failed to start: {reason}"
-                       + (f"; its stderr ends: {tail}" if tail else ""))
+        raise EnvError(
+            f"MCP server {self.config.name!r} ({self.config.describe()}) failed to start: {reason}"
+            + (f"; its stderr ends: {tail}" if tail else "")
+        )
 
     def _transport(self, mcp: Any) -> Any:
         if self.config.url is not None:
@@ -152,9 +156,12 @@ class MCPServerConnection:
             return streamable_http_client(self.config.url)
         from mcp.client.stdio import stdio_client
 
-        params = mcp.StdioServerParameters(command=self.config.command, args=list(self.config.args),
-                                           env=dict(self.config.env) if self.config.env else None,
-                                           cwd=self.config.cwd)
+        params = mcp.StdioServerParameters(
+            command=self.config.command,
+            args=list(self.config.args),
+            env=dict(self.config.env) if self.config.env else None,
+            cwd=self.config.cwd,
+        )
         return stdio_client(params, errlog=self._stderr)
 
     async def _own(self, mcp: Any, ready: asyncio.Event) -> None:
@@ -169,9 +176,13 @@ class MCPServerConnection:
                     cursor = page.next_cursor
                     if cursor is None:
                         break
-                self.tools = {t.name: {"type": "function", "function": {
-                    "name": t.name, "description": t.description or "", "parameters": t.input_schema}}
-                    for t in tools}
+                self.tools = {
+                    t.name: {
+                        "type": "function",
+                        "function": {"name": t.name, "description": t.description or "", "parameters": t.input_schema},
+                    }
+                    for t in tools
+                }
                 self._client = client
                 ready.set()
                 await self._stop.wait()
@@ -198,8 +209,10 @@ class MCPServerConnection:
         except TimeoutError:
             raise ToolCallError(f"tool {name!r} did not answer within {self.config.call_timeout_s:g} s") from None
         except Exception as exc:  # noqa: BLE001 (connection closed, protocol error, server crash)
-            raise ToolCallError(f"{label} failed: {exc}" + (f" (stderr: {self.stderr_tail(300)})"
-                                                            if "closed" in str(exc).lower() else "")) from None
+            raise ToolCallError(
+                f"{label} failed: {exc}"
+                + (f" (stderr: {self.stderr_tail(300)})" if "closed" in str(exc).lower() else "")
+            ) from None
         parts = []
         for block in result.content:
             parts.append(block.text if getattr(block, "type", None) == "text" else f"[{block.type} content]")
@@ -269,8 +282,12 @@ class MCPEnv(ToolEnv[ToolState]):
             for conn in connections if not errors else ():
                 for tool in conn.tools:
                     if tool in routes:
-                        errors.append(EnvError(f"tool {tool!r} is offered by MCP servers {routes[tool].config.name!r} "
-                                               f"and {conn.config.name!r}; tool names must be unique"))
+                        errors.append(
+                            EnvError(
+                                f"tool {tool!r} is offered by MCP servers {routes[tool].config.name!r} "
+                                f"and {conn.config.name!r}; tool names must be unique"
+                            )
+                        )
                     routes[tool] = conn
             if errors:
                 await asyncio.gather(*(c.stop() for c in connections))

@@ -34,9 +34,7 @@ S = TypeVar("S", bound=State)
 StopFn = Callable[[Any, Any], bool]
 
 
-def stop(
-    fn: StopFn | None = None, *, priority: int = 0, truncated: bool = False
-) -> Any:
+def stop(fn: StopFn | None = None, *, priority: int = 0, truncated: bool = False) -> Any:
     """Mark a method `(self, state) -> bool` as a stop condition.
 
     `priority` orders the checks (highest first); `truncated=True` marks an episode that was
@@ -288,4 +286,3 @@ def _as_tasks(rows: Sequence[Task | Mapping[str, Any]]) -> list[Task]:
         dup = next(i for i in ids if ids.count(i) > 1)
         raise UsageError(f"task ids must be unique; {dup!r} appears more than once")
     return tasks
-

@@ -140,8 +140,7 @@ class ToolEnv(MultiTurnEnv[TS]):
     async def env_response(self, messages: Messages, state: TS) -> Messages:
         calls = state.turns[-1].completion.tool_calls
         return [
-            {"role": "tool", "tool_call_id": call.id, "content": await self.call_tool(call, state)}
-            for call in calls
+            {"role": "tool", "tool_call_id": call.id, "content": await self.call_tool(call, state)} for call in calls
         ]
 
     def inject(self, tool_name: str, args: dict[str, Any], state: TS) -> dict[str, Any]:

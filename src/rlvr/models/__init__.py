@@ -10,9 +10,7 @@ try:
     import tokenizers  # noqa: F401
     import transformers  # noqa: F401
 except ImportError as exc:  # pragma: no cover - depends on the install
-    raise ImportError(
-        f"rlvr.models needs the train extra ({exc.name} is missing): pip install 'rlvr[train]'"
-    ) from exc
+    raise ImportError(f"rlvr.models needs the train extra ({exc.name} is missing): pip install 'rlvr[train]'") from exc
 
 from rlvr.models.tiny import (
     PRESETS,

@@ -101,9 +101,7 @@ def default_corpus() -> list[str]:
         " ".join(string.punctuation),
     ]
     words = " ".join(s.lower().strip(".!?") for s in sentences).split()
-    return (
-        (sentences + tagged) * 8 + chars * 2 + [" ".join(words[i:] + words[:i]) for i in range(8)]
-    )
+    return (sentences + tagged) * 8 + chars * 2 + [" ".join(words[i:] + words[:i]) for i in range(8)]
 
 
 def build_tiny_model(
@@ -178,9 +176,7 @@ def init_model(tokenizer: Any, *, preset: str = "tiny", seed: int = 0) -> Any:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = model_cls(config)
-    model.generation_config = GenerationConfig(
-        bos_token_id=pad_id, eos_token_id=[eos_id, pad_id], pad_token_id=pad_id
-    )
+    model.generation_config = GenerationConfig(bos_token_id=pad_id, eos_token_id=[eos_id, pad_id], pad_token_id=pad_id)
     return model
 
 

@@ -90,9 +90,7 @@ _TEMPLATE_TEXT = (
 )
 
 
-def train_tokenizer(
-    corpus: Iterable[str], *, vocab_size: int, model_max_length: int
-) -> PreTrainedTokenizerFast:
+def train_tokenizer(corpus: Iterable[str], *, vocab_size: int, model_max_length: int) -> PreTrainedTokenizerFast:
     """Train a byte-level BPE on `corpus` and wrap it with special tokens and the chat template.
 
     `vocab_size` is an upper bound: a small corpus yields fewer merges. Training is

@@ -33,10 +33,12 @@ def _groups(rewards: Sequence[float], group_size: int) -> list[list[float]]:
     if group_size < 1:
         raise UsageError(f"group_size must be >= 1, got {group_size}")
     if len(rewards) % group_size:
-        raise UsageError(f"{len(rewards)} rewards do not split into groups of {group_size}; "
-                         f"pass group_size rollouts per task, grouped contiguously")
+        raise UsageError(
+            f"{len(rewards)} rewards do not split into groups of {group_size}; "
+            f"pass group_size rollouts per task, grouped contiguously"
+        )
     values = [float(r) for r in rewards]
-    return [values[i:i + group_size] for i in range(0, len(values), group_size)]
+    return [values[i : i + group_size] for i in range(0, len(values), group_size)]
 
 
 def _mean_std(group: list[float]) -> tuple[float, float]:
@@ -45,8 +47,7 @@ def _mean_std(group: list[float]) -> tuple[float, float]:
     return mean, math.sqrt(var)
 
 
-def group_advantages(rewards: Sequence[float], group_size: int, scale_std: bool,
-                     eps: float = 1e-6) -> list[float]:
+def group_advantages(rewards: Sequence[float], group_size: int, scale_std: bool, eps: float = 1e-6) -> list[float]:
     """Reward minus its group's mean, divided by (group std + eps) when `scale_std`.
 
     >>> group_advantages([1.0, 0.0, 0.5, 0.5], group_size=2, scale_std=False)
@@ -69,8 +70,7 @@ def _is_uniform(group: list[float], atol: float) -> bool:
     return max(group) - min(group) <= atol
 
 
-def drop_uniform_groups(rewards: Sequence[float], group_size: int,
-                        atol: float = 1e-9) -> list[bool]:
+def drop_uniform_groups(rewards: Sequence[float], group_size: int, atol: float = 1e-9) -> list[bool]:
     """DAPO dynamic sampling: one flag per group, True = keep (its rewards are not all equal).
 
     Expand to rollouts with `[k for k in keep for _ in range(group_size)]`.
@@ -81,8 +81,7 @@ def drop_uniform_groups(rewards: Sequence[float], group_size: int,
     return [not _is_uniform(g, atol) for g in _groups(rewards, group_size)]
 
 
-def group_stats(rewards: Sequence[float], group_size: int,
-                atol: float = 1e-9) -> dict[str, float]:
+def group_stats(rewards: Sequence[float], group_size: int, atol: float = 1e-9) -> dict[str, float]:
     """Logging metrics over the groups of a batch.
 
     >>> group_stats([1.0, 1.0, 0.0, 1.0], group_size=2)

@@ -61,8 +61,7 @@ class TokenizedChat:
     def __post_init__(self) -> None:
         if len(self.input_ids) != len(self.loss_mask):
             raise ValueError(
-                f"input_ids and loss_mask differ in length: "
-                f"{len(self.input_ids)} != {len(self.loss_mask)}"
+                f"input_ids and loss_mask differ in length: {len(self.input_ids)} != {len(self.loss_mask)}"
             )
 
 
@@ -102,9 +101,7 @@ def rollout_tokens(
     return _truncate(input_ids, max_length), _truncate(loss_mask, max_length)
 
 
-def _rollout_segments(
-    prompt_ids: Sequence[int], turns: Sequence[TurnTokens]
-) -> list[tuple[Sequence[int], bool]]:
+def _rollout_segments(prompt_ids: Sequence[int], turns: Sequence[TurnTokens]) -> list[tuple[Sequence[int], bool]]:
     segments: list[tuple[Sequence[int], bool]] = [(prompt_ids, False)]
     for turn in turns:
         segments += [(turn.prompt_ids, False), (turn.completion_ids, True)]
@@ -169,18 +166,12 @@ def tokenize_chat_turns(
         if message.get("role") != "assistant":
             continue
         prompt, full, reply_start, reply_end, moved = _assistant_turn(render, chat, i)
-        ids, mask = _encode_segments(
-            tokenizer, [(prompt, False), (full[reply_start:reply_end], True)]
-        )
-        samples.append(
-            TokenizedChat(_truncate(ids, max_length), _truncate(mask, max_length), moved)
-        )
+        ids, mask = _encode_segments(tokenizer, [(prompt, False), (full[reply_start:reply_end], True)])
+        samples.append(TokenizedChat(_truncate(ids, max_length), _truncate(mask, max_length), moved))
     return samples
 
 
-def _renderer(
-    tokenizer: Any, tools: Sequence[Any] | None, kwargs: Mapping[str, Any] | None
-) -> Render:
+def _renderer(tokenizer: Any, tools: Sequence[Any] | None, kwargs: Mapping[str, Any] | None) -> Render:
     if getattr(tokenizer, "chat_template", None) is None:
         raise ModelError(
             f"tokenizer {getattr(tokenizer, 'name_or_path', '')!r} has no chat template; "
@@ -199,9 +190,7 @@ def _renderer(
     return render
 
 
-def _assistant_turn(
-    render: Render, messages: list[dict[str, Any]], i: int
-) -> tuple[str, str, int, int, bool]:
+def _assistant_turn(render: Render, messages: list[dict[str, Any]], i: int) -> tuple[str, str, int, int, bool]:
     """Render assistant turn i as the last turn.
 
     Returns the prompt before it, the render ending with it, where the reply starts and ends
@@ -264,9 +253,7 @@ def _continue(done: str, render: str, new_messages: list[dict[str, Any]]) -> tup
     return start, True
 
 
-def _encode_segments(
-    tokenizer: Any, segments: list[tuple[str, bool]]
-) -> tuple[list[int], list[int]]:
+def _encode_segments(tokenizer: Any, segments: list[tuple[str, bool]]) -> tuple[list[int], list[int]]:
     ids: list[int] = []
     mask: list[int] = []
     for text, trainable in segments:

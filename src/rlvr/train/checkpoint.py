@@ -35,9 +35,16 @@ from rlvr.errors import ModelError, UsageError
 KEEP = 3
 """Complete checkpoints kept per run (older ones are deleted)."""
 _STEP_DIR = re.compile(r"step_(\d+)$")
-_FINGERPRINT_KEYS = ("model_type", "vocab_size", "hidden_size", "num_hidden_layers",
-                     "num_attention_heads", "num_key_value_heads", "intermediate_size",
-                     "tie_word_embeddings")
+_FINGERPRINT_KEYS = (
+    "model_type",
+    "vocab_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "intermediate_size",
+    "tie_word_embeddings",
+)
 
 
 @dataclass
@@ -55,8 +62,10 @@ class Checkpoint:
         try:
             return torch.load(self.path / "trainer.pt", map_location="cpu", weights_only=False)
         except (OSError, RuntimeError, EOFError, ValueError, pickle.UnpicklingError) as exc:
-            raise UsageError(f"cannot read checkpoint {self.path}/trainer.pt ({type(exc).__name__}: "
-                             f"{exc}); delete that checkpoint folder to resume from an older one") from None
+            raise UsageError(
+                f"cannot read checkpoint {self.path}/trainer.pt ({type(exc).__name__}: "
+                f"{exc}); delete that checkpoint folder to resume from an older one"
+            ) from None
 
 
 def checkpoints_dir(run_dir: str | Path) -> Path:

@@ -176,8 +176,12 @@ def _check_types(cfg: TrainConfig) -> None:
     hints = typing.get_type_hints(TrainConfig)
     for f in dataclasses.fields(cfg):
         value = getattr(cfg, f.name)
-        if (isinstance(value, int) and not isinstance(value, bool) and _accepts(hints[f.name], float)
-                and not _accepts(hints[f.name], int)):
+        if (
+            isinstance(value, int)
+            and not isinstance(value, bool)
+            and _accepts(hints[f.name], float)
+            and not _accepts(hints[f.name], int)
+        ):
             setattr(cfg, f.name, float(value))  # `lr = 1` in TOML means 1.0
             continue
         if not _is_instance(value, hints[f.name]):
@@ -210,8 +214,12 @@ def _is_instance(value: Any, tp: Any) -> bool:
 
 def _type_name(tp: Any) -> str:
     text = str(tp).replace("typing.", "")
-    return {"<class 'int'>": "an integer", "<class 'float'>": "a number", "<class 'str'>": "a string",
-            "<class 'bool'>": "true or false"}.get(text, text)
+    return {
+        "<class 'int'>": "an integer",
+        "<class 'float'>": "a number",
+        "<class 'str'>": "a string",
+        "<class 'bool'>": "true or false",
+    }.get(text, text)
 
 
 def _check_values(c: TrainConfig) -> None:
@@ -219,43 +227,62 @@ def _check_values(c: TrainConfig) -> None:
         if not ok:
             raise UsageError(message)
 
-    for name in ("steps", "batch_size", "rollouts_per_example", "max_tokens", "micro_batch_size",
-                 "minibatches", "eval_tasks"):
+    for name in (
+        "steps",
+        "batch_size",
+        "rollouts_per_example",
+        "max_tokens",
+        "micro_batch_size",
+        "minibatches",
+        "eval_tasks",
+    ):
         need(getattr(c, name) >= 1, f"{name} must be >= 1, got {getattr(c, name)}")
     for name in ("max_turns", "num_groups", "eval_every", "save_every"):
         value = getattr(c, name)
         need(value is None or value >= 1, f"{name} must be >= 1 or None (unset), got {value}")
-    need(c.rollouts_per_example >= 2,
-         f"rollouts_per_example must be >= 2 (a group of 1 always has advantage 0), "
-         f"got {c.rollouts_per_example}")
-    need(c.batch_size % c.rollouts_per_example == 0,
-         f"batch_size ({c.batch_size}) must be divisible by rollouts_per_example "
-         f"({c.rollouts_per_example}); e.g. batch_size = "
-         f"{max(1, round(c.batch_size / c.rollouts_per_example)) * c.rollouts_per_example}")
+    need(
+        c.rollouts_per_example >= 2,
+        f"rollouts_per_example must be >= 2 (a group of 1 always has advantage 0), got {c.rollouts_per_example}",
+    )
+    need(
+        c.batch_size % c.rollouts_per_example == 0,
+        f"batch_size ({c.batch_size}) must be divisible by rollouts_per_example "
+        f"({c.rollouts_per_example}); e.g. batch_size = "
+        f"{max(1, round(c.batch_size / c.rollouts_per_example)) * c.rollouts_per_example}",
+    )
     if c.num_groups is not None:
-        need(c.num_groups <= c.tasks_per_batch,
-             f"num_groups ({c.num_groups}) is larger than the tasks in a batch "
-             f"(batch_size / rollouts_per_example = {c.tasks_per_batch}); each batch holds one "
-             f"task per group, so lower num_groups or raise batch_size")
-        need(c.tasks_per_batch % c.num_groups == 0,
-             f"tasks per batch ({c.tasks_per_batch}) must be a multiple of num_groups "
-             f"({c.num_groups}) so that every group gets the same number of tasks")
-    need(c.batch_size % c.minibatches == 0 and c.tasks_per_batch % c.minibatches == 0,
-         f"minibatches ({c.minibatches}) must divide the tasks in a batch ({c.tasks_per_batch})")
+        need(
+            c.num_groups <= c.tasks_per_batch,
+            f"num_groups ({c.num_groups}) is larger than the tasks in a batch "
+            f"(batch_size / rollouts_per_example = {c.tasks_per_batch}); each batch holds one "
+            f"task per group, so lower num_groups or raise batch_size",
+        )
+        need(
+            c.tasks_per_batch % c.num_groups == 0,
+            f"tasks per batch ({c.tasks_per_batch}) must be a multiple of num_groups "
+            f"({c.num_groups}) so that every group gets the same number of tasks",
+        )
+    need(
+        c.batch_size % c.minibatches == 0 and c.tasks_per_batch % c.minibatches == 0,
+        f"minibatches ({c.minibatches}) must divide the tasks in a batch ({c.tasks_per_batch})",
+    )
     need(c.loss in LOSS_NAMES, f"unknown loss {c.loss!r}; expected one of {', '.join(LOSS_NAMES)}")
-    need(c.lr_schedule in LR_SCHEDULES,
-         f"unknown lr_schedule {c.lr_schedule!r}; expected one of {', '.join(LR_SCHEDULES)}")
+    need(
+        c.lr_schedule in LR_SCHEDULES,
+        f"unknown lr_schedule {c.lr_schedule!r}; expected one of {', '.join(LR_SCHEDULES)}",
+    )
     need(math.isfinite(c.lr) and c.lr > 0, f"lr must be > 0, got {c.lr}")
     need(c.warmup_steps >= 0, f"warmup_steps must be >= 0, got {c.warmup_steps}")
     need(c.max_grad_norm > 0, f"max_grad_norm must be > 0, got {c.max_grad_norm}")
-    need(c.temperature > 0,
-         f"temperature must be > 0 for training (0 = greedy makes every rollout of a group the "
-         f"same), got {c.temperature}")
+    need(
+        c.temperature > 0,
+        f"temperature must be > 0 for training (0 = greedy makes every rollout of a group the "
+        f"same), got {c.temperature}",
+    )
     need(0 < c.top_p <= 1, f"top_p must be in (0, 1], got {c.top_p}")
     for name in ("clip_eps", "max_is_weight"):
         need(getattr(c, name) > 0, f"{name} must be > 0, got {getattr(c, name)}")
-    need(c.clip_eps_high is None or c.clip_eps_high > 0,
-         f"clip_eps_high must be > 0 or None, got {c.clip_eps_high}")
+    need(c.clip_eps_high is None or c.clip_eps_high > 0, f"clip_eps_high must be > 0 or None, got {c.clip_eps_high}")
     need(c.kl_coef >= 0, f"kl_coef must be >= 0, got {c.kl_coef}")
     need(c.lora_rank >= 0, f"lora_rank must be >= 0 (0 = full fine-tuning), got {c.lora_rank}")
     need(c.lora_alpha is None or c.lora_alpha > 0, f"lora_alpha must be > 0 or None, got {c.lora_alpha}")

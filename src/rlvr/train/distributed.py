@@ -64,7 +64,7 @@ class Dist:
     def shard(self, items: list[Any]) -> list[Any]:
         """This rank's contiguous share of `items` (len(items) must divide by world)."""
         per = len(items) // self.world
-        return items[self.rank * per:(self.rank + 1) * per]
+        return items[self.rank * per : (self.rank + 1) * per]
 
     @property
     def _comm_device(self) -> torch.device:

@@ -105,8 +105,14 @@ PLOT_EVERY = 10
 """Regenerate the PNG plots every N steps (and at every evaluation and at the end)."""
 
 
-def train(cfg: TrainConfig, *, resume: bool = False, make_env: EnvFactory | None = None,
-          quiet: bool = False, plots: bool = True) -> list[dict[str, float]]:
+def train(
+    cfg: TrainConfig,
+    *,
+    resume: bool = False,
+    make_env: EnvFactory | None = None,
+    quiet: bool = False,
+    plots: bool = True,
+) -> list[dict[str, float]]:
     """Run (or with `resume`, continue) the training described by `cfg`.
 
     `make_env(**env_args)` builds environments (default: the installed environment `cfg.env`);
@@ -131,9 +137,11 @@ def train(cfg: TrainConfig, *, resume: bool = False, make_env: EnvFactory | None
     env = envs.get(cfg.env_args)
     sampler = make_sampler(env, cfg)
     if cfg.tasks_per_batch % (dist.world * cfg.minibatches):
-        raise UsageError(f"the {cfg.tasks_per_batch} tasks of a batch do not split over {dist.world} "
-                         f"process(es) x {cfg.minibatches} minibatch(es); make batch_size / "
-                         f"rollouts_per_example a multiple of {dist.world * cfg.minibatches}")
+        raise UsageError(
+            f"the {cfg.tasks_per_batch} tasks of a batch do not split over {dist.world} "
+            f"process(es) x {cfg.minibatches} minibatch(es); make batch_size / "
+            f"rollouts_per_example a multiple of {dist.world * cfg.minibatches}"
+        )
 
     # ---- model, optimizer, and the checkpoint to resume from -------------------------------------
     tokenizer, model_config = load_tokenizer_and_config(cfg.model)
@@ -157,19 +165,31 @@ def train(cfg: TrainConfig, *, resume: bool = False, make_env: EnvFactory | None
 
         policy = DistributedDataParallel(model, device_ids=[dist.device.index] if dist.device.type == "cuda" else None)
     per_rank = cfg.batch_size // dist.world
-    client = LocalModel(cfg.model, model=model, tokenizer=tokenizer,
-                        max_batch_size=max(per_rank, cfg.eval_tasks),
-                        autocast="bfloat16" if cfg.bf16 else None)
+    client = LocalModel(
+        cfg.model,
+        model=model,
+        tokenizer=tokenizer,
+        max_batch_size=max(per_rank, cfg.eval_tasks),
+        autocast="bfloat16" if cfg.bf16 else None,
+    )
     log = MetricsLog(run_dir, resume_step=start, plots=plots) if dist.main else None
-    loss_cfg = LossConfig(clip_eps=cfg.clip_eps, clip_eps_high=cfg.clip_eps_high,
-                          max_is_weight=cfg.max_is_weight, kl_coef=cfg.kl_coef, norm_len=cfg.max_tokens)
-    sampling = SamplingArgs(max_tokens=cfg.max_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
-                            stop=env.sampling.stop, logprobs=True)
+    loss_cfg = LossConfig(
+        clip_eps=cfg.clip_eps,
+        clip_eps_high=cfg.clip_eps_high,
+        max_is_weight=cfg.max_is_weight,
+        kl_coef=cfg.kl_coef,
+        norm_len=cfg.max_tokens,
+    )
+    sampling = SamplingArgs(
+        max_tokens=cfg.max_tokens, temperature=cfg.temperature, top_p=cfg.top_p, stop=env.sampling.stop, logprobs=True
+    )
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    say(f"training {cfg.model} on {cfg.env}: {cfg.steps} steps x {cfg.batch_size} rollouts "
+    say(
+        f"training {cfg.model} on {cfg.env}: {cfg.steps} steps x {cfg.batch_size} rollouts "
         f"({cfg.tasks_per_batch} tasks x {cfg.rollouts_per_example}), loss {cfg.loss}, "
         f"{'LoRA r=' + str(cfg.lora_rank) if cfg.lora_rank else 'full fine-tuning'}, "
-        f"{dist.world} process(es) on {dist.device.type}; run dir {run_dir}")
+        f"{dist.world} process(es) on {dist.device.type}; run dir {run_dir}"
+    )
 
     history: list[dict[str, float]] = []
     with _session(envs, log) as run_async:
@@ -182,10 +202,16 @@ def train(cfg: TrainConfig, *, resume: bool = False, make_env: EnvFactory | None
 
             # ---- 2. rollouts with the current policy (multi-turn, env replies included) ----------
             t0 = time.monotonic()
-            rollouts = run_async(run_rollouts(
-                env, _StepSeeded(client, cfg.seed, step), tasks, sampling=sampling,
-                rollouts_per_task=cfg.rollouts_per_example,
-                concurrency=len(tasks) * cfg.rollouts_per_example))
+            rollouts = run_async(
+                run_rollouts(
+                    env,
+                    _StepSeeded(client, cfg.seed, step),
+                    tasks,
+                    sampling=sampling,
+                    rollouts_per_task=cfg.rollouts_per_example,
+                    concurrency=len(tasks) * cfg.rollouts_per_example,
+                )
+            )
             t_rollouts = time.monotonic() - t0
 
             # ---- 3. group advantages -------------------------------------------------------------
@@ -198,8 +224,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, make_env: EnvFactory | None
             t0 = time.monotonic()
             lr = scheduler.get_last_lr()[0]
             try:
-                train_stats = update_policy(policy, ref, seqs, len(rollouts), cfg, loss_cfg,
-                                            optimizer, dist, pad_id)
+                train_stats = update_policy(policy, ref, seqs, len(rollouts), cfg, loss_cfg, optimizer, dist, pad_id)
             except TrainingError as exc:
                 raise TrainingError(f"step {step + 1}: {exc}; {_last_good(run_dir)}") from None
             scheduler.step()
@@ -211,18 +236,27 @@ def train(cfg: TrainConfig, *, resume: bool = False, make_env: EnvFactory | None
             everyone = dist.gather(rollouts)
             metrics = rollout_metrics(everyone, env, cfg)
             metrics.update(train_stats)
-            metrics.update({"rollout/split_frac": dist.sum([split])[0] / max(len(everyone), 1),
-                            "batch/kept_groups_frac": kept_groups, "optim/lr": lr})
+            metrics.update(
+                {
+                    "rollout/split_frac": dist.sum([split])[0] / max(len(everyone), 1),
+                    "batch/kept_groups_frac": kept_groups,
+                    "optim/lr": lr,
+                }
+            )
             t_total = time.monotonic() - t_step
             gen_tokens = sum(r.usage.completion_tokens for r in everyone)
-            metrics.update({
-                "time/rollouts": t_rollouts, "time/train": t_train, "time/step": t_total,
-                "time/env": phase_seconds(everyone, "env"),
-                "time/score": phase_seconds(everyone, "score"),
-                "throughput/rollouts_per_s": len(everyone) / t_total,
-                "throughput/gen_tokens_per_s": gen_tokens / max(t_rollouts, 1e-9),
-                "throughput/train_tokens_per_s": metrics["tokens/processed"] / max(t_train, 1e-9),
-            })
+            metrics.update(
+                {
+                    "time/rollouts": t_rollouts,
+                    "time/train": t_train,
+                    "time/step": t_total,
+                    "time/env": phase_seconds(everyone, "env"),
+                    "time/score": phase_seconds(everyone, "score"),
+                    "throughput/rollouts_per_s": len(everyone) / t_total,
+                    "throughput/gen_tokens_per_s": gen_tokens / max(t_rollouts, 1e-9),
+                    "throughput/train_tokens_per_s": metrics["tokens/processed"] / max(t_train, 1e-9),
+                }
+            )
             history.append(metrics)
             if log is not None:
                 log.write(step + 1, metrics)
@@ -238,11 +272,23 @@ def train(cfg: TrainConfig, *, resume: bool = False, make_env: EnvFactory | None
             # ---- 8. checkpoint -------------------------------------------------------------------
             if last_step or (cfg.save_every is not None and (step + 1) % cfg.save_every == 0):
                 t0 = time.monotonic()
-                state = {"step": step + 1, "optimizer": optimizer.state_dict(),
-                         "scheduler": scheduler.state_dict(), "sampler": sampler_state,
-                         "config": cfg.to_dict(), "fingerprint": fingerprint}
-                ckpt_io.save_checkpoint(run_dir, step + 1, model=model, tokenizer=tokenizer,
-                                        trainer_state=state, rank=dist.rank, barrier=dist.barrier)
+                state = {
+                    "step": step + 1,
+                    "optimizer": optimizer.state_dict(),
+                    "scheduler": scheduler.state_dict(),
+                    "sampler": sampler_state,
+                    "config": cfg.to_dict(),
+                    "fingerprint": fingerprint,
+                }
+                ckpt_io.save_checkpoint(
+                    run_dir,
+                    step + 1,
+                    model=model,
+                    tokenizer=tokenizer,
+                    trainer_state=state,
+                    rank=dist.rank,
+                    barrier=dist.barrier,
+                )
                 if log is not None:
                     log.write(step + 1, {"time/checkpoint": time.monotonic() - t0})
 
@@ -319,7 +365,7 @@ def compute_advantages(rollouts: list[Rollout], cfg: TrainConfig) -> tuple[list[
     g = cfg.rollouts_per_example
     rewards = [r.reward for r in rollouts]
     for start in range(0, len(rollouts), g):  # failed rollouts take their group's mean
-        group = rollouts[start:start + g]
+        group = rollouts[start : start + g]
         scored = [r.reward for r in group if r.error is None]
         fill = statistics.fmean(scored) if scored else 0.0
         for i, r in enumerate(group):
@@ -335,15 +381,25 @@ def compute_advantages(rollouts: list[Rollout], cfg: TrainConfig) -> tuple[list[
     return advantages, trainable, kept
 
 
-def update_policy(policy: Any, ref: Any, seqs: list[Any], n_rollouts: int, cfg: TrainConfig,
-                  loss_cfg: LossConfig, optimizer: torch.optim.Optimizer, dist: Dist,
-                  pad_id: int) -> dict[str, float]:
+def update_policy(
+    policy: Any,
+    ref: Any,
+    seqs: list[Any],
+    n_rollouts: int,
+    cfg: TrainConfig,
+    loss_cfg: LossConfig,
+    optimizer: torch.optim.Optimizer,
+    dist: Dist,
+    pad_id: int,
+) -> dict[str, float]:
     """`cfg.minibatches` optimizer steps on this rank's sequences (of `n_rollouts` rollouts,
     whole groups per minibatch); returns the train metrics of all ranks."""
     kind, loss_fn, device = NORMALISATION[cfg.loss], LOSSES[cfg.loss], dist.device
     per = max(1, n_rollouts // cfg.minibatches)
-    plans = [micro_batches([s for s in seqs if s.rollout // per == m], cfg.micro_batch_size, pad_id, device)
-             for m in range(cfg.minibatches)]
+    plans = [
+        micro_batches([s for s in seqs if s.rollout // per == m], cfg.micro_batch_size, pad_id, device)
+        for m in range(cfg.minibatches)
+    ]
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.bf16)
     old: dict[tuple[int, int], torch.Tensor] = {}
     if cfg.minibatches > 1:  # off-policy updates follow: freeze the behaviour log-probs now
@@ -365,10 +421,9 @@ def update_policy(policy: Any, ref: Any, seqs: list[Any], n_rollouts: int, cfg: 
             host = mb.cpu_mask
             share = normaliser(kind, host) / total if host.numel() and host.any() else 0.0
             sync = u == count - 1 or not dist.active
-            with (contextlib.nullcontext() if sync else policy.no_sync()):
+            with contextlib.nullcontext() if sync else policy.no_sync():
                 with autocast:
-                    logp, ent = token_logprobs(policy, mb.ids, mb.attention, cfg.temperature,
-                                               entropy=True)
+                    logp, ent = token_logprobs(policy, mb.ids, mb.attention, cfg.temperature, entropy=True)
                 ref_logp = _reference_logprobs(policy, ref, mb, cfg, autocast)
                 old_logp = old.get((m, u), logp.detach())
                 loss, stats = loss_fn(logp, old_logp, mb.adv, mb.mask, loss_cfg, ref_logp=ref_logp)
@@ -377,8 +432,14 @@ def update_policy(policy: Any, ref: Any, seqs: list[Any], n_rollouts: int, cfg: 
             acc.add(stats, ent, old_logp, mb, share)
         grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
         values = torch.stack([*losses, grad_norm.detach().float()]).tolist()
-        bad = next((f"the loss is {v} (micro-batch {u + 1} of update {m + 1})"
-                    for u, v in enumerate(values[:-1]) if not math.isfinite(v)), "")
+        bad = next(
+            (
+                f"the loss is {v} (micro-batch {u + 1} of update {m + 1})"
+                for u, v in enumerate(values[:-1])
+                if not math.isfinite(v)
+            ),
+            "",
+        )
         if not bad and not math.isfinite(values[-1]):
             bad = f"the gradient norm is {values[-1]} (update {m + 1})"
         if dist.max(int(bool(bad))):  # stop on every rank together, before the step
@@ -390,8 +451,7 @@ def update_policy(policy: Any, ref: Any, seqs: list[Any], n_rollouts: int, cfg: 
     return acc.result(dist)
 
 
-def _reference_logprobs(policy: Any, ref: Any, mb: MicroBatch, cfg: TrainConfig,
-                        autocast: Any) -> torch.Tensor | None:
+def _reference_logprobs(policy: Any, ref: Any, mb: MicroBatch, cfg: TrainConfig, autocast: Any) -> torch.Tensor | None:
     if cfg.kl_coef == 0:
         return None
     with torch.no_grad(), autocast:
@@ -422,18 +482,23 @@ def make_sampler(env: MultiTurnEnv[Any], cfg: TrainConfig) -> StratifiedSampler:
     bucket, a seeded shuffle."""
     groups = env.sampler(cfg.seed, num_groups=cfg.num_groups).num_groups
     if cfg.num_groups is not None and groups != cfg.num_groups:
-        raise UsageError(f"environment {cfg.env!r} makes {groups} difficulty bucket(s), not "
-                         f"num_groups={cfg.num_groups} (it has no difficulty, or its difficulty "
-                         f"range has zero width); leave num_groups unset")
+        raise UsageError(
+            f"environment {cfg.env!r} makes {groups} difficulty bucket(s), not "
+            f"num_groups={cfg.num_groups} (it has no difficulty, or its difficulty "
+            f"range has zero width); leave num_groups unset"
+        )
     if cfg.tasks_per_batch % groups:
-        raise UsageError(f"the {cfg.tasks_per_batch} tasks of a batch do not split into the "
-                         f"environment's {groups} difficulty buckets; make batch_size / "
-                         f"rollouts_per_example a multiple of {groups}")
+        raise UsageError(
+            f"the {cfg.tasks_per_batch} tasks of a batch do not split into the "
+            f"environment's {groups} difficulty buckets; make batch_size / "
+            f"rollouts_per_example a multiple of {groups}"
+        )
     return env.sampler(cfg.seed, num_groups=cfg.num_groups, tasks_per_group=cfg.tasks_per_batch // groups)
 
 
-def _open_run(run_dir: Path, cfg: TrainConfig, resume: bool, fingerprint: str,
-              dist: Dist) -> tuple[ckpt_io.Checkpoint | None, dict[str, Any] | None]:
+def _open_run(
+    run_dir: Path, cfg: TrainConfig, resume: bool, fingerprint: str, dist: Dist
+) -> tuple[ckpt_io.Checkpoint | None, dict[str, Any] | None]:
     """Check the run directory; with `resume`, the checkpoint to continue from and its state."""
     ckpt, state = None, None
     if resume:
@@ -444,8 +509,9 @@ def _open_run(run_dir: Path, cfg: TrainConfig, resume: bool, fingerprint: str,
         check_resume(state["config"], cfg)
         ckpt_io.check_fingerprint(ckpt, state["fingerprint"], fingerprint, cfg.model)
     elif (run_dir / "metrics.csv").exists() or ckpt_io.latest_checkpoint(run_dir) is not None:
-        raise UsageError(f"{run_dir} already holds a training run; pass --resume to continue it, "
-                         f"or choose another output_dir")
+        raise UsageError(
+            f"{run_dir} already holds a training run; pass --resume to continue it, or choose another output_dir"
+        )
     dist.barrier()
     if dist.main:
         run_dir.mkdir(parents=True, exist_ok=True)

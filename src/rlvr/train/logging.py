@@ -32,8 +32,18 @@ from pathlib import Path
 from typing import Any
 
 CSV_NAME = "metrics.csv"
-OVERVIEW = ("reward/mean", "eval/*/reward/mean", "loss/policy", "kl/ref", "entropy/mean", "grad/norm",
-            "rollout/completion_tokens", "throughput/rollouts_per_s", "loss/train", "loss/eval")
+OVERVIEW = (
+    "reward/mean",
+    "eval/*/reward/mean",
+    "loss/policy",
+    "kl/ref",
+    "entropy/mean",
+    "grad/norm",
+    "rollout/completion_tokens",
+    "throughput/rollouts_per_s",
+    "loss/train",
+    "loss/eval",
+)
 """Panels of `plots/overview.png` (`*` matches one name part); absent ones are skipped."""
 
 Row = Mapping[str, float]
@@ -52,8 +62,9 @@ def metric_name(text: str) -> str:
 class MetricsLog:
     """Append-only metrics of one run (CSV + TensorBoard + PNG plots)."""
 
-    def __init__(self, run_dir: str | Path, *, resume_step: int | None = None,
-                 tensorboard: bool = True, plots: bool = True) -> None:
+    def __init__(
+        self, run_dir: str | Path, *, resume_step: int | None = None, tensorboard: bool = True, plots: bool = True
+    ) -> None:
         self.dir = Path(run_dir)
         self.plots = plots
         """False: `plot_async` does nothing (tests, benchmarks)."""
@@ -71,8 +82,10 @@ class MetricsLog:
             try:
                 from torch.utils.tensorboard import SummaryWriter
             except ImportError:  # the package `tensorboard` is missing: CSV and PNG only
-                print("tensorboard is not installed: logging to metrics.csv and plots/ only "
-                      "(pip install tensorboard)", file=sys.stderr)
+                print(
+                    "tensorboard is not installed: logging to metrics.csv and plots/ only (pip install tensorboard)",
+                    file=sys.stderr,
+                )
             else:
                 purge = None if resume_step is None else resume_step + 1
                 self.tb = SummaryWriter(str(self.dir / "tensorboard"), purge_step=purge)
@@ -126,8 +139,11 @@ class MetricsLog:
         one still runs."""
         if not self.plots or (self._plotter is not None and self._plotter.poll() is None):
             return
-        self._plotter = subprocess.Popen([sys.executable, "-m", "rlvr.train.logging", str(self.dir)],
-                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self._plotter = subprocess.Popen(
+            [sys.executable, "-m", "rlvr.train.logging", str(self.dir)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
 
     def wait_plots(self) -> None:
         """Wait for the child process drawing plots, if any."""
@@ -225,8 +241,7 @@ def _load_csv(path: Path) -> tuple[list[dict[str, float]], list[str]]:
     with path.open(newline="", encoding="utf-8") as f:
         reader = csv.DictReader(f)
         columns = list(reader.fieldnames or ["step"])
-        rows = [{k: float(v) for k, v in raw.items() if k is not None and v not in (None, "")}
-                for raw in reader]
+        rows = [{k: float(v) for k, v in raw.items() if k is not None and v not in (None, "")} for raw in reader]
     return rows, columns
 
 

@@ -85,8 +85,7 @@ class LossConfig:
             if not getattr(self, name) > 0:
                 raise UsageError(f"LossConfig.{name} must be > 0, got {getattr(self, name)}")
         if self.clip_eps_high is not None and not self.clip_eps_high > 0:
-            raise UsageError(f"LossConfig.clip_eps_high must be > 0 or None, "
-                             f"got {self.clip_eps_high}")
+            raise UsageError(f"LossConfig.clip_eps_high must be > 0 or None, got {self.clip_eps_high}")
         if self.norm_len is not None and self.norm_len < 1:
             raise UsageError(f"LossConfig.norm_len must be >= 1 or None, got {self.norm_len}")
         if self.kl_coef < 0:
@@ -94,8 +93,9 @@ class LossConfig:
 
 
 class LossFn(Protocol):
-    def __call__(self, logp: Tensor, old_logp: Tensor, adv: Tensor, mask: Tensor,
-                 cfg: LossConfig, ref_logp: Tensor | None = None) -> tuple[Tensor, Stats]: ...
+    def __call__(
+        self, logp: Tensor, old_logp: Tensor, adv: Tensor, mask: Tensor, cfg: LossConfig, ref_logp: Tensor | None = None
+    ) -> tuple[Tensor, Stats]: ...
 
 
 Reduce = Callable[[Tensor], Tensor]
@@ -103,13 +103,13 @@ Reduce = Callable[[Tensor], Tensor]
 
 # ---------------------------------------------------------------- normalisations (B, T) -> ()
 def _seq_mean(x: Tensor, m: Tensor) -> Tensor:
-    n_tok = m.sum(-1)                                           # (B,)
-    per_seq = (x * m).sum(-1) / n_tok.clamp(min=1)              # (B,)
-    return per_seq.sum() / (n_tok > 0).sum().clamp(min=1)       # ()
+    n_tok = m.sum(-1)  # (B,)
+    per_seq = (x * m).sum(-1) / n_tok.clamp(min=1)  # (B,)
+    return per_seq.sum() / (n_tok > 0).sum().clamp(min=1)  # ()
 
 
 def _token_mean(x: Tensor, m: Tensor) -> Tensor:
-    return (x * m).sum() / m.sum().clamp(min=1)                 # ()
+    return (x * m).sum() / m.sum().clamp(min=1)  # ()
 
 
 def _constant(x: Tensor, m: Tensor, norm_len: int | None) -> Tensor:
@@ -118,18 +118,21 @@ def _constant(x: Tensor, m: Tensor, norm_len: int | None) -> Tensor:
 
 
 # ---------------------------------------------------------------- shared pieces
-def _prepare(logp: Tensor, old_logp: Tensor, adv: Tensor, mask: Tensor
-             ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+def _prepare(
+    logp: Tensor, old_logp: Tensor, adv: Tensor, mask: Tensor
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     if logp.dim() != 2 or old_logp.shape != logp.shape or mask.shape != logp.shape:
-        raise ValueError(f"logp, old_logp and mask must share one (B, T) shape, got "
-                         f"{tuple(logp.shape)}, {tuple(old_logp.shape)}, {tuple(mask.shape)}")
+        raise ValueError(
+            f"logp, old_logp and mask must share one (B, T) shape, got "
+            f"{tuple(logp.shape)}, {tuple(old_logp.shape)}, {tuple(mask.shape)}"
+        )
     if adv.shape != logp.shape[:1]:
         raise ValueError(f"adv must be (B,) = {tuple(logp.shape[:1])}, got {tuple(adv.shape)}")
-    on = mask > 0                                               # (B, T) bool
-    m = on.to(logp.dtype)                                       # (B, T)
+    on = mask > 0  # (B, T) bool
+    m = on.to(logp.dtype)  # (B, T)
     log_ratio = torch.where(on, logp - old_logp.detach(), 0.0)  # (B, T), 0 off-mask
-    logp_on = torch.where(on, logp, 0.0)                        # (B, T), 0 off-mask
-    a = adv.detach().to(logp.dtype).unsqueeze(-1)               # (B, 1)
+    logp_on = torch.where(on, logp, 0.0)  # (B, T), 0 off-mask
+    a = adv.detach().to(logp.dtype).unsqueeze(-1)  # (B, 1)
     return on, m, log_ratio, logp_on, a
 
 
@@ -150,85 +153,96 @@ def _stats(ratio: Tensor, weight: Tensor, low: Tensor, high: Tensor, on: Tensor)
     }
 
 
-def _finish(per_token: Tensor, reduce: Reduce, logp_on: Tensor, on: Tensor,
-            ref_logp: Tensor | None, cfg: LossConfig, stats: Stats) -> tuple[Tensor, Stats]:
-    policy = reduce(per_token)                                  # ()
+def _finish(
+    per_token: Tensor,
+    reduce: Reduce,
+    logp_on: Tensor,
+    on: Tensor,
+    ref_logp: Tensor | None,
+    cfg: LossConfig,
+    stats: Stats,
+) -> tuple[Tensor, Stats]:
+    policy = reduce(per_token)  # ()
     loss = policy
     stats["loss/policy"] = policy.detach()
     if ref_logp is not None:
-        d = torch.where(on, ref_logp.detach() - logp_on, 0.0)   # (B, T)
-        kl = reduce(d.exp() - d - 1)                            # () k3 estimator
+        d = torch.where(on, ref_logp.detach() - logp_on, 0.0)  # (B, T)
+        kl = reduce(d.exp() - d - 1)  # () k3 estimator
         stats["kl/ref"] = kl.detach()
         if cfg.kl_coef > 0:
             loss = loss + cfg.kl_coef * kl
     elif cfg.kl_coef > 0:
-        raise ValueError(f"kl_coef={cfg.kl_coef} needs ref_logp; pass the reference "
-                         f"model's log-probs or set kl_coef=0")
+        raise ValueError(f"kl_coef={cfg.kl_coef} needs ref_logp; pass the reference model's log-probs or set kl_coef=0")
     stats["loss/total"] = loss.detach()
     return loss, stats
 
 
-def _ppo(logp: Tensor, old_logp: Tensor, adv: Tensor, mask: Tensor, cfg: LossConfig
-         ) -> tuple[Tensor, Tensor, Tensor, Stats]:
+def _ppo(
+    logp: Tensor, old_logp: Tensor, adv: Tensor, mask: Tensor, cfg: LossConfig
+) -> tuple[Tensor, Tensor, Tensor, Stats]:
     """PPO clipped surrogate per token: -min(r*A, clip(r, 1-eps, 1+eps_high)*A)."""
     on, m, log_ratio, logp_on, a = _prepare(logp, old_logp, adv, mask)
-    ratio = log_ratio.exp()                                     # (B, T)
+    ratio = log_ratio.exp()  # (B, T)
     lo = 1 - cfg.clip_eps
     hi = 1 + (cfg.clip_eps if cfg.clip_eps_high is None else cfg.clip_eps_high)
     per_token = -torch.minimum(ratio * a, ratio.clamp(lo, hi) * a)  # (B, T)
-    low = (ratio < lo) & (a < 0)                                # (B, T) gradient removed
-    high = (ratio > hi) & (a > 0)                               # (B, T) gradient removed
-    weight = torch.where(low | high, 0.0, ratio).detach()       # (B, T)
+    low = (ratio < lo) & (a < 0)  # (B, T) gradient removed
+    high = (ratio > hi) & (a > 0)  # (B, T) gradient removed
+    weight = torch.where(low | high, 0.0, ratio).detach()  # (B, T)
     return per_token, m, logp_on, _stats(ratio.detach()[on], weight, low, high, on)
 
 
 # ---------------------------------------------------------------- the losses
-def grpo_loss(logp: Tensor, old_logp: Tensor, adv: Tensor, mask: Tensor, cfg: LossConfig,
-              ref_logp: Tensor | None = None) -> tuple[Tensor, Stats]:
+def grpo_loss(
+    logp: Tensor, old_logp: Tensor, adv: Tensor, mask: Tensor, cfg: LossConfig, ref_logp: Tensor | None = None
+) -> tuple[Tensor, Stats]:
     """GRPO: PPO clipped surrogate, mean over each sequence's tokens, then over sequences."""
     per_token, m, logp_on, stats = _ppo(logp, old_logp, adv, mask, cfg)
     return _finish(per_token, lambda x: _seq_mean(x, m), logp_on, m > 0, ref_logp, cfg, stats)
 
 
-def dr_grpo_loss(logp: Tensor, old_logp: Tensor, adv: Tensor, mask: Tensor, cfg: LossConfig,
-                 ref_logp: Tensor | None = None) -> tuple[Tensor, Stats]:
+def dr_grpo_loss(
+    logp: Tensor, old_logp: Tensor, adv: Tensor, mask: Tensor, cfg: LossConfig, ref_logp: Tensor | None = None
+) -> tuple[Tensor, Stats]:
     """Dr. GRPO: PPO clipped surrogate summed over all tokens / (B * (norm_len or T))."""
     per_token, m, logp_on, stats = _ppo(logp, old_logp, adv, mask, cfg)
-    return _finish(per_token, lambda x: _constant(x, m, cfg.norm_len), logp_on, m > 0, ref_logp,
-                   cfg, stats)
+    return _finish(per_token, lambda x: _constant(x, m, cfg.norm_len), logp_on, m > 0, ref_logp, cfg, stats)
 
 
-def dapo_loss(logp: Tensor, old_logp: Tensor, adv: Tensor, mask: Tensor, cfg: LossConfig,
-              ref_logp: Tensor | None = None) -> tuple[Tensor, Stats]:
+def dapo_loss(
+    logp: Tensor, old_logp: Tensor, adv: Tensor, mask: Tensor, cfg: LossConfig, ref_logp: Tensor | None = None
+) -> tuple[Tensor, Stats]:
     """DAPO: PPO surrogate with asymmetric clip, summed over tokens / number of tokens."""
     per_token, m, logp_on, stats = _ppo(logp, old_logp, adv, mask, cfg)
     return _finish(per_token, lambda x: _token_mean(x, m), logp_on, m > 0, ref_logp, cfg, stats)
 
 
-def cispo_loss(logp: Tensor, old_logp: Tensor, adv: Tensor, mask: Tensor, cfg: LossConfig,
-               ref_logp: Tensor | None = None) -> tuple[Tensor, Stats]:
+def cispo_loss(
+    logp: Tensor, old_logp: Tensor, adv: Tensor, mask: Tensor, cfg: LossConfig, ref_logp: Tensor | None = None
+) -> tuple[Tensor, Stats]:
     """CISPO (MiniMax-M1): clip the importance weight, keep every token's gradient."""
     on, m, log_ratio, logp_on, a = _prepare(logp, old_logp, adv, mask)
-    ratio = log_ratio.exp().detach()                            # (B, T)
-    weight = ratio.clamp(max=cfg.max_is_weight)                 # (B, T) detached
-    per_token = -weight * a * logp_on                           # (B, T)
-    high = ratio > cfg.max_is_weight                            # (B, T) weight capped
+    ratio = log_ratio.exp().detach()  # (B, T)
+    weight = ratio.clamp(max=cfg.max_is_weight)  # (B, T) detached
+    per_token = -weight * a * logp_on  # (B, T)
+    high = ratio > cfg.max_is_weight  # (B, T) weight capped
     stats = _stats(ratio[on], weight, torch.zeros_like(on), high, on)
     return _finish(per_token, lambda x: _token_mean(x, m), logp_on, on, ref_logp, cfg, stats)
 
 
-def gspo_loss(logp: Tensor, old_logp: Tensor, adv: Tensor, mask: Tensor, cfg: LossConfig,
-              ref_logp: Tensor | None = None) -> tuple[Tensor, Stats]:
+def gspo_loss(
+    logp: Tensor, old_logp: Tensor, adv: Tensor, mask: Tensor, cfg: LossConfig, ref_logp: Tensor | None = None
+) -> tuple[Tensor, Stats]:
     """GSPO: PPO clip on the length-normalised sequence ratio, GSPO-token gradient form."""
     on, m, log_ratio, logp_on, a = _prepare(logp, old_logp, adv, mask)
-    n_tok = m.sum(-1)                                           # (B,)
+    n_tok = m.sum(-1)  # (B,)
     seq_ratio = (log_ratio.sum(-1) / n_tok.clamp(min=1)).exp().detach()  # (B,) s_i
-    s = seq_ratio.unsqueeze(-1)                                 # (B, 1)
-    token_ratio = s * (logp_on - logp_on.detach()).exp()        # (B, T) value s_i, grad s_i*dlogp
+    s = seq_ratio.unsqueeze(-1)  # (B, 1)
+    token_ratio = s * (logp_on - logp_on.detach()).exp()  # (B, T) value s_i, grad s_i*dlogp
     lo, hi = 1 - cfg.seq_clip_eps, 1 + cfg.seq_clip_eps_high
     per_token = -torch.minimum(token_ratio * a, token_ratio.clamp(lo, hi) * a)  # (B, T)
-    low = ((s < lo) & (a < 0)).expand_as(on)                    # (B, T) gradient removed
-    high = ((s > hi) & (a > 0)).expand_as(on)                   # (B, T) gradient removed
+    low = ((s < lo) & (a < 0)).expand_as(on)  # (B, T) gradient removed
+    high = ((s > hi) & (a > 0)).expand_as(on)  # (B, T) gradient removed
     weight = torch.where(low | high, 0.0, s.expand_as(logp_on))  # (B, T)
     stats = _stats(seq_ratio[n_tok > 0], weight, low, high, on)
     return _finish(per_token, lambda x: _seq_mean(x, m), logp_on, on, ref_logp, cfg, stats)

@@ -51,9 +51,14 @@ def load_policy(cfg: TrainConfig, device: torch.device, checkpoint_model: Path |
             if checkpoint_model is not None:
                 model = PeftModel.from_pretrained(model, str(checkpoint_model), is_trainable=True)
             else:
-                lora = LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha or 2 * cfg.lora_rank,
-                                  target_modules=lora_targets(model), lora_dropout=0.0, bias="none",
-                                  task_type="CAUSAL_LM")
+                lora = LoraConfig(
+                    r=cfg.lora_rank,
+                    lora_alpha=cfg.lora_alpha or 2 * cfg.lora_rank,
+                    target_modules=lora_targets(model),
+                    lora_dropout=0.0,
+                    bias="none",
+                    task_type="CAUSAL_LM",
+                )
                 model = get_peft_model(model, lora)
     model.eval()  # no dropout anywhere: generation, old and new log-probs see the same network
     return model
@@ -70,8 +75,7 @@ def quiet_peft() -> Iterator[None]:
 def lora_targets(model: nn.Module) -> list[str]:
     """Names (last part) of every Linear layer except the output head."""
     head = model.get_output_embeddings()
-    names = {name.rsplit(".", 1)[-1] for name, m in model.named_modules()
-             if isinstance(m, nn.Linear) and m is not head}
+    names = {name.rsplit(".", 1)[-1] for name, m in model.named_modules() if isinstance(m, nn.Linear) and m is not head}
     if not names:
         raise ModelError("found no nn.Linear layers to put LoRA adapters on; use lora_rank = 0")
     return sorted(names)
@@ -90,8 +94,7 @@ def load_reference(cfg: TrainConfig, device: torch.device) -> Any:
 def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
     params = [p for p in model.parameters() if p.requires_grad]
     fused = bool(params) and all(p.is_cuda for p in params)  # one kernel for all parameters
-    return torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.99), eps=1e-8, weight_decay=0.0,
-                             fused=fused or None)
+    return torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.99), eps=1e-8, weight_decay=0.0, fused=fused or None)
 
 
 def lr_factor(step: int, cfg: TrainConfig) -> float:
@@ -117,19 +120,20 @@ def make_scheduler(optimizer: torch.optim.Optimizer, cfg: TrainConfig) -> Any:
     return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(step, cfg))
 
 
-def token_logprobs(model: Any, ids: torch.Tensor, attention: torch.Tensor, temperature: float,
-                   *, entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+def token_logprobs(
+    model: Any, ids: torch.Tensor, attention: torch.Tensor, temperature: float, *, entropy: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log pi(ids[:, t+1] | ids[:, :t+1]) for every t: (B, T-1); and the entropy (B, T-1),
     without gradient, when asked."""
     logits = model(input_ids=ids, attention_mask=attention).logits[:, :-1].float()  # (B, T-1, V)
     if temperature != 1.0:
         logits = logits / temperature
-    logz = torch.logsumexp(logits, dim=-1)                                         # (B, T-1)
-    logp = logits.gather(-1, ids[:, 1:, None]).squeeze(-1) - logz                  # (B, T-1)
+    logz = torch.logsumexp(logits, dim=-1)  # (B, T-1)
+    logp = logits.gather(-1, ids[:, 1:, None]).squeeze(-1) - logz  # (B, T-1)
     ent = None
     if entropy:
         with torch.no_grad():
-            ent = logz - (logits.softmax(-1) * logits).sum(-1)                     # (B, T-1)
+            ent = logz - (logits.softmax(-1) * logits).sum(-1)  # (B, T-1)
     return logp, ent
 
 

@@ -44,8 +44,9 @@ class LossStats:
         self.grad_norms: list[float] = []
         self._pending: list[tuple[list[str], list[torch.Tensor], float, float, int]] = []
 
-    def add(self, stats: dict[str, torch.Tensor], ent: torch.Tensor | None, logp: torch.Tensor,
-            mb: MicroBatch, share: float) -> None:
+    def add(
+        self, stats: dict[str, torch.Tensor], ent: torch.Tensor | None, logp: torch.Tensor, mb: MicroBatch, share: float
+    ) -> None:
         """Queue a micro-batch's statistics; they are read back from the device all at once, by
         `result` (a read per value would make the CPU wait for the GPU each time)."""
         tokens = float(mb.cpu_mask.sum())
@@ -59,8 +60,7 @@ class LossStats:
             names.append("entropy/mean")
             values.append(torch.where(on, ent, zero).sum().float())
         names += ["_mismatch", "_known"]
-        values += [torch.where(known, (mb.gen_logp - logp).abs(), zero).sum().float(),
-                   known.sum().float()]
+        values += [torch.where(known, (mb.gen_logp - logp).abs(), zero).sum().float(), known.sum().float()]
         self._pending.append((names, values, share, tokens, mb.tokens))
 
     def _flush(self) -> None:
@@ -132,8 +132,9 @@ def rollout_metrics(rollouts: list[Rollout], env: MultiTurnEnv[Any], cfg: TrainC
         out[f"outcome/{metric_name(key)}"] = float(value)
     turns = [t for r in rollouts for t in r.turns]
     out["rollout/turns"] = statistics.fmean(len(r.turns) for r in rollouts) if rollouts else 0.0
-    out["rollout/completion_tokens"] = statistics.fmean(
-        r.usage.completion_tokens for r in rollouts) if rollouts else 0.0
+    out["rollout/completion_tokens"] = (
+        statistics.fmean(r.usage.completion_tokens for r in rollouts) if rollouts else 0.0
+    )
     out["rollout/turn_tokens"] = statistics.fmean(len(t.completion.token_ids or ()) for t in turns) if turns else 0.0
     out["rollout/length_cut_frac"] = sum(t.completion.finish_reason == "length" for t in turns) / max(len(turns), 1)
     out["rollout/truncated_frac"] = sum(r.truncated for r in rollouts) / max(len(rollouts), 1)
@@ -149,20 +150,31 @@ def phase_seconds(rollouts: list[Rollout], key: str) -> float:
 
 
 def step_line(step: int, steps: int, m: dict[str, float]) -> str:
-    outcome = " ".join(f"{k[8:-4]} {v:.0f}%" for k, v in m.items()
-                       if k.startswith("outcome/") and k.endswith("_pct"))
-    return (f"step {step}/{steps}  reward {m['reward/mean']:.3f}  " + (f"[{outcome}]  " if outcome else "") +
-            f"loss {m.get('loss/total', math.nan):+.4f}  entropy {m.get('entropy/mean', math.nan):.3f}  "
-            f"tokens/turn {m['rollout/turn_tokens']:.0f}  {m['time/step']:.1f}s "
-            f"(rollouts {m['time/rollouts']:.1f}s, train {m['time/train']:.1f}s)")
+    outcome = " ".join(f"{k[8:-4]} {v:.0f}%" for k, v in m.items() if k.startswith("outcome/") and k.endswith("_pct"))
+    return (
+        f"step {step}/{steps}  reward {m['reward/mean']:.3f}  "
+        + (f"[{outcome}]  " if outcome else "")
+        + f"loss {m.get('loss/total', math.nan):+.4f}  entropy {m.get('entropy/mean', math.nan):.3f}  "
+        f"tokens/turn {m['rollout/turn_tokens']:.0f}  {m['time/step']:.1f}s "
+        f"(rollouts {m['time/rollouts']:.1f}s, train {m['time/train']:.1f}s)"
+    )
 
 
 # ---- evaluation ----------------------------------------------------------------------------
 
 
-def evaluate(cfg: TrainConfig, load_env: Callable[[dict[str, Any]], MultiTurnEnv[Any]],
-             run_async: Callable[[Any], Any], client: Any, sampling: SamplingArgs, dist: Dist,
-             run_dir: Path, step: int, log: MetricsLog | None, say: Callable[..., None]) -> None:
+def evaluate(
+    cfg: TrainConfig,
+    load_env: Callable[[dict[str, Any]], MultiTurnEnv[Any]],
+    run_async: Callable[[Any], Any],
+    client: Any,
+    sampling: SamplingArgs,
+    dist: Dist,
+    run_dir: Path,
+    step: int,
+    log: MetricsLog | None,
+    say: Callable[..., None],
+) -> None:
     """Play every fixed, seeded evaluation set; log and print its outcome table."""
     t0 = time.monotonic()
     metrics: dict[str, float] = {}
@@ -170,9 +182,12 @@ def evaluate(cfg: TrainConfig, load_env: Callable[[dict[str, Any]], MultiTurnEnv
     for extra, args in zip(cfg.eval_env_args or [{}], cfg.eval_sets):
         env = load_env(args)
         tasks = env.tasks("eval")[: cfg.eval_tasks]
-        mine = tasks[dist.rank::dist.world]
-        rollouts = dist.gather(run_async(run_rollouts(
-            env, client, mine, rollouts_per_task=1, concurrency=max(len(mine), 1), sampling=sampling)))
+        mine = tasks[dist.rank :: dist.world]
+        rollouts = dist.gather(
+            run_async(
+                run_rollouts(env, client, mine, rollouts_per_task=1, concurrency=max(len(mine), 1), sampling=sampling)
+            )
+        )
         if not dist.main:
             continue
         label = eval_label(extra)
@@ -182,8 +197,7 @@ def evaluate(cfg: TrainConfig, load_env: Callable[[dict[str, Any]], MultiTurnEnv
         row.update(outcomes)
         metrics[f"eval/{label}/reward/mean"] = row["reward"]
         for name in env.rubric.names:
-            metrics[f"eval/{label}/reward/{name}"] = (statistics.fmean(r.rewards[name] for r in ok)
-                                                      if ok else math.nan)
+            metrics[f"eval/{label}/reward/{name}"] = statistics.fmean(r.rewards[name] for r in ok) if ok else math.nan
         metrics.update({f"eval/{label}/outcome/{k}": v for k, v in outcomes.items()})
         metrics[f"eval/{label}/error_frac"] = 1 - len(ok) / max(len(rollouts), 1)
         table.append((label, row))
@@ -221,8 +235,18 @@ def format_table(rows: list[tuple[str, dict[str, float]]]) -> str:
 def save_eval(path: Path, rollouts: list[Rollout], cfg: TrainConfig, args: dict[str, Any], step: int) -> None:
     if path.exists():
         shutil.rmtree(path)
-    run, _ = RunDir.create(path, {"command": "train-eval", "env": cfg.env, "env_args": args, "model": cfg.model,
-                                  "step": step, "num_tasks": len(rollouts), "rollouts_per_task": 1})
+    run, _ = RunDir.create(
+        path,
+        {
+            "command": "train-eval",
+            "env": cfg.env,
+            "env_args": args,
+            "model": cfg.model,
+            "step": step,
+            "num_tasks": len(rollouts),
+            "rollouts_per_task": 1,
+        },
+    )
     for r in rollouts:
         run.append(r)
     run.close(status="complete", rollouts=len(rollouts))

@@ -39,8 +39,13 @@ from rlvr.errors import UsageError
 from rlvr.train.chat_tokens import TurnTokens, rollout_tokens
 from rlvr.types import Rollout
 
-NORMALISATION = {"grpo": "seq-mean", "gspo": "seq-mean", "dapo": "token-mean",
-                 "cispo": "token-mean", "dr_grpo": "constant"}
+NORMALISATION = {
+    "grpo": "seq-mean",
+    "gspo": "seq-mean",
+    "dapo": "token-mean",
+    "cispo": "token-mean",
+    "dr_grpo": "constant",
+}
 """How each loss of `rlvr.train.losses.LOSSES` normalises (see its module docstring)."""
 
 
@@ -75,7 +80,7 @@ def rollout_sequences(rollout: Rollout) -> list[tuple[list[int], list[int], list
         sampled = list(c.token_ids)
         lps = list(c.logprobs) if c.logprobs and len(c.logprobs) == len(sampled) else [math.nan] * len(sampled)
         if prompt is not None and c.prompt_token_ids[: len(seen)] == seen:
-            new = list(c.prompt_token_ids[len(seen):])
+            new = list(c.prompt_token_ids[len(seen) :])
             turns.append(TurnTokens(new, sampled))
             logprobs += [math.nan] * len(new) + lps
             seen += new + sampled
@@ -91,8 +96,9 @@ def rollout_sequences(rollout: Rollout) -> list[tuple[list[int], list[int], list
     return out
 
 
-def build_sequences(rollouts: Sequence[Rollout], advantages: Sequence[float],
-                    trainable: Sequence[bool]) -> tuple[list[TrainSequence], int]:
+def build_sequences(
+    rollouts: Sequence[Rollout], advantages: Sequence[float], trainable: Sequence[bool]
+) -> tuple[list[TrainSequence], int]:
     """Sequences of the `trainable` rollouts of a batch (the others are left out entirely).
 
     Returns the sequences and the number of rollouts that needed more than one sequence.
@@ -115,13 +121,13 @@ class MicroBatch:
     Targets are shifted: position t of `mask`, `gen_logp` is the token at t + 1 of `ids`.
     """
 
-    ids: torch.Tensor         # (B, T) long
-    attention: torch.Tensor   # (B, T) long, 1 on real tokens
-    mask: torch.Tensor        # (B, T-1) float, 1 on trainable target tokens
-    adv: torch.Tensor         # (B,) float
-    gen_logp: torch.Tensor    # (B, T-1) float, nan where unknown
+    ids: torch.Tensor  # (B, T) long
+    attention: torch.Tensor  # (B, T) long, 1 on real tokens
+    mask: torch.Tensor  # (B, T-1) float, 1 on trainable target tokens
+    adv: torch.Tensor  # (B,) float
+    gen_logp: torch.Tensor  # (B, T-1) float, nan where unknown
     host_mask: torch.Tensor | None = None  # `mask` on the CPU (counts without a GPU wait)
-    n_tokens: int | None = None            # real tokens in `ids`
+    n_tokens: int | None = None  # real tokens in `ids`
 
     @property
     def tokens(self) -> int:
@@ -132,26 +138,30 @@ class MicroBatch:
         return self.mask.cpu() if self.host_mask is None else self.host_mask
 
 
-def micro_batches(seqs: Sequence[TrainSequence], size: int, pad_id: int,
-                  device: torch.device) -> list[MicroBatch]:
+def micro_batches(seqs: Sequence[TrainSequence], size: int, pad_id: int, device: torch.device) -> list[MicroBatch]:
     """Sort by length (longest first), cut into micro-batches of `size`, pad on the right."""
     order = sorted(range(len(seqs)), key=lambda i: (-len(seqs[i].ids), i))
     out = []
     for start in range(0, len(order), size):
-        chunk = [seqs[i] for i in order[start:start + size]]
+        chunk = [seqs[i] for i in order[start : start + size]]
         width = max(2, max(len(s.ids) for s in chunk))
         pads = [width - len(s.ids) for s in chunk]  # one tensor per field, built from lists
         ids = torch.tensor([s.ids + [pad_id] * p for s, p in zip(chunk, pads)], dtype=torch.long)
-        attention = torch.tensor([[1] * len(s.ids) + [0] * p for s, p in zip(chunk, pads)],
-                                 dtype=torch.long)
-        mask = torch.tensor([list(s.mask) + [0] * p for s, p in zip(chunk, pads)],
-                            dtype=torch.float32)
-        gen = torch.tensor([list(s.gen_logprobs) + [math.nan] * p for s, p in zip(chunk, pads)],
-                           dtype=torch.float32)
+        attention = torch.tensor([[1] * len(s.ids) + [0] * p for s, p in zip(chunk, pads)], dtype=torch.long)
+        mask = torch.tensor([list(s.mask) + [0] * p for s, p in zip(chunk, pads)], dtype=torch.float32)
+        gen = torch.tensor([list(s.gen_logprobs) + [math.nan] * p for s, p in zip(chunk, pads)], dtype=torch.float32)
         adv = torch.tensor([s.advantage for s in chunk], dtype=torch.float32)
-        out.append(MicroBatch(ids.to(device), attention.to(device), mask[:, 1:].to(device),
-                              adv.to(device), gen[:, 1:].to(device), host_mask=mask[:, 1:],
-                              n_tokens=sum(len(s.ids) for s in chunk)))
+        out.append(
+            MicroBatch(
+                ids.to(device),
+                attention.to(device),
+                mask[:, 1:].to(device),
+                adv.to(device),
+                gen[:, 1:].to(device),
+                host_mask=mask[:, 1:],
+                n_tokens=sum(len(s.ids) for s in chunk),
+            )
+        )
     return out
 
 
@@ -160,8 +170,9 @@ def empty_micro_batch(pad_id: int, device: torch.device) -> MicroBatch:
     that every rank does the same number of backward passes)."""
     ids = torch.full((1, 2), pad_id, dtype=torch.long, device=device)
     zeros = torch.zeros((1, 1), device=device)
-    return MicroBatch(ids, torch.ones_like(ids), zeros, torch.zeros(1, device=device),
-                      torch.full((1, 1), math.nan, device=device))
+    return MicroBatch(
+        ids, torch.ones_like(ids), zeros, torch.zeros(1, device=device), torch.full((1, 1), math.nan, device=device)
+    )
 
 
 def normaliser(kind: str, mask: torch.Tensor) -> float:

@@ -71,9 +71,7 @@ def collate(samples: list[Sample], pad_id: int, device: torch.device) -> tuple[t
     return ids.to(device), attention.to(device), mask.to(device)
 
 
-def summed_loss(
-    model: Any, ids: torch.Tensor, attention: torch.Tensor, mask: torch.Tensor
-) -> torch.Tensor:
+def summed_loss(model: Any, ids: torch.Tensor, attention: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Cross-entropy summed over the masked (assistant) target tokens."""
     logits = model(input_ids=ids, attention_mask=attention).logits[:, :-1].float()  # (B, T-1, V)
     targets = ids[:, 1:]  # (B, T-1)
@@ -95,9 +93,7 @@ def run_batch(
     total = sum(sum(s.mask[1:]) for s in samples)
     loss_sum = 0.0
     for start in range(0, len(samples), cfg.micro_batch_size):
-        ids, attention, mask = collate(
-            samples[start : start + cfg.micro_batch_size], pad_id, device
-        )
+        ids, attention, mask = collate(samples[start : start + cfg.micro_batch_size], pad_id, device)
         with (
             torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast),
             torch.set_grad_enabled(train),
@@ -134,9 +130,7 @@ def load_model(cfg: SFTConfig, device: torch.device, checkpoint_model: Path | No
 
     from rlvr.train.model import lora_targets
 
-    source = (
-        str(checkpoint_model) if checkpoint_model is not None and cfg.lora_rank == 0 else cfg.model
-    )
+    source = str(checkpoint_model) if checkpoint_model is not None and cfg.lora_rank == 0 else cfg.model
     try:
         model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32).to(device)
     except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -147,9 +141,7 @@ def load_model(cfg: SFTConfig, device: torch.device, checkpoint_model: Path | No
     from peft import LoraConfig, PeftModel, get_peft_model
 
     with warnings.catch_warnings():  # peft 0.21 calls a method transformers 5 deprecated
-        warnings.filterwarnings(
-            "ignore", message=".*is_gradient_checkpointing", category=FutureWarning
-        )
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing", category=FutureWarning)
         if checkpoint_model is not None:
             return PeftModel.from_pretrained(model, str(checkpoint_model), is_trainable=True)
         lora = LoraConfig(
@@ -214,21 +206,13 @@ def train_sft(cfg: SFTConfig, *, resume: bool = False, quiet: bool = False) -> S
     tokenizer = _load_tokenizer(cfg.model)
     rows, skipped = read_dataset(cfg.data, skip_bad_lines=cfg.skip_bad_lines)
     if skipped and not quiet:
-        print(
-            f"skipped {len(skipped)} malformed line(s) of {cfg.data}: lines {', '.join(map(str, skipped[:20]))}"
-        )
+        print(f"skipped {len(skipped)} malformed line(s) of {cfg.data}: lines {', '.join(map(str, skipped[:20]))}")
     samples = tokenize_rows(tokenizer, rows, cfg.max_length)
     if not samples:
-        raise UsageError(
-            f"no conversation in {cfg.data} has assistant tokens within max_length={cfg.max_length}"
-        )
+        raise UsageError(f"no conversation in {cfg.data} has assistant tokens within max_length={cfg.max_length}")
     train_set, eval_set = split_eval(samples, cfg.eval_fraction, cfg.seed)
     total_steps = cfg.max_steps or cfg.epochs * math.ceil(len(train_set) / cfg.batch_size)
-    pad_id = (
-        tokenizer.pad_token_id
-        if tokenizer.pad_token_id is not None
-        else tokenizer.eos_token_id or 0
-    )
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id or 0
 
     # ---- model, optimizer, schedule (restored from the checkpoint when resuming) ----
     model = load_model(cfg, device, ckpt.model_dir if ckpt is not None else None)
@@ -236,9 +220,7 @@ def train_sft(cfg: SFTConfig, *, resume: bool = False, quiet: bool = False) -> S
     optimizer = torch.optim.AdamW(
         [p for p in model.parameters() if p.requires_grad], lr=cfg.lr, weight_decay=cfg.weight_decay
     )
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: lr_factor(s, cfg, total_steps)
-    )
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, cfg, total_steps))
     fingerprint = model_fingerprint(model.config, tokenizer)
     start = 0
     if ckpt is not None:
@@ -268,9 +250,7 @@ def train_sft(cfg: SFTConfig, *, resume: bool = False, quiet: bool = False) -> S
         for step in range(start + 1, total_steps + 1):
             # ---- one optimizer step over a batch, micro-batch by micro-batch ----
             t0 = time.monotonic()
-            batch = [
-                train_set[i] for i in batch_at(step - 1, len(train_set), cfg.batch_size, cfg.seed)
-            ]
+            batch = [train_set[i] for i in batch_at(step - 1, len(train_set), cfg.batch_size, cfg.seed)]
             loss, _ = run_batch(model, batch, cfg, pad_id, device, autocast, train=True)
             norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
             lr = scheduler.get_last_lr()[0]
@@ -313,11 +293,7 @@ def train_sft(cfg: SFTConfig, *, resume: bool = False, quiet: bool = False) -> S
     log.close()
     save_final(model, tokenizer, result.final_dir)
     if not quiet:
-        summary = (
-            f"train loss {result.train_loss[0]:.4f} -> {result.train_loss[-1]:.4f}"
-            if result.train_loss
-            else ""
-        )
+        summary = f"train loss {result.train_loss[0]:.4f} -> {result.train_loss[-1]:.4f}" if result.train_loss else ""
         if result.eval_loss:
             summary += f", eval loss {result.eval_loss[-1]:.4f}"
         print(f"saved {result.final_dir} ({summary.strip(', ') or 'nothing left to train'})")
@@ -331,17 +307,14 @@ def _open_run(run_dir: Path, cfg: SFTConfig, resume: bool) -> tuple[Any, Any]:
     config_path = run_dir / CONFIG_FILE
     if resume:
         if not config_path.is_file():
-            raise UsageError(
-                f"nothing to resume in {run_dir} (no {CONFIG_FILE}); start without --resume"
-            )
+            raise UsageError(f"nothing to resume in {run_dir} (no {CONFIG_FILE}); start without --resume")
         check_resume(json.loads(config_path.read_text(encoding="utf-8")), cfg)
         ckpt = latest_checkpoint(run_dir)
         state = ckpt.trainer_state() if ckpt is not None else None
     else:
         if config_path.exists():
             raise UsageError(
-                f"{run_dir} already holds an SFT run; pass --resume to continue it, "
-                "or choose another output directory"
+                f"{run_dir} already holds an SFT run; pass --resume to continue it, or choose another output directory"
             )
         ckpt, state = None, None
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -30,16 +30,12 @@ class Sample:
     line: int
 
 
-def read_dataset(
-    path: str | Path, *, skip_bad_lines: bool = False
-) -> tuple[list[dict[str, Any]], list[int]]:
+def read_dataset(path: str | Path, *, skip_bad_lines: bool = False) -> tuple[list[dict[str, Any]], list[int]]:
     """Conversations of a JSONL file (with their 1-based line numbers under `line`) and the
     numbers of the malformed lines that were skipped."""
     p = Path(path)
     if not p.is_file():
-        raise UsageError(
-            f"dataset {p} does not exist; make one with `rlvr gen ENV -m MODEL -o {p}`"
-        )
+        raise UsageError(f"dataset {p} does not exist; make one with `rlvr gen ENV -m MODEL -o {p}`")
     rows, bad = [], []
     with p.open(encoding="utf-8", errors="replace") as f:
         for number, line in enumerate(f, start=1):
@@ -51,12 +47,8 @@ def read_dataset(
             else:
                 bad.append((number, problem))
     if bad and not skip_bad_lines:
-        shown = "; ".join(f"line {n}: {why}" for n, why in bad[:3]) + (
-            "; ..." if len(bad) > 3 else ""
-        )
-        raise UsageError(
-            f"{p} has {len(bad)} malformed line(s) ({shown}); fix them or pass --skip-bad-lines"
-        )
+        shown = "; ".join(f"line {n}: {why}" for n, why in bad[:3]) + ("; ..." if len(bad) > 3 else "")
+        raise UsageError(f"{p} has {len(bad)} malformed line(s) ({shown}); fix them or pass --skip-bad-lines")
     if not rows:
         raise UsageError(f"{p} holds no usable conversations")
     return rows, [n for n, _ in bad]
@@ -67,11 +59,7 @@ def _check_line(line: str) -> tuple[str | None, dict[str, Any]]:
         row = json.loads(line)
     except json.JSONDecodeError as exc:
         return f"not JSON ({exc.msg} at column {exc.colno})", {}
-    if (
-        not isinstance(row, dict)
-        or not isinstance(row.get("messages"), list)
-        or not row["messages"]
-    ):
+    if not isinstance(row, dict) or not isinstance(row.get("messages"), list) or not row["messages"]:
         return 'expected an object {"messages": [...]}', {}
     for i, m in enumerate(row["messages"]):
         if not isinstance(m, dict) or m.get("role") not in ROLES:
@@ -98,9 +86,7 @@ def tokenize_rows(tokenizer: Any, rows: list[dict[str, Any]], max_length: int) -
     return samples
 
 
-def split_eval(
-    samples: list[Sample], fraction: float, seed: int
-) -> tuple[list[Sample], list[Sample]]:
+def split_eval(samples: list[Sample], fraction: float, seed: int) -> tuple[list[Sample], list[Sample]]:
     """(train, eval): a seeded `fraction` held out (at least one when fraction > 0)."""
     if fraction <= 0 or len(samples) < 2:
         return samples, []
@@ -114,7 +100,5 @@ def batch_at(step: int, n: int, batch_size: int, seed: int) -> list[int]:
     """Indices of the training conversations of step `step` (0-based)."""
     per_epoch = math.ceil(n / batch_size)
     epoch, k = divmod(step, per_epoch)
-    order = torch.randperm(
-        n, generator=torch.Generator().manual_seed(seed * 1_000_003 + epoch)
-    ).tolist()
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed * 1_000_003 + epoch)).tolist()
     return order[k * batch_size : (k + 1) * batch_size]
