@@ -33,7 +33,9 @@ test: install-dev
 	$(BIN)/python -m pytest
 
 lint:
-	$(BIN)/ruff check src tests environments
+	$(BIN)/ruff check src tests environments benchmarks scripts
+	$(BIN)/ruff format --check src tests environments benchmarks scripts
+	$(BIN)/mypy
 
 clean:
 	rm -rf $(VENV) runs build *.egg-info src/*.egg-info
