@@ -27,7 +27,7 @@ from typing import Any
 from rlvr import ChatClient, MultiTurnEnv, SamplingArgs, Task, stop
 from rlvr.sampler import StratifiedSampler, bucket_index, bucket_range
 from rlvr.types import Messages
-from rlvr_tictactoe import players
+from rlvr_tictactoe import players, tree
 from rlvr_tictactoe.game import (
     EMPTY,
     EMPTY_BOARD,
@@ -162,6 +162,9 @@ class TicTacToeEnv(MultiTurnEnv[GameState]):
             status = f"You took {cell}; {_ENDINGS[outcome]} Game over."
             return [_user(board_view(status, state.board, over=True))]
         reply = await self.opponent_cell(state)
+        if reply is None:  # a line of the game tree ends here; `tree_children` extends it
+            state.line_ended = True
+            return []
         state.board = apply_move(state.board, reply, "O")
         state.moves.append(reply)
         if (outcome := _outcome(state.board)) is not None:
@@ -170,8 +173,12 @@ class TicTacToeEnv(MultiTurnEnv[GameState]):
             return [_user(board_view(status, state.board, over=True))]
         return [_user(board_view(f"You took {cell}; O took {reply}. Your move.", state.board))]
 
-    async def opponent_cell(self, state: GameState) -> int:
-        """The opponent's reply on `state.board`: seeded minimax, or the person playing."""
+    async def opponent_cell(self, state: GameState) -> int | None:
+        """The opponent's reply on `state.board`: the task's fixed line of replies (exact
+        evaluation; None once it runs out), the person playing, or seeded minimax."""
+        if "line" in state.task.info:
+            line, played = state.task.info["line"], len(state.moves) // 2
+            return line[played] if played < len(line) else None
         if self.human is None:
             rng = move_rng(state.task.seed, state.board)
             return opponent_move(state.board, "O", state.random_move_prob, rng)
@@ -181,6 +188,32 @@ class TicTacToeEnv(MultiTurnEnv[GameState]):
     @stop
     def game_over(self, state: GameState) -> bool:
         return state.outcome is not None
+
+    @stop(truncated=True)
+    def line_ends(self, state: GameState) -> bool:
+        """Exact evaluation: the task's line of O replies ran out (see `rlvr_tictactoe.tree`)."""
+        return state.line_ended
+
+    # ---- the game tree, for exact evaluation (`rlvr eval tictactoe --exhaustive`) -------------
+
+    tree_opponents = tuple(tree.OPPONENT_P)
+    tree_failures = tree.FAILURES
+
+    def tree_roots(self, seed: int) -> list[Task]:
+        roots = []
+        for opening in (None, *range(9)):
+            base = opening_task("root", seed, 0.0, opening)
+            roots.append(tree.line_task(base, opening=opening, moves=[], line=[], weights=tree.root_weights(opening)))
+        return roots
+
+    def tree_children(self, state: GameState) -> list[Task]:
+        return tree.children(state.task, state.board, state.moves) if state.line_ended else []
+
+    def tree_weights(self, task: Task) -> dict[str, float]:
+        return dict(task.info["line_weights"])
+
+    def tree_leaf(self, state: GameState) -> dict[str, Any]:
+        return tree.leaf(state)
 
     # ---- hooks used by the CLI and the trainer ----------------------------------------------
 

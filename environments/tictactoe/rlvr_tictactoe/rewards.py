@@ -46,6 +46,8 @@ class GameState(State):
     """Model turns rejected: no readable move, not a cell number 0-8, or a taken cell."""
     moves: list[int] = field(default_factory=list)
     """Cells taken after the prompt's board, both sides, in order."""
+    line_ended: bool = False
+    """Exact evaluation only: O was to move and the task's fixed line of replies had run out."""
 
 
 def is_formatted(text: str) -> bool:

@@ -38,6 +38,12 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--resume", action="store_true", help="continue the run already in --output")
     p.add_argument("--split", choices=["eval", "train"], default="eval", help="which task split (default eval)")
+    p.add_argument(
+        "--exhaustive",
+        action="store_true",
+        help="exact evaluation: play every line of the env's game tree at temperature 0 (envs with a game "
+        "tree, e.g. tictactoe); -n, -r and --split do not apply",
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(run=run)
 
@@ -148,9 +154,15 @@ def run(args: argparse.Namespace) -> int:
     from rlvr.summary import print_summary
 
     check_run_args(args)
+    if args.exhaustive and args.temperature is None:
+        args.temperature = 0.0
     env, client, model = load_env_and_client(args, args.concurrency)
     tasks, sampling = tasks_and_sampling(args, env)
     out = Path(args.output or f"runs/eval/{args.env}--{_slug(model)}--{time.strftime('%Y%m%d-%H%M%S')}")
+    if args.exhaustive:
+        from rlvr.commands import exact
+
+        return exact.run(args, out, env, client, model, sampling)
     metadata = {
         "command": "eval",
         "env": args.env,

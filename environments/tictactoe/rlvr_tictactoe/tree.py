@@ -1,0 +1,151 @@
+"""The game tree of tic-tac-toe for exact evaluation (see `rlvr.exact`), and its limits.
+
+A *line* is a task whose opponent plays a fixed list of replies (`info["line"]`) after the
+prompt's opening; when the list runs out at O's turn the episode ends (`line_ended`) and the
+tree grows one child per legal reply. Roots: the model moves first, or O opens on any of the
+9 cells.
+
+Each line carries its probability under the two reference opponents (`info["line_weights"]`):
+the env's coin for who starts (1/2 each), then each O move's probability. An opponent with
+random-move probability p plays cell c on board b with probability
+``p / |free cells| + (1 - p) * [c is a best move] / |best moves|``: `random` is p = 1, `optimal`
+p = 0 (a uniform choice among the minimax-best moves, as the env's opponent plays).
+
+The limits, computed on the bare game tree (no model), with those same weights:
+
+>>> round(100 * never_losing_max_win_rate(), 2)
+95.56
+>>> [round(100 * x, 2) for x in minimax_rates_vs_random()]
+[87.26, 12.74, 0.0]
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+from rlvr import Task
+from rlvr_tictactoe.game import EMPTY_BOARD, Board, apply_move, best_moves, game_value, legal_moves, winner
+
+OPPONENT_P = {"random": 1.0, "optimal": 0.0}
+"""The opponents exact evaluation weighs every game for: name -> random-move probability."""
+FAILURES = ("loss", "timeout")
+"""Outcomes that mean the model was beaten (a game it did not finish counts as one)."""
+
+
+def reply_probability(board: Sequence[str], cell: int, p: float) -> float:
+    """Probability that an opponent with random-move probability `p` plays `cell` as O.
+
+    >>> reply_probability(EMPTY_BOARD, 4, 1.0) == 1 / 9
+    True
+    >>> reply_probability(("X", "X", " ", "O", " ", " ", " ", " ", " "), 2, 0.0)
+    1.0
+    """
+    moves = legal_moves(board)
+    best = best_moves(board, "O")
+    return p / len(moves) + (1.0 - p) * (cell in best) / len(best)
+
+
+def line_id(opening: int | None, moves: Sequence[int]) -> str:
+    """A readable id for a line: who moved where, in order.
+
+    >>> line_id(None, [4, 0]), line_id(3, [4])
+    ('X4.O0', 'O3.X4')
+    """
+    marks = ("O", "X") if opening is not None else ("X", "O")
+    cells = ([opening] if opening is not None else []) + list(moves)
+    return ".".join(f"{marks[i % 2]}{c}" for i, c in enumerate(cells)) or "X-first"
+
+
+def line_task(base: Task, *, opening: int | None, moves: Sequence[int], line: Sequence[int], weights: dict) -> Task:
+    """`base` (an opening task of the env) as the line `line` with the given weights."""
+    info = {**base.info, "line": list(line), "line_weights": dict(weights)}
+    return Task(id=line_id(opening, moves), prompt=base.prompt, info=info, seed=base.seed)
+
+
+def root_weights(opening: int | None) -> dict[str, float]:
+    """Probability of an opening under each opponent: the start coin, then O's first move."""
+    if opening is None:
+        return {name: 0.5 for name in OPPONENT_P}
+    return {name: 0.5 * reply_probability(EMPTY_BOARD, opening, p) for name, p in OPPONENT_P.items()}
+
+
+def children(task: Task, board: Board, moves: Sequence[int]) -> list[Task]:
+    """The lines one O reply longer than `task`'s, on `board` (O to move) after `moves`."""
+    opening = None if task.info["model_starts"] else _opening(task)
+    weights = task.info["line_weights"]
+    out = []
+    for cell in legal_moves(board):
+        w = {name: weights[name] * reply_probability(board, cell, p) for name, p in OPPONENT_P.items()}
+        out.append(line_task(task, opening=opening, moves=[*moves, cell], line=[*task.info["line"], cell], weights=w))
+    return out
+
+
+def _opening(task: Task) -> int:
+    return next(i for i, c in enumerate(task.info["board"]) if c == "O")
+
+
+def leaf(state: Any) -> dict[str, Any]:
+    """A finished game's record: outcome, the whole move sequence, the final board."""
+    opening = None if state.task.info["model_starts"] else _opening(state.task)
+    return {
+        "outcome": state.outcome or "timeout",
+        "moves": line_id(opening, state.moves),
+        "board": "".join(c if c != " " else "." for c in state.board),
+        "rejected_moves": state.invalid_moves,
+    }
+
+
+# ---- limits on the bare game tree -----------------------------------------------------------
+
+
+def _outcome(board: Board) -> str | None:
+    w = winner(board)
+    if w is not None:
+        return "win" if w == "X" else "loss"
+    return "draw" if " " not in board else None
+
+
+def _average(boards: list[Board], value: Any) -> Any:
+    return sum(value(b) for b in boards) / len(boards)
+
+
+@functools.cache
+def _safe_win(board: Board, x_to_move: bool) -> float:
+    """Highest win probability vs the random O among X policies that never lose."""
+    if (o := _outcome(board)) is not None:
+        return float(o == "win")
+    if x_to_move:
+        nexts = [apply_move(board, m, "X") for m in legal_moves(board)]
+        return max(_safe_win(b, False) for b in nexts if game_value(b, "O") <= 0)
+    return _average([apply_move(board, m, "O") for m in legal_moves(board)], lambda b: _safe_win(b, True))
+
+
+def _roots() -> list[tuple[float, Board]]:
+    """The boards X first moves on, with their chance: the start coin, then O's uniform opening."""
+    return [(0.5, EMPTY_BOARD)] + [(0.5 / 9, apply_move(EMPTY_BOARD, c, "O")) for c in range(9)]
+
+
+def never_losing_max_win_rate() -> float:
+    """The best exact win rate vs the random opponent of any player that never loses (the
+    env's 50/50 starts, O's opening uniform): the ceiling for an unbeatable model."""
+    return sum(w * _safe_win(b, True) for w, b in _roots())
+
+
+@functools.cache
+def _minimax_vs_random(board: Board, x_to_move: bool) -> tuple[float, float, float]:
+    if (o := _outcome(board)) is not None:
+        return (float(o == "win"), float(o == "draw"), float(o == "loss"))
+    mark, moves = ("X", best_moves(board, "X")) if x_to_move else ("O", legal_moves(board))
+    rows = [_minimax_vs_random(apply_move(board, m, mark), not x_to_move) for m in moves]
+    win, draw, loss = (sum(col) / len(rows) for col in zip(*rows))
+    return win, draw, loss
+
+
+def minimax_rates_vs_random() -> tuple[float, float, float]:
+    """(win, draw, loss) of the minimax player with a uniform tie-break (`policy:optimal`,
+    averaged over its own tie-breaks) against the random opponent."""
+    rows = [(w, _minimax_vs_random(b, True)) for w, b in _roots()]
+    win, draw, loss = (sum(w * r[i] for w, r in rows) for i in range(3))
+    return win, draw, loss

@@ -1,0 +1,159 @@
+"""Exact evaluation over the whole game tree, checked against an independent walk of the bare
+game (game.py alone: no env, no messages, no engine)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+
+import pytest
+from rlvr_tictactoe import load_environment, tree
+from rlvr_tictactoe.game import EMPTY_BOARD, apply_move, best_moves, legal_moves, parse_board, winner
+
+from rlvr import Policy
+from rlvr.cli import main
+from rlvr.errors import UsageError
+from rlvr.exact import ExactResult, enumerate_games
+from rlvr.types import SamplingArgs
+
+GREEDY = SamplingArgs(temperature=0.0)
+
+
+def as_policy(choose) -> Policy:
+    """A deterministic player `choose(board) -> cell` as a chat client in the rewarded format."""
+
+    def play(messages, rng):
+        cell = choose(parse_board(messages[-1]["content"]))
+        return f"<think>scripted</think>\n<move>{cell}</move>"
+
+    return Policy(play, name="scripted")
+
+
+def first_best(board) -> int:
+    return best_moves(board, "X")[0]
+
+
+def lowest_free(board) -> int:
+    return legal_moves(board)[0]
+
+
+BLUNDER = apply_move(EMPTY_BOARD, 0, "O")
+"""O took a corner; X must take the centre, and a side (cell 1) loses to best play."""
+
+
+def blunders_once(board) -> int:
+    return 1 if tuple(board) == BLUNDER else first_best(board)
+
+
+def walk(choose):
+    """The same tree from game.py alone: (rates per opponent, set of lost move sequences)."""
+    rates = {name: {} for name in tree.OPPONENT_P}
+    lost = set()
+
+    def leaf(board, weights, seq):
+        w = winner(board)
+        outcome = "draw" if w is None else ("win" if w == "X" else "loss")
+        for name, weight in weights.items():
+            rates[name][outcome] = rates[name].get(outcome, 0.0) + weight
+        if outcome == "loss":
+            lost.add(seq)
+
+    def x_turn(board, weights, seq):
+        cell = choose(board)
+        board = apply_move(board, cell, "X")
+        seq = f"{seq}.X{cell}" if seq else f"X{cell}"
+        if winner(board) or " " not in board:
+            return leaf(board, weights, seq)
+        for reply in legal_moves(board):
+            w = {n: weights[n] * tree.reply_probability(board, reply, p) for n, p in tree.OPPONENT_P.items()}
+            after = apply_move(board, reply, "O")
+            if winner(after) or " " not in after:
+                leaf(after, w, f"{seq}.O{reply}")
+            else:
+                x_turn(after, w, f"{seq}.O{reply}")
+
+    x_turn(EMPTY_BOARD, tree.root_weights(None), "")
+    for c in range(9):
+        x_turn(apply_move(EMPTY_BOARD, c, "O"), tree.root_weights(c), f"O{c}")
+    return rates, lost
+
+
+def exact(choose=None, client=None, **env_args) -> ExactResult:
+    env = load_environment(**env_args)
+    return asyncio.run(enumerate_games(env, client or as_policy(choose), GREEDY, concurrency=64))
+
+
+@pytest.mark.parametrize("choose", [first_best, lowest_free, blunders_once], ids=["optimal", "weak", "one-blunder"])
+def test_exact_rates_equal_an_independent_walk_of_the_game(choose):
+    result = exact(choose)
+    rates, lost = walk(choose)
+    for opponent in tree.OPPONENT_P:
+        assert math.isclose(result.total_weight(opponent), 1.0, abs_tol=1e-12)  # every line counted once
+        got = result.rates(opponent)
+        assert set(got) <= {"win", "draw", "loss"}
+        for outcome in ("win", "draw", "loss"):
+            assert math.isclose(got.get(outcome, 0.0), rates[opponent].get(outcome, 0.0), abs_tol=1e-12)
+    assert {g.info["exact"]["moves"] for g in result.beaten} == lost
+    assert result.unbeatable == (not lost)
+    assert len({g.task_id for g in result.games}) == len(result.games)
+
+
+def test_the_optimal_player_is_unbeatable_and_a_blunder_loses_exactly_through_its_position():
+    assert exact(first_best).unbeatable
+    blunder = exact(blunders_once)
+    assert not blunder.unbeatable
+    # every lost game went through the blunder: O opened on 0, X answered 1
+    assert blunder.beaten and all(g.info["exact"]["moves"].startswith("O0.X1.") for g in blunder.beaten)
+    assert blunder.rates("optimal")["loss"] > 0  # a best-playing O exploits it on every line
+    assert math.isclose(blunder.rates("optimal")["loss"], 0.5 / 9, abs_tol=1e-12)
+
+
+def test_the_reference_player_is_unbeatable():
+    env = load_environment()
+    result = asyncio.run(enumerate_games(env, env.policies()["optimal"](), GREEDY))
+    assert result.unbeatable and result.rates("optimal").get("loss", 0.0) == 0.0
+    # its tie-break is one draw of the uniform one, so its rate sits near the uniform average
+    assert abs(result.rates("random")["win"] - tree.minimax_rates_vs_random()[0]) < 0.05
+
+
+def test_rejected_moves_are_counted_and_a_player_that_never_moves_times_out():
+    def stubborn(board):  # insists on the centre, even when it is taken
+        return 4
+
+    result = exact(stubborn)
+    assert not result.unbeatable
+    assert "timeout" in result.outcomes and all(o in ("win", "draw", "loss", "timeout") for o in result.outcomes)
+    timed_out = [g for g in result.games if g.info["exact"]["outcome"] == "timeout"]
+    assert timed_out and all(g.info["exact"]["rejected_moves"] > 0 for g in timed_out)
+    assert all(g.stop_reason == "max_turns_reached" for g in timed_out)
+
+
+def test_a_sampling_temperature_is_refused():
+    with pytest.raises(UsageError, match="temperature 0"):
+        asyncio.run(enumerate_games(load_environment(), as_policy(first_best), SamplingArgs(temperature=1.0)))
+
+
+def test_limits_of_the_game():
+    assert round(100 * tree.never_losing_max_win_rate(), 2) == 95.56
+    win, draw, loss = tree.minimax_rates_vs_random()
+    assert (round(100 * win, 2), round(100 * draw, 2), loss) == (87.26, 12.74, 0.0)
+
+
+def test_cli_exhaustive_saves_every_game_and_resume_reprints(tmp_path, capsys):
+    out = tmp_path / "exact"
+    argv = ["eval", "tictactoe", "-m", "policy:optimal", "--exhaustive", "-q", "-o", str(out)]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "unbeatable: yes" in printed and "random" in printed
+    meta = json.loads((out / "metadata.json").read_text())
+    lines = (out / "results.jsonl").read_text().splitlines()
+    assert meta["status"] == "complete" and meta["exact"]["unbeatable"] is True
+    assert len(lines) == meta["exact"]["games"] > 100
+    assert main([*argv, "--resume"]) == 0
+    assert "nothing played" in capsys.readouterr().out
+    hot = ["eval", "tictactoe", "-m", "policy:optimal", "--exhaustive", "-T", "0.7", "-o", str(tmp_path / "x")]
+    assert main(hot) == 1
+    assert "temperature 0" in capsys.readouterr().err and not (tmp_path / "x").exists()
+    assert main(["eval", "reverse_text", "-m", "policy:oracle", "--exhaustive", "-o", str(tmp_path / "y")]) == 1
+    assert "no exact evaluation" in capsys.readouterr().err and not (tmp_path / "y").exists()
