@@ -33,6 +33,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from rlvr.clients.base import ChatClient
 from rlvr.engine import rollout_seed, score_group
+from rlvr.envs.multiturn import MultiTurnEnv
 from rlvr.errors import UsageError
 from rlvr.types import Completion, Messages, Rollout, SamplingArgs, State, Task
 
@@ -148,7 +149,7 @@ class _Memo:
 
 
 async def enumerate_games(
-    env: Any,
+    env: MultiTurnEnv[Any],
     client: ChatClient,
     sampling: SamplingArgs,
     *,
@@ -183,7 +184,7 @@ async def enumerate_games(
                 tg.create_task(line(child, tg))
             return
         (game,) = await score_group(env, task, [0], [state])
-        leaf = {"outcome": ERROR} if game.error is not None else dict(env.tree_leaf(state))
+        leaf: dict[str, Any] = {"outcome": ERROR} if game.error is not None else dict(env.tree_leaf(state))
         leaf["weights"] = env.tree_weights(task)
         game.info["exact"] = leaf
         games.append(game)

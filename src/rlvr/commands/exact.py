@@ -20,10 +20,11 @@ from rlvr.errors import UsageError
 
 def run(args: argparse.Namespace, out: Path, env: Any, client: Any, model: str, sampling: Any) -> int:
     from rlvr.commands.eval import close_client
+    from rlvr.envs.multiturn import MultiTurnEnv
     from rlvr.exact import ExactResult, GameTree, enumerate_games, print_exact
     from rlvr.results import RunDir
 
-    if not isinstance(env, GameTree):
+    if not isinstance(env, MultiTurnEnv) or not isinstance(env, GameTree):
         raise UsageError(f"environment {args.env!r} offers no exact evaluation; run without --exhaustive")
     if sampling.temperature != 0:
         raise UsageError(
