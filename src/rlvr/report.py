@@ -59,6 +59,7 @@ def render_report(
     body = [
         f"<h1>{_e(title)}</h1>",
         _metadata(metadata, stats, source),
+        *_exact(metadata, rollouts),
         "<h2>Summary</h2>",
         _summary(stats),
         "<h2>Plots</h2>",
@@ -116,6 +117,43 @@ def _summary(s: dict[str, Any]) -> str:
         f"<table><tr><th>metric</th><th>mean</th><th>std</th></tr>{cells}</table>"
         f"<p>errors: {s['errors']} ({_e(errors)})</p>"
     )
+
+
+def _exact(metadata: dict[str, Any], rollouts: Sequence[Rollout]) -> list[str]:
+    """An exact run (`rlvr eval --exhaustive`): its rates per opponent, the verdict, and every
+    game that beat the policy with its last environment message (for a board game, the board)."""
+    exact = metadata.get("exact")
+    if not isinstance(exact, dict) or not isinstance(exact.get("rates_pct"), dict):
+        return []
+    from rlvr.exact import lost_games
+
+    rates = exact["rates_pct"]
+    labels = sorted({k for r in rates.values() for k in r})
+    head = "".join(f"<th>{_e(k)} %</th>" for k in labels)
+    rows = "".join(
+        f"<tr><td>{_e(opp)}</td>" + "".join(f"<td class=num>{_num(r.get(k, 0.0), 2)}</td>" for k in labels) + "</tr>"
+        for opp, r in rates.items()
+    )
+    lost = lost_games(rollouts, exact.get("failures", ()))
+    verdict = "yes: no line of play beats it" if exact.get("unbeatable") else f"no: {len(lost)} games beat it"
+    games = []
+    for game in lost:
+        detail = game.info.get("exact", {})
+        last = next((m for t in reversed(game.turns) for m in reversed(t.env_messages)), None)
+        board = str(last.get("content") or "") if last else ""
+        games.append(
+            f'<div class="lost"><p><b>{_e(detail.get("outcome"))}</b>: <code>{_e(game.task_id)}</code> '
+            f"{_e(detail.get('moves', ''))}</p><pre>{_e(board)}</pre></div>"
+        )
+    return [
+        "<h2>Exact evaluation</h2>",
+        f"<p>{_e(exact.get('games'))} games: every line of play; exact rates, weighted by each opponent's "
+        f"move probabilities. Unbeatable: <b>{_e(verdict)}</b>. Games with a rejected move: "
+        f"{_e(exact.get('rejected_move_games'))}.</p>",
+        f"<table><tr><th>opponent</th>{head}</tr>{rows}</table>",
+        f"<h3>Games that beat the policy ({len(lost)})</h3>",
+        "".join(games) or '<p class="note">none</p>',
+    ]
 
 
 # ---- plots --------------------------------------------------------------------------------

@@ -157,3 +157,14 @@ def test_cli_exhaustive_saves_every_game_and_resume_reprints(tmp_path, capsys):
     assert "temperature 0" in capsys.readouterr().err and not (tmp_path / "x").exists()
     assert main(["eval", "reverse_text", "-m", "policy:oracle", "--exhaustive", "-o", str(tmp_path / "y")]) == 1
     assert "no exact evaluation" in capsys.readouterr().err and not (tmp_path / "y").exists()
+
+
+def test_the_report_shows_each_lost_game_as_a_board():
+    from rlvr.report import render_report
+
+    result = exact(blunders_once)
+    metadata = {"env": "tictactoe", "model": "scripted", "exact": {**result.summary(), "failures": list(tree.FAILURES)}}
+    page = render_report(metadata, result.games)
+    assert f"Games that beat the policy ({len(result.beaten)})" in page
+    assert page.count('<div class="lost">') == len(result.beaten) > 0
+    assert "you lose. Game over." in page and "O | X |" in page  # the final board as the model saw it
