@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import math
 import os
 import random
 from collections.abc import Awaitable, Callable, Sequence
@@ -137,9 +138,19 @@ def opening_task(task_id: str, seed: int, p: float, first: int | None, bucket: i
 class TicTacToeEnv(MultiTurnEnv[GameState]):
     """The model (X) against the seeded opponent (O); see the module docstring."""
 
-    def __init__(self, dataset: Sequence[Task], *, low: float, high: float, num_groups: int, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        dataset: Sequence[Task],
+        *,
+        low: float,
+        high: float,
+        num_groups: int,
+        loss_reward: float = 0.0,
+        **kwargs: Any,
+    ) -> None:
         kwargs.setdefault("sampling", SamplingArgs(max_tokens=256))  # a think + move is ~30 tokens
-        super().__init__(dataset, system_prompt=SYSTEM_PROMPT, parser=PARSER, rubric=make_rubric(), **kwargs)
+        rubric = make_rubric(loss_reward)
+        super().__init__(dataset, system_prompt=SYSTEM_PROMPT, parser=PARSER, rubric=rubric, **kwargs)
         self.min_random_move_prob, self.max_random_move_prob = low, high
         self.num_groups = num_groups
         self.human: HumanMove | None = None
@@ -284,6 +295,7 @@ def load_environment(
     opponent: str | None = None,
     eval_examples: int = 200,
     eval_seed: int | None = None,
+    loss_reward: float = 0.0,
 ) -> TicTacToeEnv:
     """Build the environment; every argument is documented in the package README.
 
@@ -296,6 +308,8 @@ def load_environment(
     low, high = OPPONENTS.get(opponent or "mix", (min_random_move_prob, max_random_move_prob))
     if not 0.0 <= low <= high <= 1.0:
         raise ValueError(f"need 0 <= min_random_move_prob <= max_random_move_prob <= 1, got {low} and {high}")
+    if not (isinstance(loss_reward, (int, float)) and math.isfinite(loss_reward) and loss_reward <= 0.5):
+        raise ValueError(f"loss_reward must be a finite number <= 0.5 (a draw's reward), got {loss_reward!r}")
     if model_starts not in STARTS:
         raise ValueError(f"model_starts must be one of {', '.join(STARTS)}; got {model_starts!r}")
     counts = {"num_examples": num_examples, "eval_examples": eval_examples, "num_groups": num_groups}
@@ -316,4 +330,5 @@ def load_environment(
         high=high,
         num_groups=groups,
         max_turns=max_turns,
+        loss_reward=float(loss_reward),
     )

@@ -134,9 +134,28 @@ def turns(state: GameState) -> float:
     return float(state.turn)
 
 
-def make_rubric() -> Rubric:
+def outcome_reward(loss_reward: float) -> RewardFn:
+    """`win_reward` with another value for a lost or unfinished game (an env option; the
+    reference rubric is `loss_reward = 0`).
+
+    >>> from rlvr import Task
+    >>> outcome_reward(-1.0)(GameState(task=Task("t"), outcome="loss"))
+    -1.0
+    """
+    if loss_reward == 0.0:
+        return win_reward
+
+    def scored(state: GameState) -> float:
+        return {"win": 1.0, "draw": 0.5}.get(state.outcome or "", loss_reward)
+
+    scored.__name__ = scored.__qualname__ = "win_reward"  # one metric name whatever the option
+    scored.__doc__ = f"1 for a win, 0.5 for a draw, {loss_reward} for a loss or an unfinished game."
+    return scored
+
+
+def make_rubric(loss_reward: float = 0.0) -> Rubric:
     metrics: list[RewardFn] = [win, draw, loss, timeout, invalid_moves, turns]
-    funcs: list[RewardFn] = [win_reward, format_reward, invalid_move_penalty, *metrics]
+    funcs: list[RewardFn] = [outcome_reward(loss_reward), format_reward, invalid_move_penalty, *metrics]
     return Rubric(funcs, weights=[*WEIGHTS.values(), *[0.0] * len(metrics)], parser=PARSER)
 
 

@@ -336,3 +336,14 @@ def test_optimal_vs_random_matches_the_exact_win_rate():
     rollouts = play(env, env.policies()["optimal"](), env.tasks())
     wins = sum(r.rewards["win"] for r in rollouts) / len(rollouts)
     assert abs(wins - exact) < 4 * (exact * (1 - exact) / len(rollouts)) ** 0.5
+
+
+def test_loss_reward_option_changes_only_a_lost_games_win_reward():
+    env = load_environment(opponent="optimal", eval_examples=40, loss_reward=-1.0)
+    rollouts = play(env, scripted(first_free), env.tasks("eval"))
+    lost = [r for r in rollouts if r.rewards["loss"] == 1.0]
+    assert lost and all(r.rewards["win_reward"] == -1.0 for r in lost)
+    assert env.rubric.names == load_environment().rubric.names  # same metric names as the reference
+    for bad in (float("nan"), 1.0, "x"):
+        with pytest.raises(ValueError, match="loss_reward"):
+            load_environment(loss_reward=bad)
