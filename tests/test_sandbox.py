@@ -1,24 +1,29 @@
 """The Python sandbox: limits and denials, each reported to the model as a tool error, and the
-eval goes on. What is isolated where is described in rlvr/sandbox.py."""
+eval goes on; the refusal where the kernel cannot isolate code, and the `unsafe` opt-out. What is
+isolated where is described in rlvr/sandbox.py; the escapes it stops are in test_sandbox_security.py."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from rlvr import Policy, Rubric, ToolEnv
+from rlvr import Policy, Rubric, ToolEnv, sandbox
 from rlvr.engine import run_rollouts
 from rlvr.errors import UsageError
 from rlvr.sandbox import (
+    Isolation,
     SandboxError,
     SandboxLimits,
+    SandboxUnavailableError,
     explain,
-    namespaces_available,
+    isolation,
     python_tool,
     run_python,
 )
@@ -82,13 +87,13 @@ async def test_files_outside_the_working_directory_are_denied() -> None:
     assert "reading '/etc/passwd' is not allowed" in await _error("print(open('/etc/passwd').read())")
     here = Path(__file__).resolve()
     assert "is not allowed" in await _error(f"open({str(here)!r}).read()")
-    assert "writing '/tmp/rlvr-escape' is not allowed" in await _error("open('/tmp/rlvr-escape', 'w')")
+    assert "writing '/var/rlvr-escape' is not allowed" in await _error("open('/var/rlvr-escape', 'w')")
     assert "listing '/' is not allowed" in await _error("import os\nprint(os.listdir('/'))")
-    assert "changing '/tmp' is not allowed" in await _error("import os\nos.rmdir('/tmp')")
+    assert "changing '/usr' is not allowed" in await _error("import os\nos.rmdir('/usr')")
     assert "changing '/etc/passwd' is not allowed" in await _error("import os\nos.symlink('/etc/passwd', 'p')")
     escape = "import os\nos.mkdir('d')\nprint(open('d/../../../etc/passwd').read())"
     assert "reading 'd/../../../etc/passwd' is not allowed" in await _error(escape)  # paths are resolved first
-    assert not Path("/tmp/rlvr-escape").exists()
+    assert not Path("/var/rlvr-escape").exists()
     ok = await run_python(
         "open('a.txt', 'w').write('hi')\nimport os\nos.mkdir('d')\nprint(open('a.txt').read(), sorted(os.listdir('.')))"
     )
@@ -104,20 +109,20 @@ async def test_network_is_denied() -> None:
         assert "network access is disabled" in await _error(code)
 
 
-async def test_namespaces_when_the_platform_allows() -> None:
-    if not await namespaces_available():
-        pytest.skip("unshare cannot create namespaces here (not root, no unprivileged user namespaces)")
-    result = await run_python("import os, socket\nprint(os.getpid(), [n for _, n in socket.if_nameindex()])")
-    assert result.namespaces and result.stdout == "1 ['lo']\n"  # own PID namespace, no network interfaces
+async def test_namespaces_and_the_working_directory() -> None:
+    result = await run_python(
+        "import os, socket\nprint(os.getpid(), [n for _, n in socket.if_nameindex()], os.getcwd())", audit_hooks=False
+    )
+    assert result.isolated and result.stdout == "2 ['lo'] /tmp\n"  # own PID namespace, no network interfaces
 
 
 async def test_other_denials_environment_and_cleanup(monkeypatch) -> None:
     assert "signals to other processes" in await _error(f"import os\nos.kill({os.getpid()}, 0)")
     assert "importing ctypes is disabled" in await _error("import ctypes")
     monkeypatch.setenv("RLVR_TEST_SECRET", "hunter2")
-    result = await run_python("import os\nprint(os.getcwd())\nprint(os.environ.get('RLVR_TEST_SECRET'))")
-    workdir, secret = result.stdout.split()
-    assert secret == "None" and "rlvr-sandbox-" in workdir and not Path(workdir).exists()
+    result = await run_python("import os\nprint(os.environ.get('RLVR_TEST_SECRET'))")
+    assert result.stdout == "None\n"
+    assert not _sandbox_pids()
 
 
 async def test_output_and_file_size_limits() -> None:
@@ -145,7 +150,7 @@ def _sandbox_pids() -> set[int]:
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if b"rlvr-sandbox-" in f.read():
+                if b"runner.py" in f.read():
                     found.add(int(pid))
         except OSError:
             pass
@@ -153,7 +158,7 @@ def _sandbox_pids() -> set[int]:
 
 
 def test_limits_are_checked() -> None:
-    for bad in ({"timeout_s": 0}, {"memory_mb": -1}, {"cpu_s": 0}):
+    for bad in ({"timeout_s": 0}, {"memory_mb": -1}, {"cpu_s": 0}, {"disk_mb": 0}, {"packages": ("no_such_pkg",)}):
         with pytest.raises(UsageError):
             SandboxLimits(**bad)
 
@@ -193,3 +198,36 @@ async def test_the_eval_goes_on_after_each_failure() -> None:
         assert r.error is None and r.stop_reason == "no_tool_call" and r.rewards["failed"] == len(EVIL)
         assert all(x.startswith("Error: ") for x in replies[:-1]) and replies[-1] == "42\n"
         assert r.completion[-1]["content"] == "42"
+
+
+async def test_packages_are_importable_only_when_named() -> None:
+    pytest.importorskip("numpy")
+    assert "No module named 'numpy'" in await _error("import numpy")
+    result = await run_python("import numpy\nprint(numpy.arange(4).sum())", SandboxLimits(packages=("numpy",)))
+    assert result.stdout == "6\n", result.stderr
+
+
+async def test_without_isolation_it_refuses_unless_unsafe(monkeypatch) -> None:
+    """One clear line naming the opt-out; with `unsafe=True` the code runs unisolated (audit hooks, rlimits)."""
+    missing = Isolation(False, "bwrap is not installed", None, as_root=os.geteuid() == 0)
+    monkeypatch.setattr(sandbox, "isolation", lambda: missing)
+    with pytest.raises(SandboxUnavailableError) as info:
+        await run_python("print(1)")
+    assert (
+        "\n" not in str(info.value) and "bwrap is not installed" in str(info.value) and "unsafe=True" in str(info.value)
+    )
+    with pytest.raises(SandboxUnavailableError):
+        python_tool(SandboxLimits())
+    unsafe = SandboxLimits(unsafe=True)
+    result = await run_python("import os\nprint(os.getcwd())", unsafe)
+    assert result.ok and not result.isolated and "rlvr-sandbox-" in result.stdout
+    assert not Path(result.stdout.strip()).exists()
+    assert "reading '/etc/passwd' is not allowed" in await _error("open('/etc/passwd')", unsafe)
+    assert await python_tool(unsafe)("print(6 * 7)") == "42\n"
+
+
+def test_isolation_is_reported() -> None:
+    found = isolation()
+    assert found.available, found.refusal()  # this project's machines and CI: bwrap from the sandbox extra
+    done = subprocess.run([sys.executable, "-m", "rlvr.sandbox"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "isolation:  yes" in done.stdout, done.stdout + done.stderr

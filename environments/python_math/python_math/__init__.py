@@ -2,9 +2,11 @@
 
 Problems (modular powers, digit sums, prime counts, Fibonacci numbers modulo m, divisor sums,
 Collatz steps, big products) are generated from a seed and have exact integer answers. The
-model has one tool, `run_python(code)`, which runs a program in `rlvr.sandbox` (separate
-process, time/CPU/memory/file-size limits, no network, a temporary working directory) and
-returns what it prints; anything that goes wrong comes back as an `Error: ...` tool message.
+model has one tool, `run_python(code)`, which runs a program in `rlvr.sandbox` (kernel-isolated:
+an unprivileged user, no host files, its own processes, no network, time/memory/process/disk
+limits) and returns what it prints; anything that goes wrong comes back as an `Error: ...` tool
+message. Where the kernel cannot isolate code, loading the environment fails with one line,
+unless `unsafe_sandbox=True`.
 The episode ends when the model answers without a tool call, inside `<answer>` tags.
 
 Rewards:
@@ -121,6 +123,7 @@ def load_environment(
     max_turns: int = 8,
     timeout_s: float = 10.0,
     memory_mb: int = 512,
+    unsafe_sandbox: bool = False,
 ) -> PythonMathEnv:
     """The python-math environment.
 
@@ -131,10 +134,12 @@ def load_environment(
         max_turns: model turns before the episode is cut.
         timeout_s: wall-clock seconds per program run.
         memory_mb: address-space limit per program run, in MiB.
+        unsafe_sandbox: run the programs even where the kernel cannot isolate them (as you, with
+            your files, only rlimits and audit hooks); by default such a machine is refused.
     """
     if num_examples < 1 or num_eval_examples < 1:
         raise UsageError(f"num_examples and num_eval_examples must be >= 1, got {num_examples}, {num_eval_examples}")
-    limits = SandboxLimits(timeout_s=timeout_s, memory_mb=memory_mb)
+    limits = SandboxLimits(timeout_s=timeout_s, memory_mb=memory_mb, unsafe=unsafe_sandbox)
     parser = XMLParser(["think", "answer"], optional=["think"])
     return PythonMathEnv(
         make_tasks("train", num_examples, seed),

@@ -1,0 +1,153 @@
+"""The first program of every sandboxed run: `rlvr.sandbox` starts it as `python -I -B -S <this file>`.
+
+It reads one JSON object from stdin (the code and the run's settings), then, in this order:
+switches to the run's own user id when it was started as root (bubblewrap leaves it only the
+capabilities to do so), sets the resource limits, writes the code to `main.py` in the working
+directory, installs the audit hook, and runs the code as `__main__`. A traceback leaves out the
+runner's frames.
+
+The audit hook is an extra layer, not the isolation: it turns common mistakes (a socket, a
+subprocess, a write outside the working directory) into a clear `PermissionError`, and code that
+gets around it still meets the kernel's limits (namespaces, user id, rlimits) set up before.
+
+Standard library only: nothing else is importable where it runs.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import os
+import resource
+import signal
+import sys
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+CPU_EXIT = 152
+"""Exit status after SIGXCPU (128 + 24), so that the caller can tell the CPU limit from a crash."""
+
+NET = frozenset(
+    "socket.__new__ socket.connect socket.bind socket.getaddrinfo socket.gethostbyname socket.gethostbyname_ex "
+    "socket.gethostbyaddr socket.getnameinfo socket.sendto".split()
+)
+PROCESSES = frozenset("os.fork os.forkpty os.system os.exec os.posix_spawn os.spawn subprocess.Popen pty.spawn".split())
+BLOCKED_IMPORTS = frozenset("ctypes _ctypes _cffi_backend gc _posixsubprocess _testcapi _xxsubinterpreters".split())
+MUTATE = {
+    "os.remove": 1,
+    "os.rmdir": 1,
+    "os.mkdir": 1,
+    "os.chmod": 1,
+    "os.chown": 1,
+    "os.truncate": 1,
+    "os.utime": 1,
+    "shutil.rmtree": 1,
+    "os.rename": 2,
+    "os.link": 2,
+    "os.symlink": 2,
+}
+O_WRITE = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+
+
+def on_xcpu(signum: int, frame: object) -> None:
+    os.write(2, b"sandbox: CPU time limit exceeded\n")
+    os._exit(CPU_EXIT)
+
+
+def become(uid: int) -> None:
+    """Drop root for `uid` (group too, no supplementary groups); every capability goes with it."""
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
+    if os.getresuid() != (uid, uid, uid) or os.getresgid() != (uid, uid, uid):
+        raise SystemExit(f"sandbox: could not switch to uid {uid}")
+
+
+def set_limits(limits: dict[str, int | list[int]]) -> None:
+    for name, value in limits.items():
+        soft, hard = value if isinstance(value, list) else (value, value)
+        resource.setrlimit(getattr(resource, name), (soft, hard))
+
+
+def audit_hook(workdir: str, processes: bool, raw_memory: bool) -> Callable[[str, tuple[Any, ...]], None]:
+    """The in-interpreter layer: files only in `workdir` (reads also in Python's own directories),
+    no network, no processes unless `processes`, no signals to others, no ctypes or cffi unless
+    `raw_memory` (packages such as numpy import ctypes)."""
+    blocked = frozenset() if raw_memory else BLOCKED_IMPORTS
+    roots = {os.path.realpath(p) for p in {sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path} if p}
+    readable = sorted(r for r in roots if r != "/" and os.path.isdir(r))
+    write_roots, read_roots = (workdir,), (workdir, *readable, "/dev/null", "/dev/urandom")
+    real, fsdecode, sep, getpid, runner = os.path.realpath, os.fsdecode, os.sep, os.getpid, __file__
+
+    def inside(path: Any, roots: tuple[str, ...]) -> bool:
+        p = real(fsdecode(path))
+        return any(p == r or p.startswith(r + sep) for r in roots)
+
+    def hook(event: str, args: tuple[Any, ...]) -> None:
+        if event == "open":
+            path, mode, flags = args
+            if path is None or isinstance(path, int):
+                return
+            write = any(c in (mode or "") for c in "wax+") or bool((flags or 0) & O_WRITE)
+            if not inside(path, write_roots if write else read_roots):
+                what, where = ("writing", "") if write else ("reading", " and the Python installation")
+                raise PermissionError(
+                    f"sandbox: {what} {fsdecode(path)!r} is not allowed (only the working directory{where})"
+                )
+        elif event in NET:
+            raise PermissionError("sandbox: network access is disabled")
+        elif event in PROCESSES and not processes:
+            raise PermissionError("sandbox: starting processes is disabled")
+        elif event in ("os.kill", "os.killpg") and args[0] not in (0, getpid()):
+            raise PermissionError("sandbox: signals to other processes are disabled")
+        elif event == "import" and args[0].partition(".")[0] in blocked:
+            raise PermissionError(f"sandbox: importing {args[0]} is disabled")
+        elif event == "sys._getframe" and args[0].f_code.co_filename == runner:
+            raise PermissionError("sandbox: the runner's frames are out of reach")
+        elif event == "object.__setattr__" and args[1] == "__code__":
+            raise PermissionError("sandbox: replacing a function's code is disabled")
+        elif event in MUTATE:
+            for path in args[: MUTATE[event]]:
+                if not isinstance(path, int) and not inside(path, write_roots):
+                    raise PermissionError(
+                        f"sandbox: changing {fsdecode(path)!r} is not allowed (only the working directory)"
+                    )
+        elif event in ("os.listdir", "os.scandir") and args[0] is not None and not isinstance(args[0], int):
+            if not inside(args[0], read_roots):
+                raise PermissionError(f"sandbox: listing {fsdecode(args[0])!r} is not allowed")
+
+    return hook
+
+
+def main() -> None:
+    signal.signal(signal.SIGXCPU, on_xcpu)
+    config = json.loads(sys.stdin.buffer.read())
+    os.dup2(os.open(os.devnull, os.O_RDONLY), 0)  # the code's stdin is empty
+    if config["uid"] is not None:
+        become(config["uid"])
+    set_limits(config["limits"])
+    sys.path.extend(config["path"])
+    builtins.exit = builtins.quit = sys.exit  # type: ignore[assignment]  # `site` (-S) is not loaded
+    workdir = os.getcwd()
+    with open("main.py", "w", encoding="utf-8") as f:
+        f.write(config["code"])
+    code = compile(config["code"], "main.py", "exec")
+    if config["hooks"]:
+        sys.addaudithook(audit_hook(workdir, config["processes"], raw_memory=bool(config["path"])))
+    del config
+    try:
+        exec(code, {"__name__": "__main__", "__builtins__": builtins})
+    except SystemExit:
+        raise
+    except BaseException as exc:
+        report = traceback.TracebackException.from_exception(exc)
+        report.stack = traceback.StackSummary.from_list([f for f in report.stack if f.filename != __file__])
+        sys.stdout.flush()
+        sys.stderr.write("".join(report.format()))
+        sys.stderr.flush()
+        os._exit(1)
+
+
+if __name__ == "__main__":
+    main()
