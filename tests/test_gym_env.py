@@ -91,7 +91,7 @@ def test_numbered_actions_without_names() -> None:
 
 
 def test_check_env_passes_on_a_gymnasium_env() -> None:
-    from rlvr.envs.check import check_env
+    from rlvr import check_env
 
     check_env(load_environment("CliffWalking-v1", num_examples=2, max_turns=5))
 

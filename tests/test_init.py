@@ -14,10 +14,10 @@ from types import ModuleType
 
 import pytest
 
+from rlvr import check_env
 from rlvr.cli import main
 from rlvr.commands.init import scaffold
 from rlvr.engine import run_rollouts
-from rlvr.envs.check import check_env
 from rlvr.errors import UsageError
 from rlvr.registry import GROUP
 

@@ -9,9 +9,8 @@ import statistics
 import pytest
 from double_check import ARE_YOU_SURE, STEPS, as_int, load_environment, make_problem, solve
 
-from rlvr import Policy, SamplingArgs
+from rlvr import Policy, SamplingArgs, check_env
 from rlvr.engine import run_rollouts
-from rlvr.envs.check import check_env
 from rlvr.errors import UsageError
 from rlvr.registry import load_environment as load_by_name
 from rlvr.types import Rollout

@@ -28,7 +28,7 @@ from typing import Any
 from ice_maze.maze import MAX_SIZE, MIN_SIZE, MOVES, Maze, generate_maze
 from ice_maze.rewards import PARSER, MazeState, make_rubric, maze_of, plan, summarize
 from rlvr import ChatClient, MultiTurnEnv, Policy, Task, stop
-from rlvr.envs.multiturn import mix_seed
+from rlvr.seeding import mix_seed
 from rlvr.types import Messages
 
 SPLITS = ("train", "eval")

@@ -146,7 +146,7 @@ def test_rollouts_round_trip_through_json() -> None:
 
 
 def test_check_env_passes() -> None:
-    from rlvr.envs.check import check_env
+    from rlvr import check_env
 
     env = load_environment(eval_examples=3, slippery=True)
     check_env(env)

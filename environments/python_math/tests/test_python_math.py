@@ -10,10 +10,9 @@ import pytest
 from python_math import load_environment, make_tasks
 from python_math.problems import KINDS, answer, make_problem, read_problem
 
-from rlvr import Policy
+from rlvr import Policy, check_env
 from rlvr.cli import main
 from rlvr.engine import run_rollouts
-from rlvr.envs.check import check_env
 from rlvr.errors import UsageError
 from rlvr.sandbox import run_python
 from rlvr.types import Completion, ToolCall

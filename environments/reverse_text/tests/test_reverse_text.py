@@ -9,8 +9,8 @@ import statistics
 import pytest
 from reverse_text import lcs_length, lcs_ratio, lcs_reward, load_environment, make_paragraph
 
+from rlvr import check_env
 from rlvr.engine import run_rollouts
-from rlvr.envs.check import check_env
 from rlvr.errors import UsageError
 from rlvr.registry import load_environment as load_by_name
 

@@ -12,9 +12,8 @@ from rlvr_tictactoe.env import make_task, read_move
 from rlvr_tictactoe.game import EMPTY_BOARD, apply_move, parse_board
 from rlvr_tictactoe.rewards import PARSER, format_reward, is_formatted
 
-from rlvr import Policy, Task
+from rlvr import Policy, Task, check_env
 from rlvr.engine import run_rollouts
-from rlvr.envs.check import check_env
 from rlvr.registry import load_environment as load_by_name
 
 

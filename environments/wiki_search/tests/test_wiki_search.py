@@ -21,10 +21,9 @@ from wiki_search.store import WikiDB, ensure_index, index_path, require_fts5
 from wiki_search.tools import read_section, search_pages, view_sections
 from wiki_search.world import SIZES, World
 
-from rlvr import Policy
+from rlvr import Policy, check_env
 from rlvr.cli import main
 from rlvr.engine import run_rollouts
-from rlvr.envs.check import check_env
 from rlvr.errors import EnvError, UsageError
 from rlvr.types import Completion, ToolCall
 

@@ -27,10 +27,11 @@ from typing import Any
 
 from rlvr.clients.base import ChatClient
 from rlvr.clients.policy import Policy
-from rlvr.envs.multiturn import MultiTurnEnv, mix_seed, stop
+from rlvr.envs.multiturn import MultiTurnEnv, stop
 from rlvr.errors import EnvError, UsageError
 from rlvr.parsers import Parser, XMLParser
 from rlvr.rubric import Rubric
+from rlvr.seeding import mix_seed
 from rlvr.types import Messages, State, Task
 
 Renderer = Callable[[Any, Any], str]

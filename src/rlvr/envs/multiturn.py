@@ -20,14 +20,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-import traceback
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
 from rlvr.clients.base import ChatClient
-from rlvr.errors import PromptTooLongError, UsageError
+from rlvr.errors import PromptTooLongError, UsageError, error_summary
 from rlvr.parsers import Parser
 from rlvr.rubric import Rubric
+from rlvr.seeding import mix_seed
 from rlvr.types import Messages, SamplingArgs, State, Task, Turn
 
 S = TypeVar("S", bound=State)
@@ -46,22 +46,6 @@ def stop(fn: StopFn | None = None, *, priority: int = 0, truncated: bool = False
         return f
 
     return mark(fn) if fn is not None else mark
-
-
-def error_summary(exc: BaseException, frames: int = 3) -> str:
-    """`Type: message` plus the last few traceback frames, short enough for a results file."""
-    tb = traceback.extract_tb(exc.__traceback__)[-frames:] if frames > 0 else []
-    where = " <- ".join(f"{f.filename.rsplit('/', 1)[-1]}:{f.lineno} {f.name}" for f in reversed(tb))
-    return f"{type(exc).__name__}: {exc}" + (f" [at {where}]" if where else "")
-
-
-def mix_seed(*parts: int) -> int:
-    """A stable 31-bit seed from integers (no salted hashing: same inputs, same seed)."""
-    h = 0x345678
-    for p in parts:
-        h = (h * 1_000_003) ^ (p & 0xFFFFFFFFFFFF)
-        h &= 0xFFFFFFFFFFFFFFFF
-    return (h ^ (h >> 29)) & 0x7FFFFFFF
 
 
 class MultiTurnEnv(Generic[S]):
