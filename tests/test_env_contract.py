@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
+import importlib
+from importlib.metadata import entry_points
+from typing import Any
+
 import pytest
 
 import rlvr
+from rlvr import MultiTurnEnv, Policy, Rubric, SingleTurnEnv, State
 from rlvr.check import check_env
+from rlvr.errors import EnvError
+from rlvr.registry import GROUP
+from rlvr.types import Messages, SamplingArgs, Task
 
 
 def test_check_env_is_exported_and_the_old_path_warns() -> None:
@@ -13,3 +22,114 @@ def test_check_env_is_exported_and_the_old_path_warns() -> None:
     with pytest.warns(DeprecationWarning, match="from rlvr import check_env"):
         from rlvr.envs.check import check_env as old
     assert old is check_env
+
+
+# ---- rollout is final; the lifecycle hooks run around it -----------------------------------
+
+
+def turns_taken(state: State) -> float:
+    return float(state.turn)
+
+
+class Lifecycle(MultiTurnEnv[State]):
+    """Records each hook; its env reply succeeds, raises or hangs, as told."""
+
+    def __init__(self, reply: str = "ok", fail_in: str = "", **kw: Any) -> None:
+        super().__init__([{"question": "q"}], rubric=Rubric([turns_taken]), max_turns=2, **kw)
+        self.reply, self.fail_in = reply, fail_in
+        self.events: list[str] = []
+
+    async def start(self) -> None:
+        self.events.append("start")
+        if self.fail_in == "start":
+            raise EnvError("server 'x' failed to start")
+
+    def setup_state(self, task: Task) -> State:
+        self.events.append("setup")
+        if self.fail_in == "setup":
+            raise ValueError("bad task")
+        return State(task=task)
+
+    async def env_response(self, messages: Messages, state: State) -> Messages:
+        if self.reply == "raise":
+            raise RuntimeError("boom")
+        if self.reply == "hang":
+            await asyncio.sleep(30)
+        return [{"role": "user", "content": "again"}]
+
+    async def close_state(self, state: State) -> None:
+        self.events.append(f"close after {state.stop_reason}")
+        if self.fail_in == "close":
+            raise OSError("cannot close")
+
+
+def _rollout(env: MultiTurnEnv[Any]) -> State:
+    return asyncio.run(env.rollout(SAY, env.tasks()[0], SamplingArgs(), seed=7))
+
+
+SAY = Policy(lambda messages, rng: "ok", name="say")
+
+
+@pytest.mark.parametrize(
+    ("reply", "timeout_s", "stop_reason", "error"),
+    [
+        ("ok", None, "max_turns_reached", None),
+        ("raise", None, "error", "RuntimeError: boom"),
+        ("hang", 0.05, "timeout", None),
+    ],
+)
+def test_close_state_runs_however_the_episode_ends(
+    reply: str, timeout_s: float | None, stop_reason: str, error: str | None
+) -> None:
+    env = Lifecycle(reply, timeout_s=timeout_s)
+    state = _rollout(env)
+    assert env.events == ["start", "setup", f"close after {stop_reason}"]
+    assert state.stop_reason == stop_reason and state.truncated and state.seed == 7
+    assert (state.error or "").split(" [at ")[0] == (error or "")
+
+
+def test_a_failed_start_or_setup_is_an_error_record_with_nothing_to_close() -> None:
+    env = Lifecycle(fail_in="start")
+    state = _rollout(env)
+    assert env.events == ["start"] and state.stop_reason == "error" and state.truncated and state.seed == 7
+    assert state.error is not None and state.error.startswith("EnvError: server 'x' failed to start")
+    env = Lifecycle(fail_in="setup")
+    state = _rollout(env)
+    assert (
+        env.events == ["start", "setup"] and state.error is not None and state.error.startswith("ValueError: bad task")
+    )
+    assert state.prompt == [] and state.turns == []
+
+
+def test_a_failed_close_turns_the_rollout_into_an_error_record() -> None:
+    env = Lifecycle(fail_in="close")
+    state = _rollout(env)
+    assert env.events[-1] == "close after max_turns_reached"
+    assert state.stop_reason == "error" and state.truncated
+    assert state.error is not None and state.error.startswith("OSError: cannot close")
+    env = Lifecycle("raise", fail_in="close")  # the episode's own error is the one kept
+    assert (_rollout(env).error or "").startswith("RuntimeError: boom")
+
+
+def test_rollout_is_final() -> None:
+    assert getattr(MultiTurnEnv.rollout, "__final__", False)
+    with pytest.raises(EnvError, match="overrides rollout, which is final.*start / close_state"):
+
+        class Sneaky(SingleTurnEnv[State]):
+            async def rollout(self, client: Any, task: Task, sampling: SamplingArgs, seed: int) -> State:
+                raise NotImplementedError
+
+
+def _subclasses(cls: type) -> list[type]:
+    return [cls, *(s for sub in cls.__subclasses__() for s in _subclasses(sub))]
+
+
+def test_no_library_or_bundled_environment_overrides_rollout() -> None:
+    for module in ("rlvr.envs.gym", "rlvr.envs.mcp", "rlvr.envs.tools"):
+        importlib.import_module(module)
+    for ep in entry_points(group=GROUP):
+        ep.load()
+    classes = {c.__qualname__ for c in _subclasses(MultiTurnEnv)}
+    assert {"GymEnv", "MCPEnv", "ToolEnv", "TicTacToeEnv", "IceMazeEnv", "WikiSearchMCPEnv"} <= classes
+    overriding = [c.__qualname__ for c in _subclasses(MultiTurnEnv) if "rollout" in vars(c) and c is not MultiTurnEnv]
+    assert overriding == []

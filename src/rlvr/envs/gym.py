@@ -179,11 +179,9 @@ class GymEnv(MultiTurnEnv[GymState]):
             )
         return GymState(task=task, env=env, observation=obs)
 
-    async def rollout(self, client: ChatClient, task: Task, sampling: Any, seed: int) -> GymState:
-        state = await super().rollout(client, task, sampling, seed)
+    async def close_state(self, state: GymState) -> None:
         if state.env is not None:
             state.env.close()
-        return state
 
     async def env_response(self, messages: Messages, state: GymState) -> Messages:
         env = state.env

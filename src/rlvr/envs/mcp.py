@@ -30,16 +30,14 @@ import asyncio
 import logging
 import re
 import tempfile
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Self
 
-from rlvr.clients.base import ChatClient
 from rlvr.envs.schema import validate_arguments
 from rlvr.envs.tools import ToolCallError, ToolEnv, ToolState, parse_arguments
 from rlvr.errors import EnvError, UsageError
-from rlvr.types import SamplingArgs, Task, ToolCall
+from rlvr.types import ToolCall
 
 log = logging.getLogger("rlvr.mcp")
 
@@ -312,18 +310,6 @@ class MCPEnv(ToolEnv[ToolState]):
         await self.aclose()
 
     # ---- episodes -----------------------------------------------------------------------
-
-    async def rollout(self, client: ChatClient, task: Task, sampling: SamplingArgs, seed: int) -> ToolState:
-        try:
-            await self.start()
-        except Exception as exc:  # noqa: BLE001 (every rollout records the failure; none hangs)
-            state = self.setup_state(task)
-            state.seed, state.prompt, state.started_at = seed, self.initial_prompt(task), time.monotonic()
-            state.messages = list(state.prompt)
-            self._end(state, "error", truncated=True)
-            state.error = describe_error(exc)
-            return state
-        return await super().rollout(client, task, sampling, seed)
 
     def tool_schemas(self, state: ToolState) -> list[dict[str, Any]] | None:
         return self._schemas or None

@@ -21,10 +21,10 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, final
 
 from rlvr.clients.base import ChatClient
-from rlvr.errors import PromptTooLongError, UsageError, error_summary
+from rlvr.errors import EnvError, PromptTooLongError, UsageError, error_summary
 from rlvr.parsers import Parser
 from rlvr.rubric import Rubric
 from rlvr.seeding import mix_seed
@@ -51,11 +51,33 @@ def stop(fn: StopFn | None = None, *, priority: int = 0, truncated: bool = False
 class MultiTurnEnv(Generic[S]):
     """Base environment: a dataset of tasks, a rubric, and the rollout loop.
 
-    Subclasses override `setup_state`, `env_response` and add `@stop` methods. A reference
-    player reachable as `-m policy:NAME` is listed by `policies()`.
+    The contract: override `setup_state` and `env_response`, add `@stop` methods; offer tools
+    per turn with `tool_schemas`. `rollout` is final: it is the one loop, and the one place
+    that turns a failure into an error record.
+
+    Optional lifecycle, each a no-op by default:
+        start()             awaited by every rollout before `setup_state`: acquire shared
+                            things (servers) on the first call, return at once after that
+        close_state(state)  awaited at the end of every rollout whose state was set up,
+                            however it ended: release what `setup_state` opened
+        aclose()            release what `start` acquired; called once at the end of a run
+
+    Optional: used by the CLI
+        policies()          reference players, selectable as `-m policy:NAME`
+        default_model()     the model `rlvr eval ENV` uses without `-m`
+        summarize(rollouts) extra numbers for the eval summary
+        play_human(...)     `rlvr play`: the `PlayableEnv` protocol of `rlvr.commands.play`
     """
 
     name: str = "env"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "rollout" in vars(cls):
+            raise EnvError(
+                f"{cls.__name__} overrides rollout, which is final: acquire and release what an "
+                "episode needs in the lifecycle hooks start / close_state instead"
+            )
 
     def __init__(
         self,
@@ -125,9 +147,15 @@ class MultiTurnEnv(Generic[S]):
 
         return StratifiedSampler(self.tasks(split), 1, key=lambda t: 0.0, seed=seed, tasks_per_group=tasks_per_group)
 
+    # ---- optional lifecycle ---------------------------------------------------------------
+
     async def start(self) -> None:
-        """Acquire what the env needs before its first rollout (servers, connections).
-        Optional: envs start lazily too; this fails fast with a clear error."""
+        """Acquire what the env needs before its rollouts (servers, connections). Awaited by
+        every rollout, so it must return at once when already started; call it yourself to
+        fail fast with a clear error."""
+
+    async def close_state(self, state: S) -> None:
+        """Release what `setup_state` opened for this episode; awaited however it ended."""
 
     async def aclose(self) -> None:
         """Release what `start` (or the first rollout) acquired. Called at the end of a run."""
@@ -155,38 +183,53 @@ class MultiTurnEnv(Generic[S]):
             raise UsageError(f"task {task.id!r} has neither a prompt nor a question")
         return messages
 
+    @final
     async def rollout(self, client: ChatClient, task: Task, sampling: SamplingArgs, seed: int) -> S:
-        """Play one episode. Never raises for a failure inside it: the state records it."""
+        """Play one episode. Never raises for a failure inside it: the state records it.
+
+        `start()`, then `setup_state(task)`, then turns until a stop condition holds; then
+        `close_state(state)`, whatever happened after the state was set up."""
         try:
+            await self.start()
             state = self.setup_state(task)
-        except Exception as exc:  # a task the env cannot set up is one error record, not a lost run
-            state = State(task=task)  # type: ignore[assignment]
-            state.prompt = state.messages = []
-            state.seed, state.started_at = seed, time.monotonic()
-            self._end(state, "error", truncated=True)
-            state.error = error_summary(exc)
-            return state
-        state.seed = seed
-        state.prompt = self.initial_prompt(task)
-        state.messages = list(state.prompt)
-        state.started_at = time.monotonic()
+        except Exception as exc:  # an env that cannot start or set up a task: one error record
+            failed = State(task=task, seed=seed, started_at=time.monotonic())
+            self._failed(failed, exc)
+            return failed  # type: ignore[return-value]
+        try:
+            await self._play(client, state, sampling, seed)
+        finally:
+            try:
+                await self.close_state(state)
+            except Exception as exc:  # a failed release spoils the record, not the run
+                if state.error is None:
+                    state.stop_reason = None
+                    self._failed(state, exc)
+        return state
+
+    async def _play(self, client: ChatClient, state: S, sampling: SamplingArgs, seed: int) -> None:
+        state.seed, state.started_at = seed, time.monotonic()
         deadline = asyncio.timeout(self.timeout_s)
         try:
+            state.prompt = self.initial_prompt(state.task)
+            state.messages = list(state.prompt)
             async with deadline:
                 await self._loop(client, state, sampling)
         except TimeoutError as exc:
             if deadline.expired():
                 self._end(state, "timeout", truncated=True)
             else:  # a TimeoutError from inside (a client, a tool) is an error, not our deadline
-                self._end(state, "error", truncated=True)
-                state.error = error_summary(exc)
+                self._failed(state, exc)
         except PromptTooLongError as exc:
             self._end(state, "prompt_too_long", truncated=True)
             state.error = None if state.turn else error_summary(exc)
         except Exception as exc:  # one broken rollout must never sink a run
-            self._end(state, "error", truncated=True)
-            state.error = error_summary(exc)
-        return state
+            self._failed(state, exc)
+
+    def _failed(self, state: State, exc: BaseException) -> None:
+        """Record `exc` as the episode's error (the one place that builds an error record)."""
+        self._end(state, "error", truncated=True)
+        state.error = error_summary(exc)
 
     async def _loop(self, client: ChatClient, state: S, sampling: SamplingArgs) -> None:
         while not self.check_stops(state):
