@@ -133,3 +133,11 @@ def test_no_library_or_bundled_environment_overrides_rollout() -> None:
     assert {"GymEnv", "MCPEnv", "ToolEnv", "TicTacToeEnv", "IceMazeEnv", "WikiSearchMCPEnv"} <= classes
     overriding = [c.__qualname__ for c in _subclasses(MultiTurnEnv) if "rollout" in vars(c) and c is not MultiTurnEnv]
     assert overriding == []
+
+
+def test_an_env_that_still_defines_sampler_is_told_what_replaced_it() -> None:
+    with pytest.warns(DeprecationWarning, match="sampler is no longer called: declare difficulty"):
+
+        class OldStyle(SingleTurnEnv[State]):
+            def sampler(self, seed: int = 0) -> None:
+                return None

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from rlvr import ChatClient, MultiTurnEnv, SamplingArgs, Task, stop
-from rlvr.sampler import StratifiedSampler, bucket_index, bucket_range
+from rlvr.sampler import bucket_index, bucket_range
 from rlvr.types import Messages
 from rlvr_tictactoe import players
 from rlvr_tictactoe.game import (
@@ -137,11 +137,12 @@ def opening_task(task_id: str, seed: int, p: float, first: int | None, bucket: i
 class TicTacToeEnv(MultiTurnEnv[GameState]):
     """The model (X) against the seeded opponent (O); see the module docstring."""
 
-    def __init__(self, dataset: Sequence[Task], *, low: float, high: float, num_groups: int, **kwargs: Any) -> None:
+    def __init__(self, dataset: Sequence[Task], *, low: float, high: float, num_buckets: int, **kwargs: Any) -> None:
         kwargs.setdefault("sampling", SamplingArgs(max_tokens=256))  # a think + move is ~30 tokens
         super().__init__(dataset, system_prompt=SYSTEM_PROMPT, parser=PARSER, rubric=make_rubric(), **kwargs)
         self.min_random_move_prob, self.max_random_move_prob = low, high
-        self.num_groups = num_groups
+        self.difficulty_range = (low, high)
+        self.num_buckets = num_buckets
         self.human: HumanMove | None = None
         """When set (by `rlvr play`), a person makes the opponent's moves instead of minimax."""
 
@@ -182,7 +183,11 @@ class TicTacToeEnv(MultiTurnEnv[GameState]):
     def game_over(self, state: GameState) -> bool:
         return state.outcome is not None
 
-    # ---- hooks used by the CLI and the trainer ----------------------------------------------
+    # ---- data the trainer reads, hooks the CLI uses -----------------------------------------
+
+    def difficulty(self, task: Task) -> float:
+        """The opponent's random-move probability p: the trainer stratifies batches by it."""
+        return float(task.info["random_move_prob"])
 
     def policies(self) -> dict[str, Callable[[], ChatClient]]:
         return {name: functools.partial(players.policy, name) for name in players.POLICIES}
@@ -192,23 +197,6 @@ class TicTacToeEnv(MultiTurnEnv[GameState]):
 
     def summarize(self, rollouts: Sequence[Any]) -> dict[str, float] | None:
         return summarize(rollouts)
-
-    def sampler(
-        self, seed: int = 0, *, num_groups: int | None = None, tasks_per_group: int = 1, split: str = "train"
-    ) -> StratifiedSampler:
-        """Stratified batches over the opponent's random-move probability: `num_groups`
-        (default: the env's) equal-width buckets of [min, max], `tasks_per_group` from each."""
-        low, high = self.min_random_move_prob, self.max_random_move_prob
-        groups = 1 if low == high else num_groups or self.num_groups
-        return StratifiedSampler(
-            self.tasks(split),
-            groups,
-            key="random_move_prob",
-            low=low,
-            high=high,
-            seed=seed,
-            tasks_per_group=tasks_per_group,
-        )
 
     async def play_human(self, client: Any, terminal: Any, **options: Any) -> str:
         """`rlvr play`: a person takes the opponent's seat (see `rlvr_tictactoe.interactive`)."""
@@ -281,6 +269,6 @@ def load_environment(
         eval_dataset=split("eval", eval_examples, seed if eval_seed is None else eval_seed),
         low=low,
         high=high,
-        num_groups=groups,
+        num_buckets=groups,
         max_turns=max_turns,
     )

@@ -15,6 +15,7 @@ from rlvr_tictactoe.rewards import PARSER, format_reward, is_formatted
 from rlvr import Policy, Task, check_env
 from rlvr.engine import run_rollouts
 from rlvr.registry import load_environment as load_by_name
+from rlvr.sampler import StratifiedSampler
 
 
 def user(text: str) -> dict[str, str]:
@@ -80,7 +81,7 @@ def test_tasks_carry_their_bucket_p_and_a_balanced_start():
 def test_opponent_and_start_arguments():
     assert {t.info["random_move_prob"] for t in load_environment(opponent="optimal").tasks()} == {0.0}
     rand = load_environment(opponent="random", num_groups=8)
-    assert {t.info["random_move_prob"] for t in rand.tasks()} == {1.0} and rand.num_groups == 1
+    assert {t.info["random_move_prob"] for t in rand.tasks()} == {1.0} and rand.num_buckets == 1
     assert all(t.info["model_starts"] for t in load_environment(model_starts="always").tasks())
     assert not any(t.info["model_starts"] for t in load_environment(model_starts="never").tasks())
     for bad in (
@@ -96,7 +97,7 @@ def test_opponent_and_start_arguments():
 
 def test_stratified_batches_from_the_env():
     env = load_environment(num_examples=300, min_random_move_prob=0.0, max_random_move_prob=0.75, num_groups=3)
-    sampler = env.sampler(seed=1)
+    sampler = StratifiedSampler.for_env(env, seed=1)
     assert sampler.ranges == [(0.0, 0.25), (0.25, 0.5), (0.5, 0.75)]
     for _ in range(50):
         batch = next(sampler)
@@ -304,15 +305,15 @@ def test_make_task_is_a_pure_function():
     assert a.id == "train-7" and a.info["bucket"] == 3 and 0.75 <= a.info["random_move_prob"] <= 1.0
 
 
-def test_sampler_with_more_groups_than_the_dataset_strata():
+def test_sampler_with_more_buckets_than_the_dataset_strata():
     env = load_environment(num_examples=1000, min_random_move_prob=0.2, max_random_move_prob=0.7)
-    sampler = env.sampler(seed=2, num_groups=32, tasks_per_group=2)
+    sampler = StratifiedSampler.for_env(env, seed=2, num_buckets=32, tasks_per_bucket=2)
     batch = next(sampler)
     assert len(batch) == 64
     for i, t in enumerate(batch):
         lo, hi = sampler.ranges[i // 2]
         assert lo <= t.info["random_move_prob"] <= hi
-    assert load_environment(opponent="optimal").sampler(num_groups=8).num_groups == 1
+    assert StratifiedSampler.for_env(load_environment(opponent="optimal"), num_buckets=8).num_buckets == 1
 
 
 def test_optimal_vs_random_matches_the_exact_win_rate():

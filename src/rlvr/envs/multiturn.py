@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Generic, TypeVar, final
 
@@ -62,6 +63,9 @@ class MultiTurnEnv(Generic[S]):
                             however it ended: release what `setup_state` opened
         aclose()            release what `start` acquired; called once at the end of a run
 
+    Optional: data the trainer reads
+        difficulty(task), difficulty_range, num_buckets   stratified training batches
+
     Optional: used by the CLI
         policies()          reference players, selectable as `-m policy:NAME`
         default_model()     the model `rlvr eval ENV` uses without `-m`
@@ -77,6 +81,13 @@ class MultiTurnEnv(Generic[S]):
             raise EnvError(
                 f"{cls.__name__} overrides rollout, which is final: acquire and release what an "
                 "episode needs in the lifecycle hooks start / close_state instead"
+            )
+        if "sampler" in vars(cls):
+            warnings.warn(
+                f"{cls.__name__}.sampler is no longer called: declare difficulty(task) and "
+                "difficulty_range (and num_buckets) instead, and the trainer stratifies by them",
+                DeprecationWarning,
+                stacklevel=2,
             )
 
     def __init__(
@@ -112,7 +123,7 @@ class MultiTurnEnv(Generic[S]):
         """The arguments `load_environment` was called with (set by the registry)."""
         self._stops = self._collect_stops()
 
-    # ---- what subclasses override -------------------------------------------------------
+    # ---- the contract: what subclasses override -----------------------------------------
 
     def setup_state(self, task: Task) -> S:
         """Build the state of a new episode. Override to return your State subclass."""
@@ -126,6 +137,8 @@ class MultiTurnEnv(Generic[S]):
         """OpenAI tool schemas offered to the model this turn (None: no tools)."""
         return None
 
+    # ---- optional: used by the CLI ------------------------------------------------------
+
     def policies(self) -> dict[str, Callable[[], ChatClient]]:
         """Reference players, selectable as `-m policy:NAME`."""
         return {}
@@ -138,16 +151,21 @@ class MultiTurnEnv(Generic[S]):
         """Extra numbers for the eval summary (e.g. win/draw/loss %), or None."""
         return None
 
-    def sampler(
-        self, seed: int = 0, *, num_groups: int | None = None, tasks_per_group: int = 1, split: str = "train"
-    ) -> Any:
-        """Batches of training tasks for the trainer. The base env has no difficulty key: one
-        bucket, i.e. a seeded, resumable shuffle. Envs with a difficulty override this."""
-        from rlvr.sampler import StratifiedSampler
+    # ---- optional: data the trainer reads -----------------------------------------------
 
-        return StratifiedSampler(self.tasks(split), 1, key=lambda t: 0.0, seed=seed, tasks_per_group=tasks_per_group)
+    difficulty_range: tuple[float, float] | None = None
+    """The [low, high] that `difficulty` spans (None: the smallest and largest of the tasks)."""
+    num_buckets: int = 1
+    """Equal-width difficulty buckets a training batch is stratified into, unless the trainer
+    is told another number."""
 
-    # ---- optional lifecycle ---------------------------------------------------------------
+    def difficulty(self, task: Task) -> float | None:
+        """A number that orders tasks by difficulty (None: this env has none). The trainer's
+        sampler (`rlvr.sampler.StratifiedSampler.for_env`) puts the same number of tasks of
+        each difficulty bucket in every batch."""
+        return None
+
+    # ---- optional lifecycle -------------------------------------------------------------
 
     async def start(self) -> None:
         """Acquire what the env needs before its rollouts (servers, connections). Awaited by
@@ -160,7 +178,7 @@ class MultiTurnEnv(Generic[S]):
     async def aclose(self) -> None:
         """Release what `start` (or the first rollout) acquired. Called at the end of a run."""
 
-    # ---- the episode --------------------------------------------------------------------
+    # ---- the episode (final) ------------------------------------------------------------
 
     def tasks(self, split: str = "eval") -> list[Task]:
         """Tasks of a split: `train`, or `eval` (falls back to train when there is none)."""
