@@ -141,3 +141,11 @@ def test_an_env_that_still_defines_sampler_is_told_what_replaced_it() -> None:
         class OldStyle(SingleTurnEnv[State]):
             def sampler(self, seed: int = 0) -> None:
                 return None
+
+
+def test_rlvr_play_checks_a_declared_protocol() -> None:
+    from rlvr.commands.play import PlayableEnv
+    from rlvr.registry import load_environment
+
+    assert isinstance(load_environment("tictactoe", num_examples=8), PlayableEnv)
+    assert not isinstance(SingleTurnEnv([{"question": "q"}]), PlayableEnv)
