@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import inspect
+import typing
 from importlib.metadata import entry_points
 from typing import Any
 
@@ -12,6 +14,7 @@ import pytest
 import rlvr
 from rlvr import MultiTurnEnv, Policy, Rubric, SingleTurnEnv, State
 from rlvr.check import check_env
+from rlvr.envs.multiturn import EnvOptions
 from rlvr.errors import EnvError
 from rlvr.registry import GROUP
 from rlvr.types import Messages, SamplingArgs, Task
@@ -149,3 +152,11 @@ def test_rlvr_play_checks_a_declared_protocol() -> None:
 
     assert isinstance(load_environment("tictactoe", num_examples=8), PlayableEnv)
     assert not isinstance(SingleTurnEnv([{"question": "q"}]), PlayableEnv)
+
+
+def test_env_options_are_exactly_the_keyword_options_of_the_base_class() -> None:
+    """Subclasses pass `**options: Unpack[EnvOptions]` on to MultiTurnEnv: the two must agree."""
+    params = inspect.signature(MultiTurnEnv.__init__).parameters
+    hints = typing.get_type_hints(MultiTurnEnv.__init__)
+    keyword = {name: hints[name] for name, p in params.items() if p.kind is p.KEYWORD_ONLY}
+    assert keyword == typing.get_type_hints(EnvOptions)

@@ -137,9 +137,26 @@ def opening_task(task_id: str, seed: int, p: float, first: int | None, bucket: i
 class TicTacToeEnv(MultiTurnEnv[GameState]):
     """The model (X) against the seeded opponent (O); see the module docstring."""
 
-    def __init__(self, dataset: Sequence[Task], *, low: float, high: float, num_buckets: int, **kwargs: Any) -> None:
-        kwargs.setdefault("sampling", SamplingArgs(max_tokens=256))  # a think + move is ~30 tokens
-        super().__init__(dataset, system_prompt=SYSTEM_PROMPT, parser=PARSER, rubric=make_rubric(), **kwargs)
+    def __init__(
+        self,
+        dataset: Sequence[Task],
+        *,
+        low: float,
+        high: float,
+        num_buckets: int,
+        eval_dataset: Sequence[Task] | None = None,
+        max_turns: int | None = None,
+        sampling: SamplingArgs | None = None,
+    ) -> None:
+        super().__init__(
+            dataset,
+            eval_dataset=eval_dataset,
+            system_prompt=SYSTEM_PROMPT,
+            parser=PARSER,
+            rubric=make_rubric(),
+            sampling=sampling or SamplingArgs(max_tokens=256),  # a think + move is ~30 tokens
+            max_turns=max_turns,
+        )
         self.min_random_move_prob, self.max_random_move_prob = low, high
         self.difficulty_range = (low, high)
         self.num_buckets = num_buckets

@@ -32,11 +32,12 @@ import statistics
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Unpack
 
 from rlvr import Policy, Rubric, StatefulToolEnv, Task, ToolState, XMLParser
 from rlvr.clients.base import ChatClient
 from rlvr.envs.mcp import MCPEnv, MCPServerConfig
+from rlvr.envs.multiturn import EnvOptions
 from rlvr.errors import UsageError
 from rlvr.judge import Judge, judge_reward, reference_judge
 from rlvr.types import Messages, Rollout
@@ -89,8 +90,8 @@ class WikiSearchEnv(StatefulToolEnv[WikiState]):
 
     hidden_args = ("db",)
 
-    def __init__(self, dataset: Any, *, db: WikiDB, **kwargs: Any) -> None:
-        super().__init__(dataset, tools=list(TOOLS), **kwargs)
+    def __init__(self, dataset: Sequence[Task], *, db: WikiDB, **options: Unpack[EnvOptions]) -> None:
+        super().__init__(dataset, tools=list(TOOLS), **options)
         self.db = db
 
     def setup_state(self, task: Task) -> WikiState:
@@ -198,7 +199,7 @@ def load_environment(
     if judge_model is not None:
         funcs.append(_judge(judge_model, judge_base_url))
         weights.append(judge_weight)
-    common: dict[str, Any] = {
+    common: EnvOptions = {
         "eval_dataset": make_tasks(world, "eval", num_eval_examples, seed, min_hops, max_hops),
         "system_prompt": SYSTEM_PROMPT,
         "parser": parser,

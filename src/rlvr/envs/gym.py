@@ -32,7 +32,7 @@ from rlvr.errors import EnvError, UsageError
 from rlvr.parsers import Parser, XMLParser
 from rlvr.rubric import Rubric
 from rlvr.seeding import mix_seed
-from rlvr.types import Messages, State, Task
+from rlvr.types import Messages, SamplingArgs, State, Task
 
 Renderer = Callable[[Any, Any], str]
 """``(observation, env) -> text`` shown to the model."""
@@ -95,7 +95,10 @@ class GymEnv(MultiTurnEnv[GymState]):
         parse_action: ActionParser | None = None,
         format_weight: float = 0.0,
         max_turns: int | None = None,
-        **kwargs: Any,
+        system_prompt: str | None = None,
+        sampling: SamplingArgs | None = None,
+        max_completion_tokens: int | None = None,
+        timeout_s: float | None = None,
     ) -> None:
         gymnasium_module()
         if num_tasks < 1:
@@ -128,7 +131,16 @@ class GymEnv(MultiTurnEnv[GymState]):
         rubric = Rubric(
             [episode_return, format_reward, invalid_action_rate], weights=[1.0, format_weight, 0.0], parser=parser
         )
-        super().__init__(tasks, parser=parser, rubric=rubric, max_turns=max_turns, **kwargs)
+        super().__init__(
+            tasks,
+            system_prompt=system_prompt,
+            parser=parser,
+            rubric=rubric,
+            sampling=sampling,
+            max_turns=max_turns,
+            max_completion_tokens=max_completion_tokens,
+            timeout_s=timeout_s,
+        )
 
     # ---- actions ----------------------------------------------------------------------------
 

@@ -32,12 +32,13 @@ import re
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import Any, Self, Unpack
 
+from rlvr.envs.multiturn import EnvOptions
 from rlvr.envs.schema import validate_arguments
 from rlvr.envs.tools import ToolCallError, ToolEnv, ToolState, parse_arguments
 from rlvr.errors import EnvError, UsageError
-from rlvr.types import ToolCall
+from rlvr.types import Task, ToolCall
 
 log = logging.getLogger("rlvr.mcp")
 
@@ -249,13 +250,20 @@ class _Servers:
 class MCPEnv(ToolEnv[ToolState]):
     """A tool environment whose tools live on MCP servers (see the module docstring)."""
 
-    def __init__(self, dataset: Any, *, servers: Sequence[MCPServerConfig], **kwargs: Any) -> None:
+    def __init__(
+        self,
+        dataset: Sequence[Task | Mapping[str, Any]],
+        *,
+        servers: Sequence[MCPServerConfig],
+        **options: Unpack[EnvOptions],
+    ) -> None:
+        """`servers`: where the tools live; `options`: those of `MultiTurnEnv`."""
         if not servers:
             raise UsageError("MCPEnv needs at least one server (servers=[MCPServerConfig(...)])")
         names = [s.name for s in servers]
         if len(set(names)) != len(names):
             raise UsageError(f"MCP server names must be unique, got {names}")
-        super().__init__(dataset, tools=[], **kwargs)
+        super().__init__(dataset, tools=[], **options)
         self.servers = list(servers)
         self._state: _Servers | None = None
 

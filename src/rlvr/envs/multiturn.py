@@ -22,7 +22,7 @@ import asyncio
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Generic, TypeVar, final
+from typing import Any, Generic, TypedDict, TypeVar, final
 
 from rlvr.clients.base import ChatClient
 from rlvr.errors import EnvError, PromptTooLongError, UsageError, error_summary
@@ -47,6 +47,20 @@ def stop(fn: StopFn | None = None, *, priority: int = 0, truncated: bool = False
         return f
 
     return mark(fn) if fn is not None else mark
+
+
+class EnvOptions(TypedDict, total=False):
+    """The keyword options of `MultiTurnEnv.__init__`, for a subclass that passes them all on
+    (`**options: Unpack[EnvOptions]`): typed, so a misspelt or ill-typed option is an error."""
+
+    eval_dataset: Sequence[Task | Mapping[str, Any]] | None
+    system_prompt: str | None
+    parser: Parser | None
+    rubric: Rubric | None
+    sampling: SamplingArgs | None
+    max_turns: int | None
+    max_completion_tokens: int | None
+    timeout_s: float | None
 
 
 class MultiTurnEnv(Generic[S]):
