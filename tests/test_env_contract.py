@@ -15,7 +15,7 @@ import rlvr
 from rlvr import MultiTurnEnv, Policy, Rubric, SingleTurnEnv, State
 from rlvr.check import check_env
 from rlvr.envs.multiturn import EnvOptions
-from rlvr.errors import EnvError
+from rlvr.errors import EnvError, UsageError
 from rlvr.registry import GROUP
 from rlvr.types import Messages, SamplingArgs, Task
 
@@ -130,12 +130,15 @@ def _subclasses(cls: type) -> list[type]:
 def test_no_library_or_bundled_environment_overrides_rollout() -> None:
     for module in ("rlvr.envs.gym", "rlvr.envs.mcp", "rlvr.envs.tools"):
         importlib.import_module(module)
+    packages = {"rlvr"}
     for ep in entry_points(group=GROUP):
         ep.load()
-    classes = {c.__qualname__ for c in _subclasses(MultiTurnEnv)}
-    assert {"GymEnv", "MCPEnv", "ToolEnv", "TicTacToeEnv", "IceMazeEnv", "WikiSearchMCPEnv"} <= classes
-    overriding = [c.__qualname__ for c in _subclasses(MultiTurnEnv) if "rollout" in vars(c) and c is not MultiTurnEnv]
-    assert overriding == []
+        packages.add(ep.module.split(".")[0])
+    ours = [c for c in _subclasses(MultiTurnEnv) if c.__module__.split(".")[0] in packages]
+    assert {"GymEnv", "MCPEnv", "ToolEnv", "TicTacToeEnv", "IceMazeEnv", "WikiSearchMCPEnv"} <= {
+        c.__qualname__ for c in ours
+    }
+    assert [c.__qualname__ for c in ours if "rollout" in vars(c) and c is not MultiTurnEnv] == []
 
 
 def test_an_env_that_still_defines_sampler_is_told_what_replaced_it() -> None:
@@ -150,7 +153,7 @@ def test_rlvr_play_checks_a_declared_protocol() -> None:
     from rlvr.commands.play import PlayableEnv
     from rlvr.registry import load_environment
 
-    assert isinstance(load_environment("tictactoe", num_examples=8), PlayableEnv)
+    assert isinstance(load_environment("tictactoe", num_tasks=8), PlayableEnv)
     assert not isinstance(SingleTurnEnv([{"question": "q"}]), PlayableEnv)
 
 
@@ -160,3 +163,44 @@ def test_env_options_are_exactly_the_keyword_options_of_the_base_class() -> None
     hints = typing.get_type_hints(MultiTurnEnv.__init__)
     keyword = {name: hints[name] for name, p in params.items() if p.kind is p.KEYWORD_ONLY}
     assert keyword == typing.get_type_hints(EnvOptions)
+
+
+# ---- env arguments say task and bucket; the old names still work, with a warning ------------
+
+RENAMED = [  # environment, arguments under their old names, the same under the new ones
+    (
+        "tictactoe",
+        {"num_examples": 16, "eval_examples": 4, "num_groups": 4},
+        {"num_tasks": 16, "eval_tasks": 4, "num_buckets": 4},
+    ),
+    ("ice_maze", {"num_examples": 3, "eval_examples": 2}, {"num_tasks": 3, "eval_tasks": 2}),
+    ("reverse_text", {"num_examples": 3, "num_eval_examples": 2}, {"num_tasks": 3, "eval_tasks": 2}),
+    ("double_check", {"num_examples": 3, "num_eval_examples": 2}, {"num_tasks": 3, "eval_tasks": 2}),
+    ("python_math", {"num_examples": 3, "num_eval_examples": 2}, {"num_tasks": 3, "eval_tasks": 2}),
+    (
+        "wiki_search",
+        {"size": "small", "num_examples": 3, "num_eval_examples": 2},
+        {"size": "small", "num_tasks": 3, "eval_tasks": 2},
+    ),
+    ("gym", {"env_id": "FrozenLake-v1", "num_examples": 2}, {"env_id": "FrozenLake-v1", "num_tasks": 2}),
+]
+
+
+@pytest.mark.parametrize(("name", "old", "new"), RENAMED, ids=[r[0] for r in RENAMED])
+def test_old_argument_names_still_work_and_warn(
+    name: str, old: dict[str, Any], new: dict[str, Any], tmp_path: Any
+) -> None:
+    from rlvr.registry import load_environment
+
+    extra = {"cache_dir": str(tmp_path)} if name == "wiki_search" else {}
+    with pytest.warns(DeprecationWarning) as caught:
+        before = load_environment(name, **old, **extra)
+    renames = [(o, n) for o, n in zip(old, new) if o != n]
+    assert sorted(str(w.message) for w in caught) == sorted(f"{o} is deprecated; use {n}" for o, n in renames)
+    after = load_environment(name, **new, **extra)
+    for split in ("train", "eval"):
+        assert [t.to_dict() for t in before.tasks(split)] == [t.to_dict() for t in after.tasks(split)]
+    with pytest.raises(UsageError, match=f"got both {renames[0][1]} and its deprecated name {renames[0][0]}"):
+        load_environment(name, **new, **{renames[0][0]: old[renames[0][0]]}, **extra)
+    asyncio.run(before.aclose())
+    asyncio.run(after.aclose())

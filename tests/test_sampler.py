@@ -184,20 +184,20 @@ def _digest(sampler: StratifiedSampler, steps: int = 50) -> str:
     ("env_args", "sampler_args", "first_batch", "digest"),
     [  # recorded at fdc4f28 with env.sampler(seed, num_groups=..., tasks_per_group=...)
         (
-            {"num_examples": 64, "eval_examples": 8},
+            {"num_tasks": 64, "eval_tasks": 8},
             {"seed": 3},
             ["train-48", "train-41", "train-58", "train-51", "train-20", "train-21", "train-54", "train-7"],
             "8ba80579c27e57df",
         ),
-        ({"num_examples": 64}, {"seed": 3, "num_buckets": 4, "tasks_per_bucket": 2}, None, "0494b78b2af52b67"),
+        ({"num_tasks": 64}, {"seed": 3, "num_buckets": 4, "tasks_per_bucket": 2}, None, "0494b78b2af52b67"),
         (
-            {"num_examples": 1000, "min_random_move_prob": 0.2, "max_random_move_prob": 0.7},
+            {"num_tasks": 1000, "min_random_move_prob": 0.2, "max_random_move_prob": 0.7},
             {"seed": 2, "num_buckets": 32, "tasks_per_bucket": 2},
             None,
             "3acf6591f9f98a0b",
         ),
         (
-            {"opponent": "optimal", "num_examples": 50},
+            {"opponent": "optimal", "num_tasks": 50},
             {"seed": 5, "tasks_per_bucket": 4},
             ["train-28", "train-19", "train-16", "train-27"],
             "f312ec7902a6f7cc",
@@ -216,6 +216,6 @@ def test_tictactoe_batches_are_unchanged(env_args, sampler_args, first_batch, di
 def test_batches_of_an_env_without_difficulty_are_unchanged():
     from reverse_text import load_environment
 
-    sampler = StratifiedSampler.for_env(load_environment(num_examples=30), seed=7, tasks_per_bucket=4)
+    sampler = StratifiedSampler.for_env(load_environment(num_tasks=30), seed=7, tasks_per_bucket=4)
     assert [t.id for t in sampler.batch(0)] == ["train-6", "train-16", "train-13", "train-27"]
     assert _digest(sampler) == "1373d5dc4747b94e"

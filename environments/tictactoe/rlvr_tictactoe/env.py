@@ -2,7 +2,7 @@
 
 Dataset: a pure function of the arguments. Task `i` of a split gets a seed hashed from
 (split, seed, i) (train seeds even, eval seeds odd: the splits never share one), a bucket
-`i % num_groups`, a random-move probability p drawn uniformly inside that bucket's slice of
+`i % num_buckets`, a random-move probability p drawn uniformly inside that bucket's slice of
 [min_random_move_prob, max_random_move_prob], and a coin for who starts; when the opponent
 starts, its first move is already on the prompt's board.
 
@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from rlvr import ChatClient, MultiTurnEnv, SamplingArgs, Task, stop
+from rlvr.deprecation import renamed_arguments
 from rlvr.sampler import bucket_index, bucket_range
 from rlvr.types import Messages
 from rlvr_tictactoe import players
@@ -108,15 +109,15 @@ def task_seed(split: str, seed: int, index: int) -> int:
     return (int.from_bytes(digest, "big") & ~1) | (split == "eval")
 
 
-def make_task(split: str, index: int, seed: int, low: float, high: float, num_groups: int, model_starts: str) -> Task:
+def make_task(split: str, index: int, seed: int, low: float, high: float, num_buckets: int, model_starts: str) -> Task:
     """Task `index` of a split (see the module docstring)."""
     tseed = task_seed(split, seed, index)
     rng = random.Random(tseed)
-    a, b = bucket_range(index % num_groups, low, high, num_groups)
+    a, b = bucket_range(index % num_buckets, low, high, num_buckets)
     p = min(max(a + rng.random() * (b - a), low), high)
     starts = {"always": True, "never": False}.get(model_starts, rng.random() < 0.5)
     first = None if starts else opponent_move(EMPTY_BOARD, "O", p, move_rng(tseed, EMPTY_BOARD))
-    return opening_task(f"{split}-{index}", tseed, p, first, bucket=bucket_index(p, low, high, num_groups))
+    return opening_task(f"{split}-{index}", tseed, p, first, bucket=bucket_index(p, low, high, num_buckets))
 
 
 def opening_task(task_id: str, seed: int, p: float, first: int | None, bucket: int = 0) -> Task:
@@ -245,23 +246,25 @@ def default_model() -> str:
     return "policy:optimal"
 
 
+@renamed_arguments(num_examples="num_tasks", eval_examples="eval_tasks", num_groups="num_buckets")
 def load_environment(
-    num_examples: int = 1000,
+    num_tasks: int = 1000,
     seed: int = 0,
     min_random_move_prob: float = 0.0,
     max_random_move_prob: float = 1.0,
-    num_groups: int = 8,
+    num_buckets: int = 8,
     max_turns: int | None = 8,
     model_starts: str = "random",
     opponent: str | None = None,
-    eval_examples: int = 200,
+    eval_tasks: int = 200,
     eval_seed: int | None = None,
 ) -> TicTacToeEnv:
     """Build the environment; every argument is documented in the package README.
 
     `opponent` fixes the opponent of both splits: `optimal` (p = 0), `random` (p = 1), or
     `mix` / None (p from [min_random_move_prob, max_random_move_prob]). A zero-width range
-    has a single bucket, whatever `num_groups` says.
+    has a single bucket, whatever `num_buckets` says. The old names `num_examples`,
+    `eval_examples` and `num_groups` still work, with a DeprecationWarning.
     """
     if opponent not in (None, "mix", *OPPONENTS):
         raise ValueError(f"opponent must be 'optimal', 'random', 'mix' or null, got {opponent!r}")
@@ -270,22 +273,22 @@ def load_environment(
         raise ValueError(f"need 0 <= min_random_move_prob <= max_random_move_prob <= 1, got {low} and {high}")
     if model_starts not in STARTS:
         raise ValueError(f"model_starts must be one of {', '.join(STARTS)}; got {model_starts!r}")
-    counts = {"num_examples": num_examples, "eval_examples": eval_examples, "num_groups": num_groups}
+    counts = {"num_tasks": num_tasks, "eval_tasks": eval_tasks, "num_buckets": num_buckets}
     for name, value in counts.items():
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    groups = 1 if low == high else num_groups
-    if groups > num_examples:
-        raise ValueError(f"num_groups ({groups}) must not exceed num_examples ({num_examples})")
+    buckets = 1 if low == high else num_buckets
+    if buckets > num_tasks:
+        raise ValueError(f"num_buckets ({buckets}) must not exceed num_tasks ({num_tasks})")
 
     def split(name: str, n: int, s: int) -> list[Task]:
-        return [make_task(name, i, s, low, high, groups, model_starts) for i in range(n)]
+        return [make_task(name, i, s, low, high, buckets, model_starts) for i in range(n)]
 
     return TicTacToeEnv(
-        split("train", num_examples, seed),
-        eval_dataset=split("eval", eval_examples, seed if eval_seed is None else eval_seed),
+        split("train", num_tasks, seed),
+        eval_dataset=split("eval", eval_tasks, seed if eval_seed is None else eval_seed),
         low=low,
         high=high,
-        num_buckets=groups,
+        num_buckets=buckets,
         max_turns=max_turns,
     )

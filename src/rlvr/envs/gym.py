@@ -27,6 +27,7 @@ from typing import Any
 
 from rlvr.clients.base import ChatClient
 from rlvr.clients.policy import Policy
+from rlvr.deprecation import renamed_arguments
 from rlvr.envs.multiturn import MultiTurnEnv, stop
 from rlvr.errors import EnvError, UsageError
 from rlvr.parsers import Parser, XMLParser
@@ -254,9 +255,10 @@ def invalid_action_rate(state: GymState) -> float:
     return state.invalid_actions / state.turn if state.turn else 0.0
 
 
+@renamed_arguments(num_examples="num_tasks")
 def load_environment(
     env_id: str = "FrozenLake-v1",
-    num_examples: int = 10,
+    num_tasks: int = 10,
     seed: int = 0,
     max_turns: int | None = 100,
     env_kwargs: dict[str, Any] | None = None,
@@ -282,7 +284,7 @@ def load_environment(
     names = action_names or next((v for k, v in KNOWN_ACTIONS.items() if spec.name.startswith(k)), None)
     return GymEnv(
         lambda: gym.make(env_id, **kwargs),
-        num_tasks=num_examples,
+        num_tasks=num_tasks,
         seed=seed,
         max_turns=max_turns,
         description=f"You are playing the Gymnasium environment {env_id}.",
