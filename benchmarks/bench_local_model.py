@@ -214,7 +214,7 @@ def make_env(games: int, max_turns: int) -> Any:
     try:
         from rlvr.registry import load_environment
 
-        return load_environment("tictactoe", num_examples=max(games, 64), max_turns=max_turns)
+        return load_environment("tictactoe", num_tasks=max(games, 64), max_turns=max_turns)
     except Exception as exc:  # not installed: the stand-in plays the same shape of game
         print(f"(tictactoe unavailable: {exc}; using a stand-in game)")
         return StandIn(games, max_turns)

@@ -32,7 +32,7 @@ def zero_cost(messages: list[dict], rng: random.Random) -> str:
 
 
 def bench_rollouts(games: int, concurrency: int, opponent: str) -> None:
-    env = load_environment(opponent=opponent, eval_examples=games)
+    env = load_environment(opponent=opponent, eval_tasks=games)
     tasks = env.tasks()
     policy = Policy(zero_cost, name="zero-cost")
     asyncio.run(run_rollouts(env, policy, tasks[:50]))  # warm the minimax cache
@@ -81,7 +81,7 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=256)
     args = ap.parse_args()
     t = time.perf_counter()
-    load_environment(num_examples=1000, eval_examples=1000)
+    load_environment(num_tasks=1000, eval_tasks=1000)
     print(
         f"load_environment (1000 train + 1000 eval tasks, cold minimax cache): {(time.perf_counter() - t) * 1e3:.0f} ms"
     )

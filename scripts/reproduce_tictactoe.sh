@@ -36,7 +36,7 @@ fi
 if [ ! -f "$OUT/teacher.jsonl" ]; then
   log "teacher games"; stamp gen
   rlvr gen tictactoe -m policy:teacher -n -1 -r 1 -q -o "$OUT/teacher.jsonl.part" --overwrite \
-    -a "{\"num_examples\": $GAMES, \"seed\": $((SEED + 100))}" \
+    -a "{\"num_tasks\": $GAMES, \"seed\": $((SEED + 100))}" \
     --filter 'loss == 0 and timeout == 0 and format_reward == 1 and invalid_moves == 0'
   mv "$OUT/teacher.jsonl.part" "$OUT/teacher.jsonl"
   done_in gen
@@ -74,7 +74,7 @@ rl rl2 "$OUT/rl1/final" "$RL2_STEPS" '{"min_random_move_prob": 0.0, "max_random_
 #    tie-breaks come from another seed stream. A stage's three cells run side by side (each one
 #    leaves the GPU mostly idle); a cell that is complete is skipped, a partial one resumes.
 eval_cell() {  # eval_cell STAGE MODEL OPPONENT
-  local dir="$OUT/eval/$1-$3" args="{\"opponent\": \"${3%-reseeded}\", \"eval_examples\": $EVAL_GAMES"
+  local dir="$OUT/eval/$1-$3" args="{\"opponent\": \"${3%-reseeded}\", \"eval_tasks\": $EVAL_GAMES"
   [ -f "$dir/metadata.json" ] && grep -q '"status": "complete"' "$dir/metadata.json" && return 0
   [ "$3" = optimal-reseeded ] && args="$args, \"eval_seed\": $((SEED + 7919))"
   rlvr eval tictactoe -m "$2" -a "$args}" -n -1 -r 1 -T 0 -t 48 -c 256 -q -o "$dir" --resume \

@@ -8,9 +8,19 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from rlvr import MultiTurnEnv, Policy, Rubric, SingleTurnEnv, State, StatefulToolEnv, ToolEnv, ToolState, stop
+from rlvr import (
+    MultiTurnEnv,
+    Policy,
+    Rubric,
+    SingleTurnEnv,
+    State,
+    StatefulToolEnv,
+    ToolEnv,
+    ToolState,
+    check_env,
+    stop,
+)
 from rlvr.engine import run_rollouts
-from rlvr.envs.check import check_env
 from rlvr.errors import EnvError, PromptTooLongError, UsageError
 from rlvr.types import Completion, SamplingArgs, Task, ToolCall, Usage
 

@@ -64,7 +64,7 @@ def test_train_two_steps_on_cuda(small, tmp_path, capsys) -> None:
         "16",
         "--bf16",
         "--env-args",
-        '{"opponent": "random", "num_examples": 64, "eval_examples": 8}',
+        '{"opponent": "random", "num_tasks": 64, "eval_tasks": 8}',
         "--eval-every",
         "2",
         "--eval-tasks",

@@ -246,7 +246,7 @@ def test_tictactoe_two_step_smoke_through_the_cli(tiny, tmp_path, capsys) -> Non
         "--max-turns",
         "2",
         "--env-args",
-        '{"opponent": "random", "num_examples": 16, "eval_examples": 4}',
+        '{"opponent": "random", "num_tasks": 16, "eval_tasks": 4}',
         "--eval-env-args",
         '[{"opponent": "random"}, {"opponent": "optimal"}]',
         "--eval-every",

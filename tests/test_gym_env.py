@@ -32,7 +32,7 @@ def scripted(moves: list[str]) -> Policy:
 
 
 def test_frozen_lake_solved_by_a_scripted_walk_is_terminated_with_return_1() -> None:
-    env = load_environment("FrozenLake-v1", num_examples=2, env_kwargs={"is_slippery": False})
+    env = load_environment("FrozenLake-v1", num_tasks=2, env_kwargs={"is_slippery": False})
     rollouts = run(env, scripted(FROZEN_PATH))
     for r in rollouts:
         assert r.error is None and r.stop_reason == "terminated" and not r.truncated
@@ -53,7 +53,7 @@ def test_a_gymnasium_time_limit_becomes_a_truncated_stop() -> None:
 
 
 def test_cliff_walking_random_player_return_is_the_sum_of_rewards() -> None:
-    env = load_environment("CliffWalking-v1", num_examples=3, max_turns=15)
+    env = load_environment("CliffWalking-v1", num_tasks=3, max_turns=15)
     rollouts = run(env, env.policies()["random"](), rollouts=3)
     assert len(rollouts) == 9 and all(r.error is None for r in rollouts)
     for r in rollouts:
@@ -65,7 +65,7 @@ def test_cliff_walking_random_player_return_is_the_sum_of_rewards() -> None:
 
 
 def test_dynamics_are_seeded_per_rollout() -> None:
-    env = load_environment("FrozenLake-v1", num_examples=2, env_kwargs={"is_slippery": True}, max_turns=20)
+    env = load_environment("FrozenLake-v1", num_tasks=2, env_kwargs={"is_slippery": True}, max_turns=20)
     walk = scripted(FROZEN_PATH)
     first, again = run(env, walk, rollouts=4), run(env, walk, rollouts=4)
     assert [r.to_dict()["turns"] for r in first] == [r.to_dict()["turns"] for r in again]
@@ -73,7 +73,7 @@ def test_dynamics_are_seeded_per_rollout() -> None:
 
 
 def test_unreadable_actions_waste_the_turn() -> None:
-    env = load_environment("FrozenLake-v1", num_examples=1, max_turns=4)
+    env = load_environment("FrozenLake-v1", num_tasks=1, max_turns=4)
     replies = iter(["<action>jump</action>", "no tags", "<action>7</action>", "<action>1</action>"])
     (r,) = run(env, Policy(lambda m, rng: next(replies), name="bad"))
     assert r.rewards["invalid_action_rate"] == 0.75
@@ -91,9 +91,9 @@ def test_numbered_actions_without_names() -> None:
 
 
 def test_check_env_passes_on_a_gymnasium_env() -> None:
-    from rlvr.envs.check import check_env
+    from rlvr import check_env
 
-    check_env(load_environment("CliffWalking-v1", num_examples=2, max_turns=5))
+    check_env(load_environment("CliffWalking-v1", num_tasks=2, max_turns=5))
 
 
 def test_unknown_env_id_is_a_usage_error() -> None:

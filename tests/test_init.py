@@ -14,10 +14,10 @@ from types import ModuleType
 
 import pytest
 
+from rlvr import check_env
 from rlvr.cli import main
 from rlvr.commands.init import scaffold
 from rlvr.engine import run_rollouts
-from rlvr.envs.check import check_env
 from rlvr.errors import UsageError
 from rlvr.registry import GROUP
 
@@ -55,7 +55,7 @@ def test_scaffold_env_passes_check_env_and_its_oracle_wins(
     scaffolded: tuple[Path, ModuleType],
 ) -> None:
     _, module = scaffolded
-    env = module.load_environment(num_examples=4, num_eval_examples=4)
+    env = module.load_environment(num_tasks=4, eval_tasks=4)
     check_env(env)
     rollouts = asyncio.run(run_rollouts(env, env.policies()["oracle"](), env.tasks(), rollouts_per_task=2))
     assert [r.reward for r in rollouts] == [1.0] * 8

@@ -31,7 +31,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_teacher_games_teach_a_fresh_model_the_move_format(tmp_path) -> None:
-    env = load_environment("tictactoe", num_examples=400, seed=3)
+    env = load_environment("tictactoe", num_tasks=400, seed=3)
     games = asyncio.run(run_rollouts(env, env.policies()["teacher"](), env.tasks("train")))
     rows = [{"messages": g.messages[:3]} for g in games]  # system, board, the teacher's first move
     assert all(r["messages"][-1]["role"] == "assistant" for r in rows)

@@ -4,6 +4,7 @@ Build environments, evaluate any model in them, generate SFT data, train with GR
 algorithms. The core (this package without extras) needs no torch.
 """
 
+from rlvr.check import check_env
 from rlvr.clients import ChatClient, Policy
 from rlvr.envs import MultiTurnEnv, SingleTurnEnv, StatefulToolEnv, ToolEnv, ToolState, stop
 from rlvr.parsers import ThinkParser, XMLParser
@@ -32,6 +33,7 @@ __all__ = [
     "ToolState",
     "Turn",
     "XMLParser",
+    "check_env",
     "group_reward",
     "stop",
 ]

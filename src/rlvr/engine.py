@@ -15,8 +15,9 @@ from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from rlvr.clients.base import ChatClient
-from rlvr.envs.multiturn import MultiTurnEnv, error_summary, mix_seed
-from rlvr.errors import UsageError
+from rlvr.envs.multiturn import MultiTurnEnv
+from rlvr.errors import UsageError, error_summary
+from rlvr.seeding import mix_seed
 from rlvr.types import Rollout, SamplingArgs, State, Task
 
 OnRollout = Callable[[Rollout], Any]

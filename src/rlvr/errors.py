@@ -15,9 +15,14 @@ the fix.
      ├── ResultsError          a results file is corrupt, foreign or from another run
      ├── ModelError            a model path is missing or is not a causal LM
      └── TrainingError         training cannot go on (a non-finite loss or gradient)
+
+Two helpers put an exception on one line: `first_line` (the message a user reads) and
+`error_summary` (type, message and the last frames, for a rollout's error record).
 """
 
 from __future__ import annotations
+
+import traceback
 
 
 class RlvrError(Exception):
@@ -62,3 +67,24 @@ class ModelError(RlvrError):
 
 class TrainingError(RlvrError):
     """Training cannot go on: a non-finite loss or gradient."""
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message, or its type name when the message is empty.
+
+    >>> first_line(OSError("disk full\\nmore detail")), first_line(KeyError())
+    ('disk full', 'KeyError')
+    """
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def error_summary(exc: BaseException, frames: int = 3) -> str:
+    """`Type: message` plus the last few traceback frames, short enough for a results file.
+
+    >>> error_summary(ValueError("bad move"))
+    'ValueError: bad move'
+    """
+    tb = traceback.extract_tb(exc.__traceback__)[-frames:] if frames > 0 else []
+    where = " <- ".join(f"{f.filename.rsplit('/', 1)[-1]}:{f.lineno} {f.name}" for f in reversed(tb))
+    return f"{type(exc).__name__}: {exc}" + (f" [at {where}]" if where else "")

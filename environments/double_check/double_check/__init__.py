@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from rlvr import Messages, MultiTurnEnv, Policy, Rubric, State, Task, XMLParser, stop
 from rlvr.clients.base import ChatClient
+from rlvr.deprecation import renamed_arguments
 from rlvr.errors import UsageError
 from rlvr.parsers import assistant_texts
 
@@ -295,9 +296,10 @@ def make_tasks(split: str, count: int, seed: int, min_steps: int, max_steps: int
     return tasks
 
 
+@renamed_arguments(num_examples="num_tasks", num_eval_examples="eval_tasks")
 def load_environment(
-    num_examples: int = 1000,
-    num_eval_examples: int = 100,
+    num_tasks: int = 1000,
+    eval_tasks: int = 100,
     seed: int = 0,
     min_steps: int = 1,
     max_steps: int = 3,
@@ -306,15 +308,15 @@ def load_environment(
     """The double-check environment.
 
     Args:
-        num_examples: training problems.
-        num_eval_examples: held-out evaluation problems (a separate seeded stream).
+        num_tasks: training problems.
+        eval_tasks: held-out evaluation problems (a separate seeded stream).
         seed: dataset seed; same arguments, same problems.
         min_steps: fewest steps after the opening sentence.
         max_steps: most steps after the opening sentence.
         format_weight: weight of `format_reward` in the total (0: a logged metric only).
     """
-    if num_examples < 1 or num_eval_examples < 1:
-        raise UsageError(f"num_examples and num_eval_examples must be >= 1, got {num_examples}, {num_eval_examples}")
+    if num_tasks < 1 or eval_tasks < 1:
+        raise UsageError(f"num_tasks and eval_tasks must be >= 1, got {num_tasks}, {eval_tasks}")
     if not 0 <= min_steps <= max_steps:
         raise UsageError(f"need 0 <= min_steps <= max_steps, got min_steps={min_steps}, max_steps={max_steps}")
     parser = XMLParser(["think", "answer"], optional=["think"])
@@ -324,8 +326,8 @@ def load_environment(
         parser=parser,
     )
     return DoubleCheckEnv(
-        make_tasks("train", num_examples, seed, min_steps, max_steps),
-        eval_dataset=make_tasks("eval", num_eval_examples, seed, min_steps, max_steps),
+        make_tasks("train", num_tasks, seed, min_steps, max_steps),
+        eval_dataset=make_tasks("eval", eval_tasks, seed, min_steps, max_steps),
         system_prompt=SYSTEM_PROMPT,
         parser=parser,
         rubric=rubric,

@@ -9,21 +9,20 @@ import statistics
 import pytest
 from double_check import ARE_YOU_SURE, STEPS, as_int, load_environment, make_problem, solve
 
-from rlvr import Policy, SamplingArgs
+from rlvr import Policy, SamplingArgs, check_env
 from rlvr.engine import run_rollouts
-from rlvr.envs.check import check_env
 from rlvr.errors import UsageError
 from rlvr.registry import load_environment as load_by_name
 from rlvr.types import Rollout
 
 
 def test_same_arguments_same_tasks_and_prefix_stable() -> None:
-    a, b = load_environment(num_examples=20, seed=7), load_environment(num_examples=20, seed=7)
+    a, b = load_environment(num_tasks=20, seed=7), load_environment(num_tasks=20, seed=7)
     assert [t.to_dict() for t in a.tasks("train")] == [t.to_dict() for t in b.tasks("train")]
     assert [t.to_dict() for t in a.tasks("eval")] == [t.to_dict() for t in b.tasks("eval")]
-    longer = load_environment(num_examples=25, seed=7)
+    longer = load_environment(num_tasks=25, seed=7)
     assert [t.question for t in longer.tasks("train")[:20]] == [t.question for t in a.tasks("train")]
-    assert [t.question for t in load_environment(num_examples=20, seed=8).tasks("train")] != [
+    assert [t.question for t in load_environment(num_tasks=20, seed=8).tasks("train")] != [
         t.question for t in a.tasks("train")
     ]
 
@@ -64,7 +63,7 @@ def test_as_int() -> None:
 
 
 def _run(name: str, n: int = 10) -> list[Rollout]:
-    env = load_environment(num_examples=n, num_eval_examples=n)
+    env = load_environment(num_tasks=n, eval_tasks=n)
     rollouts = asyncio.run(run_rollouts(env, env.policies()[name](), env.tasks(), rollouts_per_task=2))
     assert len(rollouts) == 2 * n and all(r.error is None for r in rollouts)
     return rollouts
@@ -96,7 +95,7 @@ def test_random_scores_low() -> None:
 
 def test_final_answer_is_read_from_the_last_turn_only() -> None:
     """A final reply without an answer scores 0, even though the first reply had the right one."""
-    env = load_environment(num_examples=2, num_eval_examples=2)
+    env = load_environment(num_tasks=2, eval_tasks=2)
 
     def forgetful(messages: list[dict[str, str]], rng: random.Random) -> str:
         first = not any(m["role"] == "assistant" for m in messages)
@@ -113,11 +112,11 @@ def test_final_answer_is_read_from_the_last_turn_only() -> None:
 
 
 def test_check_env_and_entry_point() -> None:
-    check_env(load_environment(num_examples=3, num_eval_examples=3))
-    assert load_by_name("double_check", seed=1, num_eval_examples=4).name == "double_check"
+    check_env(load_environment(num_tasks=3, eval_tasks=3))
+    assert load_by_name("double_check", seed=1, eval_tasks=4).name == "double_check"
 
 
-@pytest.mark.parametrize("kwargs", [{"num_eval_examples": 0}, {"min_steps": 3, "max_steps": 2}])
+@pytest.mark.parametrize("kwargs", [{"eval_tasks": 0}, {"min_steps": 3, "max_steps": 2}])
 def test_bad_arguments(kwargs: dict[str, int]) -> None:
     with pytest.raises(UsageError):
         load_environment(**kwargs)

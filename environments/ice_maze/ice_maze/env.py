@@ -28,7 +28,8 @@ from typing import Any
 from ice_maze.maze import MAX_SIZE, MIN_SIZE, MOVES, Maze, generate_maze
 from ice_maze.rewards import PARSER, MazeState, make_rubric, maze_of, plan, summarize
 from rlvr import ChatClient, MultiTurnEnv, Policy, Task, stop
-from rlvr.envs.multiturn import mix_seed
+from rlvr.deprecation import renamed_arguments
+from rlvr.seeding import mix_seed
 from rlvr.types import Messages
 
 SPLITS = ("train", "eval")
@@ -217,9 +218,10 @@ def make_task(
     return Task(id=f"{split}-{index}", question=task_text(maze, max_moves), info=info, seed=task_seed)
 
 
+@renamed_arguments(num_examples="num_tasks", eval_examples="eval_tasks")
 def load_environment(
-    num_examples: int = 200,
-    eval_examples: int = 50,
+    num_tasks: int = 200,
+    eval_tasks: int = 50,
     seed: int = 0,
     size: int | None = None,
     min_size: int = 4,
@@ -230,7 +232,7 @@ def load_environment(
     max_turns: int | None = None,
 ) -> IceMazeEnv:
     """Build the environment; every argument is documented in the package README."""
-    for name, value in (("num_examples", num_examples), ("eval_examples", eval_examples)):
+    for name, value in (("num_tasks", num_tasks), ("eval_tasks", eval_tasks)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
     low, high = (size, size) if size is not None else (min_size, max_size)
@@ -252,4 +254,4 @@ def load_environment(
     def split(name: str, n: int) -> list[Task]:
         return [make_task(name, i, seed, **options) for i in range(n)]
 
-    return IceMazeEnv(split("train", num_examples), eval_dataset=split("eval", eval_examples))
+    return IceMazeEnv(split("train", num_tasks), eval_dataset=split("eval", eval_tasks))

@@ -34,7 +34,7 @@ def test_dataset_is_a_pure_function_of_the_arguments() -> None:
 
 
 def test_registry_finds_the_environment() -> None:
-    env = load_by_name("ice_maze", size=5, eval_examples=3)
+    env = load_by_name("ice_maze", size=5, eval_tasks=3)
     assert env.name == "ice_maze" and len(env.tasks()) == 3
     assert all(t.info["size"] == 5 for t in env.tasks())
 
@@ -46,7 +46,7 @@ def test_registry_finds_the_environment() -> None:
         {"min_size": 6, "max_size": 5},
         {"slippery": True, "slip_prob": 0.0},
         {"max_turns": 0},
-        {"num_examples": 0},
+        {"num_tasks": 0},
     ],
 )
 def test_bad_arguments_are_rejected(args: dict) -> None:
@@ -55,7 +55,7 @@ def test_bad_arguments_are_rejected(args: dict) -> None:
 
 
 def test_optimal_player_solves_every_deterministic_maze_by_a_shortest_path() -> None:
-    env = load_environment(eval_examples=40, min_size=4, max_size=8)
+    env = load_environment(eval_tasks=40, min_size=4, max_size=8)
     rollouts = play(env, "optimal", env.tasks(), rollouts=2)
     assert len(rollouts) == 80 and all(r.error is None for r in rollouts)
     assert all(r.rewards["goal_reward"] == 1.0 and r.stop_reason == "reached_goal" for r in rollouts)
@@ -66,7 +66,7 @@ def test_optimal_player_solves_every_deterministic_maze_by_a_shortest_path() -> 
 
 
 def test_optimal_player_scores_the_optimum_on_slippery_ice() -> None:
-    env = load_environment(eval_examples=30, slippery=True, slip_prob=0.2, seed=1)
+    env = load_environment(eval_tasks=30, slippery=True, slip_prob=0.2, seed=1)
     rollouts = play(env, "optimal", env.tasks(), rollouts=20)
     assert all(r.error is None for r in rollouts)
     achieved = statistics.fmean(r.rewards["goal_reward"] for r in rollouts)
@@ -80,7 +80,7 @@ def test_optimal_player_scores_the_optimum_on_slippery_ice() -> None:
 
 
 def test_slips_are_seeded_per_rollout() -> None:
-    env = load_environment(eval_examples=4, slippery=True, slip_prob=0.5, size=6)
+    env = load_environment(eval_tasks=4, slippery=True, slip_prob=0.5, size=6)
     first, again = play(env, "random", env.tasks(), 4), play(env, "random", env.tasks(), 4)
     assert [r.to_dict()["turns"] for r in first] == [r.to_dict()["turns"] for r in again]
     texts = {tuple(m["content"] for m in r.completion) for r in first}
@@ -88,7 +88,7 @@ def test_slips_are_seeded_per_rollout() -> None:
 
 
 def test_invalid_moves_waste_the_turn_and_truncate_at_the_move_limit() -> None:
-    env = load_environment(eval_examples=1, size=4, max_turns=3)
+    env = load_environment(eval_tasks=1, size=4, max_turns=3)
     rollout = asyncio.run(run_rollouts(env, Policy(lambda m, rng: "north!", name="bad"), env.tasks()))[0]
     assert rollout.stop_reason == "out_of_moves" and rollout.truncated and len(rollout.turns) == 3
     assert rollout.rewards["invalid_move_rate"] == 1.0 and rollout.reward == 0.0
@@ -97,7 +97,7 @@ def test_invalid_moves_waste_the_turn_and_truncate_at_the_move_limit() -> None:
 
 
 def test_walking_into_a_hole_terminates() -> None:
-    env = load_environment(eval_examples=20, size=5, hole_prob=0.4)
+    env = load_environment(eval_tasks=20, size=5, hole_prob=0.4)
     task = next(t for t in env.tasks() if "H" in "".join(t.info["rows"]))
     maze = maze_of(task.info)
     hole = "".join(maze.rows).index("H")
@@ -140,14 +140,14 @@ def test_read_move() -> None:
 
 
 def test_rollouts_round_trip_through_json() -> None:
-    env = load_environment(eval_examples=2, slippery=True)
+    env = load_environment(eval_tasks=2, slippery=True)
     for r in play(env, "optimal", env.tasks()):
         assert Rollout.from_dict(json.loads(json.dumps(r.to_dict()))).to_dict() == r.to_dict()
 
 
 def test_check_env_passes() -> None:
-    from rlvr.envs.check import check_env
+    from rlvr import check_env
 
-    env = load_environment(eval_examples=3, slippery=True)
+    env = load_environment(eval_tasks=3, slippery=True)
     check_env(env)
     check_env(env, client=env.policies()["random"]())

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from python_math.problems import make_problem, read_problem
 from rlvr import Policy, Rubric, Task, ToolEnv, ToolState, XMLParser
 from rlvr.clients.base import ChatClient
+from rlvr.deprecation import renamed_arguments
 from rlvr.errors import UsageError
 from rlvr.sandbox import SandboxLimits, python_tool
 from rlvr.types import Completion, Messages, ToolCall
@@ -116,10 +117,11 @@ def make_tasks(split: str, count: int, seed: int) -> list[Task]:
     return tasks
 
 
+@renamed_arguments(num_examples="num_tasks", num_eval_examples="eval_tasks")
 def load_environment(
     seed: int = 0,
-    num_examples: int = 1000,
-    num_eval_examples: int = 100,
+    num_tasks: int = 1000,
+    eval_tasks: int = 100,
     max_turns: int = 8,
     timeout_s: float = 10.0,
     memory_mb: int = 512,
@@ -129,21 +131,21 @@ def load_environment(
 
     Args:
         seed: dataset seed; same arguments, same problems.
-        num_examples: training problems.
-        num_eval_examples: evaluation problems (a separate seeded stream).
+        num_tasks: training problems.
+        eval_tasks: evaluation problems (a separate seeded stream).
         max_turns: model turns before the episode is cut.
         timeout_s: wall-clock seconds per program run.
         memory_mb: address-space limit per program run, in MiB.
         unsafe_sandbox: run the programs even where the kernel cannot isolate them (as you, with
             your files, only rlimits and audit hooks); by default such a machine is refused.
     """
-    if num_examples < 1 or num_eval_examples < 1:
-        raise UsageError(f"num_examples and num_eval_examples must be >= 1, got {num_examples}, {num_eval_examples}")
+    if num_tasks < 1 or eval_tasks < 1:
+        raise UsageError(f"num_tasks and eval_tasks must be >= 1, got {num_tasks}, {eval_tasks}")
     limits = SandboxLimits(timeout_s=timeout_s, memory_mb=memory_mb, unsafe=unsafe_sandbox)
     parser = XMLParser(["think", "answer"], optional=["think"])
     return PythonMathEnv(
-        make_tasks("train", num_examples, seed),
-        eval_dataset=make_tasks("eval", num_eval_examples, seed),
+        make_tasks("train", num_tasks, seed),
+        eval_dataset=make_tasks("eval", eval_tasks, seed),
         tools=[python_tool(limits)],
         system_prompt=SYSTEM_PROMPT,
         parser=parser,

@@ -10,10 +10,9 @@ import pytest
 from python_math import load_environment, make_tasks
 from python_math.problems import KINDS, answer, make_problem, read_problem
 
-from rlvr import Policy
+from rlvr import Policy, check_env
 from rlvr.cli import main
 from rlvr.engine import run_rollouts
-from rlvr.envs.check import check_env
 from rlvr.errors import UsageError
 from rlvr.sandbox import run_python
 from rlvr.types import Completion, ToolCall
@@ -46,7 +45,7 @@ async def test_every_oracle_program_prints_the_answer_in_the_sandbox() -> None:
 
 
 async def test_oracle_scores_one_and_guess_scores_low() -> None:
-    env = load_environment(num_eval_examples=14)
+    env = load_environment(eval_tasks=14)
     oracle = await run_rollouts(env, env.policies()["oracle"](), env.tasks(), concurrency=4)
     assert statistics.fmean(r.reward for r in oracle) == 1.0
     assert all(r.rewards["run_python_calls"] == 1 and r.rewards["failed_tool_calls"] == 0 for r in oracle)
@@ -56,7 +55,7 @@ async def test_oracle_scores_one_and_guess_scores_low() -> None:
 
 
 async def test_a_wrong_argument_type_is_a_tool_error() -> None:
-    env = load_environment(num_eval_examples=1)
+    env = load_environment(eval_tasks=1)
     calls = iter([ToolCall("c0", "run_python", '{"code": 42}'), ToolCall("c1", "run_python", '{"src": "1"}')])
 
     def fn(messages, rng):
@@ -73,10 +72,10 @@ async def test_a_wrong_argument_type_is_a_tool_error() -> None:
 
 
 def test_check_env_cli_and_arguments(tmp_path, capsys) -> None:
-    check_env(load_environment(num_eval_examples=2))
+    check_env(load_environment(eval_tasks=2))
     out = tmp_path / "run"
     assert main(["eval", "python_math", "-m", "policy:oracle", "-n", "4", "-r", "1", "-q", "-o", str(out)]) == 0
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert [row["reward"] for row in rows] == [1.0] * 4
     with pytest.raises(UsageError):
-        load_environment(num_examples=0)
+        load_environment(num_tasks=0)

@@ -27,6 +27,7 @@ from collections.abc import Callable
 
 from rlvr import Messages, Policy, Rubric, SingleTurnEnv, Task, XMLParser
 from rlvr.clients.base import ChatClient
+from rlvr.deprecation import renamed_arguments
 from rlvr.errors import UsageError
 
 __all__ = ["ReverseTextEnv", "lcs_length", "lcs_ratio", "load_environment", "make_paragraph"]
@@ -177,9 +178,10 @@ def make_tasks(split: str, count: int, seed: int, min_words: int, max_words: int
     return tasks
 
 
+@renamed_arguments(num_examples="num_tasks", num_eval_examples="eval_tasks")
 def load_environment(
-    num_examples: int = 1000,
-    num_eval_examples: int = 100,
+    num_tasks: int = 1000,
+    eval_tasks: int = 100,
     seed: int = 0,
     min_words: int = 8,
     max_words: int = 40,
@@ -188,22 +190,22 @@ def load_environment(
     """The reverse-text environment.
 
     Args:
-        num_examples: training tasks.
-        num_eval_examples: held-out evaluation tasks (a separate seeded stream).
+        num_tasks: training tasks.
+        eval_tasks: held-out evaluation tasks (a separate seeded stream).
         seed: dataset seed; same arguments, same tasks.
         min_words: fewest words in a paragraph.
         max_words: most words in a paragraph.
         format_weight: weight of `format_reward` in the total (0: a logged metric only).
     """
-    if num_examples < 1 or num_eval_examples < 1:
-        raise UsageError(f"num_examples and num_eval_examples must be >= 1, got {num_examples}, {num_eval_examples}")
+    if num_tasks < 1 or eval_tasks < 1:
+        raise UsageError(f"num_tasks and eval_tasks must be >= 1, got {num_tasks}, {eval_tasks}")
     if not 1 <= min_words <= max_words:
         raise UsageError(f"need 1 <= min_words <= max_words, got min_words={min_words}, max_words={max_words}")
     parser = XMLParser(["think", "reversed_text"], optional=["think"])
     rubric = Rubric([lcs_reward, format_reward], weights=[1.0, format_weight], parser=parser)
     return ReverseTextEnv(
-        make_tasks("train", num_examples, seed, min_words, max_words),
-        eval_dataset=make_tasks("eval", num_eval_examples, seed, min_words, max_words),
+        make_tasks("train", num_tasks, seed, min_words, max_words),
+        eval_dataset=make_tasks("eval", eval_tasks, seed, min_words, max_words),
         system_prompt=SYSTEM_PROMPT,
         parser=parser,
         rubric=rubric,

@@ -9,26 +9,26 @@ import statistics
 import pytest
 from reverse_text import lcs_length, lcs_ratio, lcs_reward, load_environment, make_paragraph
 
+from rlvr import check_env
 from rlvr.engine import run_rollouts
-from rlvr.envs.check import check_env
 from rlvr.errors import UsageError
 from rlvr.registry import load_environment as load_by_name
 
 
 def test_same_arguments_same_tasks_and_prefix_stable() -> None:
-    a, b = load_environment(num_examples=20, seed=3), load_environment(num_examples=20, seed=3)
+    a, b = load_environment(num_tasks=20, seed=3), load_environment(num_tasks=20, seed=3)
     assert [t.to_dict() for t in a.tasks("train")] == [t.to_dict() for t in b.tasks("train")]
     assert [t.to_dict() for t in a.tasks("eval")] == [t.to_dict() for t in b.tasks("eval")]
-    longer = load_environment(num_examples=30, seed=3)
+    longer = load_environment(num_tasks=30, seed=3)
     assert [t.question for t in longer.tasks("train")[:20]] == [t.question for t in a.tasks("train")]
-    other = load_environment(num_examples=20, seed=4)
+    other = load_environment(num_tasks=20, seed=4)
     assert [t.question for t in other.tasks("train")] != [t.question for t in a.tasks("train")]
     train = {t.question for t in a.tasks("train")}
     assert not train & {t.question for t in a.tasks("eval")}  # held-out split
 
 
 def test_tasks_respect_word_range_and_answer_is_the_reversal() -> None:
-    env = load_environment(num_examples=50, min_words=3, max_words=7)
+    env = load_environment(num_tasks=50, min_words=3, max_words=7)
     for task in env.tasks("train"):
         assert 3 <= task.info["words"] == len(task.question.split()) <= 7
         assert task.answer == task.question[::-1]
@@ -78,7 +78,7 @@ def test_lcs_ratio_by_hand() -> None:
 
 
 def test_lcs_reward_reads_only_the_tagged_answer() -> None:
-    env = load_environment(num_examples=1)
+    env = load_environment(num_tasks=1)
     parser = env.parser
 
     def score(text: str) -> float:
@@ -91,7 +91,7 @@ def test_lcs_reward_reads_only_the_tagged_answer() -> None:
 
 
 def _mean_reward(name: str, n: int = 8) -> tuple[float, list[float]]:
-    env = load_environment(num_examples=n, num_eval_examples=n)
+    env = load_environment(num_tasks=n, eval_tasks=n)
     rollouts = asyncio.run(run_rollouts(env, env.policies()[name](), env.tasks(), rollouts_per_task=2))
     assert len(rollouts) == 2 * n and all(r.error is None for r in rollouts)
     assert {r.stop_reason for r in rollouts} == {"answered"} and not any(r.truncated for r in rollouts)
@@ -109,21 +109,21 @@ def test_echo_scores_low() -> None:
 
 
 def test_format_weight_enters_the_total() -> None:
-    env = load_environment(num_examples=2, num_eval_examples=2, format_weight=0.2)
+    env = load_environment(num_tasks=2, eval_tasks=2, format_weight=0.2)
     rollouts = asyncio.run(run_rollouts(env, env.policies()["oracle"](), env.tasks()))
     assert [r.reward for r in rollouts] == [pytest.approx(1.2)] * 2
 
 
 def test_check_env_and_entry_point() -> None:
-    check_env(load_environment(num_examples=3, num_eval_examples=3))
-    env = load_by_name("reverse_text", num_examples=2, num_eval_examples=2)
+    check_env(load_environment(num_tasks=3, eval_tasks=3))
+    env = load_by_name("reverse_text", num_tasks=2, eval_tasks=2)
     assert env.name == "reverse_text" and env.env_args == {
-        "num_examples": 2,
-        "num_eval_examples": 2,
+        "num_tasks": 2,
+        "eval_tasks": 2,
     }
 
 
-@pytest.mark.parametrize("kwargs", [{"num_examples": 0}, {"min_words": 5, "max_words": 4}, {"min_words": 0}])
+@pytest.mark.parametrize("kwargs", [{"num_tasks": 0}, {"min_words": 5, "max_words": 4}, {"min_words": 0}])
 def test_bad_arguments(kwargs: dict[str, int]) -> None:
     with pytest.raises(UsageError):
         load_environment(**kwargs)

@@ -2,7 +2,7 @@
 
 Dataset: a pure function of the arguments. Task `i` of a split gets a seed hashed from
 (split, seed, i) (train seeds even, eval seeds odd: the splits never share one), a bucket
-`i % num_groups`, a random-move probability p drawn uniformly inside that bucket's slice of
+`i % num_buckets`, a random-move probability p drawn uniformly inside that bucket's slice of
 [min_random_move_prob, max_random_move_prob], and a coin for who starts; when the opponent
 starts, its first move is already on the prompt's board.
 
@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from rlvr import ChatClient, MultiTurnEnv, SamplingArgs, Task, stop
-from rlvr.sampler import StratifiedSampler, bucket_index, bucket_range
+from rlvr.deprecation import renamed_arguments
+from rlvr.sampler import bucket_index, bucket_range
 from rlvr.types import Messages
 from rlvr_tictactoe import players, tree
 from rlvr_tictactoe.game import (
@@ -109,15 +110,15 @@ def task_seed(split: str, seed: int, index: int) -> int:
     return (int.from_bytes(digest, "big") & ~1) | (split == "eval")
 
 
-def make_task(split: str, index: int, seed: int, low: float, high: float, num_groups: int, model_starts: str) -> Task:
+def make_task(split: str, index: int, seed: int, low: float, high: float, num_buckets: int, model_starts: str) -> Task:
     """Task `index` of a split (see the module docstring)."""
     tseed = task_seed(split, seed, index)
     rng = random.Random(tseed)
-    a, b = bucket_range(index % num_groups, low, high, num_groups)
+    a, b = bucket_range(index % num_buckets, low, high, num_buckets)
     p = min(max(a + rng.random() * (b - a), low), high)
     starts = {"always": True, "never": False}.get(model_starts, rng.random() < 0.5)
     first = None if starts else opponent_move(EMPTY_BOARD, "O", p, move_rng(tseed, EMPTY_BOARD))
-    return opening_task(f"{split}-{index}", tseed, p, first, bucket=bucket_index(p, low, high, num_groups))
+    return opening_task(f"{split}-{index}", tseed, p, first, bucket=bucket_index(p, low, high, num_buckets))
 
 
 def opening_task(task_id: str, seed: int, p: float, first: int | None, bucket: int = 0) -> Task:
@@ -144,15 +145,24 @@ class TicTacToeEnv(MultiTurnEnv[GameState]):
         *,
         low: float,
         high: float,
-        num_groups: int,
+        num_buckets: int,
+        eval_dataset: Sequence[Task] | None = None,
+        max_turns: int | None = None,
+        sampling: SamplingArgs | None = None,
         loss_reward: float = 0.0,
-        **kwargs: Any,
     ) -> None:
-        kwargs.setdefault("sampling", SamplingArgs(max_tokens=256))  # a think + move is ~30 tokens
-        rubric = make_rubric(loss_reward)
-        super().__init__(dataset, system_prompt=SYSTEM_PROMPT, parser=PARSER, rubric=rubric, **kwargs)
+        super().__init__(
+            dataset,
+            eval_dataset=eval_dataset,
+            system_prompt=SYSTEM_PROMPT,
+            parser=PARSER,
+            rubric=make_rubric(loss_reward),
+            sampling=sampling or SamplingArgs(max_tokens=256),  # a think + move is ~30 tokens
+            max_turns=max_turns,
+        )
         self.min_random_move_prob, self.max_random_move_prob = low, high
-        self.num_groups = num_groups
+        self.difficulty_range = (low, high)
+        self.num_buckets = num_buckets
         self.human: HumanMove | None = None
         """When set (by `rlvr play`), a person makes the opponent's moves instead of minimax."""
 
@@ -226,7 +236,11 @@ class TicTacToeEnv(MultiTurnEnv[GameState]):
     def tree_leaf(self, state: GameState) -> dict[str, Any]:
         return tree.leaf(state)
 
-    # ---- hooks used by the CLI and the trainer ----------------------------------------------
+    # ---- data the trainer reads, hooks the CLI uses -----------------------------------------
+
+    def difficulty(self, task: Task) -> float:
+        """The opponent's random-move probability p: the trainer stratifies batches by it."""
+        return float(task.info["random_move_prob"])
 
     def policies(self) -> dict[str, Callable[[], ChatClient]]:
         return {name: functools.partial(players.policy, name) for name in players.POLICIES}
@@ -236,23 +250,6 @@ class TicTacToeEnv(MultiTurnEnv[GameState]):
 
     def summarize(self, rollouts: Sequence[Any]) -> dict[str, float] | None:
         return summarize(rollouts)
-
-    def sampler(
-        self, seed: int = 0, *, num_groups: int | None = None, tasks_per_group: int = 1, split: str = "train"
-    ) -> StratifiedSampler:
-        """Stratified batches over the opponent's random-move probability: `num_groups`
-        (default: the env's) equal-width buckets of [min, max], `tasks_per_group` from each."""
-        low, high = self.min_random_move_prob, self.max_random_move_prob
-        groups = 1 if low == high else num_groups or self.num_groups
-        return StratifiedSampler(
-            self.tasks(split),
-            groups,
-            key="random_move_prob",
-            low=low,
-            high=high,
-            seed=seed,
-            tasks_per_group=tasks_per_group,
-        )
 
     async def play_human(self, client: Any, terminal: Any, **options: Any) -> str:
         """`rlvr play`: a person takes the opponent's seat (see `rlvr_tictactoe.interactive`)."""
@@ -284,16 +281,17 @@ def default_model() -> str:
     return "policy:optimal"
 
 
+@renamed_arguments(num_examples="num_tasks", eval_examples="eval_tasks", num_groups="num_buckets")
 def load_environment(
-    num_examples: int = 1000,
+    num_tasks: int = 1000,
     seed: int = 0,
     min_random_move_prob: float = 0.0,
     max_random_move_prob: float = 1.0,
-    num_groups: int = 8,
+    num_buckets: int = 8,
     max_turns: int | None = 8,
     model_starts: str = "random",
     opponent: str | None = None,
-    eval_examples: int = 200,
+    eval_tasks: int = 200,
     eval_seed: int | None = None,
     loss_reward: float = 0.0,
 ) -> TicTacToeEnv:
@@ -301,7 +299,8 @@ def load_environment(
 
     `opponent` fixes the opponent of both splits: `optimal` (p = 0), `random` (p = 1), or
     `mix` / None (p from [min_random_move_prob, max_random_move_prob]). A zero-width range
-    has a single bucket, whatever `num_groups` says.
+    has a single bucket, whatever `num_buckets` says. The old names `num_examples`,
+    `eval_examples` and `num_groups` still work, with a DeprecationWarning.
     """
     if opponent not in (None, "mix", *OPPONENTS):
         raise ValueError(f"opponent must be 'optimal', 'random', 'mix' or null, got {opponent!r}")
@@ -312,23 +311,23 @@ def load_environment(
         raise ValueError(f"loss_reward must be a finite number <= 0.5 (a draw's reward), got {loss_reward!r}")
     if model_starts not in STARTS:
         raise ValueError(f"model_starts must be one of {', '.join(STARTS)}; got {model_starts!r}")
-    counts = {"num_examples": num_examples, "eval_examples": eval_examples, "num_groups": num_groups}
+    counts = {"num_tasks": num_tasks, "eval_tasks": eval_tasks, "num_buckets": num_buckets}
     for name, value in counts.items():
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    groups = 1 if low == high else num_groups
-    if groups > num_examples:
-        raise ValueError(f"num_groups ({groups}) must not exceed num_examples ({num_examples})")
+    buckets = 1 if low == high else num_buckets
+    if buckets > num_tasks:
+        raise ValueError(f"num_buckets ({buckets}) must not exceed num_tasks ({num_tasks})")
 
     def split(name: str, n: int, s: int) -> list[Task]:
-        return [make_task(name, i, s, low, high, groups, model_starts) for i in range(n)]
+        return [make_task(name, i, s, low, high, buckets, model_starts) for i in range(n)]
 
     return TicTacToeEnv(
-        split("train", num_examples, seed),
-        eval_dataset=split("eval", eval_examples, seed if eval_seed is None else eval_seed),
+        split("train", num_tasks, seed),
+        eval_dataset=split("eval", eval_tasks, seed if eval_seed is None else eval_seed),
         low=low,
         high=high,
-        num_groups=groups,
+        num_buckets=buckets,
         max_turns=max_turns,
         loss_reward=float(loss_reward),
     )

@@ -12,10 +12,10 @@ from rlvr_tictactoe.env import make_task, read_move
 from rlvr_tictactoe.game import EMPTY_BOARD, apply_move, parse_board
 from rlvr_tictactoe.rewards import PARSER, format_reward, is_formatted
 
-from rlvr import Policy, Task
+from rlvr import Policy, Task, check_env
 from rlvr.engine import run_rollouts
-from rlvr.envs.check import check_env
 from rlvr.registry import load_environment as load_by_name
+from rlvr.sampler import StratifiedSampler
 
 
 def user(text: str) -> dict[str, str]:
@@ -46,17 +46,17 @@ def test_same_arguments_give_the_same_dataset_and_other_seeds_another():
     def dump(env):
         return [t.to_dict() for t in env.tasks("train") + env.tasks("eval")]
 
-    a, b = load_environment(num_examples=200, seed=5), load_environment(num_examples=200, seed=5)
+    a, b = load_environment(num_tasks=200, seed=5), load_environment(num_tasks=200, seed=5)
     assert dump(a) == dump(b)
-    c = load_environment(num_examples=200, seed=6)
+    c = load_environment(num_tasks=200, seed=6)
     assert [t.seed for t in a.tasks("train")] != [t.seed for t in c.tasks("train")]
     assert [t.info for t in a.tasks("train")] != [t.info for t in c.tasks("train")]
-    d = load_environment(num_examples=200, seed=5, eval_seed=9)
+    d = load_environment(num_tasks=200, seed=5, eval_seed=9)
     assert dump(d)[:200] == dump(a)[:200] and dump(d)[200:] != dump(a)[200:]
 
 
 def test_train_and_eval_seed_streams_are_disjoint():
-    env = load_environment(num_examples=1000, eval_examples=1000, seed=3, eval_seed=3)
+    env = load_environment(num_tasks=1000, eval_tasks=1000, seed=3, eval_seed=3)
     train = {t.seed for t in env.tasks("train")}
     evals = {t.seed for t in env.tasks("eval")}
     assert len(train) == 1000 and len(evals) == 1000 and not train & evals
@@ -64,7 +64,7 @@ def test_train_and_eval_seed_streams_are_disjoint():
 
 
 def test_tasks_carry_their_bucket_p_and_a_balanced_start():
-    env = load_environment(num_examples=800, min_random_move_prob=0.2, max_random_move_prob=0.6, num_groups=4)
+    env = load_environment(num_tasks=800, min_random_move_prob=0.2, max_random_move_prob=0.6, num_buckets=4)
     tasks = env.tasks("train")
     assert Counter(t.info["bucket"] for t in tasks) == {0: 200, 1: 200, 2: 200, 3: 200}
     for t in tasks:
@@ -80,24 +80,24 @@ def test_tasks_carry_their_bucket_p_and_a_balanced_start():
 
 def test_opponent_and_start_arguments():
     assert {t.info["random_move_prob"] for t in load_environment(opponent="optimal").tasks()} == {0.0}
-    rand = load_environment(opponent="random", num_groups=8)
-    assert {t.info["random_move_prob"] for t in rand.tasks()} == {1.0} and rand.num_groups == 1
+    rand = load_environment(opponent="random", num_buckets=8)
+    assert {t.info["random_move_prob"] for t in rand.tasks()} == {1.0} and rand.num_buckets == 1
     assert all(t.info["model_starts"] for t in load_environment(model_starts="always").tasks())
     assert not any(t.info["model_starts"] for t in load_environment(model_starts="never").tasks())
     for bad in (
         {"opponent": "perfect"},
         {"min_random_move_prob": 0.8, "max_random_move_prob": 0.2},
         {"model_starts": "sometimes"},
-        {"num_examples": 0},
-        {"num_groups": 9, "num_examples": 8},
+        {"num_tasks": 0},
+        {"num_buckets": 9, "num_tasks": 8},
     ):
         with pytest.raises(ValueError):
             load_environment(**bad)
 
 
 def test_stratified_batches_from_the_env():
-    env = load_environment(num_examples=300, min_random_move_prob=0.0, max_random_move_prob=0.75, num_groups=3)
-    sampler = env.sampler(seed=1)
+    env = load_environment(num_tasks=300, min_random_move_prob=0.0, max_random_move_prob=0.75, num_buckets=3)
+    sampler = StratifiedSampler.for_env(env, seed=1)
     assert sampler.ranges == [(0.0, 0.25), (0.25, 0.5), (0.5, 0.75)]
     for _ in range(50):
         batch = next(sampler)
@@ -229,7 +229,7 @@ def greedy(board, rng) -> str:
 
 
 def test_winning_on_the_final_allowed_turn_counts_as_a_win():
-    env = load_environment(max_turns=3, opponent="random", model_starts="always", eval_examples=60)
+    env = load_environment(max_turns=3, opponent="random", model_starts="always", eval_tasks=60)
     rollouts = play(env, scripted(greedy), env.tasks())
     final_wins = [r for r in rollouts if r.metrics["turns"] == 3 and r.rewards["win"] == 1.0]
     assert len(final_wins) >= 5
@@ -243,7 +243,7 @@ def test_winning_on_the_final_allowed_turn_counts_as_a_win():
 
 
 def test_check_env_passes_and_the_registry_finds_the_env():
-    env = load_by_name("tictactoe", num_examples=16, opponent="mix")
+    env = load_by_name("tictactoe", num_tasks=16, opponent="mix")
     assert env.name == "tictactoe"
     check_env(env)
     state = env.setup_state(env.tasks()[0])
@@ -252,7 +252,7 @@ def test_check_env_passes_and_the_registry_finds_the_env():
 
 def test_reference_players_offline():
     def wdl(name: str, opponent: str) -> Counter:
-        env = load_environment(opponent=opponent, eval_examples=150)
+        env = load_environment(opponent=opponent, eval_tasks=150)
         rollouts = play(env, env.policies()[name](), env.tasks())
         assert all(r.rewards["format_reward"] == 1.0 and r.rewards["invalid_moves"] == 0 for r in rollouts)
         return Counter(k for r in rollouts for k in ("win", "draw", "loss") if r.rewards[k])
@@ -291,7 +291,7 @@ def test_cli_eval_optimal_vs_optimal_shows_no_losses(tmp_path, capsys):
 
 
 def test_summary_columns():
-    env = load_environment(opponent="random", eval_examples=40)
+    env = load_environment(opponent="random", eval_tasks=40)
     rollouts = play(env, env.policies()["random"](), env.tasks())
     s = env.summarize(rollouts)
     assert list(s) == ["win %", "draw %", "loss %", "timeout %", "format %", "invalid %", "mean reward"]
@@ -305,15 +305,15 @@ def test_make_task_is_a_pure_function():
     assert a.id == "train-7" and a.info["bucket"] == 3 and 0.75 <= a.info["random_move_prob"] <= 1.0
 
 
-def test_sampler_with_more_groups_than_the_dataset_strata():
-    env = load_environment(num_examples=1000, min_random_move_prob=0.2, max_random_move_prob=0.7)
-    sampler = env.sampler(seed=2, num_groups=32, tasks_per_group=2)
+def test_sampler_with_more_buckets_than_the_dataset_strata():
+    env = load_environment(num_tasks=1000, min_random_move_prob=0.2, max_random_move_prob=0.7)
+    sampler = StratifiedSampler.for_env(env, seed=2, num_buckets=32, tasks_per_bucket=2)
     batch = next(sampler)
     assert len(batch) == 64
     for i, t in enumerate(batch):
         lo, hi = sampler.ranges[i // 2]
         assert lo <= t.info["random_move_prob"] <= hi
-    assert load_environment(opponent="optimal").sampler(num_groups=8).num_groups == 1
+    assert StratifiedSampler.for_env(load_environment(opponent="optimal"), num_buckets=8).num_buckets == 1
 
 
 def test_optimal_vs_random_matches_the_exact_win_rate():
@@ -332,14 +332,14 @@ def test_optimal_vs_random_matches_the_exact_win_rate():
 
     exact = (p_win(EMPTY_BOARD, "X") + p_win(EMPTY_BOARD, "O")) / 2
     assert exact == pytest.approx(0.8726, abs=1e-4)
-    env = load_environment(opponent="random", eval_examples=1000)
+    env = load_environment(opponent="random", eval_tasks=1000)
     rollouts = play(env, env.policies()["optimal"](), env.tasks())
     wins = sum(r.rewards["win"] for r in rollouts) / len(rollouts)
     assert abs(wins - exact) < 4 * (exact * (1 - exact) / len(rollouts)) ** 0.5
 
 
 def test_loss_reward_option_changes_only_a_lost_games_win_reward():
-    env = load_environment(opponent="optimal", eval_examples=40, loss_reward=-1.0)
+    env = load_environment(opponent="optimal", eval_tasks=40, loss_reward=-1.0)
     rollouts = play(env, scripted(first_free), env.tasks("eval"))
     lost = [r for r in rollouts if r.rewards["loss"] == 1.0]
     assert lost and all(r.rewards["win_reward"] == -1.0 for r in lost)

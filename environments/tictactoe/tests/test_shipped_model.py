@@ -33,7 +33,7 @@ def test_the_shipped_model_plays_well_on_cpu():
     sampling = SamplingArgs(temperature=0.0, max_tokens=48)
 
     async def both():
-        envs = [load_environment(opponent=o, eval_examples=24) for o in ("optimal", "random")]
+        envs = [load_environment(opponent=o, eval_tasks=24) for o in ("optimal", "random")]
         out = await asyncio.gather(
             *(run_rollouts(env, model, env.tasks("eval"), concurrency=24, sampling=sampling) for env in envs)
         )

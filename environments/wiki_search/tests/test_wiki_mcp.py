@@ -57,7 +57,7 @@ async def test_mcp_variant_gives_the_same_scores_and_conversations(cache: str) -
     before = _servers()
     results = {}
     for mcp in (False, True):
-        env = load_environment(size="small", cache_dir=cache, num_eval_examples=12, mcp=mcp)
+        env = load_environment(size="small", cache_dir=cache, eval_tasks=12, mcp=mcp)
         try:
             if mcp:
                 assert isinstance(env, WikiSearchMCPEnv)

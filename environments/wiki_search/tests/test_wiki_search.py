@@ -21,10 +21,9 @@ from wiki_search.store import WikiDB, ensure_index, index_path, require_fts5
 from wiki_search.tools import read_section, search_pages, view_sections
 from wiki_search.world import SIZES, World
 
-from rlvr import Policy
+from rlvr import Policy, check_env
 from rlvr.cli import main
 from rlvr.engine import run_rollouts
-from rlvr.envs.check import check_env
 from rlvr.errors import EnvError, UsageError
 from rlvr.types import Completion, ToolCall
 
@@ -163,7 +162,7 @@ def test_tools_search_view_read(small: World, cache: str) -> None:
 
 
 async def test_oracle_scores_one_and_no_tools_scores_low(cache: str) -> None:
-    env = _env(cache, size="full", num_eval_examples=40)
+    env = _env(cache, size="full", eval_tasks=40)
     oracle = await _play(env, env.policies()["oracle"]())
     assert all(r.error is None and r.stop_reason == "no_tool_call" for r in oracle)
     assert statistics.fmean(r.reward for r in oracle) == 1.0
@@ -172,7 +171,7 @@ async def test_oracle_scores_one_and_no_tools_scores_low(cache: str) -> None:
         assert r.rewards["failed_tool_calls"] == 0 and r.metrics["turns"] == 3 * r.info["hops"] + 1
     summary = env.summarize(oracle)
     assert summary["exact_match 3 hops"] == 1.0 and summary["tool calls per rollout"] > 3
-    env = _env(cache, size="full", num_eval_examples=40)
+    env = _env(cache, size="full", eval_tasks=40)
     guesses = await _play(env, env.policies()["no_tools"](), n_rollouts=2)
     assert statistics.fmean(r.reward for r in guesses) < 0.1
     assert all(r.rewards["search_pages_calls"] == 0 for r in guesses)
@@ -203,7 +202,7 @@ def _scripted(calls: list[tuple[str, str]], final: str) -> Policy:
 
 
 async def test_bad_tool_calls_become_tool_errors_and_the_episode_goes_on(cache: str) -> None:
-    env = _env(cache, num_eval_examples=1)
+    env = _env(cache, eval_tasks=1)
     task = env.tasks()[0]
     bad = [
         ("search_pages", '{"query": '),
@@ -243,7 +242,7 @@ async def test_hermes_tool_call_text_drives_the_env(cache: str) -> None:
         text, calls = local.parse_tool_calls(f"Let me look.<tool_call>{block}</tool_call>", "call")
         return Completion(text=text, tool_calls=calls, finish_reason="tool_calls")
 
-    env = _env(cache, num_eval_examples=1)
+    env = _env(cache, eval_tasks=1)
     rollouts = await _play(env, Policy(hermes), tasks=env.tasks())
     [r] = rollouts
     replies = [m["content"] for m in r.completion if m["role"] == "tool"]
@@ -252,17 +251,17 @@ async def test_hermes_tool_call_text_drives_the_env(cache: str) -> None:
 
 
 def test_check_env_and_bad_arguments(cache: str) -> None:
-    check_env(_env(cache, num_eval_examples=3))
-    for kwargs in ({"size": "huge"}, {"min_hops": 2, "max_hops": 1}, {"max_hops": 4}, {"num_eval_examples": 0}):
+    check_env(_env(cache, eval_tasks=3))
+    for kwargs in ({"size": "huge"}, {"min_hops": 2, "max_hops": 1}, {"max_hops": 4}, {"eval_tasks": 0}):
         with pytest.raises(UsageError):
             _env(cache, **kwargs)
 
 
 async def test_judge_reward_option(cache: str) -> None:
-    env = _env(cache, num_eval_examples=8, judge_model="policy:reference", judge_weight=0.5)
+    env = _env(cache, eval_tasks=8, judge_model="policy:reference", judge_weight=0.5)
     rollouts = await _play(env, env.policies()["oracle"]())
     assert all(r.rewards["judge_reward"] == 1.0 and r.reward == 1.5 for r in rollouts)
-    env = _env(cache, num_eval_examples=8, judge_model="policy:reference")
+    env = _env(cache, eval_tasks=8, judge_model="policy:reference")
     rollouts = await _play(env, env.policies()["no_tools"]())
     assert all(r.rewards["judge_reward"] == r.rewards["exact_match"] for r in rollouts)
 

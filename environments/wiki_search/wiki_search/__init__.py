@@ -32,11 +32,13 @@ import statistics
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Unpack
 
 from rlvr import Policy, Rubric, StatefulToolEnv, Task, ToolState, XMLParser
 from rlvr.clients.base import ChatClient
+from rlvr.deprecation import renamed_arguments
 from rlvr.envs.mcp import MCPEnv, MCPServerConfig
+from rlvr.envs.multiturn import EnvOptions
 from rlvr.errors import UsageError
 from rlvr.judge import Judge, judge_reward, reference_judge
 from rlvr.types import Messages, Rollout
@@ -89,8 +91,8 @@ class WikiSearchEnv(StatefulToolEnv[WikiState]):
 
     hidden_args = ("db",)
 
-    def __init__(self, dataset: Any, *, db: WikiDB, **kwargs: Any) -> None:
-        super().__init__(dataset, tools=list(TOOLS), **kwargs)
+    def __init__(self, dataset: Sequence[Task], *, db: WikiDB, **options: Unpack[EnvOptions]) -> None:
+        super().__init__(dataset, tools=list(TOOLS), **options)
         self.db = db
 
     def setup_state(self, task: Task) -> WikiState:
@@ -150,11 +152,12 @@ def _judge(model: str, base_url: str | None) -> Judge:
     return judge_reward(make_client(model, base_url=base_url))
 
 
+@renamed_arguments(num_examples="num_tasks", num_eval_examples="eval_tasks")
 def load_environment(
     seed: int = 0,
     size: str = "full",
-    num_examples: int = 1000,
-    num_eval_examples: int = 100,
+    num_tasks: int = 1000,
+    eval_tasks: int = 100,
     min_hops: int = 1,
     max_hops: int = 3,
     max_turns: int = 24,
@@ -171,8 +174,8 @@ def load_environment(
     Args:
         seed: world and question seed; same arguments, same world and tasks.
         size: `full` (~3,000 articles) or `small` (~300, for tests).
-        num_examples: training questions.
-        num_eval_examples: evaluation questions (a separate seeded stream).
+        num_tasks: training questions.
+        eval_tasks: evaluation questions (a separate seeded stream).
         min_hops: fewest pages a question needs.
         max_hops: most pages a question needs (at most 3).
         max_turns: model turns before the episode is cut.
@@ -188,8 +191,8 @@ def load_environment(
         raise UsageError(f"size must be one of {sorted(SIZES)}, got {size!r}")
     if not 1 <= min_hops <= max_hops <= 3:
         raise UsageError(f"need 1 <= min_hops <= max_hops <= 3, got min_hops={min_hops}, max_hops={max_hops}")
-    if num_examples < 1 or num_eval_examples < 1:
-        raise UsageError(f"num_examples and num_eval_examples must be >= 1, got {num_examples}, {num_eval_examples}")
+    if num_tasks < 1 or eval_tasks < 1:
+        raise UsageError(f"num_tasks and eval_tasks must be >= 1, got {num_tasks}, {eval_tasks}")
     world = World(seed, size)
     index = ensure_index(world, cache_dir, rebuild=rebuild)
     parser = XMLParser(["think", "answer"], optional=["think"])
@@ -198,14 +201,14 @@ def load_environment(
     if judge_model is not None:
         funcs.append(_judge(judge_model, judge_base_url))
         weights.append(judge_weight)
-    common: dict[str, Any] = {
-        "eval_dataset": make_tasks(world, "eval", num_eval_examples, seed, min_hops, max_hops),
+    common: EnvOptions = {
+        "eval_dataset": make_tasks(world, "eval", eval_tasks, seed, min_hops, max_hops),
         "system_prompt": SYSTEM_PROMPT,
         "parser": parser,
         "rubric": Rubric(funcs, weights, parser=parser),
         "max_turns": max_turns,
     }
-    train = make_tasks(world, "train", num_examples, seed, min_hops, max_hops)
+    train = make_tasks(world, "train", num_tasks, seed, min_hops, max_hops)
     if mcp or mcp_url:
         server = (
             MCPServerConfig("wiki_search", url=mcp_url)

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlvr.envs.multiturn import mix_seed
+from rlvr.seeding import mix_seed
 
 _EVAL_STREAM = 1
 _TRAIN_STREAM = 0

@@ -19,7 +19,6 @@ from rlvr.errors import UsageError
 
 
 def run(args: argparse.Namespace, out: Path, env: Any, client: Any, model: str, sampling: Any) -> int:
-    from rlvr.commands.eval import close_client
     from rlvr.envs.multiturn import MultiTurnEnv
     from rlvr.exact import ExactResult, GameTree, enumerate_games, print_exact
     from rlvr.results import RunDir
@@ -62,7 +61,7 @@ def run(args: argparse.Namespace, out: Path, env: Any, client: Any, model: str, 
                 env, client, sampling, concurrency=args.concurrency, on_game=_progress(run_dir, args.quiet)
             )
         finally:
-            await close_client(client)
+            await client.aclose()
             await env.aclose()
 
     try:

@@ -1,6 +1,6 @@
 """`rlvr play ENV [-m MODEL]`: play a game in the terminal against a model or a reference player.
 
-An environment supports play by defining
+An environment supports play by implementing the `PlayableEnv` protocol:
 
     async def play_human(self, client, terminal, *, human_mark, human_first, seed, sampling) -> str
 
@@ -17,11 +17,31 @@ import asyncio
 import random
 from collections import Counter
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
+from rlvr.clients.base import ChatClient
 from rlvr.errors import UsageError
+from rlvr.types import SamplingArgs
 
 T = TypeVar("T")
+
+
+@runtime_checkable
+class PlayableEnv(Protocol):
+    """An environment `rlvr play` can run (an optional CLI hook; see the module docstring)."""
+
+    async def play_human(
+        self,
+        client: ChatClient,
+        terminal: Terminal,
+        *,
+        human_mark: str,
+        human_first: bool,
+        seed: int,
+        sampling: SamplingArgs,
+    ) -> str:
+        """Play one game with the person in the opponent's seat; return the person's result."""
+        ...
 
 
 def add_parser(sub: Any) -> None:
@@ -93,9 +113,9 @@ def run(args: argparse.Namespace) -> int:
     except UsageError:  # e.g. no default model: say first when the env cannot be played at all
         from rlvr.registry import load_environment
 
-        _require_play(load_environment(args.env, **parse_env_args(args.env_args)), args.env)
+        _playable(load_environment(args.env, **parse_env_args(args.env_args)), args.env)
         raise
-    _require_play(env, args.env)
+    game = _playable(env, args.env)
     sampling = env.sampling
     if args.temperature is not None:
         sampling = sampling.replace(temperature=args.temperature)
@@ -111,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
         while True:
             human_first = {"me": True, "model": False}.get(args.first, rng.random() < 0.5)
             result = loop.run_until_complete(
-                env.play_human(
+                game.play_human(
                     client,
                     terminal,
                     human_mark=args.mark,
@@ -147,9 +167,10 @@ def _close(loop: asyncio.AbstractEventLoop) -> None:
     loop.close()
 
 
-def _require_play(env: Any, name: str) -> None:
-    if not hasattr(env, "play_human"):
+def _playable(env: Any, name: str) -> PlayableEnv:
+    if not isinstance(env, PlayableEnv):
         raise UsageError(f"environment {name!r} does not support play (it has no play_human hook)")
+    return env
 
 
 def _yes_no(text: str) -> bool:

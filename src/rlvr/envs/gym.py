@@ -27,11 +27,13 @@ from typing import Any
 
 from rlvr.clients.base import ChatClient
 from rlvr.clients.policy import Policy
-from rlvr.envs.multiturn import MultiTurnEnv, mix_seed, stop
+from rlvr.deprecation import renamed_arguments
+from rlvr.envs.multiturn import MultiTurnEnv, stop
 from rlvr.errors import EnvError, UsageError
 from rlvr.parsers import Parser, XMLParser
 from rlvr.rubric import Rubric
-from rlvr.types import Messages, State, Task
+from rlvr.seeding import mix_seed
+from rlvr.types import Messages, SamplingArgs, State, Task
 
 Renderer = Callable[[Any, Any], str]
 """``(observation, env) -> text`` shown to the model."""
@@ -94,7 +96,10 @@ class GymEnv(MultiTurnEnv[GymState]):
         parse_action: ActionParser | None = None,
         format_weight: float = 0.0,
         max_turns: int | None = None,
-        **kwargs: Any,
+        system_prompt: str | None = None,
+        sampling: SamplingArgs | None = None,
+        max_completion_tokens: int | None = None,
+        timeout_s: float | None = None,
     ) -> None:
         gymnasium_module()
         if num_tasks < 1:
@@ -127,7 +132,16 @@ class GymEnv(MultiTurnEnv[GymState]):
         rubric = Rubric(
             [episode_return, format_reward, invalid_action_rate], weights=[1.0, format_weight, 0.0], parser=parser
         )
-        super().__init__(tasks, parser=parser, rubric=rubric, max_turns=max_turns, **kwargs)
+        super().__init__(
+            tasks,
+            system_prompt=system_prompt,
+            parser=parser,
+            rubric=rubric,
+            sampling=sampling,
+            max_turns=max_turns,
+            max_completion_tokens=max_completion_tokens,
+            timeout_s=timeout_s,
+        )
 
     # ---- actions ----------------------------------------------------------------------------
 
@@ -178,11 +192,9 @@ class GymEnv(MultiTurnEnv[GymState]):
             )
         return GymState(task=task, env=env, observation=obs)
 
-    async def rollout(self, client: ChatClient, task: Task, sampling: Any, seed: int) -> GymState:
-        state = await super().rollout(client, task, sampling, seed)
+    async def close_state(self, state: GymState) -> None:
         if state.env is not None:
             state.env.close()
-        return state
 
     async def env_response(self, messages: Messages, state: GymState) -> Messages:
         env = state.env
@@ -243,9 +255,10 @@ def invalid_action_rate(state: GymState) -> float:
     return state.invalid_actions / state.turn if state.turn else 0.0
 
 
+@renamed_arguments(num_examples="num_tasks")
 def load_environment(
     env_id: str = "FrozenLake-v1",
-    num_examples: int = 10,
+    num_tasks: int = 10,
     seed: int = 0,
     max_turns: int | None = 100,
     env_kwargs: dict[str, Any] | None = None,
@@ -271,7 +284,7 @@ def load_environment(
     names = action_names or next((v for k, v in KNOWN_ACTIONS.items() if spec.name.startswith(k)), None)
     return GymEnv(
         lambda: gym.make(env_id, **kwargs),
-        num_tasks=num_examples,
+        num_tasks=num_tasks,
         seed=seed,
         max_turns=max_turns,
         description=f"You are playing the Gymnasium environment {env_id}.",

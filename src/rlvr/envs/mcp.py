@@ -30,16 +30,15 @@ import asyncio
 import logging
 import re
 import tempfile
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import Any, Self, Unpack
 
-from rlvr.clients.base import ChatClient
+from rlvr.envs.multiturn import EnvOptions
 from rlvr.envs.schema import validate_arguments
 from rlvr.envs.tools import ToolCallError, ToolEnv, ToolState, parse_arguments
 from rlvr.errors import EnvError, UsageError
-from rlvr.types import SamplingArgs, Task, ToolCall
+from rlvr.types import Task, ToolCall
 
 log = logging.getLogger("rlvr.mcp")
 
@@ -251,13 +250,20 @@ class _Servers:
 class MCPEnv(ToolEnv[ToolState]):
     """A tool environment whose tools live on MCP servers (see the module docstring)."""
 
-    def __init__(self, dataset: Any, *, servers: Sequence[MCPServerConfig], **kwargs: Any) -> None:
+    def __init__(
+        self,
+        dataset: Sequence[Task | Mapping[str, Any]],
+        *,
+        servers: Sequence[MCPServerConfig],
+        **options: Unpack[EnvOptions],
+    ) -> None:
+        """`servers`: where the tools live; `options`: those of `MultiTurnEnv`."""
         if not servers:
             raise UsageError("MCPEnv needs at least one server (servers=[MCPServerConfig(...)])")
         names = [s.name for s in servers]
         if len(set(names)) != len(names):
             raise UsageError(f"MCP server names must be unique, got {names}")
-        super().__init__(dataset, tools=[], **kwargs)
+        super().__init__(dataset, tools=[], **options)
         self.servers = list(servers)
         self._state: _Servers | None = None
 
@@ -312,18 +318,6 @@ class MCPEnv(ToolEnv[ToolState]):
         await self.aclose()
 
     # ---- episodes -----------------------------------------------------------------------
-
-    async def rollout(self, client: ChatClient, task: Task, sampling: SamplingArgs, seed: int) -> ToolState:
-        try:
-            await self.start()
-        except Exception as exc:  # noqa: BLE001 (every rollout records the failure; none hangs)
-            state = self.setup_state(task)
-            state.seed, state.prompt, state.started_at = seed, self.initial_prompt(task), time.monotonic()
-            state.messages = list(state.prompt)
-            self._end(state, "error", truncated=True)
-            state.error = describe_error(exc)
-            return state
-        return await super().rollout(client, task, sampling, seed)
 
     def tool_schemas(self, state: ToolState) -> list[dict[str, Any]] | None:
         return self._schemas or None

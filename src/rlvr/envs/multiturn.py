@@ -20,14 +20,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-import traceback
+import warnings
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypedDict, TypeVar, final
 
 from rlvr.clients.base import ChatClient
-from rlvr.errors import PromptTooLongError, UsageError
+from rlvr.errors import EnvError, PromptTooLongError, UsageError, error_summary
 from rlvr.parsers import Parser
 from rlvr.rubric import Rubric
+from rlvr.seeding import mix_seed
 from rlvr.types import Messages, SamplingArgs, State, Task, Turn
 
 S = TypeVar("S", bound=State)
@@ -48,30 +49,60 @@ def stop(fn: StopFn | None = None, *, priority: int = 0, truncated: bool = False
     return mark(fn) if fn is not None else mark
 
 
-def error_summary(exc: BaseException, frames: int = 3) -> str:
-    """`Type: message` plus the last few traceback frames, short enough for a results file."""
-    tb = traceback.extract_tb(exc.__traceback__)[-frames:] if frames > 0 else []
-    where = " <- ".join(f"{f.filename.rsplit('/', 1)[-1]}:{f.lineno} {f.name}" for f in reversed(tb))
-    return f"{type(exc).__name__}: {exc}" + (f" [at {where}]" if where else "")
+class EnvOptions(TypedDict, total=False):
+    """The keyword options of `MultiTurnEnv.__init__`, for a subclass that passes them all on
+    (`**options: Unpack[EnvOptions]`): typed, so a misspelt or ill-typed option is an error."""
 
-
-def mix_seed(*parts: int) -> int:
-    """A stable 31-bit seed from integers (no salted hashing: same inputs, same seed)."""
-    h = 0x345678
-    for p in parts:
-        h = (h * 1_000_003) ^ (p & 0xFFFFFFFFFFFF)
-        h &= 0xFFFFFFFFFFFFFFFF
-    return (h ^ (h >> 29)) & 0x7FFFFFFF
+    eval_dataset: Sequence[Task | Mapping[str, Any]] | None
+    system_prompt: str | None
+    parser: Parser | None
+    rubric: Rubric | None
+    sampling: SamplingArgs | None
+    max_turns: int | None
+    max_completion_tokens: int | None
+    timeout_s: float | None
 
 
 class MultiTurnEnv(Generic[S]):
     """Base environment: a dataset of tasks, a rubric, and the rollout loop.
 
-    Subclasses override `setup_state`, `env_response` and add `@stop` methods. A reference
-    player reachable as `-m policy:NAME` is listed by `policies()`.
+    The contract: override `setup_state` and `env_response`, add `@stop` methods; offer tools
+    per turn with `tool_schemas`. `rollout` is final: it is the one loop, and the one place
+    that turns a failure into an error record.
+
+    Optional lifecycle, each a no-op by default:
+        start()             awaited by every rollout before `setup_state`: acquire shared
+                            things (servers) on the first call, return at once after that
+        close_state(state)  awaited at the end of every rollout whose state was set up,
+                            however it ended: release what `setup_state` opened
+        aclose()            release what `start` acquired; called once at the end of a run
+
+    Optional: data the trainer reads
+        difficulty(task), difficulty_range, num_buckets   stratified training batches
+
+    Optional: used by the CLI
+        policies()          reference players, selectable as `-m policy:NAME`
+        default_model()     the model `rlvr eval ENV` uses without `-m`
+        summarize(rollouts) extra numbers for the eval summary
+        play_human(...)     `rlvr play`: the `PlayableEnv` protocol of `rlvr.commands.play`
     """
 
     name: str = "env"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "rollout" in vars(cls):
+            raise EnvError(
+                f"{cls.__name__} overrides rollout, which is final: acquire and release what an "
+                "episode needs in the lifecycle hooks start / close_state instead"
+            )
+        if "sampler" in vars(cls):
+            warnings.warn(
+                f"{cls.__name__}.sampler is no longer called: declare difficulty(task) and "
+                "difficulty_range (and num_buckets) instead, and the trainer stratifies by them",
+                DeprecationWarning,
+                stacklevel=2,
+            )
 
     def __init__(
         self,
@@ -106,7 +137,7 @@ class MultiTurnEnv(Generic[S]):
         """The arguments `load_environment` was called with (set by the registry)."""
         self._stops = self._collect_stops()
 
-    # ---- what subclasses override -------------------------------------------------------
+    # ---- the contract: what subclasses override -----------------------------------------
 
     def setup_state(self, task: Task) -> S:
         """Build the state of a new episode. Override to return your State subclass."""
@@ -120,6 +151,8 @@ class MultiTurnEnv(Generic[S]):
         """OpenAI tool schemas offered to the model this turn (None: no tools)."""
         return None
 
+    # ---- optional: used by the CLI ------------------------------------------------------
+
     def policies(self) -> dict[str, Callable[[], ChatClient]]:
         """Reference players, selectable as `-m policy:NAME`."""
         return {}
@@ -132,23 +165,34 @@ class MultiTurnEnv(Generic[S]):
         """Extra numbers for the eval summary (e.g. win/draw/loss %), or None."""
         return None
 
-    def sampler(
-        self, seed: int = 0, *, num_groups: int | None = None, tasks_per_group: int = 1, split: str = "train"
-    ) -> Any:
-        """Batches of training tasks for the trainer. The base env has no difficulty key: one
-        bucket, i.e. a seeded, resumable shuffle. Envs with a difficulty override this."""
-        from rlvr.sampler import StratifiedSampler
+    # ---- optional: data the trainer reads -----------------------------------------------
 
-        return StratifiedSampler(self.tasks(split), 1, key=lambda t: 0.0, seed=seed, tasks_per_group=tasks_per_group)
+    difficulty_range: tuple[float, float] | None = None
+    """The [low, high] that `difficulty` spans (None: the smallest and largest of the tasks)."""
+    num_buckets: int = 1
+    """Equal-width difficulty buckets a training batch is stratified into, unless the trainer
+    is told another number."""
+
+    def difficulty(self, task: Task) -> float | None:
+        """A number that orders tasks by difficulty (None: this env has none). The trainer's
+        sampler (`rlvr.sampler.StratifiedSampler.for_env`) puts the same number of tasks of
+        each difficulty bucket in every batch."""
+        return None
+
+    # ---- optional lifecycle -------------------------------------------------------------
 
     async def start(self) -> None:
-        """Acquire what the env needs before its first rollout (servers, connections).
-        Optional: envs start lazily too; this fails fast with a clear error."""
+        """Acquire what the env needs before its rollouts (servers, connections). Awaited by
+        every rollout, so it must return at once when already started; call it yourself to
+        fail fast with a clear error."""
+
+    async def close_state(self, state: S) -> None:
+        """Release what `setup_state` opened for this episode; awaited however it ended."""
 
     async def aclose(self) -> None:
         """Release what `start` (or the first rollout) acquired. Called at the end of a run."""
 
-    # ---- the episode --------------------------------------------------------------------
+    # ---- the episode (final) ------------------------------------------------------------
 
     def tasks(self, split: str = "eval") -> list[Task]:
         """Tasks of a split: `train`, or `eval` (falls back to train when there is none)."""
@@ -171,38 +215,53 @@ class MultiTurnEnv(Generic[S]):
             raise UsageError(f"task {task.id!r} has neither a prompt nor a question")
         return messages
 
+    @final
     async def rollout(self, client: ChatClient, task: Task, sampling: SamplingArgs, seed: int) -> S:
-        """Play one episode. Never raises for a failure inside it: the state records it."""
+        """Play one episode. Never raises for a failure inside it: the state records it.
+
+        `start()`, then `setup_state(task)`, then turns until a stop condition holds; then
+        `close_state(state)`, whatever happened after the state was set up."""
         try:
+            await self.start()
             state = self.setup_state(task)
-        except Exception as exc:  # a task the env cannot set up is one error record, not a lost run
-            state = State(task=task)  # type: ignore[assignment]
-            state.prompt = state.messages = []
-            state.seed, state.started_at = seed, time.monotonic()
-            self._end(state, "error", truncated=True)
-            state.error = error_summary(exc)
-            return state
-        state.seed = seed
-        state.prompt = self.initial_prompt(task)
-        state.messages = list(state.prompt)
-        state.started_at = time.monotonic()
+        except Exception as exc:  # an env that cannot start or set up a task: one error record
+            failed = State(task=task, seed=seed, started_at=time.monotonic())
+            self._failed(failed, exc)
+            return failed  # type: ignore[return-value]
+        try:
+            await self._play(client, state, sampling, seed)
+        finally:
+            try:
+                await self.close_state(state)
+            except Exception as exc:  # a failed release spoils the record, not the run
+                if state.error is None:
+                    state.stop_reason = None
+                    self._failed(state, exc)
+        return state
+
+    async def _play(self, client: ChatClient, state: S, sampling: SamplingArgs, seed: int) -> None:
+        state.seed, state.started_at = seed, time.monotonic()
         deadline = asyncio.timeout(self.timeout_s)
         try:
+            state.prompt = self.initial_prompt(state.task)
+            state.messages = list(state.prompt)
             async with deadline:
                 await self._loop(client, state, sampling)
         except TimeoutError as exc:
             if deadline.expired():
                 self._end(state, "timeout", truncated=True)
             else:  # a TimeoutError from inside (a client, a tool) is an error, not our deadline
-                self._end(state, "error", truncated=True)
-                state.error = error_summary(exc)
+                self._failed(state, exc)
         except PromptTooLongError as exc:
             self._end(state, "prompt_too_long", truncated=True)
             state.error = None if state.turn else error_summary(exc)
         except Exception as exc:  # one broken rollout must never sink a run
-            self._end(state, "error", truncated=True)
-            state.error = error_summary(exc)
-        return state
+            self._failed(state, exc)
+
+    def _failed(self, state: State, exc: BaseException) -> None:
+        """Record `exc` as the episode's error (the one place that builds an error record)."""
+        self._end(state, "error", truncated=True)
+        state.error = error_summary(exc)
 
     async def _loop(self, client: ChatClient, state: S, sampling: SamplingArgs) -> None:
         while not self.check_stops(state):

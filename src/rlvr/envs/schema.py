@@ -29,14 +29,14 @@ def _type_error(schema: Mapping[str, Any], value: Any, where: str) -> str | None
         options = schema.get("anyOf") or schema.get("oneOf") or []
         if any(_type_error(s, value, where) is None for s in options):
             return None
-        kinds = [s.get("type", "?") for s in options]
-        return f"{where} must be one of {kinds}, got {_json_name(value)} {value!r}"
+        choices = [s.get("type", "?") for s in options]
+        return f"{where} must be one of {choices}, got {_json_name(value)} {value!r}"
     if "enum" in schema and value not in schema["enum"]:
         return f"{where} must be one of {schema['enum']}, got {value!r}"
-    kinds = schema.get("type")
-    if kinds is None:
+    declared = schema.get("type")
+    if declared is None:
         return None
-    kinds = [kinds] if isinstance(kinds, str) else list(kinds)
+    kinds = [declared] if isinstance(declared, str) else list(declared)
     if not any(_JSON_CHECKS.get(k, lambda v: True)(value) for k in kinds):
         return f"{where} must be {' or '.join(kinds)}, got {_json_name(value)} {value!r}"
     if isinstance(value, list) and isinstance(schema.get("items"), Mapping):

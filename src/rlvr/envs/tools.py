@@ -20,9 +20,9 @@ import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, Unpack
 
-from rlvr.envs.multiturn import MultiTurnEnv, stop
+from rlvr.envs.multiturn import EnvOptions, MultiTurnEnv, stop
 from rlvr.envs.schema import validate_arguments
 from rlvr.errors import UsageError
 from rlvr.types import Messages, State, Task, ToolCall
@@ -118,8 +118,15 @@ class ToolEnv(MultiTurnEnv[TS]):
 
     hidden_args: tuple[str, ...] = ()
 
-    def __init__(self, dataset: Any, *, tools: Sequence[Callable[..., Any]], **kwargs: Any) -> None:
-        super().__init__(dataset, **kwargs)
+    def __init__(
+        self,
+        dataset: Sequence[Task | Mapping[str, Any]],
+        *,
+        tools: Sequence[Callable[..., Any]],
+        **options: Unpack[EnvOptions],
+    ) -> None:
+        """`tools`: the functions the model may call; `options`: those of `MultiTurnEnv`."""
+        super().__init__(dataset, **options)
         names = [t.__name__ for t in tools]
         if len(set(names)) != len(names):
             raise UsageError(f"tool names must be unique, got {names}")

@@ -72,7 +72,7 @@ from rlvr.clients.local import LocalModel
 from rlvr.engine import run_rollouts
 from rlvr.envs.multiturn import MultiTurnEnv, mix_seed
 from rlvr.errors import TrainingError, UsageError
-from rlvr.sampler import StratifiedSampler
+from rlvr.sampler import StratifiedSampler, difficulty_buckets
 from rlvr.train import checkpoint as ckpt_io
 from rlvr.train.advantages import drop_uniform_groups, group_advantages
 from rlvr.train.config import TrainConfig, check_resume
@@ -476,11 +476,11 @@ def default_output_dir(cfg: TrainConfig) -> str:
 
 
 def make_sampler(env: MultiTurnEnv[Any], cfg: TrainConfig) -> StratifiedSampler:
-    """The environment's stratified sampler (`env.sampler`), `tasks_per_batch` tasks a batch.
+    """The environment's stratified sampler (by `env.difficulty`), `tasks_per_batch` tasks a batch.
 
     Environments with a difficulty (tic-tac-toe) bucket their tasks by it; the others give one
     bucket, a seeded shuffle."""
-    groups = env.sampler(cfg.seed, num_groups=cfg.num_groups).num_groups
+    groups = difficulty_buckets(env, cfg.num_groups)
     if cfg.num_groups is not None and groups != cfg.num_groups:
         raise UsageError(
             f"environment {cfg.env!r} makes {groups} difficulty bucket(s), not "
@@ -493,7 +493,9 @@ def make_sampler(env: MultiTurnEnv[Any], cfg: TrainConfig) -> StratifiedSampler:
             f"environment's {groups} difficulty buckets; make batch_size / "
             f"rollouts_per_example a multiple of {groups}"
         )
-    return env.sampler(cfg.seed, num_groups=cfg.num_groups, tasks_per_group=cfg.tasks_per_batch // groups)
+    return StratifiedSampler.for_env(
+        env, seed=cfg.seed, num_buckets=groups, tasks_per_bucket=cfg.tasks_per_batch // groups
+    )
 
 
 def _open_run(
