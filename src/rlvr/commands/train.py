@@ -24,7 +24,7 @@ from rlvr.train.fields import none_or
 
 
 def add_parser(sub: Any) -> None:
-    from rlvr.train.config import TrainConfig, field_docs
+    from rlvr.train.config import CHOICES, TrainConfig, field_docs
 
     p = sub.add_parser(
         "train",
@@ -50,6 +50,8 @@ def add_parser(sub: Any) -> None:
             if default is None
             else f"default {json.dumps(default)}"
         )
+        if f.name in CHOICES:
+            shown = f"one of {', '.join(CHOICES[f.name])}; {shown}"
         flags = ["--" + f.name.replace("_", "-")] + (["-m"] if f.name == "model" else [])
         kind, metavar = _parser_for(f.name, hints[f.name])
         if kind is bool:

@@ -14,8 +14,8 @@ Choices:
   float noise blown up by the std division).
 - DAPO's dynamic sampling (Yu et al. 2025) drops groups whose rewards are all equal: they carry
   no gradient but still count in DAPO's token normalisation. `drop_uniform_groups` says which
-  groups to keep; the trainer calls it when the loss is dapo (and may sample more groups to
-  refill the batch). Rewards within `atol` of each other count as equal.
+  groups to keep; the trainer calls it when the loss's row of `rlvr.train.loss_specs.SPECS`
+  says `drop_uniform_groups` (dapo). Rewards within `atol` of each other count as equal.
 - `group_stats` gives logging metrics: `group/zero_std_frac` (share of groups whose rewards are
   all equal, i.e. that teach nothing), `group/reward_std_mean` (mean within-group std),
   `group/count`.

@@ -21,10 +21,11 @@ from typing import Any
 
 from rlvr.errors import UsageError
 from rlvr.train import fields
+from rlvr.train.loss_specs import SPECS, LossSpec
 
-LOSS_NAMES = ("grpo", "dr_grpo", "dapo", "cispo", "gspo")
-"""The keys of `rlvr.train.losses.LOSSES` (kept here so that config stays torch-free)."""
 LR_SCHEDULES = ("constant", "linear", "cosine")
+CHOICES: dict[str, tuple[str, ...]] = {"loss": tuple(SPECS), "lr_schedule": LR_SCHEDULES}
+"""The values a string field may take (`--help` lists them)."""
 
 RESUME_MAY_CHANGE = frozenset({"steps", "eval_every", "eval_tasks", "save_every", "output_dir"})
 """Fields a resumed run may change; any other difference from the saved config is an error."""
@@ -55,7 +56,7 @@ class TrainConfig:
     lr: float = 3e-5
     """peak learning rate (AdamW, no weight decay)"""
     lr_schedule: str = "constant"
-    """learning-rate schedule after warm-up: constant, linear or cosine (decay to 0)"""
+    """learning-rate schedule after warm-up (linear and cosine decay to 0)"""
     warmup_steps: int = 0
     """steps of linear learning-rate warm-up from 0"""
     max_grad_norm: float = 1.0
@@ -69,7 +70,7 @@ class TrainConfig:
     max_turns: int | None = None
     """most model turns per episode; None = the environment's own limit"""
     loss: str = "cispo"
-    """policy loss: grpo, dr_grpo, dapo, cispo or gspo"""
+    """policy loss: a row of rlvr.train.loss_specs.SPECS"""
     clip_eps: float = 0.2
     """PPO clip of the token ratio, r >= 1 - clip_eps (grpo, dr_grpo, dapo)"""
     clip_eps_high: float | None = None
@@ -79,7 +80,7 @@ class TrainConfig:
     kl_coef: float = 0.0
     """weight of the KL penalty to the starting model; 0 = no reference model is loaded"""
     scale_std: bool | None = None
-    """divide advantages by the group's reward std; None = yes, except for dr_grpo"""
+    """divide advantages by the group's reward std; None = the loss's choice (no for dr_grpo)"""
     mask_truncated: bool = False
     """leave truncated rollouts (max_turns, token budget, timeout) out of the loss"""
     minibatches: int = 1
@@ -113,8 +114,13 @@ class TrainConfig:
         return self.batch_size // self.rollouts_per_example
 
     @property
+    def loss_spec(self) -> LossSpec:
+        """What the chosen loss implies (normalisation, std scaling, group filter)."""
+        return SPECS[self.loss]
+
+    @property
     def advantage_std_scaling(self) -> bool:
-        return self.scale_std if self.scale_std is not None else self.loss != "dr_grpo"
+        return self.scale_std if self.scale_std is not None else self.loss_spec.scale_std
 
     @property
     def eval_sets(self) -> list[dict[str, Any]]:
@@ -266,11 +272,9 @@ def _check_values(c: TrainConfig) -> None:
         c.batch_size % c.minibatches == 0 and c.tasks_per_batch % c.minibatches == 0,
         f"minibatches ({c.minibatches}) must divide the tasks in a batch ({c.tasks_per_batch})",
     )
-    need(c.loss in LOSS_NAMES, f"unknown loss {c.loss!r}; expected one of {', '.join(LOSS_NAMES)}")
-    need(
-        c.lr_schedule in LR_SCHEDULES,
-        f"unknown lr_schedule {c.lr_schedule!r}; expected one of {', '.join(LR_SCHEDULES)}",
-    )
+    for name, allowed in CHOICES.items():
+        value = getattr(c, name)
+        need(value in allowed, f"unknown {name} {value!r}; expected one of {', '.join(allowed)}")
     need(math.isfinite(c.lr) and c.lr > 0, f"lr must be > 0, got {c.lr}")
     need(c.warmup_steps >= 0, f"warmup_steps must be >= 0, got {c.warmup_steps}")
     need(c.max_grad_norm > 0, f"max_grad_norm must be > 0, got {c.max_grad_norm}")

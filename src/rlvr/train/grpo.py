@@ -19,8 +19,8 @@ Algorithmic choices
   are trained on by default: running out of turns is a real outcome (a tic-tac-toe timeout
   scores no win). `mask_truncated` leaves them out of the loss; they still count in their
   group's baseline. A single turn cut at max_tokens is trained like any other.
-- DAPO's dynamic sampling: with loss = dapo, groups whose rewards are all equal are dropped
-  from the batch (no refill: the batch simply shrinks; `batch/kept_groups_frac` says by how much).
+- DAPO's dynamic sampling: with loss = dapo (`drop_uniform_groups` in its row of
+  `rlvr.train.loss_specs.SPECS`), groups whose rewards are all equal are dropped from the batch (no refill: the batch simply shrinks; `batch/kept_groups_frac` says by how much).
 - Token sequences come from the sampled ids, never from re-tokenised text. A multi-turn rollout
   is one sequence while each turn's prompt ids extend the previous prompt + sampled ids; where
   they do not (the template re-tokenised or rewrote history), a new sequence starts from that
@@ -90,7 +90,6 @@ from rlvr.train.model import (
 )
 from rlvr.train.rl_metrics import LossStats, evaluate, phase_seconds, rollout_metrics, step_line
 from rlvr.train.sequences import (
-    NORMALISATION,
     MicroBatch,
     build_sequences,
     empty_micro_batch,
@@ -374,7 +373,7 @@ def compute_advantages(rollouts: list[Rollout], cfg: TrainConfig) -> tuple[list[
     advantages = group_advantages(rewards, g, scale_std=cfg.advantage_std_scaling)
     trainable = [r.error is None and not (cfg.mask_truncated and r.truncated) for r in rollouts]
     kept = 1.0
-    if cfg.loss == "dapo":
+    if cfg.loss_spec.drop_uniform_groups:
         keep = drop_uniform_groups(rewards, g)
         trainable = [t and keep[i // g] for i, t in enumerate(trainable)]
         kept = sum(keep) / max(len(keep), 1)
@@ -394,7 +393,7 @@ def update_policy(
 ) -> dict[str, float]:
     """`cfg.minibatches` optimizer steps on this rank's sequences (of `n_rollouts` rollouts,
     whole groups per minibatch); returns the train metrics of all ranks."""
-    kind, loss_fn, device = NORMALISATION[cfg.loss], LOSSES[cfg.loss], dist.device
+    kind, loss_fn, device = cfg.loss_spec.normalisation, LOSSES[cfg.loss], dist.device
     per = max(1, n_rollouts // cfg.minibatches)
     plans = [
         micro_batches([s for s in seqs if s.rollout // per == m], cfg.micro_batch_size, pad_id, device)
