@@ -77,8 +77,11 @@ from rlvr.train import checkpoint as ckpt_io
 from rlvr.train.advantages import drop_uniform_groups, group_advantages
 from rlvr.train.config import TrainConfig, check_resume
 from rlvr.train.distributed import Dist, setup_distributed
+from rlvr.train.evaluation import EvalSet, eval_metrics, eval_sets, evaluate, save_eval
 from rlvr.train.logging import MetricsLog
+from rlvr.train.loss_stats import LossStats
 from rlvr.train.losses import LOSSES, LossConfig
+from rlvr.train.metrics import rollout_metrics, step_line, timing_metrics
 from rlvr.train.model import (
     load_policy,
     load_reference,
@@ -88,7 +91,6 @@ from rlvr.train.model import (
     token_logprobs,
     unwrap,
 )
-from rlvr.train.rl_metrics import LossStats, evaluate, phase_seconds, rollout_metrics, step_line
 from rlvr.train.sequences import (
     MicroBatch,
     build_sequences,
@@ -192,8 +194,31 @@ def train(
 
     history: list[dict[str, float]] = []
     with _session(envs, log) as run_async:
+        sets: list[EvalSet] = []
+
+        def evaluate_now(step: int) -> None:
+            """Play the evaluation sets; rank 0 logs, prints and saves them."""
+            t0 = time.monotonic()
+            if not sets:
+                sets.extend(eval_sets(cfg, envs.get, rank=dist.rank, world=dist.world))
+            played = {
+                label: dist.gather(rollouts) for label, rollouts in run_async(evaluate(sets, client, sampling)).items()
+            }
+            if not dist.main:
+                return
+            for s in sets:
+                where = run_dir / "eval" / f"step_{step:06d}" / s.label
+                save_eval(where, played[s.label], env=cfg.env, env_args=s.env_args, model=cfg.model, step=step)
+            metrics, table = eval_metrics(sets, played)
+            metrics["time/eval"] = time.monotonic() - t0
+            say(f"evaluation at step {step}:\n{table}")
+            if log is not None:
+                log.write(step, metrics)
+                log.write_text(step, "eval", table.replace("\n", "  \n"))
+                log.plot_async()
+
         if start == 0 and cfg.eval_every is not None:
-            evaluate(cfg, envs.get, run_async, client, sampling, dist, run_dir, 0, log, say)
+            evaluate_now(0)
         for step in range(start, cfg.steps):
             t_step = time.monotonic()
             # ---- 1. a stratified batch of tasks; this process plays its share --------------------
@@ -233,7 +258,7 @@ def train(
 
             # ---- 6. log --------------------------------------------------------------------------
             everyone = dist.gather(rollouts)
-            metrics = rollout_metrics(everyone, env, cfg)
+            metrics = rollout_metrics(everyone, env, cfg.rollouts_per_example)
             metrics.update(train_stats)
             metrics.update(
                 {
@@ -242,19 +267,14 @@ def train(
                     "optim/lr": lr,
                 }
             )
-            t_total = time.monotonic() - t_step
-            gen_tokens = sum(r.usage.completion_tokens for r in everyone)
             metrics.update(
-                {
-                    "time/rollouts": t_rollouts,
-                    "time/train": t_train,
-                    "time/step": t_total,
-                    "time/env": phase_seconds(everyone, "env"),
-                    "time/score": phase_seconds(everyone, "score"),
-                    "throughput/rollouts_per_s": len(everyone) / t_total,
-                    "throughput/gen_tokens_per_s": gen_tokens / max(t_rollouts, 1e-9),
-                    "throughput/train_tokens_per_s": metrics["tokens/processed"] / max(t_train, 1e-9),
-                }
+                timing_metrics(
+                    everyone,
+                    rollouts_s=t_rollouts,
+                    train_s=t_train,
+                    step_s=time.monotonic() - t_step,
+                    tokens_processed=metrics["tokens/processed"],
+                )
             )
             history.append(metrics)
             if log is not None:
@@ -266,7 +286,7 @@ def train(
             # ---- 7. evaluate ---------------------------------------------------------------------
             last_step = step + 1 == cfg.steps
             if cfg.eval_every is not None and ((step + 1) % cfg.eval_every == 0 or last_step):
-                evaluate(cfg, envs.get, run_async, client, sampling, dist, run_dir, step + 1, log, say)
+                evaluate_now(step + 1)
 
             # ---- 8. checkpoint -------------------------------------------------------------------
             if last_step or (cfg.save_every is not None and (step + 1) % cfg.save_every == 0):
