@@ -168,7 +168,7 @@ def test_resume_after_a_kill_repeats_the_next_step_exactly(tiny, tmp_path, monke
         fit(config(tiny, tmp_path / "b", **changes))
     monkeypatch.setattr(grpo, "update_policy", real_update)
     assert latest_checkpoint(tmp_path / "b").step == 2
-    with pytest.raises(UsageError, match="already holds a training run; pass --resume"):
+    with pytest.raises(UsageError, match=r"already holds a run \(config.json\); pass --resume"):
         fit(config(tiny, tmp_path / "b", **changes))
     with pytest.raises(UsageError, match="cannot resume: lr was 0.01"):
         fit(config(tiny, tmp_path / "b", **{**changes, "lr": 0.1}), resume=True)

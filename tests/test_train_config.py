@@ -281,9 +281,13 @@ def test_lr_schedules() -> None:
     pytest.importorskip("torch")
     from rlvr.train.model import lr_factor
 
-    cosine = TrainConfig(**BASE, steps=10, warmup_steps=2, lr_schedule="cosine")
-    assert [round(lr_factor(s, cosine), 3) for s in (0, 1, 2, 7, 9)] == [0.5, 1.0, 1.0, 0.309, 0.038]
-    assert lr_factor(5, TrainConfig(**BASE, steps=10)) == 1.0
+    def factors(schedule: str) -> list[float]:
+        return [round(lr_factor(s, schedule=schedule, warmup=2, total=10), 3) for s in (0, 1, 2, 7, 9)]
+
+    assert factors("cosine") == [0.5, 1.0, 1.0, 0.309, 0.038]
+    assert factors("linear") == [0.5, 1.0, 1.0, 0.375, 0.125]
+    assert factors("constant") == [0.5, 1.0, 1.0, 1.0, 1.0]
+    assert lr_factor(5, schedule="constant", warmup=0, total=10) == 1.0
 
 
 def test_default_output_dir_names_the_env_and_the_model() -> None:

@@ -62,3 +62,14 @@ class ModelError(RlvrError):
 
 class TrainingError(RlvrError):
     """Training cannot go on: a non-finite loss or gradient."""
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (its type name when the message is empty),
+    for one-line errors that wrap a library's multi-line one.
+
+    >>> first_line(OSError("no such file\\nmore detail")), first_line(KeyError())
+    ('no such file', 'KeyError')
+    """
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -21,9 +21,9 @@ from typing import Any
 
 from rlvr.errors import UsageError
 from rlvr.train import fields
+from rlvr.train.fields import LR_SCHEDULES, LoraSpec
 from rlvr.train.loss_specs import SPECS, LossSpec
 
-LR_SCHEDULES = ("constant", "linear", "cosine")
 CHOICES: dict[str, tuple[str, ...]] = {"loss": tuple(SPECS), "lr_schedule": LR_SCHEDULES}
 """The values a string field may take (`--help` lists them)."""
 
@@ -121,6 +121,11 @@ class TrainConfig:
     @property
     def advantage_std_scaling(self) -> bool:
         return self.scale_std if self.scale_std is not None else self.loss_spec.scale_std
+
+    @property
+    def lora(self) -> LoraSpec | None:
+        """The LoRA adapters to train (None: full fine-tuning)."""
+        return LoraSpec(self.lora_rank, self.lora_alpha) if self.lora_rank else None
 
     @property
     def eval_sets(self) -> list[dict[str, Any]]:

@@ -59,7 +59,6 @@ import functools
 import json
 import math
 import re
-import shutil
 import statistics
 import time
 from collections.abc import Callable, Coroutine, Iterator
@@ -83,9 +82,11 @@ from rlvr.train.loss_stats import LossStats
 from rlvr.train.losses import LOSSES, LossConfig
 from rlvr.train.metrics import rollout_metrics, step_line, timing_metrics
 from rlvr.train.model import (
-    load_policy,
+    export_final,
+    load_model_config,
     load_reference,
-    load_tokenizer_and_config,
+    load_tokenizer,
+    load_trainable,
     make_optimizer,
     make_scheduler,
     token_logprobs,
@@ -145,20 +146,27 @@ def train(
         )
 
     # ---- model, optimizer, and the checkpoint to resume from -------------------------------------
-    tokenizer, model_config = load_tokenizer_and_config(cfg.model)
-    fingerprint = ckpt_io.model_fingerprint(model_config, tokenizer)
-    ckpt, state = _open_run(run_dir, cfg, resume, fingerprint, dist)
-    model = load_policy(cfg, dist.device, ckpt.model_dir if ckpt else None)
-    ref = load_reference(cfg, dist.device) if cfg.kl_coef > 0 and cfg.lora_rank == 0 else None
-    optimizer = make_optimizer(model, cfg)
-    scheduler = make_scheduler(optimizer, cfg)
+    tokenizer = load_tokenizer(cfg.model)
+    fingerprint = ckpt_io.model_fingerprint(load_model_config(cfg.model), tokenizer)
+    ckpt, state = ckpt_io.open_run_dir(
+        run_dir,
+        cfg.to_dict(),
+        config_file="config.json",
+        resume=resume,
+        check_resume=lambda saved: check_resume(saved, cfg),
+        fingerprint=fingerprint,
+        barrier=dist.barrier,
+        main=dist.main,
+    )
+    model = load_trainable(cfg.model, lora=cfg.lora, device=dist.device, checkpoint=ckpt.model_dir if ckpt else None)
+    model.eval()  # no dropout anywhere: generation, old and new log-probs see the same network
+    ref = load_reference(cfg.model, dist.device) if cfg.kl_coef > 0 and cfg.lora is None else None
+    optimizer = make_optimizer(model, cfg.lr)
+    scheduler = make_scheduler(optimizer, schedule=cfg.lr_schedule, warmup=cfg.warmup_steps, total=cfg.steps)
     start = 0
     if ckpt is not None and state is not None:
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
         sampler.load_state_dict(state["sampler"])
-        ckpt_io.restore_rng(ckpt, state, dist.rank)
-        start = int(state["step"])
+        start = ckpt_io.restore_training(ckpt, state, optimizer=optimizer, scheduler=scheduler, rank=dist.rank)
         say(f"resuming {run_dir} from step {start} ({ckpt.path})")
     policy = model
     if dist.active:
@@ -513,41 +521,3 @@ def make_sampler(env: MultiTurnEnv[Any], cfg: TrainConfig) -> StratifiedSampler:
             f"rollouts_per_example a multiple of {groups}"
         )
     return env.sampler(cfg.seed, num_groups=cfg.num_groups, tasks_per_group=cfg.tasks_per_batch // groups)
-
-
-def _open_run(
-    run_dir: Path, cfg: TrainConfig, resume: bool, fingerprint: str, dist: Dist
-) -> tuple[ckpt_io.Checkpoint | None, dict[str, Any] | None]:
-    """Check the run directory; with `resume`, the checkpoint to continue from and its state."""
-    ckpt, state = None, None
-    if resume:
-        ckpt = ckpt_io.latest_checkpoint(run_dir)
-        if ckpt is None:
-            raise UsageError(f"{run_dir} holds no checkpoint to resume from; run without --resume")
-        state = ckpt.trainer_state()
-        check_resume(state["config"], cfg)
-        ckpt_io.check_fingerprint(ckpt, state["fingerprint"], fingerprint, cfg.model)
-    elif (run_dir / "metrics.csv").exists() or ckpt_io.latest_checkpoint(run_dir) is not None:
-        raise UsageError(
-            f"{run_dir} already holds a training run; pass --resume to continue it, or choose another output_dir"
-        )
-    dist.barrier()
-    if dist.main:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2) + "\n", encoding="utf-8")
-    return ckpt, state
-
-
-def export_final(model: Any, tokenizer: Any, path: Path) -> None:
-    """Save the trained policy as a plain model folder (LoRA merged into a copy)."""
-    if path.exists():
-        shutil.rmtree(path)
-    if hasattr(model, "merge_and_unload"):
-        import copy
-
-        from rlvr.train.model import quiet_peft
-
-        with quiet_peft():
-            model = copy.deepcopy(model).merge_and_unload()
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
