@@ -192,7 +192,7 @@ def test_rollout_without_token_ids_is_refused() -> None:
 
 
 def test_advantages_fill_failed_rollouts_and_dapo_drops_uniform_groups() -> None:
-    from rlvr.train.grpo import compute_advantages
+    from rlvr.train.advantages import batch_advantages
 
     def ro(reward: float, error: str | None = None, truncated: bool = False) -> Rollout:
         return Rollout("t", 0, 0, [], reward=reward, error=error, truncated=truncated)
@@ -207,13 +207,14 @@ def test_advantages_fill_failed_rollouts_and_dapo_drops_uniform_groups() -> None
         ro(1.0),
         ro(1.0),
     ]
-    cfg = TrainConfig(**BASE, batch_size=8, rollouts_per_example=4, scale_std=False, mask_truncated=True)
-    adv, trainable, kept = compute_advantages(batch, cfg)
+    adv, trainable, kept = batch_advantages(batch, 4, scale_std=False, mask_truncated=True, drop_uniform=False)
     # group 1: mean of scored (1, 0, 0.5) = 0.5; the failed one gets exactly 0 advantage
     assert adv[:4] == pytest.approx([0.5, -0.5, 0.0, 0.0]) and adv[4:] == [0.0] * 4
     assert trainable == [True, True, False, False, True, True, True, True] and kept == 1.0
-    dapo = TrainConfig(**BASE, batch_size=8, rollouts_per_example=4, loss="dapo")
-    _, trainable, kept = compute_advantages(batch, dapo)
+    dapo = TrainConfig(**BASE, loss="dapo")
+    _, trainable, kept = batch_advantages(
+        batch, 4, scale_std=True, mask_truncated=False, drop_uniform=dapo.loss_spec.drop_uniform_groups
+    )
     assert trainable[4:] == [False] * 4 and trainable[3] and kept == 0.5
 
 

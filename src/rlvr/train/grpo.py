@@ -8,6 +8,11 @@ replies included), (3) turn rewards into group advantages, (4) build token seque
 ids that were sampled, (5) take the policy-gradient step(s), (6) log, (7) evaluate now and then,
 (8) checkpoint now and then. Knobs: `rlvr.train.config.TrainConfig`; metrics: docs/training.md.
 
+Where the steps live: the loss table `loss_specs`, the losses `losses`, advantages
+`advantages`, token sequences `sequences` (and `chat_tokens`), the update `update`, metrics
+`metrics`, `loss_stats` and `evaluation`, the model `model`, checkpoints `checkpoint`,
+environments and the event loop `session`, several GPUs `distributed` (all `rlvr.train.*`).
+
 Algorithmic choices
 -------------------
 - Group advantage: reward - group mean, divided by the group std unless `scale_std` is off
@@ -20,7 +25,8 @@ Algorithmic choices
   scores no win). `mask_truncated` leaves them out of the loss; they still count in their
   group's baseline. A single turn cut at max_tokens is trained like any other.
 - DAPO's dynamic sampling: with loss = dapo (`drop_uniform_groups` in its row of
-  `rlvr.train.loss_specs.SPECS`), groups whose rewards are all equal are dropped from the batch (no refill: the batch simply shrinks; `batch/kept_groups_frac` says by how much).
+  `rlvr.train.loss_specs.SPECS`), groups whose rewards are all equal are dropped from the
+  batch (no refill: the batch simply shrinks; `batch/kept_groups_frac` says by how much).
 - Token sequences come from the sampled ids, never from re-tokenised text. A multi-turn rollout
   is one sequence while each turn's prompt ids extend the previous prompt + sampled ids; where
   they do not (the template re-tokenised or rewrote history), a new sequence starts from that
@@ -53,33 +59,26 @@ Algorithmic choices
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import functools
-import json
-import math
 import re
-import statistics
 import time
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
 
 from rlvr.clients.local import LocalModel
 from rlvr.engine import run_rollouts
-from rlvr.envs.multiturn import MultiTurnEnv, mix_seed
+from rlvr.envs.multiturn import MultiTurnEnv
 from rlvr.errors import TrainingError, UsageError
 from rlvr.sampler import StratifiedSampler
 from rlvr.train import checkpoint as ckpt_io
-from rlvr.train.advantages import drop_uniform_groups, group_advantages
+from rlvr.train.advantages import batch_advantages
 from rlvr.train.config import TrainConfig, check_resume
-from rlvr.train.distributed import Dist, setup_distributed
+from rlvr.train.distributed import setup_distributed
 from rlvr.train.evaluation import EvalSet, eval_metrics, eval_sets, evaluate, save_eval
 from rlvr.train.logging import MetricsLog
-from rlvr.train.loss_stats import LossStats
-from rlvr.train.losses import LOSSES, LossConfig
 from rlvr.train.metrics import rollout_metrics, step_line, timing_metrics
 from rlvr.train.model import (
     export_final,
@@ -89,20 +88,12 @@ from rlvr.train.model import (
     load_trainable,
     make_optimizer,
     make_scheduler,
-    token_logprobs,
-    unwrap,
 )
-from rlvr.train.sequences import (
-    MicroBatch,
-    build_sequences,
-    empty_micro_batch,
-    micro_batches,
-    normaliser,
-)
-from rlvr.types import Rollout, SamplingArgs
+from rlvr.train.sequences import build_sequences
+from rlvr.train.session import EnvFactory, Envs, StepSeeded, event_loop
+from rlvr.train.update import UpdateSettings, update_policy
+from rlvr.types import SamplingArgs
 
-EnvFactory = Callable[..., MultiTurnEnv[Any]]
-T = TypeVar("T")
 PLOT_EVERY = 10
 """Regenerate the PNG plots every N steps (and at every evaluation and at the end)."""
 
@@ -134,8 +125,7 @@ def train(
         from rlvr.registry import load_environment
 
         make_env = functools.partial(load_environment, cfg.env)
-
-    envs = _Envs(make_env, cfg.max_turns)  # one per distinct env args; closed at the end
+    envs = Envs(make_env, cfg.max_turns)  # one per distinct env args; closed at the end
     env = envs.get(cfg.env_args)
     sampler = make_sampler(env, cfg)
     if cfg.tasks_per_batch % (dist.world * cfg.minibatches):
@@ -173,26 +163,18 @@ def train(
         from torch.nn.parallel import DistributedDataParallel
 
         policy = DistributedDataParallel(model, device_ids=[dist.device.index] if dist.device.type == "cuda" else None)
-    per_rank = cfg.batch_size // dist.world
-    client = LocalModel(
+    client = LocalModel(  # generates with the very model being trained: no copy, no weight sync
         cfg.model,
         model=model,
         tokenizer=tokenizer,
-        max_batch_size=max(per_rank, cfg.eval_tasks),
+        max_batch_size=max(cfg.batch_size // dist.world, cfg.eval_tasks),
         autocast="bfloat16" if cfg.bf16 else None,
-    )
-    log = MetricsLog(run_dir, resume_step=start, plots=plots) if dist.main else None
-    loss_cfg = LossConfig(
-        clip_eps=cfg.clip_eps,
-        clip_eps_high=cfg.clip_eps_high,
-        max_is_weight=cfg.max_is_weight,
-        kl_coef=cfg.kl_coef,
-        norm_len=cfg.max_tokens,
     )
     sampling = SamplingArgs(
         max_tokens=cfg.max_tokens, temperature=cfg.temperature, top_p=cfg.top_p, stop=env.sampling.stop, logprobs=True
     )
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    how = UpdateSettings.from_config(cfg, pad_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0)
+    log = MetricsLog(run_dir, resume_step=start, plots=plots) if dist.main else None
     say(
         f"training {cfg.model} on {cfg.env}: {cfg.steps} steps x {cfg.batch_size} rollouts "
         f"({cfg.tasks_per_batch} tasks x {cfg.rollouts_per_example}), loss {cfg.loss}, "
@@ -201,32 +183,27 @@ def train(
     )
 
     history: list[dict[str, float]] = []
-    with _session(envs, log) as run_async:
+    with event_loop(envs, log) as run_async:
         sets: list[EvalSet] = []
 
-        def evaluate_now(step: int) -> None:
-            """Play the evaluation sets; rank 0 logs, prints and saves them."""
+        def evaluate_and_log(step: int) -> None:  # step 7, also run before the first step
             t0 = time.monotonic()
             if not sets:
                 sets.extend(eval_sets(cfg, envs.get, rank=dist.rank, world=dist.world))
-            played = {
-                label: dist.gather(rollouts) for label, rollouts in run_async(evaluate(sets, client, sampling)).items()
-            }
-            if not dist.main:
+            played = {label: dist.gather(r) for label, r in run_async(evaluate(sets, client, sampling)).items()}
+            if log is None:
                 return
             for s in sets:
                 where = run_dir / "eval" / f"step_{step:06d}" / s.label
                 save_eval(where, played[s.label], env=cfg.env, env_args=s.env_args, model=cfg.model, step=step)
             metrics, table = eval_metrics(sets, played)
-            metrics["time/eval"] = time.monotonic() - t0
+            log.write(step, {**metrics, "time/eval": time.monotonic() - t0})
+            log.write_text(step, "eval", table.replace("\n", "  \n"))
+            log.plot_async()
             say(f"evaluation at step {step}:\n{table}")
-            if log is not None:
-                log.write(step, metrics)
-                log.write_text(step, "eval", table.replace("\n", "  \n"))
-                log.plot_async()
 
         if start == 0 and cfg.eval_every is not None:
-            evaluate_now(0)
+            evaluate_and_log(0)
         for step in range(start, cfg.steps):
             t_step = time.monotonic()
             # ---- 1. a stratified batch of tasks; this process plays its share --------------------
@@ -237,7 +214,7 @@ def train(
             rollouts = run_async(
                 run_rollouts(
                     env,
-                    _StepSeeded(client, cfg.seed, step),
+                    StepSeeded(client, cfg.seed, step),
                     tasks,
                     sampling=sampling,
                     rollouts_per_task=cfg.rollouts_per_example,
@@ -247,7 +224,13 @@ def train(
             t_rollouts = time.monotonic() - t0
 
             # ---- 3. group advantages -------------------------------------------------------------
-            advantages, trainable, kept_groups = compute_advantages(rollouts, cfg)
+            advantages, trainable, kept_groups = batch_advantages(
+                rollouts,
+                cfg.rollouts_per_example,
+                scale_std=cfg.advantage_std_scaling,
+                mask_truncated=cfg.mask_truncated,
+                drop_uniform=cfg.loss_spec.drop_uniform_groups,
+            )
 
             # ---- 4. token sequences from the sampled ids (env tokens masked) ---------------------
             seqs, split = build_sequences(rollouts, advantages, trainable)
@@ -256,25 +239,20 @@ def train(
             t0 = time.monotonic()
             lr = scheduler.get_last_lr()[0]
             try:
-                train_stats = update_policy(policy, ref, seqs, len(rollouts), cfg, loss_cfg, optimizer, dist, pad_id)
+                train_stats = update_policy(policy, ref, seqs, len(rollouts), how, optimizer, dist)
             except TrainingError as exc:
                 raise TrainingError(f"step {step + 1}: {exc}; {_last_good(run_dir)}") from None
             scheduler.step()
             client.clear_cache()  # the kept KV caches belong to the old weights
-            sampler_state = sampler.state_dict()
             t_train = time.monotonic() - t0
 
             # ---- 6. log --------------------------------------------------------------------------
             everyone = dist.gather(rollouts)
             metrics = rollout_metrics(everyone, env, cfg.rollouts_per_example)
             metrics.update(train_stats)
-            metrics.update(
-                {
-                    "rollout/split_frac": dist.sum([split])[0] / max(len(everyone), 1),
-                    "batch/kept_groups_frac": kept_groups,
-                    "optim/lr": lr,
-                }
-            )
+            metrics["rollout/split_frac"] = dist.sum([split])[0] / max(len(everyone), 1)
+            metrics["batch/kept_groups_frac"] = kept_groups
+            metrics["optim/lr"] = lr
             metrics.update(
                 timing_metrics(
                     everyone,
@@ -294,16 +272,16 @@ def train(
             # ---- 7. evaluate ---------------------------------------------------------------------
             last_step = step + 1 == cfg.steps
             if cfg.eval_every is not None and ((step + 1) % cfg.eval_every == 0 or last_step):
-                evaluate_now(step + 1)
+                evaluate_and_log(step + 1)
 
             # ---- 8. checkpoint -------------------------------------------------------------------
             if last_step or (cfg.save_every is not None and (step + 1) % cfg.save_every == 0):
                 t0 = time.monotonic()
-                state = {
+                trainer_state = {
                     "step": step + 1,
                     "optimizer": optimizer.state_dict(),
                     "scheduler": scheduler.state_dict(),
-                    "sampler": sampler_state,
+                    "sampler": sampler.state_dict(),
                     "config": cfg.to_dict(),
                     "fingerprint": fingerprint,
                 }
@@ -312,7 +290,7 @@ def train(
                     step + 1,
                     model=model,
                     tokenizer=tokenizer,
-                    trainer_state=state,
+                    trainer_state=trainer_state,
                     rank=dist.rank,
                     barrier=dist.barrier,
                 )
@@ -328,164 +306,6 @@ def train(
     dist.barrier()
     dist.close()
     return history
-
-
-@contextlib.contextmanager
-def _session(envs: _Envs, log: MetricsLog | None) -> Iterator[Callable[[Coroutine[Any, Any, T]], T]]:
-    """One event loop for the whole run (envs may hold loop-bound resources); closes the envs
-    and the log whatever happens."""
-    runner = asyncio.Runner()
-    try:
-        yield runner.run
-    finally:
-        try:
-            runner.run(envs.aclose())
-        finally:
-            runner.close()
-            if log is not None:
-                log.close()  # waits for the plots being drawn
-
-
-class _Envs:
-    """Environments by their arguments (training and evaluation sets), built once each."""
-
-    def __init__(self, make_env: EnvFactory, max_turns: int | None) -> None:
-        self.make_env, self.max_turns = make_env, max_turns
-        self.built: dict[str, MultiTurnEnv[Any]] = {}
-
-    def get(self, args: dict[str, Any]) -> MultiTurnEnv[Any]:
-        key = json.dumps(args, sort_keys=True, default=str)
-        if key not in self.built:
-            env = self.make_env(**args)
-            if self.max_turns is not None:
-                env.max_turns = self.max_turns
-            self.built[key] = env
-        return self.built[key]
-
-    async def aclose(self) -> None:
-        for env in self.built.values():
-            await env.aclose()
-
-
-def _last_good(run_dir: Path) -> str:
-    last = ckpt_io.latest_checkpoint(run_dir)
-    where = f"the last good checkpoint is {last.path}" if last else "no checkpoint was written yet"
-    return f"the weights were not updated and {where} (resume with --resume, e.g. after lowering lr)"
-
-
-# ==== the pieces of a step ===================================================================
-
-
-class _StepSeeded:
-    """A client whose request seeds also mix in (run seed, step)."""
-
-    def __init__(self, client: Any, seed: int, step: int) -> None:
-        self.client, self.seed, self.step, self.name = client, seed, step, client.name
-
-    async def chat(self, messages: Any, sampling: SamplingArgs, tools: Any = None) -> Any:
-        seed = mix_seed(self.seed, self.step, sampling.seed or 0)
-        return await self.client.chat(messages, sampling.replace(seed=seed), tools)
-
-
-def compute_advantages(rollouts: list[Rollout], cfg: TrainConfig) -> tuple[list[float], list[bool], float]:
-    """Advantages, which rollouts to train on, and the share of groups kept (DAPO filter)."""
-    g = cfg.rollouts_per_example
-    rewards = [r.reward for r in rollouts]
-    for start in range(0, len(rollouts), g):  # failed rollouts take their group's mean
-        group = rollouts[start : start + g]
-        scored = [r.reward for r in group if r.error is None]
-        fill = statistics.fmean(scored) if scored else 0.0
-        for i, r in enumerate(group):
-            if r.error is not None:
-                rewards[start + i] = fill
-    advantages = group_advantages(rewards, g, scale_std=cfg.advantage_std_scaling)
-    trainable = [r.error is None and not (cfg.mask_truncated and r.truncated) for r in rollouts]
-    kept = 1.0
-    if cfg.loss_spec.drop_uniform_groups:
-        keep = drop_uniform_groups(rewards, g)
-        trainable = [t and keep[i // g] for i, t in enumerate(trainable)]
-        kept = sum(keep) / max(len(keep), 1)
-    return advantages, trainable, kept
-
-
-def update_policy(
-    policy: Any,
-    ref: Any,
-    seqs: list[Any],
-    n_rollouts: int,
-    cfg: TrainConfig,
-    loss_cfg: LossConfig,
-    optimizer: torch.optim.Optimizer,
-    dist: Dist,
-    pad_id: int,
-) -> dict[str, float]:
-    """`cfg.minibatches` optimizer steps on this rank's sequences (of `n_rollouts` rollouts,
-    whole groups per minibatch); returns the train metrics of all ranks."""
-    kind, loss_fn, device = cfg.loss_spec.normalisation, LOSSES[cfg.loss], dist.device
-    per = max(1, n_rollouts // cfg.minibatches)
-    plans = [
-        micro_batches([s for s in seqs if s.rollout // per == m], cfg.micro_batch_size, pad_id, device)
-        for m in range(cfg.minibatches)
-    ]
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.bf16)
-    old: dict[tuple[int, int], torch.Tensor] = {}
-    if cfg.minibatches > 1:  # off-policy updates follow: freeze the behaviour log-probs now
-        with torch.no_grad(), autocast:
-            for m, plan in enumerate(plans):
-                for u, mb in enumerate(plan):
-                    old[m, u] = token_logprobs(policy, mb.ids, mb.attention, cfg.temperature)[0].float()
-    acc = LossStats()
-    params = [p for p in policy.parameters() if p.requires_grad]
-    for m, plan in enumerate(plans):
-        total = dist.sum([sum(normaliser(kind, mb.cpu_mask) for mb in plan)])[0]
-        if total == 0:
-            continue  # nothing to train on anywhere: no optimizer step (Adam would still move)
-        count = dist.max(len(plan))
-        plan = plan + [empty_micro_batch(pad_id, device)] * (count - len(plan))
-        losses = []  # checked once after the backward passes (no GPU wait per micro-batch);
-        # every rank runs every backward (DDP) whatever they hold
-        for u, mb in enumerate(plan):
-            host = mb.cpu_mask
-            share = normaliser(kind, host) / total if host.numel() and host.any() else 0.0
-            sync = u == count - 1 or not dist.active
-            with contextlib.nullcontext() if sync else policy.no_sync():
-                with autocast:
-                    logp, ent = token_logprobs(policy, mb.ids, mb.attention, cfg.temperature, entropy=True)
-                ref_logp = _reference_logprobs(policy, ref, mb, cfg, autocast)
-                old_logp = old.get((m, u), logp.detach())
-                loss, stats = loss_fn(logp, old_logp, mb.adv, mb.mask, loss_cfg, ref_logp=ref_logp)
-                losses.append(loss.detach())
-                (loss * (share * dist.world)).backward()
-            acc.add(stats, ent, old_logp, mb, share)
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
-        values = torch.stack([*losses, grad_norm.detach().float()]).tolist()
-        bad = next(
-            (
-                f"the loss is {v} (micro-batch {u + 1} of update {m + 1})"
-                for u, v in enumerate(values[:-1])
-                if not math.isfinite(v)
-            ),
-            "",
-        )
-        if not bad and not math.isfinite(values[-1]):
-            bad = f"the gradient norm is {values[-1]} (update {m + 1})"
-        if dist.max(int(bool(bad))):  # stop on every rank together, before the step
-            optimizer.zero_grad(set_to_none=True)
-            raise TrainingError(bad or "another process got a non-finite loss")
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        acc.grad_norms.append(values[-1])
-    return acc.result(dist)
-
-
-def _reference_logprobs(policy: Any, ref: Any, mb: MicroBatch, cfg: TrainConfig, autocast: Any) -> torch.Tensor | None:
-    if cfg.kl_coef == 0:
-        return None
-    with torch.no_grad(), autocast:
-        if ref is not None:
-            return token_logprobs(ref, mb.ids, mb.attention, cfg.temperature)[0].float()
-        with unwrap(policy).disable_adapter():
-            return token_logprobs(policy, mb.ids, mb.attention, cfg.temperature)[0].float()
 
 
 # ==== setup ==================================================================================
@@ -521,3 +341,9 @@ def make_sampler(env: MultiTurnEnv[Any], cfg: TrainConfig) -> StratifiedSampler:
             f"rollouts_per_example a multiple of {groups}"
         )
     return env.sampler(cfg.seed, num_groups=cfg.num_groups, tasks_per_group=cfg.tasks_per_batch // groups)
+
+
+def _last_good(run_dir: Path) -> str:
+    last = ckpt_io.latest_checkpoint(run_dir)
+    where = f"the last good checkpoint is {last.path}" if last else "no checkpoint was written yet"
+    return f"the weights were not updated and {where} (resume with --resume, e.g. after lowering lr)"
