@@ -23,16 +23,16 @@ BASE = {"env": "e", "model": "m"}
     ("changes", "message"),
     [
         (
-            {"batch_size": 10, "rollouts_per_example": 4},
-            "batch_size (10) must be divisible by rollouts_per_example (4)",
+            {"batch_size": 10, "group_size": 4},
+            "batch_size (10) must be divisible by group_size (4)",
         ),
         (
-            {"batch_size": 32, "rollouts_per_example": 8, "num_groups": 8},
-            "num_groups (8) is larger than the tasks in a batch",
+            {"batch_size": 32, "group_size": 8, "num_buckets": 8},
+            "num_buckets (8) is larger than the tasks in a batch",
         ),
-        ({"batch_size": 48, "rollouts_per_example": 8, "num_groups": 4}, "must be a multiple of num_groups (4)"),
+        ({"batch_size": 48, "group_size": 8, "num_buckets": 4}, "must be a multiple of num_buckets (4)"),
         ({"loss": "ppo"}, "unknown loss 'ppo'; expected one of grpo, dr_grpo, dapo, cispo, gspo"),
-        ({"rollouts_per_example": 1, "batch_size": 8}, "rollouts_per_example must be >= 2"),
+        ({"group_size": 1, "batch_size": 8}, "group_size must be >= 2"),
         ({"temperature": 0.0}, "temperature must be > 0"),
         ({"lr": -1e-5}, "lr must be > 0"),
         ({"top_p": 1.5}, "top_p must be in (0, 1]"),
@@ -71,6 +71,42 @@ def test_toml_file_and_flags_merge(tmp_path) -> None:
         load_config(path)
 
 
+def test_old_field_names_still_work_with_a_deprecation_note(tmp_path, monkeypatch, capsys) -> None:
+    path = tmp_path / "old.toml"
+    path.write_text('env = "e"\nmodel = "m"\nbatch_size = 32\nrollouts_per_example = 4\nnum_groups = 2\n')
+    with pytest.warns(DeprecationWarning) as caught:
+        cfg = load_config(path)
+    assert (cfg.group_size, cfg.num_buckets) == (4, 2)
+    assert [str(w.message) for w in caught] == [
+        f"{path}: rollouts_per_example is deprecated; use group_size (same meaning)",
+        f"{path}: num_groups is deprecated; use num_buckets (same meaning)",
+    ]
+    with pytest.warns(DeprecationWarning) as caught:
+        cfg = load_config(path, num_groups=4, group_size=8)  # flags override the file, old name or new
+    assert (cfg.group_size, cfg.num_buckets) == (8, 4)
+    assert "--num-groups is deprecated; use --num-buckets (same meaning)" in str(caught[-1].message)
+    with pytest.raises(UsageError, match="flags: give group_size or rollouts_per_example"):
+        load_config(None, env="e", model="m", group_size=4, rollouts_per_example=4)
+    # a run started under the old names resumes under the new ones
+    saved = {**TrainConfig(**BASE).to_dict(), "rollouts_per_example": 8}
+    del saved["group_size"]
+    check_resume(saved, TrainConfig(**BASE))
+    with pytest.raises(UsageError, match="cannot resume: group_size was 8"):
+        check_resume(saved, TrainConfig(**BASE, group_size=4, batch_size=256))
+    # on the command line: one note on stderr, and the run goes on
+    from rlvr.train import grpo
+
+    seen = {}
+    monkeypatch.setattr(grpo, "train", lambda cfg, **kw: seen.update(cfg=cfg))
+    assert main(["train", "tictactoe", "-m", "m", "--rollouts-per-example", "4", "--num-groups", "8"]) == 0
+    assert (seen["cfg"].group_size, seen["cfg"].num_buckets) == (4, 8)
+    notes = capsys.readouterr().err.splitlines()
+    assert notes == [
+        "rlvr train: note: --rollouts-per-example is deprecated; use --group-size (same meaning)",
+        "rlvr train: note: --num-groups is deprecated; use --num-buckets (same meaning)",
+    ]
+
+
 def test_every_field_has_a_docstring() -> None:
     import dataclasses
 
@@ -96,8 +132,8 @@ def test_resume_may_change_steps_but_not_the_algorithm() -> None:
     ("argv", "expected"),
     [
         (
-            ["train", "tictactoe", "--model", "m", "--batch-size", "10", "--rollouts-per-example", "4"],
-            "batch_size (10) must be divisible by rollouts_per_example (4)",
+            ["train", "tictactoe", "--model", "m", "--batch-size", "10", "--group-size", "4"],
+            "batch_size (10) must be divisible by group_size (4)",
         ),
         (["train", "tictactoe", "--model", "m", "--loss", "reinforce"], "unknown loss 'reinforce'"),
         (
@@ -108,12 +144,12 @@ def test_resume_may_change_steps_but_not_the_algorithm() -> None:
                 "m",
                 "--batch-size",
                 "16",
-                "--rollouts-per-example",
+                "--group-size",
                 "8",
-                "--num-groups",
+                "--num-buckets",
                 "4",
             ],
-            "num_groups (4) is larger than the tasks in a batch",
+            "num_buckets (4) is larger than the tasks in a batch",
         ),
         (["train", "tictactoe"], "'model' is required"),
         (["train", "--model", "m"], "'env' is required"),

@@ -15,6 +15,7 @@ import math
 import tomllib
 import types
 import typing
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,8 @@ from rlvr.train.loss_specs import SPECS, LossSpec
 CHOICES: dict[str, tuple[str, ...]] = {"loss": tuple(SPECS), "lr_schedule": LR_SCHEDULES}
 """The values a string field may take (`--help` lists them)."""
 
+RENAMED = {"rollouts_per_example": "group_size", "num_groups": "num_buckets"}
+"""Old field names still accepted (with a DeprecationWarning) in TOML files and flags."""
 RESUME_MAY_CHANGE = frozenset({"steps", "eval_every", "eval_tasks", "save_every", "output_dir"})
 """Fields a resumed run may change; any other difference from the saved config is an error."""
 
@@ -49,9 +52,9 @@ class TrainConfig:
     """optimizer steps (batches of rollouts) to train for"""
     batch_size: int = 256
     """rollouts (games) per step, over all GPUs"""
-    rollouts_per_example: int = 8
+    group_size: int = 8
     """rollouts of each task in a batch: the group that shares one advantage baseline"""
-    num_groups: int | None = None
+    num_buckets: int | None = None
     """difficulty buckets, one task each per batch; None = the environment's own (if any)"""
     lr: float = 3e-5
     """peak learning rate (AdamW, no weight decay)"""
@@ -110,8 +113,8 @@ class TrainConfig:
 
     @property
     def tasks_per_batch(self) -> int:
-        """Distinct tasks in one batch (batch_size / rollouts_per_example)."""
-        return self.batch_size // self.rollouts_per_example
+        """Distinct tasks in one batch (batch_size / group_size)."""
+        return self.batch_size // self.group_size
 
     @property
     def loss_spec(self) -> LossSpec:
@@ -143,8 +146,8 @@ def load_config(path: str | Path | None = None, **overrides: Any) -> TrainConfig
     """A config from a TOML file (optional) with `overrides` (e.g. from flags) on top."""
     values: dict[str, Any] = {}
     if path is not None:
-        values.update(read_toml(path))
-    values.update(overrides)
+        values.update(renamed(read_toml(path), source=str(path)))
+    values.update(renamed(overrides, source="flags"))
     return from_dict(values, source=str(path) if path else "flags")
 
 
@@ -158,8 +161,30 @@ def read_toml(path: str | Path) -> dict[str, Any]:
         raise UsageError(f"config file {p} is not valid TOML: {exc}") from None
 
 
+def renamed(values: dict[str, Any], *, source: str = "config") -> dict[str, Any]:
+    """`values` with old field names (`RENAMED`) replaced by the new ones, each with a
+    DeprecationWarning; both names at once is an error."""
+    out = dict(values)
+    for old, new in RENAMED.items():
+        if old not in out:
+            continue
+        if new in out:
+            raise UsageError(f"{source}: give {new} or {old} (its old name), not both")
+        flag = source == "flags"
+        shown = (f"--{old.replace('_', '-')}", f"--{new.replace('_', '-')}") if flag else (old, new)
+        warnings.warn(
+            f"{'' if flag else source + ': '}{shown[0]} is deprecated; use {shown[1]} (same meaning)",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        out[new] = out.pop(old)
+    return out
+
+
 def from_dict(values: dict[str, Any], *, source: str = "config") -> TrainConfig:
-    """Build a config from a mapping of field names, rejecting unknown names."""
+    """Build a config from a mapping of field names (old names too, see `renamed`), rejecting
+    unknown names."""
+    values = renamed(values, source=source)
     names = [f.name for f in dataclasses.fields(TrainConfig)]
     unknown = [k for k in values if k not in names]
     if unknown:
@@ -171,8 +196,10 @@ def from_dict(values: dict[str, Any], *, source: str = "config") -> TrainConfig:
 
 
 def check_resume(saved: dict[str, Any], new: TrainConfig) -> None:
-    """A resumed run must keep the config it started with, except `RESUME_MAY_CHANGE`."""
-    fields.check_resume(saved, new.to_dict(), RESUME_MAY_CHANGE)
+    """A resumed run must keep the config it started with, except `RESUME_MAY_CHANGE` (a run
+    saved with old field names compares under the new ones)."""
+    upgraded = {RENAMED.get(k, k): v for k, v in saved.items()}
+    fields.check_resume(upgraded, new.to_dict(), RESUME_MAY_CHANGE)
 
 
 def field_docs() -> dict[str, str]:
@@ -241,37 +268,36 @@ def _check_values(c: TrainConfig) -> None:
     for name in (
         "steps",
         "batch_size",
-        "rollouts_per_example",
+        "group_size",
         "max_tokens",
         "micro_batch_size",
         "minibatches",
         "eval_tasks",
     ):
         need(getattr(c, name) >= 1, f"{name} must be >= 1, got {getattr(c, name)}")
-    for name in ("max_turns", "num_groups", "eval_every", "save_every"):
+    for name in ("max_turns", "num_buckets", "eval_every", "save_every"):
         value = getattr(c, name)
         need(value is None or value >= 1, f"{name} must be >= 1 or None (unset), got {value}")
     need(
-        c.rollouts_per_example >= 2,
-        f"rollouts_per_example must be >= 2 (a group of 1 always has advantage 0), got {c.rollouts_per_example}",
+        c.group_size >= 2,
+        f"group_size must be >= 2 (a group of 1 always has advantage 0), got {c.group_size}",
     )
     need(
-        c.batch_size % c.rollouts_per_example == 0,
-        f"batch_size ({c.batch_size}) must be divisible by rollouts_per_example "
-        f"({c.rollouts_per_example}); e.g. batch_size = "
-        f"{max(1, round(c.batch_size / c.rollouts_per_example)) * c.rollouts_per_example}",
+        c.batch_size % c.group_size == 0,
+        f"batch_size ({c.batch_size}) must be divisible by group_size ({c.group_size}); "
+        f"e.g. batch_size = {max(1, round(c.batch_size / c.group_size)) * c.group_size}",
     )
-    if c.num_groups is not None:
+    if c.num_buckets is not None:
         need(
-            c.num_groups <= c.tasks_per_batch,
-            f"num_groups ({c.num_groups}) is larger than the tasks in a batch "
-            f"(batch_size / rollouts_per_example = {c.tasks_per_batch}); each batch holds one "
-            f"task per group, so lower num_groups or raise batch_size",
+            c.num_buckets <= c.tasks_per_batch,
+            f"num_buckets ({c.num_buckets}) is larger than the tasks in a batch "
+            f"(batch_size / group_size = {c.tasks_per_batch}); each batch holds one "
+            f"task per bucket, so lower num_buckets or raise batch_size",
         )
         need(
-            c.tasks_per_batch % c.num_groups == 0,
-            f"tasks per batch ({c.tasks_per_batch}) must be a multiple of num_groups "
-            f"({c.num_groups}) so that every group gets the same number of tasks",
+            c.tasks_per_batch % c.num_buckets == 0,
+            f"tasks per batch ({c.tasks_per_batch}) must be a multiple of num_buckets "
+            f"({c.num_buckets}) so that every bucket gets the same number of tasks",
         )
     need(
         c.batch_size % c.minibatches == 0 and c.tasks_per_batch % c.minibatches == 0,

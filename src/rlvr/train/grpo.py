@@ -2,8 +2,8 @@
 
     rlvr train tictactoe --model runs/sft/final --config train.toml
 
-Each step: (1) draw a stratified batch of tasks, (2) play `rollouts_per_example` episodes of
-each with the current policy through the ordinary engine and `LocalModel` (every turn, env
+Each step: (1) draw a stratified batch of tasks, (2) play `group_size` episodes of each
+with the current policy through the ordinary engine and `LocalModel` (every turn, env
 replies included), (3) turn rewards into group advantages, (4) build token sequences from the
 ids that were sampled, (5) take the policy-gradient step(s), (6) log, (7) evaluate now and then,
 (8) checkpoint now and then. Knobs: `rlvr.train.config.TrainConfig`; metrics: docs/training.md.
@@ -132,7 +132,7 @@ def train(
         raise UsageError(
             f"the {cfg.tasks_per_batch} tasks of a batch do not split over {dist.world} "
             f"process(es) x {cfg.minibatches} minibatch(es); make batch_size / "
-            f"rollouts_per_example a multiple of {dist.world * cfg.minibatches}"
+            f"group_size a multiple of {dist.world * cfg.minibatches}"
         )
 
     # ---- model, optimizer, and the checkpoint to resume from -------------------------------------
@@ -177,7 +177,7 @@ def train(
     log = MetricsLog(run_dir, resume_step=start, plots=plots) if dist.main else None
     say(
         f"training {cfg.model} on {cfg.env}: {cfg.steps} steps x {cfg.batch_size} rollouts "
-        f"({cfg.tasks_per_batch} tasks x {cfg.rollouts_per_example}), loss {cfg.loss}, "
+        f"({cfg.tasks_per_batch} tasks x {cfg.group_size}), loss {cfg.loss}, "
         f"{'LoRA r=' + str(cfg.lora_rank) if cfg.lora_rank else 'full fine-tuning'}, "
         f"{dist.world} process(es) on {dist.device.type}; run dir {run_dir}"
     )
@@ -217,8 +217,8 @@ def train(
                     StepSeeded(client, cfg.seed, step),
                     tasks,
                     sampling=sampling,
-                    rollouts_per_task=cfg.rollouts_per_example,
-                    concurrency=len(tasks) * cfg.rollouts_per_example,
+                    rollouts_per_task=cfg.group_size,
+                    concurrency=len(tasks) * cfg.group_size,
                 )
             )
             t_rollouts = time.monotonic() - t0
@@ -226,7 +226,7 @@ def train(
             # ---- 3. group advantages -------------------------------------------------------------
             advantages, trainable, kept_groups = batch_advantages(
                 rollouts,
-                cfg.rollouts_per_example,
+                cfg.group_size,
                 scale_std=cfg.advantage_std_scaling,
                 mask_truncated=cfg.mask_truncated,
                 drop_uniform=cfg.loss_spec.drop_uniform_groups,
@@ -248,7 +248,7 @@ def train(
 
             # ---- 6. log --------------------------------------------------------------------------
             everyone = dist.gather(rollouts)
-            metrics = rollout_metrics(everyone, env, cfg.rollouts_per_example)
+            metrics = rollout_metrics(everyone, env, cfg.group_size)
             metrics.update(train_stats)
             metrics["rollout/split_frac"] = dist.sum([split])[0] / max(len(everyone), 1)
             metrics["batch/kept_groups_frac"] = kept_groups
@@ -327,20 +327,20 @@ def make_sampler(env: MultiTurnEnv[Any], cfg: TrainConfig) -> StratifiedSampler:
 
     Environments with a difficulty (tic-tac-toe) bucket their tasks by it; the others give one
     bucket, a seeded shuffle."""
-    groups = env.sampler(cfg.seed, num_groups=cfg.num_groups).num_groups
-    if cfg.num_groups is not None and groups != cfg.num_groups:
+    buckets = env.sampler(cfg.seed, num_groups=cfg.num_buckets).num_groups
+    if cfg.num_buckets is not None and buckets != cfg.num_buckets:
         raise UsageError(
-            f"environment {cfg.env!r} makes {groups} difficulty bucket(s), not "
-            f"num_groups={cfg.num_groups} (it has no difficulty, or its difficulty "
-            f"range has zero width); leave num_groups unset"
+            f"environment {cfg.env!r} makes {buckets} difficulty bucket(s), not "
+            f"num_buckets={cfg.num_buckets} (it has no difficulty, or its difficulty "
+            f"range has zero width); leave num_buckets unset"
         )
-    if cfg.tasks_per_batch % groups:
+    if cfg.tasks_per_batch % buckets:
         raise UsageError(
             f"the {cfg.tasks_per_batch} tasks of a batch do not split into the "
-            f"environment's {groups} difficulty buckets; make batch_size / "
-            f"rollouts_per_example a multiple of {groups}"
+            f"environment's {buckets} difficulty buckets; make batch_size / "
+            f"group_size a multiple of {buckets}"
         )
-    return env.sampler(cfg.seed, num_groups=cfg.num_groups, tasks_per_group=cfg.tasks_per_batch // groups)
+    return env.sampler(cfg.seed, num_groups=cfg.num_buckets, tasks_per_group=cfg.tasks_per_batch // buckets)
 
 
 def _last_good(run_dir: Path) -> str:
