@@ -77,7 +77,7 @@ from rlvr.train import checkpoint as ckpt_io
 from rlvr.train.advantages import batch_advantages
 from rlvr.train.config import TrainConfig, check_resume
 from rlvr.train.distributed import setup_distributed
-from rlvr.train.evaluation import EvalSet, eval_metrics, eval_sets, evaluate, save_eval
+from rlvr.train.evaluation import eval_metrics, eval_sets, evaluate, save_eval
 from rlvr.train.logging import MetricsLog
 from rlvr.train.metrics import rollout_metrics, step_line, timing_metrics
 from rlvr.train.model import (
@@ -182,14 +182,15 @@ def train(
         f"{dist.world} process(es) on {dist.device.type}; run dir {run_dir}"
     )
 
+    # ---- evaluation sets: fixed tasks and seeds, played at step 0 and every eval_every steps ----
+    sets = eval_sets(cfg, envs.get, rank=dist.rank, world=dist.world) if cfg.eval_every is not None else []
+
     history: list[dict[str, float]] = []
     with event_loop(envs, log) as run_async:
-        sets: list[EvalSet] = []
 
-        def evaluate_and_log(step: int) -> None:  # step 7, also run before the first step
+        def evaluate_and_log(step: int) -> None:
+            """Play the evaluation sets; rank 0 saves their rollouts, logs and prints them."""
             t0 = time.monotonic()
-            if not sets:
-                sets.extend(eval_sets(cfg, envs.get, rank=dist.rank, world=dist.world))
             played = {label: dist.gather(r) for label, r in run_async(evaluate(sets, client, sampling)).items()}
             if log is None:
                 return

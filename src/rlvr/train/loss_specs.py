@@ -5,13 +5,14 @@ reduced to one number, whether advantages are divided by the group's reward std,
 groups whose rewards are all equal are dropped from the batch. `SPECS` says all of it, one row
 per loss; nothing else in rlvr knows which loss is active:
 
-    config.py       validates `loss` against SPECS, takes the std-scaling default from it
+    config.py       validates `loss` against SPECS; `cfg.loss_spec` is the row, and the
+                    std-scaling default (`cfg.advantage_std_scaling`) comes from it
     losses.py       builds LOSSES[name] from the row: its surrogate, reduced by its normalisation
-    sequences.py    rescales micro-batches by the row's normalisation
-    advantages.py   drops uniform groups when the row says so
+    update.py       rescales micro-batches by the row's normalisation (`sequences.normaliser`)
+    grpo.py         passes the row's drop_uniform_groups to `advantages.batch_advantages`
 
-Adding a loss: a row here (and, for a new per-token term, one surrogate function in
-`rlvr.train.losses`, registered in its `SURROGATES`).
+Adding a loss: a row here. A loss with a new per-token term also needs that term: one
+function in `rlvr.train.losses`, named in its `SURROGATES`. The loss tests run over every row.
 """
 
 from __future__ import annotations
@@ -20,15 +21,14 @@ from dataclasses import dataclass
 from typing import Literal
 
 Normalisation = Literal["seq-mean", "token-mean", "constant"]
-Surrogate = Literal["ppo", "cispo", "gspo"]
 
 
 @dataclass(frozen=True)
 class LossSpec:
     """One loss: its per-token term and every batch-level choice that goes with it."""
 
-    surrogate: Surrogate
-    """the per-token term, a key of `rlvr.train.losses.SURROGATES`"""
+    surrogate: str
+    """the per-token term: a key of `rlvr.train.losses.SURROGATES` (ppo, cispo, gspo)"""
     normalisation: Normalisation
     """seq-mean: mean over each sequence's tokens, then over sequences with tokens;
     token-mean: sum / trainable tokens; constant: sum / (sequences x norm_len)"""

@@ -19,6 +19,11 @@ Choices:
   walking the model); `final/` holds the merged model, loadable with `from_pretrained`.
 - **Checkpoints** (`rlvr.train.checkpoint` layout): `checkpoints/step_N/` with the model (or
   adapter), optimizer, scheduler and RNG states; `resume=True` continues from the newest one.
+- **Shared with `rlvr train`**: model loading, the LR schedule and the final export
+  (`rlvr.train.model`), the run directory and resuming (`rlvr.train.checkpoint`), metrics
+  (`rlvr.train.logging`). Defaults differ on purpose: cosine schedule here, constant for RL;
+  AdamW with torch's default betas (0.9, 0.999) and `weight_decay` here, (0.9, 0.99) and no
+  decay for RL.
 
 Logged metrics (metrics.csv, TensorBoard, plots/*.png): `loss/train`, `loss/eval`,
 `optim/lr`, `grad/norm`, `throughput/tokens_per_s` (assistant + context tokens per second).
