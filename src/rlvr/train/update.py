@@ -61,14 +61,14 @@ class UpdateSettings:
             norm_len=cfg.max_tokens,
         )
         return cls(
-            cfg.loss,
-            loss_cfg,
-            cfg.minibatches,
-            cfg.micro_batch_size,
-            cfg.temperature,
-            cfg.bf16,
-            cfg.max_grad_norm,
-            pad_id,
+            loss=cfg.loss,
+            loss_cfg=loss_cfg,
+            minibatches=cfg.minibatches,
+            micro_batch_size=cfg.micro_batch_size,
+            temperature=cfg.temperature,
+            bf16=cfg.bf16,
+            max_grad_norm=cfg.max_grad_norm,
+            pad_id=pad_id,
         )
 
 
