@@ -1,15 +1,15 @@
 """Training throughput: `rlvr train` against TRL's GRPOTrainer, same model, same task, one GPU.
 
 Run (GPU, TRL importable):
-    python benchmarks/bench_train_vs_trl.py --preset small --batch-size 256 --group 8 --steps 8
+    python benchmarks/bench_train_vs_trl.py --preset small --batch-size 256 --group-size 8 --steps 8
 CPU smoke check (tiny model, a couple of steps):
-    python benchmarks/bench_train_vs_trl.py --device cpu --preset tiny --batch-size 16 --group 4 \
+    python benchmarks/bench_train_vs_trl.py --device cpu --preset tiny --batch-size 16 --group-size 4 \
         --steps 2 --warmup 1 --max-tokens 8
 
 Both trainers get: the same randomly initialised tiny Qwen3-architecture model (`rlvr.models`),
 the same single-turn task (64 prompts; reward = share of vowels in the reply, computed by the
 same function), the same batch (`--batch-size` completions per optimizer step, groups of
-`--group` completions per prompt), the same sampling (temperature 1, top-p 1,
+`--group-size` completions per prompt), the same sampling (temperature 1, top-p 1,
 `--max-tokens` new tokens), one optimizer step per batch (TRL: num_iterations = 1), the PPO-clip
 GRPO loss, no KL term, float32 weights with bfloat16 autocast on CUDA, and transformers-based
 generation (rlvr: LocalModel's batched decode loop, on CUDA over static KV slots with a
@@ -71,7 +71,7 @@ def run_rlvr(model_dir: Path, args: argparse.Namespace, work: Path, static_cache
         output_dir=str(work / ("rlvr" if static_cache is None else "rlvr-dynamic")),
         steps=args.warmup + args.steps,
         batch_size=args.batch_size,
-        rollouts_per_example=args.group,
+        group_size=args.group_size,
         lr=args.lr,
         max_tokens=args.max_tokens,
         loss="grpo",
@@ -131,12 +131,12 @@ def run_trl(model_dir: Path, args: argparse.Namespace, work: Path) -> dict[str, 
 
     steps = args.warmup + args.steps
     rows = [{"prompt": [{"role": "user", "content": q}]} for q in PROMPTS]
-    dataset = Dataset.from_list(rows * (args.batch_size * steps // len(rows) + args.group))
+    dataset = Dataset.from_list(rows * (args.batch_size * steps // len(rows) + args.group_size))
     wanted = {
         "output_dir": str(work / "trl"),
         "per_device_train_batch_size": args.micro_batch_size,
         "gradient_accumulation_steps": args.batch_size // args.micro_batch_size,
-        "num_generations": args.group,
+        "num_generations": args.group_size,
         "max_completion_length": args.max_tokens,
         "max_steps": steps,
         "learning_rate": args.lr,
@@ -223,7 +223,7 @@ def main() -> None:
     parser.add_argument("--model", default=None, help="use this model folder instead of building one")
     parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
     parser.add_argument("--batch-size", type=int, default=256, help="completions per optimizer step")
-    parser.add_argument("--group", type=int, default=8, help="completions per prompt")
+    parser.add_argument("--group-size", "--group", type=int, default=8, help="completions per prompt")
     parser.add_argument("--micro-batch-size", type=int, default=64, help="sequences per forward/backward")
     parser.add_argument("--max-tokens", type=int, default=64, help="new tokens per completion")
     parser.add_argument("--steps", type=int, default=8, help="timed optimizer steps")
@@ -274,7 +274,7 @@ def main() -> None:
         results.append(run_trl(model_dir, args, work))
     device = torch.cuda.get_device_name() if args.device == "cuda" else platform.processor() or "cpu"
     print(
-        f"\ndevice: {device}; batch {args.batch_size} = {args.batch_size // args.group} prompts x {args.group}, "
+        f"\ndevice: {device}; batch {args.batch_size} = {args.batch_size // args.group_size} prompts x {args.group_size}, "
         f"{args.max_tokens} new tokens, {args.steps} timed steps after {args.warmup}"
     )
     print(f"{'trainer':<14}{'s/step':>10}{'rollouts/s':>12}{'compl tok/s':>14}{'total tok/s':>14}")

@@ -59,7 +59,7 @@ rl() {  # rl NAME FROM STEPS ENV_ARGS EXTRA...
     log "RL $name ($steps steps, $env_args)"; stamp "$name"
     resume=""; [ -d "$OUT/$name/checkpoints" ] && resume="--resume"
     rlvr train tictactoe --model "$from" --output-dir "$OUT/$name" $resume -q \
-      --steps "$steps" --batch-size "$BATCH" --rollouts-per-example "$GROUP" --num-groups "$BUCKETS" --loss cispo \
+      --steps "$steps" --batch-size "$BATCH" --group-size "$GROUP" --num-buckets "$BUCKETS" --loss cispo \
       --max-tokens 48 --micro-batch-size 64 --seed "$SEED" --env-args "$env_args" \
       --eval-env-args '[{"opponent": "random"}, {"opponent": "optimal"}]' \
       --eval-every 25 --eval-tasks "$EVAL_TASKS" --save-every 25 $DEVICE_FLAGS "$@"

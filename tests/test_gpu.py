@@ -58,7 +58,7 @@ def test_train_two_steps_on_cuda(small, tmp_path, capsys) -> None:
         "2",
         "--batch-size",
         "32",
-        "--rollouts-per-example",
+        "--group-size",
         "4",
         "--max-tokens",
         "16",

@@ -69,7 +69,7 @@ def config(tiny: Path, out: Path, **changes) -> TrainConfig:
         "output_dir": str(out),
         "steps": 3,
         "batch_size": 8,
-        "rollouts_per_example": 4,
+        "group_size": 4,
         "lr": 1e-2,
         "max_tokens": 6,
         "loss": "grpo",
@@ -131,7 +131,7 @@ def test_only_sampled_tokens_are_trained_env_tokens_never(tiny) -> None:
 
 def test_mean_reward_rises_on_a_trivial_env(tiny, tmp_path) -> None:
     """Reward = share of vowels in 6 sampled tokens; the random tiny model starts near 0.19."""
-    cfg = config(tiny, tmp_path / "run", steps=12, batch_size=32, rollouts_per_example=8, micro_batch_size=32)
+    cfg = config(tiny, tmp_path / "run", steps=12, batch_size=32, group_size=8, micro_batch_size=32)
     history = fit(cfg)
     rewards = [m["reward/mean"] for m in history]
     first, last = sum(rewards[:2]) / 2, sum(rewards[-2:]) / 2
@@ -168,7 +168,7 @@ def test_resume_after_a_kill_repeats_the_next_step_exactly(tiny, tmp_path, monke
         fit(config(tiny, tmp_path / "b", **changes))
     monkeypatch.setattr(grpo, "update_policy", real_update)
     assert latest_checkpoint(tmp_path / "b").step == 2
-    with pytest.raises(UsageError, match="already holds a training run; pass --resume"):
+    with pytest.raises(UsageError, match=r"already holds a run \(config.json\); pass --resume"):
         fit(config(tiny, tmp_path / "b", **changes))
     with pytest.raises(UsageError, match="cannot resume: lr was 0.01"):
         fit(config(tiny, tmp_path / "b", **{**changes, "lr": 0.1}), resume=True)
@@ -239,7 +239,7 @@ def test_tictactoe_two_step_smoke_through_the_cli(tiny, tmp_path, capsys) -> Non
         "2",
         "--batch-size",
         "4",
-        "--rollouts-per-example",
+        "--group-size",
         "2",
         "--max-tokens",
         "8",
@@ -287,14 +287,14 @@ def test_tictactoe_two_step_smoke_through_the_cli(tiny, tmp_path, capsys) -> Non
 
 
 def test_sampler_comes_from_the_environment_and_bad_group_counts_are_refused(tiny, tmp_path) -> None:
-    cfg = config(tiny, tmp_path / "run", batch_size=32, rollouts_per_example=4)
+    cfg = config(tiny, tmp_path / "run", batch_size=32, group_size=4)
     batch = grpo.make_sampler(vowel_env(), cfg).batch(0)
     assert len(batch) == 8 and len({t.id for t in batch}) == 8
     with pytest.raises(UsageError, match="makes 1 difficulty bucket"):
-        grpo.make_sampler(vowel_env(), config(tiny, tmp_path, batch_size=32, num_groups=2))
+        grpo.make_sampler(vowel_env(), config(tiny, tmp_path, batch_size=32, num_buckets=2))
     ttt = pytest.importorskip("rlvr_tictactoe").load_environment()  # 8 buckets of opponent strength
     with pytest.raises(UsageError, match="do not split into the environment's 8 difficulty buckets"):
-        grpo.make_sampler(ttt, config(tiny, tmp_path, batch_size=24, rollouts_per_example=4))
-    sampler = grpo.make_sampler(ttt, config(tiny, tmp_path, batch_size=64, rollouts_per_example=4))
+        grpo.make_sampler(ttt, config(tiny, tmp_path, batch_size=24, group_size=4))
+    sampler = grpo.make_sampler(ttt, config(tiny, tmp_path, batch_size=64, group_size=4))
     buckets = sorted(int(t.info["bucket"]) for t in sampler.batch(3))
     assert buckets == sorted(list(range(8)) * 2)  # every batch: two tasks of each strength

@@ -36,7 +36,7 @@ SCRIPT = textwrap.dedent("""
 
     model, out, result = sys.argv[1:4]
     cfg = TrainConfig(env="vowels", model=model, output_dir=out, steps=3, batch_size=16,
-                      rollouts_per_example=4, lr=1e-2, max_tokens=6, loss="cispo", eval_every=None,
+                      group_size=4, lr=1e-2, max_tokens=6, loss="cispo", eval_every=None,
                       save_every=2, micro_batch_size=3)
     history = train(cfg, make_env=vowel_env, quiet=True, plots=False)
     if int(os.environ.get("RANK", "0")) == 0:

@@ -192,9 +192,9 @@ def test_bad_input_is_one_line(tiny_dir, data, tmp_path, capsys) -> None:
     out = tmp_path / "done"
     assert main(base + ["-m", str(tiny_dir), "-o", str(out)]) == 0
     capsys.readouterr()
-    assert "already holds an SFT run" in _error(capsys, base + ["-m", str(tiny_dir), "-o", str(out)])
+    assert "already holds a run (sft_config.json)" in _error(capsys, base + ["-m", str(tiny_dir), "-o", str(out)])
     assert "cannot resume: lr was" in _error(
         capsys, base + ["-m", str(tiny_dir), "-o", str(out), "--resume", "--lr", "0.5"]
     )
-    with pytest.raises(UsageError, match="lr_schedule must be constant or cosine"):
-        SFTConfig(model="m", data="d", output_dir="o", lr_schedule="linear")
+    with pytest.raises(UsageError, match="unknown lr_schedule 'step'; expected one of constant, linear, cosine"):
+        SFTConfig(model="m", data="d", output_dir="o", lr_schedule="step")

@@ -9,7 +9,8 @@ import pytest
 
 from rlvr.cli import main
 from rlvr.errors import UsageError
-from rlvr.train.config import LOSS_NAMES, TrainConfig, check_resume, field_docs, load_config
+from rlvr.train.config import TrainConfig, check_resume, field_docs, load_config
+from rlvr.train.loss_specs import SPECS
 from rlvr.types import Completion, Rollout, Turn
 
 BASE = {"env": "e", "model": "m"}
@@ -22,16 +23,16 @@ BASE = {"env": "e", "model": "m"}
     ("changes", "message"),
     [
         (
-            {"batch_size": 10, "rollouts_per_example": 4},
-            "batch_size (10) must be divisible by rollouts_per_example (4)",
+            {"batch_size": 10, "group_size": 4},
+            "batch_size (10) must be divisible by group_size (4)",
         ),
         (
-            {"batch_size": 32, "rollouts_per_example": 8, "num_groups": 8},
-            "num_groups (8) is larger than the tasks in a batch",
+            {"batch_size": 32, "group_size": 8, "num_buckets": 8},
+            "num_buckets (8) is larger than the tasks in a batch",
         ),
-        ({"batch_size": 48, "rollouts_per_example": 8, "num_groups": 4}, "must be a multiple of num_groups (4)"),
+        ({"batch_size": 48, "group_size": 8, "num_buckets": 4}, "must be a multiple of num_buckets (4)"),
         ({"loss": "ppo"}, "unknown loss 'ppo'; expected one of grpo, dr_grpo, dapo, cispo, gspo"),
-        ({"rollouts_per_example": 1, "batch_size": 8}, "rollouts_per_example must be >= 2"),
+        ({"group_size": 1, "batch_size": 8}, "group_size must be >= 2"),
         ({"temperature": 0.0}, "temperature must be > 0"),
         ({"lr": -1e-5}, "lr must be > 0"),
         ({"top_p": 1.5}, "top_p must be in (0, 1]"),
@@ -70,18 +71,54 @@ def test_toml_file_and_flags_merge(tmp_path) -> None:
         load_config(path)
 
 
-def test_every_field_has_a_docstring_and_the_loss_names_match_the_table() -> None:
-    import dataclasses
+def test_old_field_names_still_work_with_a_deprecation_note(tmp_path, monkeypatch, capsys) -> None:
+    path = tmp_path / "old.toml"
+    path.write_text('env = "e"\nmodel = "m"\nbatch_size = 32\nrollouts_per_example = 4\nnum_groups = 2\n')
+    with pytest.warns(DeprecationWarning) as caught:
+        cfg = load_config(path)
+    assert (cfg.group_size, cfg.num_buckets) == (4, 2)
+    assert [str(w.message) for w in caught] == [
+        f"{path}: rollouts_per_example is deprecated; use group_size (same meaning)",
+        f"{path}: num_groups is deprecated; use num_buckets (same meaning)",
+    ]
+    with pytest.warns(DeprecationWarning) as caught:
+        cfg = load_config(path, num_groups=4, group_size=8)  # flags override the file, old name or new
+    assert (cfg.group_size, cfg.num_buckets) == (8, 4)
+    assert "--num-groups is deprecated; use --num-buckets (same meaning)" in str(caught[-1].message)
+    with pytest.raises(UsageError, match="flags: give group_size or rollouts_per_example"):
+        load_config(None, env="e", model="m", group_size=4, rollouts_per_example=4)
+    # a run started under the old names resumes under the new ones
+    saved = {**TrainConfig(**BASE).to_dict(), "rollouts_per_example": 8}
+    del saved["group_size"]
+    check_resume(saved, TrainConfig(**BASE))
+    with pytest.raises(UsageError, match="cannot resume: group_size was 8"):
+        check_resume(saved, TrainConfig(**BASE, group_size=4, batch_size=256))
+    # on the command line: one note on stderr, and the run goes on
+    from rlvr.train import grpo
 
-    from rlvr.train.losses import LOSSES
-    from rlvr.train.sequences import NORMALISATION
+    seen = {}
+    monkeypatch.setattr(grpo, "train", lambda cfg, **kw: seen.update(cfg=cfg))
+    assert main(["train", "tictactoe", "-m", "m", "--rollouts-per-example", "4", "--num-groups", "8"]) == 0
+    assert (seen["cfg"].group_size, seen["cfg"].num_buckets) == (4, 8)
+    notes = capsys.readouterr().err.splitlines()
+    assert notes == [
+        "rlvr train: note: --rollouts-per-example is deprecated; use --group-size (same meaning)",
+        "rlvr train: note: --num-groups is deprecated; use --num-buckets (same meaning)",
+    ]
+
+
+def test_every_field_has_a_docstring() -> None:
+    import dataclasses
 
     docs = field_docs()
     assert [f.name for f in dataclasses.fields(TrainConfig)] == list(docs)
     assert all(docs.values())
-    assert set(LOSS_NAMES) == set(LOSSES) == set(NORMALISATION)
+
+
+def test_std_scaling_comes_from_the_loss_unless_set() -> None:
     assert TrainConfig(**BASE, loss="dr_grpo").advantage_std_scaling is False
     assert TrainConfig(**BASE, loss="grpo").advantage_std_scaling is True
+    assert TrainConfig(**BASE, loss="dr_grpo", scale_std=True).advantage_std_scaling is True
 
 
 def test_resume_may_change_steps_but_not_the_algorithm() -> None:
@@ -95,8 +132,8 @@ def test_resume_may_change_steps_but_not_the_algorithm() -> None:
     ("argv", "expected"),
     [
         (
-            ["train", "tictactoe", "--model", "m", "--batch-size", "10", "--rollouts-per-example", "4"],
-            "batch_size (10) must be divisible by rollouts_per_example (4)",
+            ["train", "tictactoe", "--model", "m", "--batch-size", "10", "--group-size", "4"],
+            "batch_size (10) must be divisible by group_size (4)",
         ),
         (["train", "tictactoe", "--model", "m", "--loss", "reinforce"], "unknown loss 'reinforce'"),
         (
@@ -107,12 +144,12 @@ def test_resume_may_change_steps_but_not_the_algorithm() -> None:
                 "m",
                 "--batch-size",
                 "16",
-                "--rollouts-per-example",
+                "--group-size",
                 "8",
-                "--num-groups",
+                "--num-buckets",
                 "4",
             ],
-            "num_groups (4) is larger than the tasks in a batch",
+            "num_buckets (4) is larger than the tasks in a batch",
         ),
         (["train", "tictactoe"], "'model' is required"),
         (["train", "--model", "m"], "'env' is required"),
@@ -191,7 +228,7 @@ def test_rollout_without_token_ids_is_refused() -> None:
 
 
 def test_advantages_fill_failed_rollouts_and_dapo_drops_uniform_groups() -> None:
-    from rlvr.train.grpo import compute_advantages
+    from rlvr.train.advantages import batch_advantages
 
     def ro(reward: float, error: str | None = None, truncated: bool = False) -> Rollout:
         return Rollout("t", 0, 0, [], reward=reward, error=error, truncated=truncated)
@@ -206,24 +243,25 @@ def test_advantages_fill_failed_rollouts_and_dapo_drops_uniform_groups() -> None
         ro(1.0),
         ro(1.0),
     ]
-    cfg = TrainConfig(**BASE, batch_size=8, rollouts_per_example=4, scale_std=False, mask_truncated=True)
-    adv, trainable, kept = compute_advantages(batch, cfg)
+    adv, trainable, kept = batch_advantages(batch, 4, scale_std=False, mask_truncated=True, drop_uniform=False)
     # group 1: mean of scored (1, 0, 0.5) = 0.5; the failed one gets exactly 0 advantage
     assert adv[:4] == pytest.approx([0.5, -0.5, 0.0, 0.0]) and adv[4:] == [0.0] * 4
     assert trainable == [True, True, False, False, True, True, True, True] and kept == 1.0
-    dapo = TrainConfig(**BASE, batch_size=8, rollouts_per_example=4, loss="dapo")
-    _, trainable, kept = compute_advantages(batch, dapo)
+    dapo = TrainConfig(**BASE, loss="dapo")
+    _, trainable, kept = batch_advantages(
+        batch, 4, scale_std=True, mask_truncated=False, drop_uniform=dapo.loss_spec.drop_uniform_groups
+    )
     assert trainable[4:] == [False] * 4 and trainable[3] and kept == 0.5
 
 
 # ---- micro-batches add up to the whole batch ------------------------------------------------
 
 
-@pytest.mark.parametrize("loss_name", LOSS_NAMES)
+@pytest.mark.parametrize("loss_name", list(SPECS))
 def test_micro_batch_gradients_sum_to_the_full_batch_gradient(loss_name) -> None:
     torch = pytest.importorskip("torch")
     from rlvr.train.losses import LOSSES, LossConfig
-    from rlvr.train.sequences import NORMALISATION, TrainSequence, micro_batches, normaliser
+    from rlvr.train.sequences import TrainSequence, micro_batches, normaliser
 
     gen = torch.Generator().manual_seed(0)
     seqs = []
@@ -237,13 +275,14 @@ def test_micro_batch_gradients_sum_to_the_full_batch_gradient(loss_name) -> None
     def grad(size: int) -> torch.Tensor:
         w = table.clone().requires_grad_(True)
         plan = micro_batches(seqs, size, 0, torch.device("cpu"))
-        total = sum(normaliser(NORMALISATION[loss_name], mb.mask) for mb in plan)
+        kind = SPECS[loss_name].normalisation
+        total = sum(normaliser(kind, mb.mask) for mb in plan)
         for mb in plan:
             logp = torch.log_softmax(w[mb.ids[:, :-1]], -1).gather(-1, mb.ids[:, 1:, None]).squeeze(-1)
             old = logp.detach() + 0.3 * torch.sin(1.7 * mb.ids[:, 1:])  # per token: some get clipped
             ref = logp.detach() - 0.1
             loss, _ = LOSSES[loss_name](logp, old, mb.adv, mb.mask, cfg, ref_logp=ref)
-            (loss * normaliser(NORMALISATION[loss_name], mb.mask) / total).backward()
+            (loss * normaliser(kind, mb.mask) / total).backward()
         return w.grad
 
     whole, parts = grad(len(seqs)), grad(2)
@@ -279,9 +318,13 @@ def test_lr_schedules() -> None:
     pytest.importorskip("torch")
     from rlvr.train.model import lr_factor
 
-    cosine = TrainConfig(**BASE, steps=10, warmup_steps=2, lr_schedule="cosine")
-    assert [round(lr_factor(s, cosine), 3) for s in (0, 1, 2, 7, 9)] == [0.5, 1.0, 1.0, 0.309, 0.038]
-    assert lr_factor(5, TrainConfig(**BASE, steps=10)) == 1.0
+    def factors(schedule: str) -> list[float]:
+        return [round(lr_factor(s, schedule=schedule, warmup=2, total=10), 3) for s in (0, 1, 2, 7, 9)]
+
+    assert factors("cosine") == [0.5, 1.0, 1.0, 0.309, 0.038]
+    assert factors("linear") == [0.5, 1.0, 1.0, 0.375, 0.125]
+    assert factors("constant") == [0.5, 1.0, 1.0, 1.0, 1.0]
+    assert lr_factor(5, schedule="constant", warmup=0, total=10) == 1.0
 
 
 def test_default_output_dir_names_the_env_and_the_model() -> None:

@@ -16,7 +16,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import sys
 import typing
+import warnings
 from typing import Any
 
 from rlvr.errors import UsageError
@@ -24,7 +26,7 @@ from rlvr.train.fields import none_or
 
 
 def add_parser(sub: Any) -> None:
-    from rlvr.train.config import TrainConfig, field_docs
+    from rlvr.train.config import CHOICES, RENAMED, TrainConfig, field_docs
 
     p = sub.add_parser(
         "train",
@@ -50,6 +52,8 @@ def add_parser(sub: Any) -> None:
             if default is None
             else f"default {json.dumps(default)}"
         )
+        if f.name in CHOICES:
+            shown = f"one of {', '.join(CHOICES[f.name])}; {shown}"
         flags = ["--" + f.name.replace("_", "-")] + (["-m"] if f.name == "model" else [])
         kind, metavar = _parser_for(f.name, hints[f.name])
         if kind is bool:
@@ -58,6 +62,9 @@ def add_parser(sub: Any) -> None:
             )
         else:
             p.add_argument(*flags, dest=f.name, type=kind, metavar=metavar, help=f"{docs.get(f.name, '')} ({shown})")
+    for old, new in RENAMED.items():  # deprecated spellings, hidden from --help
+        kind, metavar = _parser_for(new, hints[new])
+        p.add_argument("--" + old.replace("_", "-"), dest=old, type=kind, metavar=metavar, help=argparse.SUPPRESS)
     p.set_defaults(run=run)
 
 
@@ -100,13 +107,17 @@ def _json(name: str, kind: type) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rlvr.train.config import TrainConfig, load_config
+    from rlvr.train.config import RENAMED, TrainConfig, load_config
 
-    names = {f.name for f in dataclasses.fields(TrainConfig)}
+    names = {f.name for f in dataclasses.fields(TrainConfig)} | set(RENAMED)
     overrides = {k: v for k, v in vars(args).items() if k in names and k != "env"}  # flags given
     if getattr(args, "env", None):
         overrides["env"] = args.env
-    cfg = load_config(getattr(args, "config", None), **overrides)
+    with warnings.catch_warnings(record=True) as notes:
+        warnings.simplefilter("always", DeprecationWarning)
+        cfg = load_config(getattr(args, "config", None), **overrides)
+    for note in notes:  # old config names: one line each, the run goes on
+        print(f"rlvr train: note: {note.message}", file=sys.stderr)
     try:
         from rlvr.train.grpo import train
     except ImportError as exc:

@@ -14,8 +14,11 @@ Choices:
   float noise blown up by the std division).
 - DAPO's dynamic sampling (Yu et al. 2025) drops groups whose rewards are all equal: they carry
   no gradient but still count in DAPO's token normalisation. `drop_uniform_groups` says which
-  groups to keep; the trainer calls it when the loss is dapo (and may sample more groups to
-  refill the batch). Rewards within `atol` of each other count as equal.
+  groups to keep; the trainer calls it when the loss's row of `rlvr.train.loss_specs.SPECS`
+  says `drop_uniform_groups` (dapo). Rewards within `atol` of each other count as equal.
+- `batch_advantages` applies all this to a batch of rollouts: failed rollouts (an error) are
+  never trained on and take their group's mean of scored rewards for the baseline, so they
+  shift nobody's advantage; truncated ones are left out of the loss with `mask_truncated`.
 - `group_stats` gives logging metrics: `group/zero_std_frac` (share of groups whose rewards are
   all equal, i.e. that teach nothing), `group/reward_std_mean` (mean within-group std),
   `group/count`.
@@ -24,9 +27,11 @@ Choices:
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 
 from rlvr.errors import UsageError
+from rlvr.types import Rollout
 
 
 def _groups(rewards: Sequence[float], group_size: int) -> list[list[float]]:
@@ -79,6 +84,30 @@ def drop_uniform_groups(rewards: Sequence[float], group_size: int, atol: float =
     [False, True, False]
     """
     return [not _is_uniform(g, atol) for g in _groups(rewards, group_size)]
+
+
+def batch_advantages(
+    rollouts: Sequence[Rollout], group_size: int, *, scale_std: bool, mask_truncated: bool, drop_uniform: bool
+) -> tuple[list[float], list[bool], float]:
+    """Each rollout's advantage, whether to train on it, and the share of groups kept (1.0
+    unless `drop_uniform`, DAPO's filter)."""
+    g = group_size
+    rewards = [r.reward for r in rollouts]
+    for start in range(0, len(rollouts), g):  # failed rollouts take their group's mean
+        group = rollouts[start : start + g]
+        scored = [r.reward for r in group if r.error is None]
+        fill = statistics.fmean(scored) if scored else 0.0
+        for i, r in enumerate(group):
+            if r.error is not None:
+                rewards[start + i] = fill
+    advantages = group_advantages(rewards, g, scale_std=scale_std)
+    trainable = [r.error is None and not (mask_truncated and r.truncated) for r in rollouts]
+    kept = 1.0
+    if drop_uniform:
+        keep = drop_uniform_groups(rewards, g)
+        trainable = [t and keep[i // g] for i, t in enumerate(trainable)]
+        kept = sum(keep) / max(len(keep), 1)
+    return advantages, trainable, kept
 
 
 def group_stats(rewards: Sequence[float], group_size: int, atol: float = 1e-9) -> dict[str, float]:

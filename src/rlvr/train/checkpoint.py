@@ -13,6 +13,10 @@ A checkpoint is written to `step_N.tmp/` and renamed when complete, so a kill mi
 leaves a half checkpoint that resume would pick; the newest `KEEP` complete ones are kept.
 Resume refuses a checkpoint whose model fingerprint (architecture, vocabulary, chat template)
 differs from the model being loaded.
+
+`open_run_dir` is how both trainers start: a new run refuses a directory that already holds
+one; `resume` checks the config against the one the run started with (saved in the run
+directory) and returns the newest checkpoint, if any (none: the run starts over at step 0).
 """
 
 from __future__ import annotations
@@ -104,6 +108,60 @@ def check_fingerprint(checkpoint: Checkpoint, saved: str, current: str, model: s
             f"but {model} gives {current}); resume with the model the run started from, or start "
             f"a new run in another output_dir"
         )
+
+
+# ---- starting and resuming a run ------------------------------------------------------------
+
+
+def open_run_dir(
+    run_dir: Path,
+    config: dict[str, Any],
+    *,
+    config_file: str,
+    resume: bool,
+    check_resume: Callable[[dict[str, Any]], None],
+    fingerprint: str,
+    barrier: Callable[[], None] = lambda: None,
+    main: bool = True,
+) -> tuple[Checkpoint | None, dict[str, Any] | None]:
+    """Check `run_dir` and write `config` to `run_dir/config_file`; with `resume`, the
+    checkpoint to continue from and its trainer state (None, None: start at step 0).
+
+    `check_resume(saved_config)` raises when the run may not continue with `config`; a
+    checkpoint of another model (`fingerprint`) is refused.
+    """
+    config_path = run_dir / config_file
+    ckpt, state = latest_checkpoint(run_dir), None
+    if resume:
+        if not config_path.is_file():
+            raise UsageError(f"nothing to resume in {run_dir} (no {config_file}); start without --resume")
+        check_resume(json.loads(config_path.read_text(encoding="utf-8")))
+        if ckpt is not None:
+            state = ckpt.trainer_state()
+            check_fingerprint(ckpt, state["fingerprint"], fingerprint, str(config.get("model")))
+    else:
+        found = [p for p in (config_path, run_dir / "metrics.csv") if p.exists()] + ([ckpt.path] if ckpt else [])
+        if found:
+            raise UsageError(
+                f"{run_dir} already holds a run ({found[0].name}); pass --resume to continue it, "
+                "or choose another output directory"
+            )
+    barrier()
+    if main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        config_path.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    return (ckpt, state) if state is not None else (None, None)
+
+
+def restore_training(
+    checkpoint: Checkpoint, state: Mapping[str, Any], *, optimizer: Any, scheduler: Any, rank: int
+) -> int:
+    """Put the optimizer, the LR schedule and this rank's RNGs back where `checkpoint` left
+    them; returns its step."""
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    restore_rng(checkpoint, state, rank)
+    return int(state["step"])
 
 
 # ---- RNG -------------------------------------------------------------------------------------

@@ -15,17 +15,21 @@ import math
 import tomllib
 import types
 import typing
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rlvr.errors import UsageError
 from rlvr.train import fields
+from rlvr.train.fields import LR_SCHEDULES, LoraSpec
+from rlvr.train.loss_specs import SPECS, LossSpec
 
-LOSS_NAMES = ("grpo", "dr_grpo", "dapo", "cispo", "gspo")
-"""The keys of `rlvr.train.losses.LOSSES` (kept here so that config stays torch-free)."""
-LR_SCHEDULES = ("constant", "linear", "cosine")
+CHOICES: dict[str, tuple[str, ...]] = {"loss": tuple(SPECS), "lr_schedule": LR_SCHEDULES}
+"""The values a string field may take (`--help` lists them)."""
 
+RENAMED = {"rollouts_per_example": "group_size", "num_groups": "num_buckets"}
+"""Old field names still accepted (with a DeprecationWarning) in TOML files and flags."""
 RESUME_MAY_CHANGE = frozenset({"steps", "eval_every", "eval_tasks", "save_every", "output_dir"})
 """Fields a resumed run may change; any other difference from the saved config is an error."""
 
@@ -48,14 +52,14 @@ class TrainConfig:
     """optimizer steps (batches of rollouts) to train for"""
     batch_size: int = 256
     """rollouts (games) per step, over all GPUs"""
-    rollouts_per_example: int = 8
+    group_size: int = 8
     """rollouts of each task in a batch: the group that shares one advantage baseline"""
-    num_groups: int | None = None
+    num_buckets: int | None = None
     """difficulty buckets, one task each per batch; None = the environment's own (if any)"""
     lr: float = 3e-5
     """peak learning rate (AdamW, no weight decay)"""
     lr_schedule: str = "constant"
-    """learning-rate schedule after warm-up: constant, linear or cosine (decay to 0)"""
+    """learning-rate schedule after warm-up (linear and cosine decay to 0)"""
     warmup_steps: int = 0
     """steps of linear learning-rate warm-up from 0"""
     max_grad_norm: float = 1.0
@@ -69,7 +73,7 @@ class TrainConfig:
     max_turns: int | None = None
     """most model turns per episode; None = the environment's own limit"""
     loss: str = "cispo"
-    """policy loss: grpo, dr_grpo, dapo, cispo or gspo"""
+    """policy loss: a row of rlvr.train.loss_specs.SPECS"""
     clip_eps: float = 0.2
     """PPO clip of the token ratio, r >= 1 - clip_eps (grpo, dr_grpo, dapo)"""
     clip_eps_high: float | None = None
@@ -79,7 +83,7 @@ class TrainConfig:
     kl_coef: float = 0.0
     """weight of the KL penalty to the starting model; 0 = no reference model is loaded"""
     scale_std: bool | None = None
-    """divide advantages by the group's reward std; None = yes, except for dr_grpo"""
+    """divide advantages by the group's reward std; None = the loss's choice (no for dr_grpo)"""
     mask_truncated: bool = False
     """leave truncated rollouts (max_turns, token budget, timeout) out of the loss"""
     minibatches: int = 1
@@ -109,12 +113,22 @@ class TrainConfig:
 
     @property
     def tasks_per_batch(self) -> int:
-        """Distinct tasks in one batch (batch_size / rollouts_per_example)."""
-        return self.batch_size // self.rollouts_per_example
+        """Distinct tasks in one batch (batch_size / group_size)."""
+        return self.batch_size // self.group_size
+
+    @property
+    def loss_spec(self) -> LossSpec:
+        """What the chosen loss implies (normalisation, std scaling, group filter)."""
+        return SPECS[self.loss]
 
     @property
     def advantage_std_scaling(self) -> bool:
-        return self.scale_std if self.scale_std is not None else self.loss != "dr_grpo"
+        return self.scale_std if self.scale_std is not None else self.loss_spec.scale_std
+
+    @property
+    def lora(self) -> LoraSpec | None:
+        """The LoRA adapters to train (None: full fine-tuning)."""
+        return LoraSpec(self.lora_rank, self.lora_alpha) if self.lora_rank else None
 
     @property
     def eval_sets(self) -> list[dict[str, Any]]:
@@ -132,8 +146,8 @@ def load_config(path: str | Path | None = None, **overrides: Any) -> TrainConfig
     """A config from a TOML file (optional) with `overrides` (e.g. from flags) on top."""
     values: dict[str, Any] = {}
     if path is not None:
-        values.update(read_toml(path))
-    values.update(overrides)
+        values.update(renamed(read_toml(path), source=str(path)))
+    values.update(renamed(overrides, source="flags"))
     return from_dict(values, source=str(path) if path else "flags")
 
 
@@ -147,8 +161,30 @@ def read_toml(path: str | Path) -> dict[str, Any]:
         raise UsageError(f"config file {p} is not valid TOML: {exc}") from None
 
 
+def renamed(values: dict[str, Any], *, source: str = "config") -> dict[str, Any]:
+    """`values` with old field names (`RENAMED`) replaced by the new ones, each with a
+    DeprecationWarning; both names at once is an error."""
+    out = dict(values)
+    for old, new in RENAMED.items():
+        if old not in out:
+            continue
+        if new in out:
+            raise UsageError(f"{source}: give {new} or {old} (its old name), not both")
+        flag = source == "flags"
+        shown = (f"--{old.replace('_', '-')}", f"--{new.replace('_', '-')}") if flag else (old, new)
+        warnings.warn(
+            f"{'' if flag else source + ': '}{shown[0]} is deprecated; use {shown[1]} (same meaning)",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        out[new] = out.pop(old)
+    return out
+
+
 def from_dict(values: dict[str, Any], *, source: str = "config") -> TrainConfig:
-    """Build a config from a mapping of field names, rejecting unknown names."""
+    """Build a config from a mapping of field names (old names too, see `renamed`), rejecting
+    unknown names."""
+    values = renamed(values, source=source)
     names = [f.name for f in dataclasses.fields(TrainConfig)]
     unknown = [k for k in values if k not in names]
     if unknown:
@@ -160,8 +196,10 @@ def from_dict(values: dict[str, Any], *, source: str = "config") -> TrainConfig:
 
 
 def check_resume(saved: dict[str, Any], new: TrainConfig) -> None:
-    """A resumed run must keep the config it started with, except `RESUME_MAY_CHANGE`."""
-    fields.check_resume(saved, new.to_dict(), RESUME_MAY_CHANGE)
+    """A resumed run must keep the config it started with, except `RESUME_MAY_CHANGE` (a run
+    saved with old field names compares under the new ones)."""
+    upgraded = {RENAMED.get(k, k): v for k, v in saved.items()}
+    fields.check_resume(upgraded, new.to_dict(), RESUME_MAY_CHANGE)
 
 
 def field_docs() -> dict[str, str]:
@@ -230,47 +268,44 @@ def _check_values(c: TrainConfig) -> None:
     for name in (
         "steps",
         "batch_size",
-        "rollouts_per_example",
+        "group_size",
         "max_tokens",
         "micro_batch_size",
         "minibatches",
         "eval_tasks",
     ):
         need(getattr(c, name) >= 1, f"{name} must be >= 1, got {getattr(c, name)}")
-    for name in ("max_turns", "num_groups", "eval_every", "save_every"):
+    for name in ("max_turns", "num_buckets", "eval_every", "save_every"):
         value = getattr(c, name)
         need(value is None or value >= 1, f"{name} must be >= 1 or None (unset), got {value}")
     need(
-        c.rollouts_per_example >= 2,
-        f"rollouts_per_example must be >= 2 (a group of 1 always has advantage 0), got {c.rollouts_per_example}",
+        c.group_size >= 2,
+        f"group_size must be >= 2 (a group of 1 always has advantage 0), got {c.group_size}",
     )
     need(
-        c.batch_size % c.rollouts_per_example == 0,
-        f"batch_size ({c.batch_size}) must be divisible by rollouts_per_example "
-        f"({c.rollouts_per_example}); e.g. batch_size = "
-        f"{max(1, round(c.batch_size / c.rollouts_per_example)) * c.rollouts_per_example}",
+        c.batch_size % c.group_size == 0,
+        f"batch_size ({c.batch_size}) must be divisible by group_size ({c.group_size}); "
+        f"e.g. batch_size = {max(1, round(c.batch_size / c.group_size)) * c.group_size}",
     )
-    if c.num_groups is not None:
+    if c.num_buckets is not None:
         need(
-            c.num_groups <= c.tasks_per_batch,
-            f"num_groups ({c.num_groups}) is larger than the tasks in a batch "
-            f"(batch_size / rollouts_per_example = {c.tasks_per_batch}); each batch holds one "
-            f"task per group, so lower num_groups or raise batch_size",
+            c.num_buckets <= c.tasks_per_batch,
+            f"num_buckets ({c.num_buckets}) is larger than the tasks in a batch "
+            f"(batch_size / group_size = {c.tasks_per_batch}); each batch holds one "
+            f"task per bucket, so lower num_buckets or raise batch_size",
         )
         need(
-            c.tasks_per_batch % c.num_groups == 0,
-            f"tasks per batch ({c.tasks_per_batch}) must be a multiple of num_groups "
-            f"({c.num_groups}) so that every group gets the same number of tasks",
+            c.tasks_per_batch % c.num_buckets == 0,
+            f"tasks per batch ({c.tasks_per_batch}) must be a multiple of num_buckets "
+            f"({c.num_buckets}) so that every bucket gets the same number of tasks",
         )
     need(
         c.batch_size % c.minibatches == 0 and c.tasks_per_batch % c.minibatches == 0,
         f"minibatches ({c.minibatches}) must divide the tasks in a batch ({c.tasks_per_batch})",
     )
-    need(c.loss in LOSS_NAMES, f"unknown loss {c.loss!r}; expected one of {', '.join(LOSS_NAMES)}")
-    need(
-        c.lr_schedule in LR_SCHEDULES,
-        f"unknown lr_schedule {c.lr_schedule!r}; expected one of {', '.join(LR_SCHEDULES)}",
-    )
+    for name, allowed in CHOICES.items():
+        value = getattr(c, name)
+        need(value in allowed, f"unknown {name} {value!r}; expected one of {', '.join(allowed)}")
     need(math.isfinite(c.lr) and c.lr > 0, f"lr must be > 0, got {c.lr}")
     need(c.warmup_steps >= 0, f"warmup_steps must be >= 0, got {c.warmup_steps}")
     need(c.max_grad_norm > 0, f"max_grad_norm must be > 0, got {c.max_grad_norm}")

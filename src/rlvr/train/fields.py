@@ -1,5 +1,6 @@
 """What the config dataclasses of `rlvr train` and `rlvr sft` share (torch-free): field
-docstrings for `--help`, the resume check, and the parser of optional numeric flags."""
+docstrings for `--help`, the resume check, the parser of optional numeric flags, the
+learning-rate schedules and the LoRA settings."""
 
 from __future__ import annotations
 
@@ -8,9 +9,24 @@ import functools
 import inspect
 import itertools
 from collections.abc import Callable, Collection
+from dataclasses import dataclass
 from typing import Any
 
 from rlvr.errors import UsageError
+
+LR_SCHEDULES = ("constant", "linear", "cosine")
+"""Learning rate after warm-up: constant, or a linear or cosine decay to 0 at the last step
+(`rlvr.train.model.lr_factor`)."""
+
+
+@dataclass(frozen=True)
+class LoraSpec:
+    """LoRA adapters to train instead of the full model (`rlvr.train.model.load_trainable`)."""
+
+    rank: int
+    alpha: float | None = None
+    """scale numerator; None = 2 * rank"""
+    dropout: float = 0.0
 
 
 @functools.cache

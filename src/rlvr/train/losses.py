@@ -1,6 +1,8 @@
 """Policy losses of the GRPO family: pure functions, chosen once from `LOSSES`.
 
-Every loss has the same signature (`LossFn`) and returns `(loss, stats)`:
+`LOSSES[name]` is built from the loss's row of `rlvr.train.loss_specs.SPECS`: its surrogate
+(the per-token term, from `SURROGATES`) reduced by its normalisation, plus the KL term. Every
+loss has the same signature (`LossFn`) and returns `(loss, stats)`:
 
     loss, stats = LOSSES[name](logp, old_logp, adv, mask, cfg, ref_logp=None)
 
@@ -14,23 +16,23 @@ Choices, shared by all losses:
 - r = exp(logp - old_logp) per token. Tokens outside the mask get log-ratio 0 and log-prob 0
   before any arithmetic, so whatever padding holds (0, -inf, NaN) never reaches the loss or
   its gradient.
-- Three normalisations: "seq-mean" (mean over each sequence's tokens, then over the sequences
-  that have at least one token), "token-mean" (sum over the batch / number of trainable
-  tokens), "constant" (sum over the batch / (B * norm_len), norm_len defaulting to T).
+- Three normalisations (`LossSpec.normalisation`): "seq-mean" (mean over each sequence's
+  tokens, then over the sequences that have at least one token), "token-mean" (sum over the
+  batch / number of trainable tokens), "constant" (sum over the batch / (B * norm_len),
+  norm_len defaulting to T).
 - No trainable token at all gives a loss of exactly 0 that still backpropagates (zero grads).
 - KL to a reference model (only when `ref_logp` is given): the k3 estimator
   exp(ref - logp) - (ref - logp) - 1 per token, reduced with the loss's own normalisation and
   added with weight `kl_coef` (kl_coef = 0: logged only).
 
-The losses:
-- grpo    (DeepSeekMath, Shao et al. 2024): PPO clipped surrogate
-          min(r*A, clip(r, 1-eps, 1+eps_high)*A), seq-mean.
-- dr_grpo (Dr. GRPO, "Understanding R1-Zero-Like Training", Liu et al. 2025): same surrogate,
-          constant normalisation, so long sequences are not down-weighted. The paper also drops
-          the std scaling of advantages: that is `scale_std=False` in advantages.py.
-- dapo    (DAPO, Yu et al. 2025): same surrogate with "clip-higher" (paper: clip_eps=0.2,
-          clip_eps_high=0.28), token-mean. Its dynamic sampling (drop groups whose rewards are all
-          equal) is a batch filter: `advantages.drop_uniform_groups`, called by the trainer.
+The surrogates and the losses built on them (normalisation and the rest: `SPECS`):
+- ppo     PPO clipped surrogate min(r*A, clip(r, 1-eps, 1+eps_high)*A):
+          grpo (DeepSeekMath, Shao et al. 2024), seq-mean;
+          dr_grpo (Dr. GRPO, "Understanding R1-Zero-Like Training", Liu et al. 2025), constant
+          normalisation, so long sequences are not down-weighted, and no std scaling;
+          dapo (DAPO, Yu et al. 2025) with "clip-higher" (paper: clip_eps=0.2,
+          clip_eps_high=0.28), token-mean; its dynamic sampling (drop groups whose rewards are
+          all equal) is a batch filter, `advantages.drop_uniform_groups`.
 - cispo   (MiniMax-M1, 2025): -sg(min(r, max_is_weight)) * A * logp, token-mean. The weight is
           capped and detached, never the update: every token keeps its gradient.
 - gspo    (GSPO, Zheng et al. 2025): sequence ratio s = exp(mean_t(logp - old_logp)), clipped
@@ -49,14 +51,16 @@ Stats (0-dim detached tensors; `kl/ref` only when ref_logp is given):
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import torch
 from torch import Tensor
 
 from rlvr.errors import UsageError
+from rlvr.train.loss_specs import SPECS, LossSpec, Normalisation
 
 Stats = dict[str, Tensor]
 
@@ -98,7 +102,18 @@ class LossFn(Protocol):
     ) -> tuple[Tensor, Stats]: ...
 
 
-Reduce = Callable[[Tensor], Tensor]
+class Masked(NamedTuple):
+    """A loss's inputs with everything off the mask neutralised (see `_prepare`)."""
+
+    on: Tensor  # (B, T) bool, trainable tokens
+    m: Tensor  # (B, T) `on` in logp's dtype
+    log_ratio: Tensor  # (B, T) logp - old_logp, 0 off-mask
+    logp_on: Tensor  # (B, T) logp, 0 off-mask
+    adv: Tensor  # (B, 1) detached
+
+
+SurrogateFn = Callable[[Masked, LossConfig], tuple[Tensor, Stats]]
+"""A per-token term: (B, T) values to reduce, and the ratio/clip statistics."""
 
 
 # ---------------------------------------------------------------- normalisations (B, T) -> ()
@@ -117,10 +132,17 @@ def _constant(x: Tensor, m: Tensor, norm_len: int | None) -> Tensor:
     return (x * m).sum() / max(batch * (norm_len or width), 1)  # ()
 
 
+def reduce(kind: Normalisation, x: Tensor, m: Tensor, norm_len: int | None) -> Tensor:
+    """Token values (B, T) to one number, by the normalisation `kind`."""
+    if kind == "seq-mean":
+        return _seq_mean(x, m)
+    if kind == "token-mean":
+        return _token_mean(x, m)
+    return _constant(x, m, norm_len)
+
+
 # ---------------------------------------------------------------- shared pieces
-def _prepare(
-    logp: Tensor, old_logp: Tensor, adv: Tensor, mask: Tensor
-) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+def _prepare(logp: Tensor, old_logp: Tensor, adv: Tensor, mask: Tensor) -> Masked:
     if logp.dim() != 2 or old_logp.shape != logp.shape or mask.shape != logp.shape:
         raise ValueError(
             f"logp, old_logp and mask must share one (B, T) shape, got "
@@ -133,7 +155,7 @@ def _prepare(
     log_ratio = torch.where(on, logp - old_logp.detach(), 0.0)  # (B, T), 0 off-mask
     logp_on = torch.where(on, logp, 0.0)  # (B, T), 0 off-mask
     a = adv.detach().to(logp.dtype).unsqueeze(-1)  # (B, 1)
-    return on, m, log_ratio, logp_on, a
+    return Masked(on, m, log_ratio, logp_on, a)
 
 
 @torch.no_grad()
@@ -153,21 +175,65 @@ def _stats(ratio: Tensor, weight: Tensor, low: Tensor, high: Tensor, on: Tensor)
     }
 
 
-def _finish(
-    per_token: Tensor,
-    reduce: Reduce,
-    logp_on: Tensor,
-    on: Tensor,
-    ref_logp: Tensor | None,
+# ---------------------------------------------------------------- the surrogates
+def ppo_surrogate(x: Masked, cfg: LossConfig) -> tuple[Tensor, Stats]:
+    """PPO clipped surrogate per token: -min(r*A, clip(r, 1-eps, 1+eps_high)*A)."""
+    ratio = x.log_ratio.exp()  # (B, T)
+    lo = 1 - cfg.clip_eps
+    hi = 1 + (cfg.clip_eps if cfg.clip_eps_high is None else cfg.clip_eps_high)
+    per_token = -torch.minimum(ratio * x.adv, ratio.clamp(lo, hi) * x.adv)  # (B, T)
+    low = (ratio < lo) & (x.adv < 0)  # (B, T) gradient removed
+    high = (ratio > hi) & (x.adv > 0)  # (B, T) gradient removed
+    weight = torch.where(low | high, 0.0, ratio).detach()  # (B, T)
+    return per_token, _stats(ratio.detach()[x.on], weight, low, high, x.on)
+
+
+def cispo_surrogate(x: Masked, cfg: LossConfig) -> tuple[Tensor, Stats]:
+    """CISPO (MiniMax-M1): clip the importance weight, keep every token's gradient."""
+    ratio = x.log_ratio.exp().detach()  # (B, T)
+    weight = ratio.clamp(max=cfg.max_is_weight)  # (B, T) detached
+    per_token = -weight * x.adv * x.logp_on  # (B, T)
+    high = ratio > cfg.max_is_weight  # (B, T) weight capped
+    return per_token, _stats(ratio[x.on], weight, torch.zeros_like(x.on), high, x.on)
+
+
+def gspo_surrogate(x: Masked, cfg: LossConfig) -> tuple[Tensor, Stats]:
+    """GSPO: PPO clip on the length-normalised sequence ratio, GSPO-token gradient form."""
+    n_tok = x.m.sum(-1)  # (B,)
+    seq_ratio = (x.log_ratio.sum(-1) / n_tok.clamp(min=1)).exp().detach()  # (B,) s_i
+    s = seq_ratio.unsqueeze(-1)  # (B, 1)
+    token_ratio = s * (x.logp_on - x.logp_on.detach()).exp()  # (B, T) value s_i, grad s_i*dlogp
+    lo, hi = 1 - cfg.seq_clip_eps, 1 + cfg.seq_clip_eps_high
+    per_token = -torch.minimum(token_ratio * x.adv, token_ratio.clamp(lo, hi) * x.adv)  # (B, T)
+    low = ((s < lo) & (x.adv < 0)).expand_as(x.on)  # (B, T) gradient removed
+    high = ((s > hi) & (x.adv > 0)).expand_as(x.on)  # (B, T) gradient removed
+    weight = torch.where(low | high, 0.0, s.expand_as(x.logp_on))  # (B, T)
+    return per_token, _stats(seq_ratio[n_tok > 0], weight, low, high, x.on)
+
+
+SURROGATES: dict[str, SurrogateFn] = {"ppo": ppo_surrogate, "cispo": cispo_surrogate, "gspo": gspo_surrogate}
+"""The per-token terms `LossSpec.surrogate` names."""
+
+
+# ---------------------------------------------------------------- the losses
+def policy_loss(
+    spec: LossSpec,
+    logp: Tensor,
+    old_logp: Tensor,
+    adv: Tensor,
+    mask: Tensor,
     cfg: LossConfig,
-    stats: Stats,
+    ref_logp: Tensor | None = None,
 ) -> tuple[Tensor, Stats]:
-    policy = reduce(per_token)  # ()
+    """The loss `spec` describes: its surrogate reduced by its normalisation, plus the KL term."""
+    x = _prepare(logp, old_logp, adv, mask)
+    per_token, stats = SURROGATES[spec.surrogate](x, cfg)
+    policy = reduce(spec.normalisation, per_token, x.m, cfg.norm_len)  # ()
     loss = policy
     stats["loss/policy"] = policy.detach()
     if ref_logp is not None:
-        d = torch.where(on, ref_logp.detach() - logp_on, 0.0)  # (B, T)
-        kl = reduce(d.exp() - d - 1)  # () k3 estimator
+        d = torch.where(x.on, ref_logp.detach() - x.logp_on, 0.0)  # (B, T)
+        kl = reduce(spec.normalisation, d.exp() - d - 1, x.m, cfg.norm_len)  # () k3 estimator
         stats["kl/ref"] = kl.detach()
         if cfg.kl_coef > 0:
             loss = loss + cfg.kl_coef * kl
@@ -177,81 +243,5 @@ def _finish(
     return loss, stats
 
 
-def _ppo(
-    logp: Tensor, old_logp: Tensor, adv: Tensor, mask: Tensor, cfg: LossConfig
-) -> tuple[Tensor, Tensor, Tensor, Stats]:
-    """PPO clipped surrogate per token: -min(r*A, clip(r, 1-eps, 1+eps_high)*A)."""
-    on, m, log_ratio, logp_on, a = _prepare(logp, old_logp, adv, mask)
-    ratio = log_ratio.exp()  # (B, T)
-    lo = 1 - cfg.clip_eps
-    hi = 1 + (cfg.clip_eps if cfg.clip_eps_high is None else cfg.clip_eps_high)
-    per_token = -torch.minimum(ratio * a, ratio.clamp(lo, hi) * a)  # (B, T)
-    low = (ratio < lo) & (a < 0)  # (B, T) gradient removed
-    high = (ratio > hi) & (a > 0)  # (B, T) gradient removed
-    weight = torch.where(low | high, 0.0, ratio).detach()  # (B, T)
-    return per_token, m, logp_on, _stats(ratio.detach()[on], weight, low, high, on)
-
-
-# ---------------------------------------------------------------- the losses
-def grpo_loss(
-    logp: Tensor, old_logp: Tensor, adv: Tensor, mask: Tensor, cfg: LossConfig, ref_logp: Tensor | None = None
-) -> tuple[Tensor, Stats]:
-    """GRPO: PPO clipped surrogate, mean over each sequence's tokens, then over sequences."""
-    per_token, m, logp_on, stats = _ppo(logp, old_logp, adv, mask, cfg)
-    return _finish(per_token, lambda x: _seq_mean(x, m), logp_on, m > 0, ref_logp, cfg, stats)
-
-
-def dr_grpo_loss(
-    logp: Tensor, old_logp: Tensor, adv: Tensor, mask: Tensor, cfg: LossConfig, ref_logp: Tensor | None = None
-) -> tuple[Tensor, Stats]:
-    """Dr. GRPO: PPO clipped surrogate summed over all tokens / (B * (norm_len or T))."""
-    per_token, m, logp_on, stats = _ppo(logp, old_logp, adv, mask, cfg)
-    return _finish(per_token, lambda x: _constant(x, m, cfg.norm_len), logp_on, m > 0, ref_logp, cfg, stats)
-
-
-def dapo_loss(
-    logp: Tensor, old_logp: Tensor, adv: Tensor, mask: Tensor, cfg: LossConfig, ref_logp: Tensor | None = None
-) -> tuple[Tensor, Stats]:
-    """DAPO: PPO surrogate with asymmetric clip, summed over tokens / number of tokens."""
-    per_token, m, logp_on, stats = _ppo(logp, old_logp, adv, mask, cfg)
-    return _finish(per_token, lambda x: _token_mean(x, m), logp_on, m > 0, ref_logp, cfg, stats)
-
-
-def cispo_loss(
-    logp: Tensor, old_logp: Tensor, adv: Tensor, mask: Tensor, cfg: LossConfig, ref_logp: Tensor | None = None
-) -> tuple[Tensor, Stats]:
-    """CISPO (MiniMax-M1): clip the importance weight, keep every token's gradient."""
-    on, m, log_ratio, logp_on, a = _prepare(logp, old_logp, adv, mask)
-    ratio = log_ratio.exp().detach()  # (B, T)
-    weight = ratio.clamp(max=cfg.max_is_weight)  # (B, T) detached
-    per_token = -weight * a * logp_on  # (B, T)
-    high = ratio > cfg.max_is_weight  # (B, T) weight capped
-    stats = _stats(ratio[on], weight, torch.zeros_like(on), high, on)
-    return _finish(per_token, lambda x: _token_mean(x, m), logp_on, on, ref_logp, cfg, stats)
-
-
-def gspo_loss(
-    logp: Tensor, old_logp: Tensor, adv: Tensor, mask: Tensor, cfg: LossConfig, ref_logp: Tensor | None = None
-) -> tuple[Tensor, Stats]:
-    """GSPO: PPO clip on the length-normalised sequence ratio, GSPO-token gradient form."""
-    on, m, log_ratio, logp_on, a = _prepare(logp, old_logp, adv, mask)
-    n_tok = m.sum(-1)  # (B,)
-    seq_ratio = (log_ratio.sum(-1) / n_tok.clamp(min=1)).exp().detach()  # (B,) s_i
-    s = seq_ratio.unsqueeze(-1)  # (B, 1)
-    token_ratio = s * (logp_on - logp_on.detach()).exp()  # (B, T) value s_i, grad s_i*dlogp
-    lo, hi = 1 - cfg.seq_clip_eps, 1 + cfg.seq_clip_eps_high
-    per_token = -torch.minimum(token_ratio * a, token_ratio.clamp(lo, hi) * a)  # (B, T)
-    low = ((s < lo) & (a < 0)).expand_as(on)  # (B, T) gradient removed
-    high = ((s > hi) & (a > 0)).expand_as(on)  # (B, T) gradient removed
-    weight = torch.where(low | high, 0.0, s.expand_as(logp_on))  # (B, T)
-    stats = _stats(seq_ratio[n_tok > 0], weight, low, high, on)
-    return _finish(per_token, lambda x: _seq_mean(x, m), logp_on, on, ref_logp, cfg, stats)
-
-
-LOSSES: dict[str, LossFn] = {
-    "grpo": grpo_loss,
-    "dr_grpo": dr_grpo_loss,
-    "dapo": dapo_loss,
-    "cispo": cispo_loss,
-    "gspo": gspo_loss,
-}
+LOSSES: dict[str, LossFn] = {name: functools.partial(policy_loss, spec) for name, spec in SPECS.items()}
+"""Every loss of `SPECS`, by name: `LOSSES["cispo"](logp, old_logp, adv, mask, cfg)`."""

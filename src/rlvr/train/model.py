@@ -1,4 +1,5 @@
-"""The model being trained: loading (full or LoRA), optimizer, LR schedule, token log-probs.
+"""The model being trained, shared by `rlvr train` and `rlvr sft`: loading (full or LoRA), the
+LR schedule, token log-probs, and the final export.
 
 - Weights are loaded and trained in float32; `bf16` only autocasts the forward/backward pass,
   so optimizer state and checkpoints stay exact.
@@ -6,62 +7,83 @@
   q/k/v/o and the MLP projections), found by walking the model, not from a per-model list.
 - Log-probs divide the logits by the sampling temperature: the policy trained is the one the
   rollouts were sampled from (LocalModel reports logprobs of `log_softmax(logits / T)` too).
+- `final/` is a plain model folder: LoRA adapters are merged into a copy before saving.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
+import shutil
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
 
-from rlvr.errors import ModelError
-from rlvr.train.config import TrainConfig
+from rlvr.errors import ModelError, first_line
+from rlvr.train.fields import LoraSpec
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+_LOAD_ERRORS = (OSError, ValueError, KeyError, TypeError)
+"""What transformers raises for a missing or unusable model folder or id."""
 
 
-def load_tokenizer_and_config(path: str) -> tuple[Any, Any]:
-    from transformers import AutoConfig, AutoTokenizer
+# ---- loading -------------------------------------------------------------------------------
+
+
+def load_tokenizer(path: str) -> Any:
+    from transformers import AutoTokenizer
 
     try:
-        return AutoTokenizer.from_pretrained(path), AutoConfig.from_pretrained(path)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ModelError(f"cannot load a model from {path}: {detail}") from None
+        return AutoTokenizer.from_pretrained(path)
+    except _LOAD_ERRORS as exc:
+        raise ModelError(f"cannot load a tokenizer from {path}: {first_line(exc)}") from None
 
 
-def load_policy(cfg: TrainConfig, device: torch.device, checkpoint_model: Path | None) -> Any:
-    """The trainable model: `cfg.model` (or a full checkpoint), wrapped with LoRA if asked."""
+def load_model_config(path: str) -> Any:
+    """The model's transformers config (its architecture, without loading the weights)."""
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(path)
+    except _LOAD_ERRORS as exc:
+        raise ModelError(f"cannot load a model from {path}: {first_line(exc)}") from None
+
+
+def load_trainable(source: str, *, lora: LoraSpec | None, device: torch.device, checkpoint: Path | None = None) -> Any:
+    """The model to train, in float32 on `device`: `source`, or the model folder of a
+    `checkpoint` to resume from; with `lora`, wrapped with new adapters (or the checkpoint's)."""
     from transformers import AutoModelForCausalLM
 
-    source = str(checkpoint_model) if checkpoint_model is not None and cfg.lora_rank == 0 else cfg.model
+    path = str(checkpoint) if checkpoint is not None and lora is None else source
     try:
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ModelError(f"cannot load a causal language model from {source}: {exc}") from None
+        model: Any = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    except _LOAD_ERRORS as exc:
+        raise ModelError(f"cannot load a causal language model from {path}: {first_line(exc)}") from None
     model.to(device)
-    if cfg.lora_rank > 0:
-        from peft import LoraConfig, PeftModel, get_peft_model
+    if lora is None:
+        return model
+    from peft import LoraConfig, PeftModel, get_peft_model
 
-        with quiet_peft():
-            if checkpoint_model is not None:
-                model = PeftModel.from_pretrained(model, str(checkpoint_model), is_trainable=True)
-            else:
-                lora = LoraConfig(
-                    r=cfg.lora_rank,
-                    lora_alpha=cfg.lora_alpha or 2 * cfg.lora_rank,
-                    target_modules=lora_targets(model),
-                    lora_dropout=0.0,
-                    bias="none",
-                    task_type="CAUSAL_LM",
-                )
-                model = get_peft_model(model, lora)
-    model.eval()  # no dropout anywhere: generation, old and new log-probs see the same network
-    return model
+    with quiet_peft():
+        if checkpoint is not None:
+            return PeftModel.from_pretrained(model, str(checkpoint), is_trainable=True)
+        alpha = lora.alpha or 2 * lora.rank
+        config = LoraConfig(
+            r=lora.rank,
+            lora_alpha=cast(int, alpha),  # peft annotates int; the scale alpha / r takes a float
+            target_modules=lora_targets(model),
+            lora_dropout=lora.dropout,
+            bias="none",
+            task_type="CAUSAL_LM",
+        )
+        return get_peft_model(model, config)
 
 
 @contextlib.contextmanager
@@ -72,7 +94,7 @@ def quiet_peft() -> Iterator[None]:
         yield
 
 
-def lora_targets(model: nn.Module) -> list[str]:
+def lora_targets(model: PreTrainedModel) -> list[str]:
     """Names (last part) of every Linear layer except the output head."""
     head = model.get_output_embeddings()
     names = {name.rsplit(".", 1)[-1] for name, m in model.named_modules() if isinstance(m, nn.Linear) and m is not head}
@@ -81,43 +103,70 @@ def lora_targets(model: nn.Module) -> list[str]:
     return sorted(names)
 
 
-def load_reference(cfg: TrainConfig, device: torch.device) -> Any:
+def load_reference(source: str, device: torch.device) -> Any:
     """A frozen copy of the starting model for the KL term (full fine-tuning only; with LoRA
     the reference is the same model with its adapters disabled)."""
     from transformers import AutoModelForCausalLM
 
-    ref = AutoModelForCausalLM.from_pretrained(cfg.model, dtype=torch.float32).to(device).eval()
+    ref: Any = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
+    ref.to(device).eval()
     ref.requires_grad_(False)
     return ref
 
 
-def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
+# ---- optimizer and learning rate -----------------------------------------------------------
+
+
+def make_optimizer(model: nn.Module, lr: float) -> torch.optim.Optimizer:
+    """AdamW over the trainable parameters: betas (0.9, 0.99), no weight decay, one fused
+    kernel on CUDA. (`rlvr sft` keeps its own: torch's default betas and a weight_decay knob.)"""
     params = [p for p in model.parameters() if p.requires_grad]
     fused = bool(params) and all(p.is_cuda for p in params)  # one kernel for all parameters
-    return torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.99), eps=1e-8, weight_decay=0.0, fused=fused or None)
+    return torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.99), eps=1e-8, weight_decay=0.0, fused=fused or None)
 
 
-def lr_factor(step: int, cfg: TrainConfig) -> float:
-    """Multiplier of cfg.lr for optimizer step `step` (0-based): linear warm-up, then schedule.
+def lr_factor(step: int, *, schedule: str, warmup: int, total: int) -> float:
+    """Multiplier of the peak learning rate at optimizer step `step` (0-based) of `total`:
+    linear warm-up over `warmup` steps, then `schedule` (constant, or a linear or cosine decay
+    that reaches 0 at step `total`).
 
-    >>> from rlvr.train.config import TrainConfig
-    >>> c = TrainConfig(env="e", model="m", steps=10, warmup_steps=2, lr_schedule="linear")
-    >>> [round(lr_factor(s, c), 3) for s in (0, 1, 2, 6, 9)]
+    >>> [round(lr_factor(s, schedule="linear", warmup=2, total=10), 3) for s in (0, 1, 2, 6, 9)]
     [0.5, 1.0, 1.0, 0.5, 0.125]
+    >>> [round(lr_factor(s, schedule="cosine", warmup=2, total=10), 3) for s in (0, 1, 2, 6, 9)]
+    [0.5, 1.0, 1.0, 0.5, 0.038]
     """
-    if step < cfg.warmup_steps:
-        return (step + 1) / cfg.warmup_steps
-    if cfg.lr_schedule == "constant":
+    if step < warmup:
+        return (step + 1) / warmup
+    if schedule == "constant":
         return 1.0
-    span = max(1, cfg.steps - cfg.warmup_steps)
-    done = min(1.0, (step - cfg.warmup_steps) / span)
-    if cfg.lr_schedule == "linear":
+    done = min(1.0, (step - warmup) / max(1, total - warmup))
+    if schedule == "linear":
         return 1.0 - done
     return 0.5 * (1.0 + math.cos(math.pi * done))
 
 
-def make_scheduler(optimizer: torch.optim.Optimizer, cfg: TrainConfig) -> Any:
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(step, cfg))
+def make_scheduler(optimizer: torch.optim.Optimizer, *, schedule: str, warmup: int, total: int) -> Any:
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: lr_factor(step, schedule=schedule, warmup=warmup, total=total)
+    )
+
+
+# ---- the end of a run ----------------------------------------------------------------------
+
+
+def export_final(model: Any, tokenizer: Any, path: Path) -> None:
+    """Save the trained model as a plain model folder (LoRA merged into a copy), loadable with
+    `from_pretrained`; an older folder at `path` is replaced."""
+    if path.exists():
+        shutil.rmtree(path)
+    if hasattr(model, "merge_and_unload"):
+        with quiet_peft():
+            model = copy.deepcopy(model).merge_and_unload()
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+
+
+# ---- log-probs -----------------------------------------------------------------------------
 
 
 def token_logprobs(

@@ -16,11 +16,12 @@ Never re-tokenise completion text: the ids trained on are the ids sampled.
 
 Micro-batching: sequences are sorted by length (less padding), cut into micro-batches and
 right-padded. The policy losses normalise *within* the tensors they get (`rlvr.train.losses`),
-so a micro-batch loss is rescaled to its share of the whole (mini-)batch loss:
+so a micro-batch loss is rescaled to its share of the whole (mini-)batch loss, by the
+normalisation of the loss's row in `rlvr.train.loss_specs.SPECS`:
 
-    seq-mean   (grpo, gspo)     x  sequences-with-tokens(micro) / sequences-with-tokens(all)
-    token-mean (dapo, cispo)    x  trainable-tokens(micro) / trainable-tokens(all)
-    constant   (dr_grpo)        x  sequences(micro) / sequences(all), with a fixed norm_len
+    seq-mean     x  sequences-with-tokens(micro) / sequences-with-tokens(all)
+    token-mean   x  trainable-tokens(micro) / trainable-tokens(all)
+    constant     x  sequences(micro) / sequences(all), with a fixed norm_len
 
 Summing the rescaled micro-batch gradients then equals the gradient of the loss on the whole
 batch in one piece (tested for every loss in `LOSSES`). Over several GPUs, "all" counts every
@@ -37,16 +38,8 @@ import torch
 
 from rlvr.errors import UsageError
 from rlvr.train.chat_tokens import TurnTokens, rollout_tokens
+from rlvr.train.loss_specs import Normalisation
 from rlvr.types import Rollout
-
-NORMALISATION = {
-    "grpo": "seq-mean",
-    "gspo": "seq-mean",
-    "dapo": "token-mean",
-    "cispo": "token-mean",
-    "dr_grpo": "constant",
-}
-"""How each loss of `rlvr.train.losses.LOSSES` normalises (see its module docstring)."""
 
 
 @dataclass
@@ -175,7 +168,7 @@ def empty_micro_batch(pad_id: int, device: torch.device) -> MicroBatch:
     )
 
 
-def normaliser(kind: str, mask: torch.Tensor) -> float:
+def normaliser(kind: Normalisation, mask: torch.Tensor) -> float:
     """The count a loss of normalisation `kind` divides by, for the rows of `mask` (B, T)."""
     if kind == "seq-mean":
         return float((mask.sum(-1) > 0).sum())

@@ -19,6 +19,11 @@ Choices:
   walking the model); `final/` holds the merged model, loadable with `from_pretrained`.
 - **Checkpoints** (`rlvr.train.checkpoint` layout): `checkpoints/step_N/` with the model (or
   adapter), optimizer, scheduler and RNG states; `resume=True` continues from the newest one.
+- **Shared with `rlvr train`**: model loading, the LR schedule and the final export
+  (`rlvr.train.model`), the run directory and resuming (`rlvr.train.checkpoint`), metrics
+  (`rlvr.train.logging`). Defaults differ on purpose: cosine schedule here, constant for RL;
+  AdamW with torch's default betas (0.9, 0.999) and `weight_decay` here, (0.9, 0.99) and no
+  decay for RL.
 
 Logged metrics (metrics.csv, TensorBoard, plots/*.png): `loss/train`, `loss/eval`,
 `optim/lr`, `grad/norm`, `throughput/tokens_per_s` (assistant + context tokens per second).
@@ -26,17 +31,15 @@ Logged metrics (metrics.csv, TensorBoard, plots/*.png): `loss/train`, `loss/eval
 
 from __future__ import annotations
 
-import json
 import math
 import time
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from rlvr.errors import ModelError, UsageError
+from rlvr.errors import UsageError
 from rlvr.train.sft_config import SFTConfig, check_resume
 from rlvr.train.sft_data import Sample, batch_at, read_dataset, split_eval, tokenize_rows
 
@@ -121,89 +124,31 @@ def evaluate(
         model.train(was_training)
 
 
-# ---- model ----------------------------------------------------------------------------------
-
-
-def load_model(cfg: SFTConfig, device: torch.device, checkpoint_model: Path | None) -> Any:
-    """The model to train (float32), from `cfg.model` or a checkpoint, with LoRA if asked."""
-    from transformers import AutoModelForCausalLM
-
-    from rlvr.train.model import lora_targets
-
-    source = str(checkpoint_model) if checkpoint_model is not None and cfg.lora_rank == 0 else cfg.model
-    try:
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32).to(device)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ModelError(f"cannot load a causal language model from {source}: {detail}") from None
-    if cfg.lora_rank == 0:
-        return model
-    from peft import LoraConfig, PeftModel, get_peft_model
-
-    with warnings.catch_warnings():  # peft 0.21 calls a method transformers 5 deprecated
-        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing", category=FutureWarning)
-        if checkpoint_model is not None:
-            return PeftModel.from_pretrained(model, str(checkpoint_model), is_trainable=True)
-        lora = LoraConfig(
-            r=cfg.lora_rank,
-            lora_alpha=cfg.lora_alpha or 2 * cfg.lora_rank,
-            lora_dropout=cfg.lora_dropout,
-            target_modules=lora_targets(model),
-            bias="none",
-            task_type="CAUSAL_LM",
-        )
-        return get_peft_model(model, lora)
-
-
-def lr_factor(step: int, cfg: SFTConfig, total_steps: int) -> float:
-    """Multiplier of cfg.lr at optimizer step `step` (0-based): warm-up, then the schedule.
-
-    >>> c = SFTConfig(model="m", data="d", output_dir="o", warmup_steps=2)
-    >>> [round(lr_factor(s, c, 10), 3) for s in (0, 1, 2, 6, 9)]
-    [0.5, 1.0, 1.0, 0.5, 0.038]
-    """
-    if step < cfg.warmup_steps:
-        return (step + 1) / cfg.warmup_steps
-    if cfg.lr_schedule == "constant":
-        return 1.0
-    done = min(1.0, (step - cfg.warmup_steps) / max(1, total_steps - cfg.warmup_steps))
-    return 0.5 * (1.0 + math.cos(math.pi * done))
-
-
-def save_final(model: Any, tokenizer: Any, path: Path) -> None:
-    """A plain model folder (LoRA merged into a copy), loadable with `from_pretrained`."""
-    import copy
-    import shutil
-
-    if path.exists():
-        shutil.rmtree(path)
-    if hasattr(model, "merge_and_unload"):
-        model = copy.deepcopy(model).merge_and_unload()
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-
-
 # ---- the run --------------------------------------------------------------------------------
 
 
 def train_sft(cfg: SFTConfig, *, resume: bool = False, quiet: bool = False) -> SFTResult:
     """Fine-tune `cfg.model` on `cfg.data`; the final model lands in `OUTPUT_DIR/final`."""
-    from rlvr.train.checkpoint import (
-        check_fingerprint,
-        model_fingerprint,
-        restore_rng,
-        save_checkpoint,
-    )
+    from rlvr.train.checkpoint import model_fingerprint, open_run_dir, restore_training, save_checkpoint
     from rlvr.train.logging import MetricsLog
+    from rlvr.train.model import export_final, load_model_config, load_tokenizer, load_trainable, make_scheduler
 
     run_dir = Path(cfg.output_dir)
-    ckpt, state = _open_run(run_dir, cfg, resume)
+    tokenizer = load_tokenizer(cfg.model)
+    fingerprint = model_fingerprint(load_model_config(cfg.model), tokenizer)
+    ckpt, state = open_run_dir(
+        run_dir,
+        cfg.to_dict(),
+        config_file=CONFIG_FILE,
+        resume=resume,
+        check_resume=lambda saved: check_resume(saved, cfg),
+        fingerprint=fingerprint,
+    )
     device = torch.device(cfg.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     autocast = cfg.bf16 if cfg.bf16 is not None else device.type == "cuda"
     torch.manual_seed(cfg.seed)
 
     # ---- data: read, tokenise, hold out the eval split ----
-    tokenizer = _load_tokenizer(cfg.model)
     rows, skipped = read_dataset(cfg.data, skip_bad_lines=cfg.skip_bad_lines)
     if skipped and not quiet:
         print(f"skipped {len(skipped)} malformed line(s) of {cfg.data}: lines {', '.join(map(str, skipped[:20]))}")
@@ -215,20 +160,15 @@ def train_sft(cfg: SFTConfig, *, resume: bool = False, quiet: bool = False) -> S
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id or 0
 
     # ---- model, optimizer, schedule (restored from the checkpoint when resuming) ----
-    model = load_model(cfg, device, ckpt.model_dir if ckpt is not None else None)
+    model = load_trainable(cfg.model, lora=cfg.lora, device=device, checkpoint=ckpt.model_dir if ckpt else None)
     model.train()
     optimizer = torch.optim.AdamW(
         [p for p in model.parameters() if p.requires_grad], lr=cfg.lr, weight_decay=cfg.weight_decay
     )
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, cfg, total_steps))
-    fingerprint = model_fingerprint(model.config, tokenizer)
+    scheduler = make_scheduler(optimizer, schedule=cfg.lr_schedule, warmup=cfg.warmup_steps, total=total_steps)
     start = 0
-    if ckpt is not None:
-        check_fingerprint(ckpt, state["fingerprint"], fingerprint, cfg.model)
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        restore_rng(ckpt, state, 0)
-        start = int(state["step"])
+    if ckpt is not None and state is not None:
+        start = restore_training(ckpt, state, optimizer=optimizer, scheduler=scheduler, rank=0)
     log = MetricsLog(run_dir, resume_step=start if ckpt is not None else None)
     result = SFTResult(run_dir / "final", total_steps)
 
@@ -253,7 +193,7 @@ def train_sft(cfg: SFTConfig, *, resume: bool = False, quiet: bool = False) -> S
             batch = [train_set[i] for i in batch_at(step - 1, len(train_set), cfg.batch_size, cfg.seed)]
             loss, _ = run_batch(model, batch, cfg, pad_id, device, autocast, train=True)
             norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
-            lr = scheduler.get_last_lr()[0]
+            lr = float(scheduler.get_last_lr()[0])
             optimizer.step()
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
@@ -291,45 +231,13 @@ def train_sft(cfg: SFTConfig, *, resume: bool = False, quiet: bool = False) -> S
                 log.plot()
     log.plot()
     log.close()
-    save_final(model, tokenizer, result.final_dir)
+    export_final(model, tokenizer, result.final_dir)
     if not quiet:
         summary = f"train loss {result.train_loss[0]:.4f} -> {result.train_loss[-1]:.4f}" if result.train_loss else ""
         if result.eval_loss:
             summary += f", eval loss {result.eval_loss[-1]:.4f}"
         print(f"saved {result.final_dir} ({summary.strip(', ') or 'nothing left to train'})")
     return result
-
-
-def _open_run(run_dir: Path, cfg: SFTConfig, resume: bool) -> tuple[Any, Any]:
-    """Check the run directory; the checkpoint to resume from and its trainer state."""
-    from rlvr.train.checkpoint import latest_checkpoint
-
-    config_path = run_dir / CONFIG_FILE
-    if resume:
-        if not config_path.is_file():
-            raise UsageError(f"nothing to resume in {run_dir} (no {CONFIG_FILE}); start without --resume")
-        check_resume(json.loads(config_path.read_text(encoding="utf-8")), cfg)
-        ckpt = latest_checkpoint(run_dir)
-        state = ckpt.trainer_state() if ckpt is not None else None
-    else:
-        if config_path.exists():
-            raise UsageError(
-                f"{run_dir} already holds an SFT run; pass --resume to continue it, or choose another output directory"
-            )
-        ckpt, state = None, None
-    run_dir.mkdir(parents=True, exist_ok=True)
-    config_path.write_text(json.dumps(cfg.to_dict(), indent=2) + "\n", encoding="utf-8")
-    return ckpt, state
-
-
-def _load_tokenizer(path: str) -> Any:
-    from transformers import AutoTokenizer
-
-    try:
-        return AutoTokenizer.from_pretrained(path)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ModelError(f"cannot load a tokenizer from {path}: {detail}") from None
 
 
 def _progress(quiet: bool) -> Any:

@@ -12,6 +12,7 @@ from typing import Any
 
 from rlvr.errors import UsageError
 from rlvr.train import fields
+from rlvr.train.fields import LR_SCHEDULES, LoraSpec
 
 RESUME_MAY_CHANGE = frozenset(
     {"output_dir", "epochs", "max_steps", "eval_every", "save_every", "skip_bad_lines", "device"}
@@ -40,7 +41,7 @@ class SFTConfig:
     lr: float = 2e-5
     """peak learning rate (LoRA usually wants about 10x more)"""
     lr_schedule: str = "cosine"
-    """learning rate after warm-up: constant, or cosine (decays to 0 at the last step)"""
+    """learning rate after warm-up: constant, linear or cosine (both decay to 0 at the last step)"""
     warmup_steps: int = 0
     """steps of linear learning-rate warm-up from 0"""
     weight_decay: float = 0.0
@@ -82,8 +83,8 @@ class SFTConfig:
             need(value is None or value >= 1, f"{name} must be >= 1 or None (unset), got {value}")
         need(math.isfinite(self.lr) and self.lr > 0, f"lr must be > 0, got {self.lr}")
         need(
-            self.lr_schedule in ("constant", "cosine"),
-            f"lr_schedule must be constant or cosine, got {self.lr_schedule!r}",
+            self.lr_schedule in LR_SCHEDULES,
+            f"unknown lr_schedule {self.lr_schedule!r}; expected one of {', '.join(LR_SCHEDULES)}",
         )
         need(self.warmup_steps >= 0, f"warmup_steps must be >= 0, got {self.warmup_steps}")
         need(self.weight_decay >= 0, f"weight_decay must be >= 0, got {self.weight_decay}")
@@ -101,6 +102,11 @@ class SFTConfig:
             0 <= self.eval_fraction < 1,
             f"eval_fraction must be in [0, 1), got {self.eval_fraction}",
         )
+
+    @property
+    def lora(self) -> LoraSpec | None:
+        """The LoRA adapters to train (None: full fine-tuning)."""
+        return LoraSpec(self.lora_rank, self.lora_alpha, self.lora_dropout) if self.lora_rank else None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

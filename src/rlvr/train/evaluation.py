@@ -1,0 +1,124 @@
+"""Evaluation during training: fixed, seeded sets of tasks played with the current policy.
+
+    sets = eval_sets(cfg, envs.get, rank=dist.rank, world=dist.world)   # once
+    played = await evaluate(sets, client, sampling)                     # {label: rollouts}
+    metrics, table = eval_metrics(sets, played)                         # eval/LABEL/...
+
+One set per entry of `eval_env_args` (merged over `env_args`), each the first `eval_tasks`
+tasks of its environment's eval split, one rollout each. Every evaluation plays the same
+tasks with the same seeds, so successive evaluations differ only by the model. The trainer
+logs the metrics, prints the table and saves each set's rollouts with `save_eval` under
+`RUN_DIR/eval/step_N/LABEL/` (an ordinary results directory, readable by `rlvr report`).
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rlvr.clients.base import ChatClient
+from rlvr.engine import run_rollouts
+from rlvr.envs.multiturn import MultiTurnEnv
+from rlvr.results import RunDir
+from rlvr.summary import summarize
+from rlvr.train.config import TrainConfig
+from rlvr.train.logging import metric_name
+from rlvr.train.metrics import reward_metrics
+from rlvr.types import Rollout, SamplingArgs, Task
+
+
+@dataclass
+class EvalSet:
+    """One evaluation set: the environment and the tasks this process plays."""
+
+    label: str
+    """the set's name in metric names (`eval/LABEL/...`), from its own arguments"""
+    env: MultiTurnEnv[Any]
+    tasks: list[Task]
+    env_args: dict[str, Any]
+    """the environment's arguments (saved with the rollouts)"""
+
+
+def eval_sets(
+    cfg: TrainConfig, load_env: Callable[[dict[str, Any]], MultiTurnEnv[Any]], *, rank: int = 0, world: int = 1
+) -> list[EvalSet]:
+    """The evaluation sets of `cfg`; with several processes, each plays every `world`-th task."""
+    out = []
+    for extra, args in zip(cfg.eval_env_args or [{}], cfg.eval_sets):
+        env = load_env(args)
+        tasks = env.tasks("eval")[: cfg.eval_tasks]
+        out.append(EvalSet(eval_label(extra), env, tasks[rank::world], args))
+    return out
+
+
+async def evaluate(sets: list[EvalSet], client: ChatClient, sampling: SamplingArgs) -> dict[str, list[Rollout]]:
+    """Play every set, one after the other; each set's tasks run concurrently."""
+    played = {}
+    for s in sets:
+        played[s.label] = await run_rollouts(
+            s.env, client, s.tasks, rollouts_per_task=1, concurrency=max(len(s.tasks), 1), sampling=sampling
+        )
+    return played
+
+
+def eval_metrics(sets: list[EvalSet], played: dict[str, list[Rollout]]) -> tuple[dict[str, float], str]:
+    """`eval/LABEL/...` metrics of every set (see docs/training.md), and the outcome table."""
+    metrics: dict[str, float] = {}
+    table: list[tuple[str, dict[str, float]]] = []
+    for s in sets:
+        rollouts = played[s.label]
+        summary = summarize(rollouts)
+        numbers = reward_metrics(summary, rollouts, s.env)
+        del numbers["reward/std"]  # not logged for evaluations
+        metrics.update({f"eval/{s.label}/{k}": v for k, v in numbers.items()})
+        scored = summary["rollouts"] - summary["errors"]
+        metrics[f"eval/{s.label}/error_frac"] = 1 - scored / max(len(rollouts), 1)
+        outcomes = {k.removeprefix("outcome/"): v for k, v in numbers.items() if k.startswith("outcome/")}
+        table.append((s.label, {"reward": numbers["reward/mean"], **outcomes}))
+    return metrics, format_table(table)
+
+
+def eval_label(extra: dict[str, Any]) -> str:
+    """The name of an evaluation set in metric names, from its entry of eval_env_args.
+
+    >>> eval_label({"opponent": "random"}), eval_label({})
+    ('opponent=random', 'default')
+    """
+    return metric_name(",".join(f"{k}={v}" for k, v in sorted(extra.items()))) if extra else "default"
+
+
+def format_table(rows: list[tuple[str, dict[str, float]]]) -> str:
+    """A plain-text table: one row per evaluation set, one column per number."""
+    columns = list(dict.fromkeys(k for _, row in rows for k in row))
+    width = max([len(label) for label, _ in rows] + [8])
+    lines = [" " * width + "".join(f"{c:>14}" for c in columns)]
+    for label, row in rows:
+        lines.append(f"{label:<{width}}" + "".join(f"{row.get(c, math.nan):>14.3f}" for c in columns))
+    return "\n".join(lines)
+
+
+def save_eval(
+    path: Path, rollouts: list[Rollout], *, env: str, env_args: dict[str, Any], model: str, step: int
+) -> None:
+    """One evaluation set's rollouts as a results directory (replacing an older one)."""
+    if path.exists():
+        shutil.rmtree(path)
+    run, _ = RunDir.create(
+        path,
+        {
+            "command": "train-eval",
+            "env": env,
+            "env_args": env_args,
+            "model": model,
+            "step": step,
+            "num_tasks": len(rollouts),
+            "rollouts_per_task": 1,
+        },
+    )
+    for r in rollouts:
+        run.append(r)
+    run.close(status="complete", rollouts=len(rollouts))

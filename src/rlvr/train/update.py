@@ -1,0 +1,192 @@
+"""The policy update of one batch: minibatches of micro-batches, one optimizer step each.
+
+    how = UpdateSettings.from_config(cfg, pad_id)
+    metrics = update_policy(policy, ref, seqs, len(rollouts), how, optimizer, dist)
+
+- The batch's sequences are split into `minibatches` by rollout (whole groups stay together),
+  each minibatch into micro-batches of `micro_batch_size` sequences (`rlvr.train.sequences`).
+- Each micro-batch's loss is scaled by its share of the minibatch's normaliser (summed over
+  every rank), so the accumulated gradient is the minibatch's gradient in one piece; times
+  the world size, since DDP averages.
+- Old log-probs: with one minibatch, the new ones detached (ratio exactly 1); with several,
+  frozen by one no-grad pass before the first update (the later updates are off-policy).
+- Every rank runs as many backward passes as the busiest one (empty micro-batches pad the
+  others), since DDP all-reduces on the last one.
+- The losses and the gradient norm are read from the device once per update; a non-finite
+  one stops every rank together, before the optimizer step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from rlvr.errors import TrainingError
+from rlvr.train.config import TrainConfig
+from rlvr.train.distributed import Dist
+from rlvr.train.loss_specs import SPECS
+from rlvr.train.loss_stats import LossStats
+from rlvr.train.losses import LOSSES, LossConfig
+from rlvr.train.model import token_logprobs, unwrap
+from rlvr.train.sequences import MicroBatch, TrainSequence, empty_micro_batch, micro_batches, normaliser
+
+Plan = list[list[MicroBatch]]
+"""The micro-batches of each minibatch."""
+
+
+@dataclass(frozen=True)
+class UpdateSettings:
+    """How a batch updates the policy (the `TrainConfig` fields of the same names)."""
+
+    loss: str
+    loss_cfg: LossConfig
+    minibatches: int
+    micro_batch_size: int
+    temperature: float
+    bf16: bool
+    max_grad_norm: float
+    pad_id: int
+
+    @classmethod
+    def from_config(cls, cfg: TrainConfig, pad_id: int) -> UpdateSettings:
+        loss_cfg = LossConfig(
+            clip_eps=cfg.clip_eps,
+            clip_eps_high=cfg.clip_eps_high,
+            max_is_weight=cfg.max_is_weight,
+            kl_coef=cfg.kl_coef,
+            norm_len=cfg.max_tokens,
+        )
+        return cls(
+            loss=cfg.loss,
+            loss_cfg=loss_cfg,
+            minibatches=cfg.minibatches,
+            micro_batch_size=cfg.micro_batch_size,
+            temperature=cfg.temperature,
+            bf16=cfg.bf16,
+            max_grad_norm=cfg.max_grad_norm,
+            pad_id=pad_id,
+        )
+
+
+def update_policy(
+    policy: Any,
+    ref: Any,
+    seqs: list[TrainSequence],
+    n_rollouts: int,
+    how: UpdateSettings,
+    optimizer: torch.optim.Optimizer,
+    dist: Dist,
+) -> dict[str, float]:
+    """`how.minibatches` optimizer steps on this rank's sequences (of `n_rollouts` rollouts);
+    returns the loss statistics of all ranks. `ref` is the frozen reference model of the KL
+    term (None: none, or LoRA's adapters disabled)."""
+    kind = SPECS[how.loss].normalisation
+    plans = _plan(seqs, n_rollouts, how, dist.device)
+    old = _frozen_logprobs(policy, plans, how, dist.device) if how.minibatches > 1 else {}
+    stats = LossStats()
+    params = [p for p in policy.parameters() if p.requires_grad]
+    for m, plan in enumerate(plans):
+        total = dist.sum([sum(normaliser(kind, mb.cpu_mask) for mb in plan)])[0]
+        if total == 0:
+            continue  # nothing to train on anywhere: no optimizer step (Adam would still move)
+        count = dist.max(len(plan))
+        plan = plan + [empty_micro_batch(how.pad_id, dist.device)] * (count - len(plan))
+        losses = []
+        for u, mb in enumerate(plan):
+            host = mb.cpu_mask
+            share = normaliser(kind, host) / total if host.numel() and host.any() else 0.0
+            sync = u == count - 1 or not dist.active
+            losses.append(_backward(policy, ref, mb, old.get((m, u)), share, sync, how, dist, stats))
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, how.max_grad_norm)
+        stats.grad_norms.append(_finite_or_stop(losses, grad_norm, m, optimizer, dist))
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    return stats.result(dist)
+
+
+def _plan(seqs: list[TrainSequence], n_rollouts: int, how: UpdateSettings, device: torch.device) -> Plan:
+    """Minibatches by rollout index (whole groups each), cut into micro-batches."""
+    per = max(1, n_rollouts // how.minibatches)
+    return [
+        micro_batches([s for s in seqs if s.rollout // per == m], how.micro_batch_size, how.pad_id, device)
+        for m in range(how.minibatches)
+    ]
+
+
+def _autocast(how: UpdateSettings, device: torch.device) -> torch.autocast:
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=how.bf16)
+
+
+def _frozen_logprobs(
+    policy: Any, plans: Plan, how: UpdateSettings, device: torch.device
+) -> dict[tuple[int, int], torch.Tensor]:
+    """Log-probs of every micro-batch under the weights before the first update: the behaviour
+    policy of the off-policy updates that follow."""
+    old = {}
+    with torch.no_grad(), _autocast(how, device):
+        for m, plan in enumerate(plans):
+            for u, mb in enumerate(plan):
+                old[m, u] = token_logprobs(policy, mb.ids, mb.attention, how.temperature)[0].float()
+    return old
+
+
+def _backward(
+    policy: Any,
+    ref: Any,
+    mb: MicroBatch,
+    old_logp: torch.Tensor | None,
+    share: float,
+    sync: bool,
+    how: UpdateSettings,
+    dist: Dist,
+    stats: LossStats,
+) -> torch.Tensor:
+    """Forward and backward of one micro-batch, its gradient scaled to its `share` of the
+    minibatch loss (DDP all-reduces only when `sync`); returns its loss, detached."""
+    with contextlib.nullcontext() if sync else policy.no_sync():
+        with _autocast(how, dist.device):
+            logp, ent = token_logprobs(policy, mb.ids, mb.attention, how.temperature, entropy=True)
+        ref_logp = _reference_logprobs(policy, ref, mb, how, dist.device)
+        old_logp = logp.detach() if old_logp is None else old_logp
+        loss, loss_stats = LOSSES[how.loss](logp, old_logp, mb.adv, mb.mask, how.loss_cfg, ref_logp=ref_logp)
+        (loss * (share * dist.world)).backward()
+    stats.add(loss_stats, ent, old_logp, mb, share)
+    return loss.detach()
+
+
+def _reference_logprobs(
+    policy: Any, ref: Any, mb: MicroBatch, how: UpdateSettings, device: torch.device
+) -> torch.Tensor | None:
+    if how.loss_cfg.kl_coef == 0:
+        return None
+    with torch.no_grad(), _autocast(how, device):
+        if ref is not None:
+            return token_logprobs(ref, mb.ids, mb.attention, how.temperature)[0].float()
+        with unwrap(policy).disable_adapter():
+            return token_logprobs(policy, mb.ids, mb.attention, how.temperature)[0].float()
+
+
+def _finite_or_stop(
+    losses: list[torch.Tensor], grad_norm: torch.Tensor, m: int, optimizer: torch.optim.Optimizer, dist: Dist
+) -> float:
+    """The gradient norm, read with the losses in one device transfer; when any of them is not
+    finite on any rank, every rank drops the gradients and raises `TrainingError`."""
+    values = torch.stack([*losses, grad_norm.detach().float()]).tolist()
+    bad = next(
+        (
+            f"the loss is {v} (micro-batch {u + 1} of update {m + 1})"
+            for u, v in enumerate(values[:-1])
+            if not math.isfinite(v)
+        ),
+        "",
+    )
+    if not bad and not math.isfinite(values[-1]):
+        bad = f"the gradient norm is {values[-1]} (update {m + 1})"
+    if dist.max(int(bool(bad))):  # stop on every rank together, before the step
+        optimizer.zero_grad(set_to_none=True)
+        raise TrainingError(bad or "another process got a non-finite loss")
+    return float(values[-1])
