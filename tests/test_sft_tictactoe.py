@@ -27,7 +27,7 @@ from rlvr.train.sft import train_sft
 from rlvr.train.sft_config import SFTConfig
 from rlvr.types import SamplingArgs
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 
 
 def test_teacher_games_teach_a_fresh_model_the_move_format(tmp_path) -> None:
