@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import csv
+import json
 import math
 import shutil
 from pathlib import Path
@@ -253,6 +254,7 @@ def test_tictactoe_two_step_smoke_through_the_cli(tiny, tmp_path, capsys) -> Non
         "2",
         "--eval-tasks",
         "2",
+        "--eval-exact",
         "--lr",
         "1e-3",
     ]
@@ -277,8 +279,16 @@ def test_tictactoe_two_step_smoke_through_the_cli(tiny, tmp_path, capsys) -> Non
         "time/rollouts",
         "optim/lr",
         "throughput/rollouts_per_s",
+        "exact/optimal/draw_pct",
+        "exact/random/win_pct",
+        "exact/beaten_games",
+        "exact/unbeatable",
     ):
         assert last[name] != "" and math.isfinite(float(last[name])), name
+    assert float(last["exact/beaten_games"]) >= 1 and float(last["exact/unbeatable"]) == 0.0  # an untrained model
+    assert "exact W/D/L %" in printed
+    exact_meta = json.loads((out / "eval" / "step_000002" / "exact" / "metadata.json").read_text())
+    assert exact_meta["exact"]["games"] >= 10 and exact_meta["mode"] == "exact"
     assert float(last["rollout/turns"]) <= 2
     assert (out / "plots" / "overview.png").is_file() and (out / "plots" / "reward.png").is_file()
     assert (out / "eval" / "step_000002" / "opponent=optimal" / "results.jsonl").is_file()

@@ -30,7 +30,7 @@ CHOICES: dict[str, tuple[str, ...]] = {"loss": tuple(SPECS), "lr_schedule": LR_S
 
 RENAMED = {"rollouts_per_example": "group_size", "num_groups": "num_buckets"}
 """Old field names still accepted (with a DeprecationWarning) in TOML files and flags."""
-RESUME_MAY_CHANGE = frozenset({"steps", "eval_every", "eval_tasks", "save_every", "output_dir"})
+RESUME_MAY_CHANGE = frozenset({"steps", "eval_every", "eval_tasks", "eval_exact", "save_every", "output_dir"})
 """Fields a resumed run may change; any other difference from the saved config is an error."""
 
 
@@ -102,6 +102,8 @@ class TrainConfig:
     """evaluate every N steps (and after the last); None = never"""
     eval_tasks: int = 50
     """tasks per evaluation set, one rollout each, same seeds at every evaluation"""
+    eval_exact: bool = False
+    """at every evaluation also play greedily over the env's whole game tree (envs that offer one, e.g. tictactoe): exact rates, no sampling"""
     save_every: int | None = 50
     """checkpoint every N steps (and after the last); None = only after the last"""
 

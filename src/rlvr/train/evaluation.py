@@ -23,6 +23,7 @@ from typing import Any
 from rlvr.clients.base import ChatClient
 from rlvr.engine import run_rollouts
 from rlvr.envs.multiturn import MultiTurnEnv
+from rlvr.exact import ExactResult, enumerate_games
 from rlvr.results import RunDir
 from rlvr.summary import summarize
 from rlvr.train.config import TrainConfig
@@ -80,6 +81,54 @@ def eval_metrics(sets: list[EvalSet], played: dict[str, list[Rollout]]) -> tuple
         outcomes = {k.removeprefix("outcome/"): v for k, v in numbers.items() if k.startswith("outcome/")}
         table.append((s.label, {"reward": numbers["reward/mean"], **outcomes}))
     return metrics, format_table(table)
+
+
+async def evaluate_exact(env: MultiTurnEnv[Any], client: ChatClient, sampling: SamplingArgs) -> ExactResult:
+    """Greedy play over `env`'s whole game tree (see `rlvr.exact`), with the training token limit."""
+    greedy = SamplingArgs(max_tokens=sampling.max_tokens, temperature=0.0, stop=sampling.stop)
+    return await enumerate_games(env, client, greedy, concurrency=1024)
+
+
+def exact_metrics(result: ExactResult) -> dict[str, float]:
+    """`exact/OPPONENT/{win,draw,loss,other}_pct`, `exact/beaten_games`, `exact/rejected_move_games`
+    and `exact/unbeatable` (1 when no line of play beats the policy) of an exact evaluation."""
+    metrics: dict[str, float] = {}
+    for opponent in result.opponents:
+        rates = result.rates(opponent)
+        main = {k: 100.0 * rates.get(k, 0.0) for k in ("win", "draw", "loss")}
+        metrics.update({f"exact/{opponent}/{k}_pct": v for k, v in main.items()})
+        metrics[f"exact/{opponent}/other_pct"] = max(100.0 - sum(main.values()), 0.0)
+    summary = result.summary()
+    metrics["exact/beaten_games"] = float(len(summary["beaten"]))
+    metrics["exact/rejected_move_games"] = float(summary["rejected_move_games"])
+    metrics["exact/unbeatable"] = float(result.unbeatable)
+    return metrics
+
+
+def exact_line(result: ExactResult) -> str:
+    """One line for the console: the rates per opponent and the verdict."""
+    parts = []
+    for opponent in result.opponents:
+        r = result.rates(opponent)
+        parts.append(
+            f"{opponent} {100 * r.get('win', 0):.2f}/{100 * r.get('draw', 0):.2f}/{100 * r.get('loss', 0):.2f}"
+        )
+    beaten = len(result.beaten)
+    verdict = "unbeatable" if not beaten else f"beaten in {beaten} of {len(result.games)} games"
+    return f"exact W/D/L %: {', '.join(parts)}; {verdict}"
+
+
+def save_exact(path: Path, result: ExactResult, *, env: str, env_args: dict[str, Any], model: str, step: int) -> None:
+    """An exact evaluation's games as a results directory (`rlvr report` draws the lost ones)."""
+    if path.exists():
+        shutil.rmtree(path)
+    meta = {"command": "train-eval", "mode": "exact", "env": env, "env_args": env_args, "model": model}
+    run, _ = RunDir.create(path, {**meta, "step": step, "num_tasks": "tree", "rollouts_per_task": 1})
+    for game in result.games:
+        run.append(game)
+    run.close(
+        status="complete", rollouts=len(result.games), exact={**result.summary(), "failures": list(result.failures)}
+    )
 
 
 def eval_label(extra: dict[str, Any]) -> str:

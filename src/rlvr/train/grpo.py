@@ -71,13 +71,23 @@ import torch
 from rlvr.clients.local import LocalModel
 from rlvr.engine import run_rollouts
 from rlvr.envs.multiturn import MultiTurnEnv
+from rlvr.exact import GameTree
 from rlvr.errors import TrainingError, UsageError
 from rlvr.sampler import StratifiedSampler, difficulty_buckets
 from rlvr.train import checkpoint as ckpt_io
 from rlvr.train.advantages import batch_advantages
 from rlvr.train.config import TrainConfig, check_resume
 from rlvr.train.distributed import setup_distributed
-from rlvr.train.evaluation import eval_metrics, eval_sets, evaluate, save_eval
+from rlvr.train.evaluation import (
+    eval_metrics,
+    eval_sets,
+    evaluate,
+    evaluate_exact,
+    exact_line,
+    exact_metrics,
+    save_eval,
+    save_exact,
+)
 from rlvr.train.logging import MetricsLog
 from rlvr.train.metrics import rollout_metrics, step_line, timing_metrics
 from rlvr.train.model import (
@@ -128,6 +138,8 @@ def train(
     envs = Envs(make_env, cfg.max_turns)  # one per distinct env args; closed at the end
     env = envs.get(cfg.env_args)
     sampler = make_sampler(env, cfg)
+    if cfg.eval_exact and not isinstance(env, GameTree):
+        raise UsageError(f"eval_exact: environment {cfg.env!r} offers no game tree to evaluate exactly")
     if cfg.tasks_per_batch % (dist.world * cfg.minibatches):
         raise UsageError(
             f"the {cfg.tasks_per_batch} tasks of a batch do not split over {dist.world} "
@@ -198,6 +210,12 @@ def train(
                 where = run_dir / "eval" / f"step_{step:06d}" / s.label
                 save_eval(where, played[s.label], env=cfg.env, env_args=s.env_args, model=cfg.model, step=step)
             metrics, table = eval_metrics(sets, played)
+            if cfg.eval_exact:  # rank 0 alone: the tree is small, and its result is exact
+                exact = run_async(evaluate_exact(env, client, sampling))
+                metrics.update(exact_metrics(exact))
+                where = run_dir / "eval" / f"step_{step:06d}" / "exact"
+                save_exact(where, exact, env=cfg.env, env_args=cfg.env_args, model=cfg.model, step=step)
+                table += "\n" + exact_line(exact)
             log.write(step, {**metrics, "time/eval": time.monotonic() - t0})
             log.write_text(step, "eval", table.replace("\n", "  \n"))
             log.plot_async()
