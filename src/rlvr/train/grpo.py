@@ -71,8 +71,8 @@ import torch
 from rlvr.clients.local import LocalModel
 from rlvr.engine import run_rollouts
 from rlvr.envs.multiturn import MultiTurnEnv
-from rlvr.exact import GameTree
 from rlvr.errors import TrainingError, UsageError
+from rlvr.exact import GameTree
 from rlvr.sampler import StratifiedSampler, difficulty_buckets
 from rlvr.train import checkpoint as ckpt_io
 from rlvr.train.advantages import batch_advantages
