@@ -12,7 +12,8 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from rlvr import MultiTurnEnv, Rubric
-from rlvr.clients.local import LocalModel, parse_tool_calls
+from rlvr.clients.local import LocalModel
+from rlvr.clients.tool_calls import parse_tool_calls
 from rlvr.engine import run_rollouts
 from rlvr.errors import ModelError, PromptTooLongError
 from rlvr.models import build_tiny_model
@@ -191,12 +192,9 @@ def test_stop_strings_eos_and_max_tokens_end_a_reply(lm) -> None:
     stopped = run(lm.chat(prompt, greedy.replace(stop=[cut])))
     assert stopped.finish_reason == "stop" and stopped.text == full.text[: full.text.find(cut)]
     assert stopped.token_ids == full.token_ids[: len(stopped.token_ids)] and len(stopped.token_ids) < 20
-    saved = lm.eos_ids
-    lm.eos_ids = frozenset({full.token_ids[4]})  # pretend the 5th token is the end-of-turn marker
-    try:
-        eos = run(lm.chat(prompt, greedy))
-    finally:
-        lm.eos_ids = saved
+    marked = like(lm)  # a new client: its worker reads eos_ids when it starts
+    marked.eos_ids = frozenset({full.token_ids[4]})  # pretend the 5th token is the end-of-turn marker
+    eos = run(marked.chat(prompt, greedy))
     first = full.token_ids.index(full.token_ids[4])
     assert eos.finish_reason == "stop" and eos.token_ids == full.token_ids[: first + 1]
     assert eos.text == lm.tokenizer.decode(full.token_ids[:first], skip_special_tokens=True)
