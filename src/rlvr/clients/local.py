@@ -74,7 +74,7 @@ from rlvr.clients.local_load import (
 from rlvr.clients.local_prefix import PrefixCache
 from rlvr.clients.local_slots import SlotBatch, SlotDecoder, use_static_cache
 from rlvr.clients.tool_calls import parse_tool_calls
-from rlvr.errors import ModelError, PromptTooLongError, UsageError
+from rlvr.errors import ClientClosedError, ModelError, PromptTooLongError, UsageError
 from rlvr.types import Completion, Messages, SamplingArgs, ToolCall, Usage
 
 RENDER_CACHE = 4096
@@ -156,6 +156,7 @@ class LocalModel:
         self._pending: list[Request] = []
         self._arrivals = 0
         self._thread: threading.Thread | None = None
+        self._closed = False
 
     def clear_cache(self) -> None:
         """Forget the kept KV caches (call after the weights changed, e.g. an optimizer step)."""
@@ -224,6 +225,8 @@ class LocalModel:
             arrival_step=self.stats.decode_steps,
         )
         with self._lock:
+            if self._closed:
+                raise ClientClosedError(f"cannot send a request: the client of {self.name} has been closed")
             self._pending.append(request)
             self._arrivals += 1
             if self._thread is None:
@@ -238,10 +241,17 @@ class LocalModel:
             raise
 
     async def aclose(self) -> None:
-        """Wait for the worker thread to finish its last step (it stops once idle)."""
-        thread = self._thread
+        """Take no more requests: those in flight are answered, the worker thread ends (waited
+        for up to 10 s) and the KV caches are dropped. A later `chat()` raises
+        `ClientClosedError`; the model itself is left as it is. Calling it again does nothing."""
+        with self._lock:
+            self._closed = True
+            thread = self._thread
         if thread is not None:
             await asyncio.to_thread(thread.join, 10.0)
+        self.clear_cache()
+        if not (thread and thread.is_alive()):
+            self._decoder = None  # its KV buffers and CUDA graphs
 
     # ---- the worker thread ----------------------------------------------------------------
 
