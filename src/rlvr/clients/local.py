@@ -47,6 +47,11 @@ Sharing weights with a trainer: `LocalModel("name", model=model, tokenizer=token
 already-loaded (unwrapped, possibly peft) model and always generates with its current weights.
 Generation switches the model to eval mode for each step and back; do not run an optimizer step
 while a `chat()` is in flight.
+
+Lifecycle: the worker thread starts with the first request and ends by itself once idle (within
+~50 ms). `await lm.aclose()` answers the requests already taken, waits for the thread and drops
+the KV caches; a later `chat()` raises `ClientClosedError`. Loading and the model facts the
+decoder needs are in `rlvr.clients.local_load`, tool-call parsing in `rlvr.clients.tool_calls`.
 """
 
 from __future__ import annotations
@@ -226,7 +231,7 @@ class LocalModel:
         )
         with self._lock:
             if self._closed:
-                raise ClientClosedError(f"cannot send a request: the client of {self.name} has been closed")
+                raise ClientClosedError(f"the client of {self.name} has been closed (aclose); make a new one")
             self._pending.append(request)
             self._arrivals += 1
             if self._thread is None:
