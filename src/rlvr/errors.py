@@ -26,8 +26,8 @@ the tool's reply ("Error: ..."), the model reads it, and the rollout goes on.
 
 So does one exception internal to the HTTP client:
 
-    MalformedResponse          (rlvr.clients.openai_response) a 200 that is not a chat completion:
-                               retried, and a ClientError once the retries run out
+    MalformedResponse          (rlvr.clients.openai_response) a 200 that is not a chat
+                               completion: retried, and a ClientError once retries run out
 
 Two helpers put an exception on one line: `first_line` (the message a user reads) and
 `error_summary` (type, message and the last frames, for a rollout's error record).
