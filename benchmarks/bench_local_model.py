@@ -47,7 +47,7 @@ import torch
 
 from rlvr import Completion, Messages, MultiTurnEnv, Rubric, SamplingArgs
 from rlvr.clients.local import LocalModel
-from rlvr.clients.local_batch import attention_backends
+from rlvr.clients.local_load import attention_backends
 from rlvr.engine import run_rollouts
 from rlvr.types import Usage
 

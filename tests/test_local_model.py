@@ -11,10 +11,11 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from rlvr import MultiTurnEnv, Rubric
-from rlvr.clients.local import LocalModel, parse_tool_calls
+from rlvr import ChatClient, MultiTurnEnv, Policy, Rubric
+from rlvr.clients.local import LocalModel
+from rlvr.clients.tool_calls import parse_tool_calls
 from rlvr.engine import run_rollouts
-from rlvr.errors import ModelError, PromptTooLongError
+from rlvr.errors import ClientClosedError, ModelError, PromptTooLongError
 from rlvr.models import build_tiny_model
 from rlvr.types import SamplingArgs
 
@@ -191,12 +192,9 @@ def test_stop_strings_eos_and_max_tokens_end_a_reply(lm) -> None:
     stopped = run(lm.chat(prompt, greedy.replace(stop=[cut])))
     assert stopped.finish_reason == "stop" and stopped.text == full.text[: full.text.find(cut)]
     assert stopped.token_ids == full.token_ids[: len(stopped.token_ids)] and len(stopped.token_ids) < 20
-    saved = lm.eos_ids
-    lm.eos_ids = frozenset({full.token_ids[4]})  # pretend the 5th token is the end-of-turn marker
-    try:
-        eos = run(lm.chat(prompt, greedy))
-    finally:
-        lm.eos_ids = saved
+    marked = like(lm)  # a new client: its worker reads eos_ids when it starts
+    marked.eos_ids = frozenset({full.token_ids[4]})  # pretend the 5th token is the end-of-turn marker
+    eos = run(marked.chat(prompt, greedy))
     first = full.token_ids.index(full.token_ids[4])
     assert eos.finish_reason == "stop" and eos.token_ids == full.token_ids[: first + 1]
     assert eos.text == lm.tokenizer.decode(full.token_ids[:first], skip_special_tokens=True)
@@ -294,6 +292,36 @@ def test_cancelled_requests_leave_the_batch(lm) -> None:
 
     done, thread = run(main())
     assert all(1 <= len(c.token_ids) <= 8 for c in done) and thread is None
+
+
+def test_a_closed_local_model_answers_what_it_took_then_raises(lm) -> None:
+    client = like(lm)
+    greedy = SamplingArgs(max_tokens=6, temperature=0.0)
+
+    async def main():
+        in_flight = [asyncio.create_task(client.chat(ask(i), greedy)) for i in range(4)]
+        await asyncio.sleep(0)  # the four are queued
+        await client.aclose()
+        answered = await asyncio.gather(*in_flight)
+        with pytest.raises(ClientClosedError, match="client of tiny has been closed"):
+            await client.chat(ask(1), greedy)
+        await client.aclose()  # again: nothing to do
+        return answered
+
+    answered = run(main())
+    assert len(answered) == 4 and all(1 <= len(c.token_ids) <= 6 for c in answered)
+    assert client._thread is None and client._decoder is None and not client.prefix.entries
+    assert isinstance(client, ChatClient)
+
+
+def test_a_policy_has_nothing_to_close() -> None:
+    echo = Policy(lambda messages, rng: messages[-1]["content"], name="echo")
+
+    async def main():
+        await echo.aclose()
+        return await echo.chat(ask(1), SamplingArgs())
+
+    assert run(main()).text == ask(1)[-1]["content"] and isinstance(echo, ChatClient)
 
 
 class Countdown(MultiTurnEnv):

@@ -12,10 +12,12 @@ from types import SimpleNamespace
 import pytest
 from openai_server import Faults, OpenAIServer, Reply, render_prompt, token_logprob
 
-from rlvr.clients.base import ChatClient
-from rlvr.clients.openai import OpenAIClient, _tokens
+from rlvr.clients.base import ChatClient, RemoteClient
+from rlvr.clients.openai import OpenAIClient
+from rlvr.clients.openai_response import sampled_tokens
+from rlvr.clients.policy import Policy
 from rlvr.clients.resolve import make_client
-from rlvr.errors import ClientError, PromptTooLongError, UsageError
+from rlvr.errors import ClientClosedError, ClientError, PromptTooLongError, UsageError
 from rlvr.types import SamplingArgs
 
 HI = [{"role": "user", "content": "hi"}]
@@ -146,13 +148,13 @@ def test_token_ids_read_from_logprob_tokens_and_misaligned_ones_dropped() -> Non
     def lp(*tokens):
         return SimpleNamespace(content=[SimpleNamespace(token=t, logprob=-1.0) for t in tokens])
 
-    assert _tokens(SimpleNamespace(logprobs=lp("token_id:7", "token_id:9"))) == (
+    assert sampled_tokens(SimpleNamespace(logprobs=lp("token_id:7", "token_id:9"))) == (
         [-1.0, -1.0],
         [7, 9],
     )
-    assert _tokens(SimpleNamespace(logprobs=lp("a", "b"))) == ([-1.0, -1.0], None)
-    assert _tokens(SimpleNamespace(logprobs=lp("a", "b"), token_ids=[1, 2, 3])) == (None, [1, 2, 3])
-    assert _tokens(SimpleNamespace(logprobs=None, token_ids=[1, 2])) == (None, [1, 2])
+    assert sampled_tokens(SimpleNamespace(logprobs=lp("a", "b"))) == ([-1.0, -1.0], None)
+    assert sampled_tokens(SimpleNamespace(logprobs=lp("a", "b"), token_ids=[1, 2, 3])) == (None, [1, 2, 3])
+    assert sampled_tokens(SimpleNamespace(logprobs=None, token_ids=[1, 2])) == (None, [1, 2])
 
 
 @pytest.mark.parametrize("max_retries", [0, 1, 3])
@@ -275,3 +277,48 @@ def test_unclosed_client_is_closed_when_its_loop_ends(openai_server) -> None:
         assert asyncio.run(client.chat(HI, SamplingArgs())).text == "echo: hi"
     gc.collect()  # an unclosed connection would be a ResourceWarning here, an error under pytest
     assert openai_server.counts["requests"] == 2
+
+
+async def test_a_closed_client_raises_instead_of_reopening(openai_server) -> None:
+    client = client_for(openai_server)
+    async with client:
+        assert (await client.chat(HI, SamplingArgs())).text == "echo: hi"
+    closed = "the client of scripted has been closed .aclose.; make a new one"
+    with pytest.raises(ClientClosedError, match=closed):
+        await client.chat(HI, SamplingArgs())
+    with pytest.raises(ClientClosedError, match=closed):
+        await client.check()
+    with pytest.raises(ClientClosedError, match=closed):
+        async with client:
+            pass
+    await client.aclose()  # again: nothing to do
+    assert openai_server.counts["requests"] == client.requests == 1
+    assert isinstance(client, RemoteClient) and not isinstance(Policy(lambda m, rng: ""), RemoteClient)
+
+
+def test_an_unclosed_client_is_closed_by_a_loop_shut_down_by_hand(openai_server) -> None:
+    """`rlvr play` runs its own loop and ends it by cancelling the tasks left and closing it
+    (no `asyncio.run`, no shutdown of async generators): the connections close all the same."""
+    from rlvr.commands.play import _close
+
+    client = client_for(openai_server)
+    loop = asyncio.new_event_loop()
+    try:
+        assert loop.run_until_complete(client.chat(HI, SamplingArgs())).text == "echo: hi"
+    finally:
+        _close(loop)
+    assert asyncio.run(client.chat(HI, SamplingArgs())).text == "echo: hi"  # a new loop: new connections
+    gc.collect()  # an unclosed connection would be a ResourceWarning here, an error under pytest
+
+
+async def test_aclose_lets_the_request_on_the_wire_finish_and_sends_no_other(openai_server) -> None:
+    openai_server.reset(delay_s=0.2)
+    client = client_for(openai_server, concurrency=1)
+    first = asyncio.create_task(client.chat(HI, SamplingArgs()))
+    waiting = asyncio.create_task(client.chat([{"role": "user", "content": "2"}], SamplingArgs()))
+    await asyncio.sleep(0.05)  # the first is on the wire, the second waits for the gate
+    await client.aclose()
+    assert first.done() and (await first).text == "echo: hi"  # aclose let it finish
+    with pytest.raises(ClientClosedError):
+        await waiting  # never sent
+    assert openai_server.counts["requests"] == 1

@@ -11,10 +11,23 @@ the fix.
      ├── RubricError           a reward function asks for an unknown argument, bad weights
      ├── ParseError            a parser was given an unusable spec
      ├── ClientError           a model endpoint failed for good (after retries), missing API key
-     │    └── PromptTooLongError   the prompt no longer fits the model's context
+     │    ├── PromptTooLongError   the prompt no longer fits the model's context
+     │    └── ClientClosedError    a request to a client after its aclose()
      ├── ResultsError          a results file is corrupt, foreign or from another run
      ├── ModelError            a model path is missing or is not a causal LM
      └── TrainingError         training cannot go on (a non-finite loss or gradient)
+
+The model-facing branch stands apart: these never reach the user. A failed tool call becomes
+the tool's reply ("Error: ..."), the model reads it, and the rollout goes on.
+
+    ToolCallError              (rlvr.envs.tools) a tool call the model got wrong: an unknown
+     │                         tool, bad arguments; a tool raises it to say what was wrong
+     └── SandboxError          (rlvr.sandbox) sandboxed code failed or broke a limit
+
+So does one exception internal to the HTTP client:
+
+    MalformedResponse          (rlvr.clients.openai_response) a 200 that is not a chat
+                               completion: retried, and a ClientError once retries run out
 
 Two helpers put an exception on one line: `first_line` (the message a user reads) and
 `error_summary` (type, message and the last frames, for a rollout's error record).
@@ -55,6 +68,11 @@ class ClientError(RlvrError):
 
 class PromptTooLongError(ClientError):
     """The conversation no longer fits the model's context window."""
+
+
+class ClientClosedError(ClientError):
+    """A request to a client after its `aclose()`: closing is for good (as in httpx), so a
+    closed client never opens new connections or threads behind the caller's back."""
 
 
 class ResultsError(RlvrError):

@@ -15,6 +15,11 @@ class ChatClient(Protocol):
     (transformers, in-process, batched), `Policy` (a Python function). `chat` raises
     `ClientError` once retries are exhausted and `PromptTooLongError` when the conversation no
     longer fits the context window.
+
+    Lifecycle: a client is ready when built, and `aclose()` releases what it holds, for good.
+    `OpenAIClient` holds HTTP connections and `LocalModel` a worker thread and KV caches: after
+    `aclose()` their `chat` raises `ClientClosedError`. `Policy` holds nothing; its `aclose`
+    does nothing and it goes on answering.
     """
 
     name: str
@@ -26,3 +31,17 @@ class ChatClient(Protocol):
         sampling: SamplingArgs,
         tools: list[dict[str, Any]] | None = None,
     ) -> Completion: ...
+
+    async def aclose(self) -> None:
+        """Release the client's connections, threads and caches (in the event loop that used
+        it; calling it again does nothing)."""
+        ...
+
+
+@runtime_checkable
+class RemoteClient(ChatClient, Protocol):
+    """A `ChatClient` of a model behind a network endpoint, which a run can probe first."""
+
+    async def check(self) -> None:
+        """Fail fast, with one line (`ClientError`), when the endpoint cannot be reached."""
+        ...

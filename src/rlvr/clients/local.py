@@ -47,59 +47,43 @@ Sharing weights with a trainer: `LocalModel("name", model=model, tokenizer=token
 already-loaded (unwrapped, possibly peft) model and always generates with its current weights.
 Generation switches the model to eval mode for each step and back; do not run an optimizer step
 while a `chat()` is in flight.
+
+Lifecycle: the worker thread starts with the first request and ends by itself once idle (within
+~50 ms). `await lm.aclose()` answers the requests already taken, waits for the thread and drops
+the KV caches; a later `chat()` raises `ClientClosedError`. Loading and the model facts the
+decoder needs are in `rlvr.clients.local_load`, tool-call parsing in `rlvr.clients.tool_calls`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import ctypes
-import inspect
 import json
 import random
-import re
-import sys
 import threading
 import time
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import PreTrainedTokenizerBase
 
-from rlvr.clients.local_batch import Batch, Request, attention_backends, base_model
+from rlvr.clients.local_batch import Batch, Decoding, GenerationStats, Request
+from rlvr.clients.local_load import (
+    attention_backends,
+    autocast_dtype,
+    context_length,
+    eos_ids,
+    eval_mode,
+    forward_options,
+    load_pretrained,
+)
 from rlvr.clients.local_prefix import PrefixCache
-from rlvr.clients.local_slots import FAMILIES, SlotBatch, SlotDecoder
-from rlvr.clients.local_slots import supported as slots_supported
-from rlvr.errors import ModelError, PromptTooLongError, UsageError
+from rlvr.clients.local_slots import SlotBatch, SlotDecoder, use_static_cache
+from rlvr.clients.tool_calls import parse_tool_calls
+from rlvr.errors import ClientClosedError, ModelError, PromptTooLongError, UsageError
 from rlvr.types import Completion, Messages, SamplingArgs, ToolCall, Usage
 
 RENDER_CACHE = 4096
 """Rendered prompts kept (by their messages); all are dropped when it is full."""
-
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-@dataclass
-class GenerationStats:
-    """Counters of the batched generator (for tests, benchmarks and logs)."""
-
-    requests: int = 0
-    """Requests answered."""
-    prefills: int = 0
-    """Forward passes that admitted new requests (one per group of joiners)."""
-    decode_steps: int = 0
-    """Batched one-token forward passes."""
-    tokens: int = 0
-    """Completion tokens sampled."""
-    max_batch: int = 0
-    """Most requests decoded together."""
-    prompt_tokens: int = 0
-    """Prompt tokens run through prefills (reused ones not counted)."""
-    reused_tokens: int = 0
-    """Prompt tokens whose keys and values came from the reuse cache."""
-    shared_tokens: int = 0
-    """Tokens of prompt prefixes that joiners had in common, prefilled once for all of them."""
 
 
 class LocalModel:
@@ -134,7 +118,7 @@ class LocalModel:
         dtype: str | None = None,
         max_batch_size: int = 256,
         model: Any = None,
-        tokenizer: Any = None,
+        tokenizer: PreTrainedTokenizerBase | None = None,
         reuse_cache: bool = True,
         cache_entries: int | None = None,
         cache_bytes: int | None = None,
@@ -145,8 +129,8 @@ class LocalModel:
             raise UsageError(f"max_batch_size must be >= 1, got {max_batch_size}")
         if (model is None) != (tokenizer is None):
             raise UsageError("pass both model and tokenizer, or neither")
-        if model is None:
-            model, tokenizer = _load(str(path_or_id), device, dtype)
+        if model is None or tokenizer is None:
+            model, tokenizer = load_pretrained(str(path_or_id), device, dtype)
         if not getattr(tokenizer, "chat_template", None):
             raise ModelError(f"the tokenizer of {path_or_id} has no chat template; use a chat model")
         self.name = str(path_or_id)
@@ -162,22 +146,14 @@ class LocalModel:
             if reuse_cache
             else None
         )
-        self.context_length = _context_length(model, tokenizer)
-        self.eos_ids = _eos_ids(model, tokenizer)
-        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self.eos_ids)
-        params = inspect.signature(base_model(model).forward).parameters
-        self._cache_kw = "cache" if "cache" in params else "past_key_values"
-        self._keep_last = "logits_to_keep" in params
-        slots_ok = slots_supported(model)
-        if static_cache and not slots_ok:
-            raise UsageError(
-                f"static_cache needs a model of the {sorted(FAMILIES)} families with full "
-                f"attention; {path_or_id} is not one"
-            )
-        self.static_cache = slots_ok and (self.device.type == "cuda" if static_cache is None else static_cache)
-        if autocast is not None and autocast not in ("bfloat16", "float16"):
-            raise UsageError(f"autocast must be 'bfloat16' or 'float16', got {autocast!r}")
-        self.autocast = None if autocast is None else _DTYPES[autocast]
+        self.context_length = context_length(model, tokenizer)
+        """Prompt and reply tokens together at most (a longer prompt: `PromptTooLongError`)."""
+        self.eos_ids = eos_ids(model, tokenizer)
+        """Tokens that end a reply (read, with `pad_id`, when the worker thread starts)."""
+        self.pad_id: int = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self.eos_ids)
+        self._forward_options = forward_options(model)
+        self.static_cache = use_static_cache(model, static_cache, self.name)
+        self.autocast = autocast_dtype(autocast)
         self._decoder: SlotDecoder | None = None
         self._renders: dict[str, tuple[int, ...]] = {}
         self._rng = random.Random()
@@ -185,6 +161,7 @@ class LocalModel:
         self._pending: list[Request] = []
         self._arrivals = 0
         self._thread: threading.Thread | None = None
+        self._closed = False
 
     def clear_cache(self) -> None:
         """Forget the kept KV caches (call after the weights changed, e.g. an optimizer step)."""
@@ -217,7 +194,7 @@ class LocalModel:
         if key is not None and (hit := self._renders.get(key)) is not None:
             return list(hit)
         text = self.tokenizer.apply_chat_template(
-            messages, tools=tools or None, add_generation_prompt=True, tokenize=False
+            messages, tools=[*tools] if tools else None, add_generation_prompt=True, tokenize=False
         )
         ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
         if key is not None:
@@ -253,6 +230,8 @@ class LocalModel:
             arrival_step=self.stats.decode_steps,
         )
         with self._lock:
+            if self._closed:
+                raise ClientClosedError(f"the client of {self.name} has been closed (aclose); make a new one")
             self._pending.append(request)
             self._arrivals += 1
             if self._thread is None:
@@ -267,17 +246,32 @@ class LocalModel:
             raise
 
     async def aclose(self) -> None:
-        """Wait for the worker thread to finish its last step (it stops once idle)."""
-        thread = self._thread
+        """Take no more requests: those in flight are answered, the worker thread ends (waited
+        for up to 10 s) and the KV caches are dropped. A later `chat()` raises
+        `ClientClosedError`; the model itself is left as it is. Calling it again does nothing."""
+        with self._lock:
+            self._closed = True
+            thread = self._thread
         if thread is not None:
             await asyncio.to_thread(thread.join, 10.0)
+        self.clear_cache()
+        if not (thread and thread.is_alive()):
+            self._decoder = None  # its KV buffers and CUDA graphs
 
     # ---- the worker thread ----------------------------------------------------------------
+
+    def _new_batch(self) -> Batch:
+        """An empty batch, with what it needs of the model as it is now."""
+        cache_kw, keep_last = self._forward_options
+        dec = Decoding(self.model, self.tokenizer, self.device, self.pad_id, self.eos_ids, cache_kw, keep_last)
+        if self.static_cache:
+            return SlotBatch(dec, self.prefix, self.stats, self.slot_decoder())
+        return Batch(dec, self.prefix, self.stats)
 
     def _serve(self) -> None:
         batch: Batch | None = None
         try:
-            batch = SlotBatch(self) if self.static_cache else Batch(self)
+            batch = self._new_batch()
             if self.device.type == "cuda":  # this thread's current device: graphs capture and
                 torch.cuda.set_device(self.device)  # replay on its current stream
             while True:
@@ -286,7 +280,7 @@ class LocalModel:
                     return
                 with (
                     torch.inference_mode(),
-                    _eval_mode(self.model),
+                    eval_mode(self.model),
                     attention_backends(self.device),
                     torch.autocast(  # no weight-cast cache: CUDA graphs cast on every replay
                         self.device.type,
@@ -372,121 +366,6 @@ class LocalModel:
             finish_reason=finish or "stop",
             usage=Usage(prompt_tokens=len(r.prompt_ids), completion_tokens=len(r.ids)),
         )
-
-
-# ---- tool calls -----------------------------------------------------------------------------
-
-_TOOL_BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
-
-
-def parse_tool_calls(text: str, id_prefix: str = "call") -> tuple[str, list[ToolCall]]:
-    """Split Hermes-style `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` blocks off
-    the text. A block whose JSON is malformed (or unclosed at the end) still becomes a call,
-    with the raw block as its arguments, so the environment can tell the model what was wrong.
-
-    >>> content, calls = parse_tool_calls('Let me look.<tool_call>{"name": "f", "arguments": {"x": 1}}</tool_call>')
-    >>> content, calls[0].name, calls[0].arguments
-    ('Let me look.', 'f', '{"x": 1}')
-    >>> parse_tool_calls('<tool_call>{"name": "f", "arguments": {x}</tool_call>')[1][0].arguments
-    '{"name": "f", "arguments": {x}'
-    """
-    calls = []
-    for i, match in enumerate(_TOOL_BLOCK.finditer(text)):
-        raw = match.group(1).strip()
-        try:
-            obj = json.loads(raw)
-        except json.JSONDecodeError:
-            obj = None
-        if isinstance(obj, dict) and isinstance(obj.get("name"), str):
-            args = obj.get("arguments", obj.get("parameters", {}))
-            name, arguments = (
-                obj["name"],
-                args if isinstance(args, str) else json.dumps(args, ensure_ascii=False),
-            )
-        else:
-            found = re.search(r'"name"\s*:\s*"([^"]*)"', raw)
-            name, arguments = (found.group(1) if found else ""), raw
-        calls.append(ToolCall(id=f"{id_prefix}_{i}", name=name, arguments=arguments))
-    return (_TOOL_BLOCK.sub("", text).strip() if calls else text), calls
-
-
-# ---- loading and model plumbing ----------------------------------------------------------------
-
-
-def _load(path_or_id: str, device: str | None, dtype: str | None) -> tuple[Any, Any]:
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    if dtype is not None and dtype not in _DTYPES:
-        raise UsageError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
-    torch_dtype = _DTYPES[dtype] if dtype else (torch.bfloat16 if device.startswith("cuda") else torch.float32)
-    looks_local = path_or_id.startswith(("/", ".", "~")) or path_or_id.count("/") != 1
-    if looks_local and not Path(path_or_id).expanduser().is_dir():
-        raise ModelError(f"no model folder at {path_or_id}; pass a folder written by save_pretrained or a hub id")
-    path = str(Path(path_or_id).expanduser()) if looks_local else path_or_id
-    try:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
-        tokenizer = AutoTokenizer.from_pretrained(path)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ModelError(f"cannot load a causal language model from {path_or_id}: {detail}") from None
-    if device == "cpu":
-        keep_freed_blocks()
-    return model.to(device).eval(), tokenizer
-
-
-def keep_freed_blocks(limit: int = 1 << 30) -> bool:
-    """Let glibc's malloc serve blocks up to `limit` bytes from its heap instead of mapping fresh
-    pages for each (`mallopt(M_MMAP_THRESHOLD)`). On CPU every prefill allocates activations of
-    hundreds of MB; mapped anew each time, their pages fault in again (measured: 14M page faults
-    and 28 s of system time in a 200-game tic-tac-toe evaluation on 2 cores, 4M with this, and
-    the evaluation took about 30% less time). The process keeps freed memory for reuse.
-    Called when `LocalModel` loads a model onto the CPU; False where there is no glibc."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        return bool(libc.mallopt(-3, limit))  # -3 = M_MMAP_THRESHOLD
-    except (OSError, AttributeError):
-        return False
-
-
-def _context_length(model: Any, tokenizer: Any) -> int:
-    config = base_model(model).config
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
-    for value in (
-        getattr(text, "max_position_embeddings", None),
-        getattr(tokenizer, "model_max_length", None),
-    ):
-        if isinstance(value, int) and 0 < value < 10_000_000:
-            return value
-    return 4096
-
-
-def _eos_ids(model: Any, tokenizer: Any) -> frozenset[int]:
-    ids: set[int] = set()
-    for value in (
-        getattr(getattr(model, "generation_config", None), "eos_token_id", None),
-        tokenizer.eos_token_id,
-    ):
-        if isinstance(value, int):
-            ids.add(value)
-        elif isinstance(value, (list, tuple)):
-            ids.update(v for v in value if isinstance(v, int))
-    if not ids:
-        raise ModelError("the model and tokenizer define no end-of-sequence token")
-    return frozenset(ids)
-
-
-class _eval_mode:
-    def __init__(self, model: Any) -> None:
-        self.model, self.was_training = model, model.training
-
-    def __enter__(self) -> None:
-        if self.was_training:
-            self.model.eval()
-
-    def __exit__(self, *exc: object) -> None:
-        if self.was_training:
-            self.model.train()
 
 
 def _resolve(request: Request, result: Completion | BaseException) -> None:

@@ -7,6 +7,10 @@ row, so a row's tokens see exactly the positions they would see alone. The cache
 (merge, select, trim of all-padding columns) needs plain `DynamicLayer`s; for other caches
 (sliding-window, hybrid) `mergeable` is False and `LocalModel` only admits into an empty batch.
 
+A batch sees its model only through a `Decoding` (the model, tokenizer, device, pad and EOS ids,
+and how this transformers version's forward is called), its `PrefixCache` and the
+`GenerationStats` it counts into: `LocalModel` builds the three when its worker thread starts.
+
 With `LocalModel(reuse_cache=True)` a finished row's keys and values are kept, and a joiner whose
 prompt extends a kept sequence prefills only the rest; joiners with a long common prefix and
 nothing kept prefill that prefix once (see `rlvr.clients.local_prefix`).
@@ -21,15 +25,16 @@ with static per-row KV slots and a graph-captured decode step; `LocalModel` uses
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from transformers import DynamicCache
+from transformers import DynamicCache, PreTrainedTokenizerBase
 
+from rlvr.clients.local_load import base_model
 from rlvr.clients.local_prefix import (
     KV,
+    PrefixCache,
     common_prefix_len,
     extend_hashes,
     past_cache,
@@ -41,6 +46,41 @@ from rlvr.types import Completion
 
 MIN_SHARED = 32
 """Joiners with no kept prefix but this many leading tokens in common prefill them once."""
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """What a batch needs from its model; nothing else of `LocalModel` reaches it."""
+
+    model: Any  # the transformers causal LM, or a peft model around one
+    tokenizer: PreTrainedTokenizerBase  # decodes the tail of a reply to find stop strings
+    device: torch.device  # of the model's parameters
+    pad_id: int  # fills the left padding of a prefill
+    eos_ids: frozenset[int]  # tokens that end a reply
+    cache_kw: str  # the forward's cache argument: "cache" or "past_key_values", by version
+    keep_last: bool  # the forward takes `logits_to_keep` (logits of the last position only)
+
+
+@dataclass
+class GenerationStats:
+    """Counters of the batched generator (for tests, benchmarks and logs)."""
+
+    requests: int = 0
+    """Requests answered."""
+    prefills: int = 0
+    """Forward passes that admitted new requests (one per group of joiners)."""
+    decode_steps: int = 0
+    """Batched one-token forward passes."""
+    tokens: int = 0
+    """Completion tokens sampled."""
+    max_batch: int = 0
+    """Most requests decoded together."""
+    prompt_tokens: int = 0
+    """Prompt tokens run through prefills (reused ones not counted)."""
+    reused_tokens: int = 0
+    """Prompt tokens whose keys and values came from the reuse cache."""
+    shared_tokens: int = 0
+    """Tokens of prompt prefixes that joiners had in common, prefilled once for all of them."""
 
 
 @dataclass(eq=False)
@@ -76,8 +116,8 @@ class Request:
 class Batch:
     """The rows being decoded together, with their KV cache (left padded)."""
 
-    def __init__(self, owner: Any) -> None:
-        self.owner = owner
+    def __init__(self, dec: Decoding, prefix: PrefixCache | None, stats: GenerationStats) -> None:
+        self.dec, self.prefix, self.stats = dec, prefix, stats
         self.rows: list[Request] = []
         self.cache: Any = None
         self.mask: torch.Tensor | None = None  # (B, T) 1 = real token, 0 = padding
@@ -99,18 +139,18 @@ class Batch:
             self.mergeable = _plain(cache)
         else:
             self._merge(cache, mask, next_pos, tokens, joiners)
-        self.owner.stats.max_batch = max(self.owner.stats.max_batch, len(self.rows))
+        self.stats.max_batch = max(self.stats.max_batch, len(self.rows))
 
     def _prefill(self, joiners: list[Request]) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor]:
         """Run the joiners' prompts (left padded, after their kept or shared prefix) through the
         model and sample their first tokens. Returns the new cache, its (B, T) mask, each row's
         next position and its first token."""
-        owner, device = self.owner, self.owner.device
-        cache = _new_cache(owner.model)
+        dec, device = self.dec, self.dec.device
+        cache = _new_cache(dec.model)
         hits = self._lookup(joiners)
         suffixes = [r.prompt_ids[m:] for r, (_, m) in zip(joiners, hits)]
         width = max(map(len, suffixes))
-        ids = torch.full((len(joiners), width), owner.pad_id, dtype=torch.long)
+        ids = torch.full((len(joiners), width), dec.pad_id, dtype=torch.long)
         mask = torch.zeros((len(joiners), width), dtype=torch.long)
         for i, suffix in enumerate(suffixes):
             ids[i, width - len(suffix) :] = torch.tensor(suffix)
@@ -121,9 +161,9 @@ class Batch:
         if any(m for _, m in hits):  # the kept keys and values go first, with their mask
             mask = torch.cat([past_cache(cache, hits, device), mask], dim=1)
         logits = self._forward(ids, mask, positions, cache)
-        owner.stats.prefills += 1
-        owner.stats.prompt_tokens += sum(map(len, suffixes))
-        owner.stats.reused_tokens += sum(m for _, m in hits)
+        self.stats.prefills += 1
+        self.stats.prompt_tokens += sum(map(len, suffixes))
+        self.stats.reused_tokens += sum(m for _, m in hits)
         tokens = self._sample(logits, joiners)
         self._learn_layout(cache)
         return cache, mask, positions[:, -1] + 1, tokens
@@ -133,7 +173,7 @@ class Batch:
         assert self.mask is not None and self.next_pos is not None and self.last is not None
         self.mask = torch.cat([self.mask, self.mask.new_ones((len(self.rows), 1))], dim=1)
         logits = self._forward(self.last[:, None], self.mask, self.next_pos[:, None], self.cache)
-        self.owner.stats.decode_steps += 1
+        self.stats.decode_steps += 1
         self.next_pos = self.next_pos + 1
         self.last = self._sample(logits, self.rows)
 
@@ -173,12 +213,12 @@ class Batch:
 
     def _learn_layout(self, cache: Any) -> None:
         """The first prefill shows whether this model's caches can be kept (plain layers)."""
-        prefix = self.owner.prefix
+        prefix = self.prefix
         if prefix is not None and prefix.usable is None:
             prefix.usable = bool(_layers(cache)) and _plain(cache)
 
     def _keeps(self) -> bool:
-        prefix = self.owner.prefix
+        prefix = self.prefix
         return prefix is not None and bool(prefix.usable) and self.mergeable
 
     def _lookup(self, joiners: list[Request]) -> list[tuple[KV | None, int]]:
@@ -187,10 +227,10 @@ class Batch:
         Every row prefills as many tokens as the longest new part among the joiners (padding
         would cost the same), so a row with a shorter new part uses less of its kept prefix:
         the rows stay contiguous and the batch no wider than without reuse."""
-        prefix = self.owner.prefix
+        prefix = self.prefix
         if prefix is None or prefix.usable is False:
             return [(None, 0)] * len(joiners)
-        prefix.check_weights(self.owner.model)
+        prefix.check_weights(self.dec.model)
         hits = []
         for r in joiners:
             r.hashes, r.cache_version = prefix_hashes(r.prompt_ids), prefix.version
@@ -209,17 +249,17 @@ class Batch:
         """Prefill once the prefix that joiners without a kept one have in common (when it is
         at least `MIN_SHARED` tokens), keep it as a shared entry for later joiners, and return
         its keys and values and length (None when there is none)."""
-        owner, prefix = self.owner, self.owner.prefix
+        dec, prefix = self.dec, self.prefix
         if len(cold) < 2 or prefix is None:
             return None
         n = min(common_prefix_len([r.prompt_ids for r in cold]), min(len(r.prompt_ids) for r in cold) - 1)
         if n < MIN_SHARED:
             return None
-        ids = torch.tensor([cold[0].prompt_ids[:n]], device=owner.device)
-        cache = _new_cache(owner.model)
-        self._forward(ids, torch.ones_like(ids), torch.arange(n, device=owner.device)[None], cache)
-        owner.stats.prefills += 1
-        owner.stats.shared_tokens += n
+        ids = torch.tensor([cold[0].prompt_ids[:n]], device=dec.device)
+        cache = _new_cache(dec.model)
+        self._forward(ids, torch.ones_like(ids), torch.arange(n, device=dec.device)[None], cache)
+        self.stats.prefills += 1
+        self.stats.shared_tokens += n
         self._learn_layout(cache)
         if not prefix.usable:
             return None
@@ -231,9 +271,9 @@ class Batch:
 
     def _store(self, rows: list[Request]) -> None:
         """Keep the keys and values of finished rows: prompt + sampled ids but the last."""
-        prefix = self.owner.prefix
+        prefix = self.prefix
         assert prefix is not None
-        prefix.check_weights(self.owner.model)
+        prefix.check_weights(self.dec.model)
         keep = [r for r in rows if r.hashes is not None and r.cache_version == prefix.version and r.finish is not None]
         for r, kv in zip(keep, self._copy_kv(keep) if keep else []):
             if kv is not None:
@@ -257,11 +297,11 @@ class Batch:
         return [row_kv(layers, m, index[id(r)], r.seq_len) for r, m in zip(rows, masks)]
 
     def _forward(self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache: Any) -> torch.Tensor:
-        owner = self.owner
-        kwargs: dict[str, Any] = {owner._cache_kw: cache, "use_cache": True}
-        if owner._keep_last:
+        dec = self.dec
+        kwargs: dict[str, Any] = {dec.cache_kw: cache, "use_cache": True}
+        if dec.keep_last:
             kwargs["logits_to_keep"] = 1
-        out = owner.model(input_ids=ids, attention_mask=mask, position_ids=positions, **kwargs)
+        out = dec.model(input_ids=ids, attention_mask=mask, position_ids=positions, **kwargs)
         return out.logits[:, -1, :].float()
 
     def _sample(self, logits: torch.Tensor, rows: list[Request]) -> torch.Tensor:
@@ -282,7 +322,7 @@ class Batch:
                 continue
             r.ids.append(token)
             r.logprobs.append(logprob)
-            if token in self.owner.eos_ids:
+            if token in self.dec.eos_ids:
                 r.finish = "stop"
             elif r.stop and (hit := self._stop_hit(r)) is not None:
                 r.finish, r.stop_hit = "stop", hit
@@ -290,7 +330,7 @@ class Batch:
                 r.finish = "length"
 
     def _stop_hit(self, r: Request) -> str | None:
-        tail = self.owner.tokenizer.decode(r.ids[-(max(map(len, r.stop)) + 1) :], skip_special_tokens=True)
+        tail = self.dec.tokenizer.decode(r.ids[-(max(map(len, r.stop)) + 1) :], skip_special_tokens=True)
         return next((s for s in r.stop if s in tail), None)
 
     def _select(self, keep: list[int]) -> None:
@@ -337,21 +377,6 @@ class Batch:
         self.next_pos = torch.cat([self.next_pos, next_pos])
         self.last = torch.cat([self.last, last])
         self.rows.extend(joiners)
-
-
-def attention_backends(device: torch.device) -> Any:
-    """Scaled-dot-product attention without cuDNN on CUDA: cuDNN builds an execution plan per
-    new shape, and a growing KV cache is a new shape every step (measured: 10 ms per attention
-    call with cuDNN against well under 1 ms without, H200, torch 2.11)."""
-    if device.type != "cuda":
-        return contextlib.nullcontext()
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
-
-
-def base_model(model: Any) -> Any:
-    return model.get_base_model() if hasattr(model, "get_base_model") else model
 
 
 def _new_cache(model: Any) -> Any:

@@ -36,9 +36,11 @@ from typing import Any
 
 import torch
 
-from rlvr.clients.local_batch import Batch, Request, _layers, base_model
-from rlvr.clients.local_prefix import KV
+from rlvr.clients.local_batch import Batch, Decoding, GenerationStats, Request, _layers
+from rlvr.clients.local_load import base_model
+from rlvr.clients.local_prefix import KV, PrefixCache
 from rlvr.clients.local_sampling import draw, row_key
+from rlvr.errors import UsageError
 
 FAMILIES = frozenset({"llama", "mistral", "qwen2", "qwen3"})
 _ROPE = frozenset({None, "default", "linear", "llama3", "yarn"})  # no data-dependent rescaling
@@ -65,6 +67,18 @@ def supported(model: Any) -> bool:
         return False
     rope = getattr(core.rotary_emb, "rope_type", None)
     return rope in _ROPE and not getattr(config, "pretraining_tp", 1) > 1
+
+
+def use_static_cache(model: Any, requested: bool | None, name: str) -> bool:
+    """Whether `LocalModel(static_cache=requested)` decodes over slots: None = where the
+    family is supported and the model is on CUDA; True for an unsupported model is an error."""
+    ok = supported(model)
+    if requested and not ok:
+        raise UsageError(
+            f"static_cache needs a model of the {sorted(FAMILIES)} families with full attention; {name} is not one"
+        )
+    on_cuda = next(model.parameters()).device.type == "cuda"
+    return ok and (on_cuda if requested is None else requested)
 
 
 def _bucket(n: int, least: int, most: int | None = None) -> int:
@@ -276,48 +290,48 @@ class SlotBatch(Batch):
     """`Batch` over a `SlotDecoder`: same admission (kept and shared prefixes), sampling and
     answers; rows live in slots instead of one padded cache."""
 
-    def __init__(self, owner: Any) -> None:
-        super().__init__(owner)
-        self.decoder: SlotDecoder = owner.slot_decoder()
+    def __init__(self, dec: Decoding, prefix: PrefixCache | None, stats: GenerationStats, decoder: SlotDecoder) -> None:
+        super().__init__(dec, prefix, stats)
+        self.decoder = decoder
         self.index: torch.Tensor | None = None  # (rows,) each row's slot, on the device
 
     def admit(self, joiners: list[Request]) -> None:
         self.prune()
-        owner, dec = self.owner, self.decoder
-        if dec.held:  # kept now, before the lookup that may use them, and their slots freed
-            held, dec.held = dec.held, []
+        decoder, device = self.decoder, self.dec.device
+        if decoder.held:  # kept now, before the lookup that may use them, and their slots freed
+            held, decoder.held = decoder.held, []
             self._store(held)
         cache, mask, next_pos, tokens = self._prefill(joiners)
         used = {r.slot for r in self.rows}  # the lowest free slots: fewer to decode each step
         slots = list(itertools.islice((s for s in itertools.count() if s not in used), len(joiners)))
         longest = max(len(r.prompt_ids) for r in joiners)
-        dec.reserve(max(slots) + 1, max(r.seq_len for r in (*self.rows, *joiners)) + 1)
-        at = torch.tensor(slots, device=owner.device)
-        dec.write(at, cache, mask, longest)
-        dec.check_weights()
-        dec.tokens[at] = tokens
-        dec.pos[at] = next_pos
+        decoder.reserve(max(slots) + 1, max(r.seq_len for r in (*self.rows, *joiners)) + 1)
+        at = torch.tensor(slots, device=device)
+        decoder.write(at, cache, mask, longest)
+        decoder.check_weights()
+        decoder.tokens[at] = tokens
+        decoder.pos[at] = next_pos
         state = [(r.seed & 0xFFFFFFFF, len(r.ids)) for r in joiners]
-        dec.seeds[at], dec.counts[at] = torch.tensor(state, device=owner.device).T
-        dec.temps[at] = torch.tensor([r.temperature for r in joiners], device=owner.device)
+        decoder.seeds[at], decoder.counts[at] = torch.tensor(state, device=device).T
+        decoder.temps[at] = torch.tensor([r.temperature for r in joiners], device=device)
         for r, s in zip(joiners, slots):
             r.slot = s
         self.rows.extend(joiners)
         self.index = None
-        owner.stats.max_batch = max(owner.stats.max_batch, len(self.rows))
+        self.stats.max_batch = max(self.stats.max_batch, len(self.rows))
 
     def step(self) -> None:
-        dec = self.decoder
-        dec.reserve(0, max(r.seq_len for r in self.rows) + 1)
+        decoder = self.decoder
+        decoder.reserve(0, max(r.seq_len for r in self.rows) + 1)
         if self.index is None:
-            self.index = torch.tensor([r.slot for r in self.rows], device=self.owner.device)
-        logits, choice, logprob = dec.step(max(r.slot for r in self.rows) + 1)
-        self.owner.stats.decode_steps += 1
+            self.index = torch.tensor([r.slot for r in self.rows], device=self.dec.device)
+        logits, choice, logprob = decoder.step(max(r.slot for r in self.rows) + 1)
+        self.stats.decode_steps += 1
         if all(r.top_p >= 1.0 or r.temperature == 0 for r in self.rows):  # drawn in the step
             tokens, logprobs = choice.tolist(), logprob.tolist()
             self._record(self.rows, [tokens[r.slot] for r in self.rows], [logprobs[r.slot] for r in self.rows])
         else:  # top-p: sample again outside the step, and overwrite its tokens
-            dec.tokens[self.index] = self._sample(logits.index_select(0, self.index), self.rows)
+            decoder.tokens[self.index] = self._sample(logits.index_select(0, self.index), self.rows)
 
     def _keep(self, rows: list[Request]) -> None:
         """Hold the rows' slots: the next admission copies their keys and values (one copy for

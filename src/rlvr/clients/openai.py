@@ -16,34 +16,42 @@ overruns are retried too.
   as a retry); a server that ignores them gives text and logprobs only (`token_ids=None`).
 - `max_tokens` is sent as `max_completion_tokens` once an endpoint refuses it (OpenAI's
   reasoning models do), the same way.
+
+Lifecycle. HTTP connections belong to an event loop, so the client opens them in the loop of
+its first request, as a `_Session`: the SDK client, the concurrency gate, and a task that
+keeps the connections open until `aclose()` releases it (it then lets the requests on the
+wire finish, sends no other, and closes them) or the loop shuts down (`asyncio.run` and
+`asyncio.Runner` cancel every task still pending, and so does `rlvr play`; the task closes
+the connections as it ends). A later event loop gets a new session. `aclose()` is for good:
+the next `chat` raises `ClientClosedError` rather than opening new connections.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 import re
-from collections.abc import AsyncGenerator
+from collections.abc import Iterator
 from typing import Any, Self
 from urllib.parse import urlparse
 
 import openai
 from openai.types.chat import ChatCompletion
 
-from rlvr.errors import ClientError, PromptTooLongError, UsageError
-from rlvr.types import Completion, Messages, SamplingArgs, ToolCall, Usage
+from rlvr.clients.openai_response import MalformedResponse, error_message, parse_completion, retry_after
+from rlvr.errors import ClientClosedError, ClientError, PromptTooLongError, UsageError
+from rlvr.types import Completion, Messages, SamplingArgs
 
 LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", "0.0.0.0"})
 VLLM_TOKEN_FIELDS = {"return_token_ids": True, "return_tokens_as_token_ids": True}
 RETRY_STATUS = frozenset({408, 409, 429})
-MAX_RETRY_AFTER_S = 60.0
 _CONTEXT_LENGTH = re.compile(
     r"context[ _]length|maximum context|context window|maximum model length|prompt is too long"
     r"|longer than the model's context",
     re.IGNORECASE,
 )
-_TOKEN_ID = re.compile(r"^token_id:(\d+)$")
 
 
 class OpenAIClient:
@@ -52,7 +60,8 @@ class OpenAIClient:
     The API key is read from the environment variable `api_key_var`; for a `base_url` on this
     machine (localhost, 127.0.0.1) a missing key is fine. At most `concurrency` requests of
     this client are in flight at once (waiting out a backoff does not hold a slot). Close it
-    with `await client.aclose()` (or `async with`) in the event loop that used it.
+    with `await client.aclose()` (or `async with`) in the event loop that used it; a client
+    left open is closed when that loop shuts down, and may go on in the next one.
     """
 
     def __init__(
@@ -90,68 +99,81 @@ class OpenAIClient:
         self.retries = 0
         """Requests that were retries of a failed one."""
         self._rng = random.Random()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._sdk: openai.AsyncOpenAI | None = None
-        self._gate: asyncio.Semaphore | None = None
-        self._closer: AsyncGenerator[None, None] | None = None
+        self._session: _Session | None = None
+        self._closed = False
 
     # ---- lifecycle --------------------------------------------------------------------------
 
-    async def _session(self) -> tuple[openai.AsyncOpenAI, asyncio.Semaphore]:
-        """The SDK client and the concurrency gate of the running event loop (built lazily)."""
+    def _sdk(self) -> openai.AsyncOpenAI:
+        """A new SDK client: its own connection pool, no retries of its own."""
+        # keep as many idle connections as requests may be in flight (the SDK keeps 100); the
+        # Limits class is the SDK's own (httpx or httpx2, depending on its version)
+        limits = type(openai.DEFAULT_CONNECTION_LIMITS)(
+            max_connections=None, max_keepalive_connections=self.concurrency
+        )
+        return openai.AsyncOpenAI(
+            api_key=self.api_key,
+            base_url=self.base_url,
+            timeout=self.timeout_s + 5.0,  # our own deadline (asyncio.timeout) comes first
+            max_retries=0,
+            http_client=openai.DefaultAsyncHttpxClient(limits=limits),
+        )
+
+    def _open(self) -> _Session:
+        """The running loop's session, opened on its first request; `ClientClosedError` after
+        `aclose()`."""
+        self._refuse_if_closed()
         loop = asyncio.get_running_loop()
-        if self._sdk is None or self._gate is None or self._loop is not loop:
-            self._loop = loop
-            # keep as many idle connections as requests may be in flight (the SDK keeps 100);
-            # the Limits class is the SDK's own (httpx or httpx2, depending on its version)
-            limits = type(openai.DEFAULT_CONNECTION_LIMITS)(
-                max_connections=None, max_keepalive_connections=self.concurrency
-            )
-            self._sdk = openai.AsyncOpenAI(
-                api_key=self.api_key,
-                base_url=self.base_url,
-                timeout=self.timeout_s + 5.0,  # our own deadline (asyncio.timeout) comes first
-                max_retries=0,
-                http_client=openai.DefaultAsyncHttpxClient(limits=limits),
-            )
-            self._gate = asyncio.Semaphore(self.concurrency)
-            self._closer = _close_at_loop_end(self._sdk)
-            await anext(self._closer)
-        return self._sdk, self._gate
+        session = self._session
+        if session is None or session.loop is not loop or session.holder.done():
+            if session is not None:  # another loop's: that loop closes them (or did, at its end)
+                session.release()
+            session = self._session = _Session(loop, self._sdk(), self.concurrency, self.name)
+        return session
 
     async def aclose(self) -> None:
-        """Close the HTTP connections (call it in the loop that used the client).
-
-        A client that is never closed is closed when its event loop shuts down (`asyncio.run`
-        finalises async generators, and one of them holds the connections).
-        """
-        if self._closer is not None:
-            await self._closer.aclose()
-        self._sdk = self._gate = self._loop = self._closer = None
+        """Close the HTTP connections, for good, once the requests on the wire are answered; a
+        later `chat`, and one still waiting for a slot, raises `ClientClosedError`. Call it in
+        the event loop that used the client; calling it again does nothing."""
+        self._closed = True
+        session, self._session = self._session, None
+        if session is None:
+            return
+        session.release()
+        if session.loop is asyncio.get_running_loop():
+            await asyncio.wait([session.holder])  # the connections are closed when it ends
+            if not session.holder.cancelled():
+                session.holder.result()  # an error while closing surfaces here
 
     async def __aenter__(self) -> Self:
+        self._refuse_if_closed()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
+    def _refuse_if_closed(self) -> None:
+        if self._closed:
+            raise ClientClosedError(f"the client of {self.name} has been closed (aclose); make a new one")
+
     async def check(self) -> None:
         """Fail fast, with one line, when the endpoint cannot be reached at all.
 
-        One `GET /models`, no retries, at most 10 s. Any HTTP answer counts as reachable (a
-        server without that route answers 404); 401/403 means the API key was refused.
+        One `GET /models` on a connection of its own (closed before it returns), no retries, at
+        most 10 s. Any HTTP answer counts as reachable (a server without that route answers
+        404); 401/403 means the API key was refused.
         """
-        sdk, _ = await self._session()
+        self._refuse_if_closed()
         where = self.base_url or "https://api.openai.com/v1"
         try:
-            async with asyncio.timeout(min(self.timeout_s, 10.0)):
+            async with self._sdk() as sdk, asyncio.timeout(min(self.timeout_s, 10.0)):
                 await sdk.models.list()
         except (openai.APIConnectionError, TimeoutError) as exc:
             reason = " ".join(str(exc).split()) or type(exc).__name__
             raise ClientError(f"cannot reach {where} ({reason}); check -b and that the server is running") from None
         except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
             raise ClientError(
-                f"{where} refused the API key ({_error_message(exc)}); pass the right variable with -k"
+                f"{where} refused the API key ({error_message(exc)}); pass the right variable with -k"
             ) from None
         except openai.APIError:
             return
@@ -164,25 +186,33 @@ class OpenAIClient:
         sampling: SamplingArgs,
         tools: list[dict[str, Any]] | None = None,
     ) -> Completion:
-        sdk, gate = await self._session()
         reason = ""
         attempt = 0
         while attempt <= self.max_retries:
+            session = self._open()  # each attempt: the client may have been closed meanwhile
             request = self._request(messages, sampling, tools)
             self.requests += 1
             self.retries += attempt > 0
             try:
-                async with gate, asyncio.timeout(self.timeout_s):
-                    # `post` sends the body as is: the messages are JSON already, and skipping
-                    # `chat.completions.create`'s param transform saves ~30% of client CPU
-                    response = await sdk.post("/chat/completions", body=request, cast_to=ChatCompletion)
-                return _parse(response, sampling)
+                async with session.gate, asyncio.timeout(self.timeout_s):
+                    self._refuse_if_closed()  # closed while this request waited for the gate
+                    with session.sending():
+                        # `post` sends the body as is: the messages are JSON already, and skipping
+                        # `chat.completions.create`'s param transform saves ~30% of client CPU
+                        response = await session.sdk.post("/chat/completions", body=request, cast_to=ChatCompletion)
+                return parse_completion(response, sampling)
+            except openai.APIStatusError as exc:
+                if exc.status_code in RETRY_STATUS or exc.status_code >= 500:
+                    reason, wait = f"HTTP {exc.status_code}: {error_message(exc)}", retry_after(exc)
+                elif not _CONTEXT_LENGTH.search(error_message(exc)) and self._adapt(exc, request):
+                    continue  # sent again without a field the server refused: not a retry
+                else:
+                    raise self._refusal(exc) from None
             except Exception as exc:
-                action, reason, wait = self._judge(exc, request)
-                if action == "raise":
+                transient = self._transient(exc)
+                if transient is None:
                     raise
-                if action == "resend":  # the server refused an optional field: not a retry
-                    continue
+                reason, wait = transient, None
             attempt += 1
             if attempt <= self.max_retries:
                 await asyncio.sleep(wait if wait is not None else self._backoff(attempt))
@@ -213,31 +243,27 @@ class OpenAIClient:
             request.update({f: True for f in VLLM_TOKEN_FIELDS if f not in self.omit})
         return request
 
-    def _judge(self, exc: Exception, request: dict[str, Any]) -> tuple[str, str, float | None]:
-        """(`retry` | `resend` | `raise`, one-line reason, seconds to wait: None = backoff).
-
-        Raises `PromptTooLongError` / `ClientError` itself for failures no retry can fix.
-        """
+    def _transient(self, exc: Exception) -> str | None:
+        """Why a request failed in a way that a retry may fix (a timeout, a connection error, a
+        malformed response), in one line; None for anything else (it propagates as it is)."""
         if isinstance(exc, (TimeoutError, openai.APITimeoutError)):
-            return "retry", f"no answer within {self.timeout_s:g} s", None
+            return f"no answer within {self.timeout_s:g} s"
         if isinstance(exc, openai.APIConnectionError):
             cause = exc.__cause__ or exc
-            return "retry", f"connection failed ({type(cause).__name__}: {cause})", None
-        if isinstance(exc, openai.APIStatusError):
-            message = _error_message(exc)
-            reason = f"HTTP {exc.status_code}: {message}"
-            if exc.status_code in RETRY_STATUS or exc.status_code >= 500:
-                return "retry", reason, _retry_after(exc)
-            if _CONTEXT_LENGTH.search(message):
-                raise PromptTooLongError(f"model {self.name}: {message}") from None
-            if self._adapt(exc, request):
-                return "resend", reason, None
-            hint = " (check the API key variable, -k NAME)" if exc.status_code in (401, 403) else ""
-            where = f" at {self.base_url}" if self.base_url else ""
-            raise ClientError(f"model {self.name}{where} refused the request: {reason}{hint}") from None
+            return f"connection failed ({type(cause).__name__}: {cause})"
         if isinstance(exc, (ValueError, MalformedResponse, openai.APIResponseValidationError)):
-            return "retry", f"malformed response ({type(exc).__name__}: {exc})", None
-        return "raise", "", None
+            return f"malformed response ({type(exc).__name__}: {exc})"
+        return None
+
+    def _refusal(self, exc: openai.APIStatusError) -> ClientError:
+        """The error for a 4xx that no retry can fix: `PromptTooLongError` for a context
+        overflow, else `ClientError` (with a hint about the API key for 401/403)."""
+        message = error_message(exc)
+        if _CONTEXT_LENGTH.search(message):
+            return PromptTooLongError(f"model {self.name}: {message}")
+        hint = " (check the API key variable, -k NAME)" if exc.status_code in (401, 403) else ""
+        where = f" at {self.base_url}" if self.base_url else ""
+        return ClientError(f"model {self.name}{where} refused the request: HTTP {exc.status_code}: {message}{hint}")
 
     def _adapt(self, exc: openai.APIStatusError, request: dict[str, Any]) -> bool:
         """Learn from a 4xx that refused a field we can do without; True: resend the request."""
@@ -254,16 +280,54 @@ class OpenAIClient:
         return self._rng.uniform(0.0, min(self.max_backoff_s, self.backoff_s * 2 ** (attempt - 1)))
 
 
-async def _close_at_loop_end(sdk: openai.AsyncOpenAI) -> AsyncGenerator[None, None]:
-    """Suspended until closed: by `aclose`, or by the loop's `shutdown_asyncgens`."""
+class _Session:
+    """An `OpenAIClient`'s connections in one event loop (the running one), and the task that
+    closes them."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, sdk: openai.AsyncOpenAI, concurrency: int, name: str) -> None:
+        self.loop, self.sdk = loop, sdk
+        self.gate = asyncio.Semaphore(concurrency)  # requests in flight at once
+        self.released = asyncio.Event()  # set: close the connections once no request is sending
+        self.idle = asyncio.Event()  # set while no request is sending
+        self.idle.set()
+        self.busy = 0
+        self.holder = loop.create_task(self.hold(), name=f"rlvr-openai-connections:{name}")
+
+    async def hold(self) -> None:
+        """Keep the connections open until released, let the requests on the wire finish, and
+        close them. Cancelled (the loop shuts down), close them at once."""
+        try:
+            await self.released.wait()
+            await self.idle.wait()
+        finally:
+            await self.sdk.close()
+
+    @contextlib.contextmanager
+    def sending(self) -> Iterator[None]:
+        """Count a request on the wire (`hold` waits for it)."""
+        self.busy += 1
+        self.idle.clear()
+        try:
+            yield
+        finally:
+            self.busy -= 1
+            if not self.busy:
+                self.idle.set()
+
+    def release(self) -> None:
+        """Tell the holder to close the connections (from any thread or loop)."""
+        if self.loop is _running_loop():
+            self.released.set()
+        elif not self.loop.is_closed():  # the holder sees it when that loop runs again
+            with contextlib.suppress(RuntimeError):  # that loop closed just now
+                self.loop.call_soon_threadsafe(self.released.set)
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
     try:
-        yield
-    finally:
-        await sdk.close()
-
-
-class MalformedResponse(Exception):
-    """The server answered 200 with something that is not a chat completion."""
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 def _api_key(var: str, base_url: str | None) -> str:
@@ -277,83 +341,3 @@ def _api_key(var: str, base_url: str | None) -> str:
         f"no API key: the environment variable {var} is not set; export {var}=... "
         f"or pass -k NAME to read the key from another variable"
     )
-
-
-def _error_message(exc: openai.APIStatusError) -> str:
-    body = exc.body
-    if isinstance(body, dict):
-        body = body.get("error", body)
-        if isinstance(body, dict):
-            body = body.get("message", body)
-    text = body if isinstance(body, str) else exc.message
-    return " ".join(str(text).split())[:300]
-
-
-def _retry_after(exc: openai.APIStatusError) -> float | None:
-    raw = exc.response.headers.get("retry-after")
-    try:
-        seconds = float(raw) if raw is not None else None
-    except ValueError:
-        return None
-    return None if seconds is None or seconds < 0 else min(seconds, MAX_RETRY_AFTER_S)
-
-
-def _parse(response: Any, sampling: SamplingArgs) -> Completion:
-    """Map an SDK `ChatCompletion` onto `rlvr.types.Completion`; `MalformedResponse` if it
-    is not one (the SDK builds models from unexpected JSON without validating it)."""
-    try:
-        return _completion(response, sampling)
-    except (AttributeError, TypeError, KeyError, ValueError) as exc:
-        raise MalformedResponse(f"{type(exc).__name__}: {exc}") from exc
-
-
-def _completion(response: Any, sampling: SamplingArgs) -> Completion:
-    choices = getattr(response, "choices", None)
-    if not choices:
-        raise MalformedResponse(f"no choices in the response ({type(response).__name__})")
-    choice = choices[0]
-    message = getattr(choice, "message", None)
-    if message is None:
-        raise MalformedResponse("the first choice has no message")
-    calls = [
-        ToolCall(id=c.id, name=c.function.name, arguments=c.function.arguments or "")
-        for c in message.tool_calls or []
-        if getattr(c, "function", None) is not None
-    ]
-    finish = choice.finish_reason or "stop"
-    usage = getattr(response, "usage", None)
-    logprobs, token_ids = _tokens(choice)
-    prompt_ids = getattr(response, "prompt_token_ids", None) or getattr(choice, "prompt_token_ids", None)
-    return Completion(
-        text=message.content or "",
-        token_ids=token_ids,
-        logprobs=logprobs if sampling.logprobs else None,
-        prompt_token_ids=_int_list(prompt_ids),
-        tool_calls=calls,
-        finish_reason="tool_calls" if finish == "function_call" else finish,
-        usage=Usage(
-            prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
-            completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
-        ),
-    )
-
-
-def _tokens(choice: Any) -> tuple[list[float] | None, list[int] | None]:
-    """(logprobs, token ids) of the sampled tokens, each None when the server gave none."""
-    content = getattr(getattr(choice, "logprobs", None), "content", None)
-    logprobs = [float(c.logprob) for c in content] if content is not None else None
-    ids = _int_list(getattr(choice, "token_ids", None))
-    if content is not None:
-        parsed = [_TOKEN_ID.match(c.token or "") for c in content]
-        from_tokens = [int(m.group(1)) for m in parsed if m] if all(parsed) else None
-        if ids is None or (from_tokens is not None and len(ids) != len(content)):
-            ids = from_tokens
-        if ids is not None and len(ids) != len(content):
-            logprobs = None  # never hand out logprobs that are not aligned with the ids
-    return logprobs, ids
-
-
-def _int_list(value: Any) -> list[int] | None:
-    if isinstance(value, list) and all(isinstance(v, int) for v in value):
-        return list(value)
-    return None

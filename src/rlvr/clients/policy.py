@@ -48,3 +48,6 @@ class Policy:
         if not isinstance(out, str):
             raise TypeError(f"policy {self.name} returned {type(out).__name__}; expected str or Completion")
         return Completion(text=out)
+
+    async def aclose(self) -> None:
+        """Nothing to release: a policy is a function (it goes on answering)."""

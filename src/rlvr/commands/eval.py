@@ -13,9 +13,12 @@ import re
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlvr.errors import UsageError
+
+if TYPE_CHECKING:
+    from rlvr.clients.base import ChatClient
 
 
 def add_parser(sub: Any) -> None:
@@ -111,8 +114,9 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text.rstrip("/").rsplit("/", 1)[-1])[:60]
 
 
-def load_env_and_client(args: argparse.Namespace, concurrency: int) -> tuple[Any, Any, str]:
+def load_env_and_client(args: argparse.Namespace, concurrency: int) -> tuple[Any, ChatClient, str]:
     """The environment, the client and the model name, from the shared flags."""
+    from rlvr.clients.base import RemoteClient
     from rlvr.clients.resolve import make_client
     from rlvr.registry import load_environment
 
@@ -130,23 +134,9 @@ def load_env_and_client(args: argparse.Namespace, concurrency: int) -> tuple[Any
         max_retries=args.max_retries,
         concurrency=concurrency,
     )
-    if hasattr(client, "check"):  # an unreachable endpoint fails here, before anything is written
-        asyncio.run(_check(client))
+    if isinstance(client, RemoteClient):  # an unreachable endpoint fails here, before anything is written
+        asyncio.run(client.check())
     return env, client, model
-
-
-async def _check(client: Any) -> None:
-    try:
-        await client.check()
-    finally:
-        await close_client(client)
-
-
-async def close_client(client: Any) -> None:
-    """Close a client that holds connections (HTTP pools, MCP servers) inside its event loop."""
-    close = getattr(client, "aclose", None)
-    if close is not None:
-        await close()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -209,7 +199,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_with_progress(
     env: Any,
-    client: Any,
+    client: ChatClient,
     tasks: list[Any],
     args: argparse.Namespace,
     sampling: Any,
@@ -254,7 +244,7 @@ def _run_with_progress(
                     on_rollout=on_rollout,
                 )
             finally:
-                await close_client(client)
+                await client.aclose()
                 await env.aclose()
 
         try:

@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import json
 from collections import Counter
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
@@ -166,13 +167,24 @@ def _play(
             progress.update(bar, advance=1, description=f"rollouts  kept {kept}")
 
         asyncio.run(
-            run_rollouts(
-                env,
+            _closing(
                 client,
-                tasks,
-                rollouts_per_task=args.rollouts,
-                concurrency=args.concurrency,
-                sampling=sampling,
-                on_rollout=record,
+                run_rollouts(
+                    env,
+                    client,
+                    tasks,
+                    rollouts_per_task=args.rollouts,
+                    concurrency=args.concurrency,
+                    sampling=sampling,
+                    on_rollout=record,
+                ),
             )
         )
+
+
+async def _closing(client: Any, work: Awaitable[object]) -> None:
+    """Await `work`, then close the client, in the same event loop, whatever happened."""
+    try:
+        await work
+    finally:
+        await client.aclose()
