@@ -147,6 +147,9 @@ class _Memo:
             reply = self._replies[key] = asyncio.ensure_future(self.client.chat(messages, sampling, tools))
         return await asyncio.shield(reply)
 
+    async def aclose(self) -> None:
+        """The wrapped client belongs to the caller, who closes it."""
+
 
 async def enumerate_games(
     env: MultiTurnEnv[Any],

@@ -22,7 +22,7 @@ import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from rlvr.errors import UsageError
 
@@ -171,7 +171,7 @@ class Filter:
         self._fail(f"expected a number, a name or '(' but found {text!r}")
         raise AssertionError  # unreachable
 
-    def _fail(self, message: str) -> None:
+    def _fail(self, message: str) -> NoReturn:
         token = self._peek()
         column = token[2] + 1 if token is not None else len(self.source) + 1
         raise UsageError(f"bad filter {self.source!r} at column {column}: {message}")

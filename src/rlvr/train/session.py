@@ -76,3 +76,6 @@ class StepSeeded:
     ) -> Completion:
         seed = mix_seed(self.seed, self.step, sampling.seed or 0)
         return await self.client.chat(messages, sampling.replace(seed=seed), tools)
+
+    async def aclose(self) -> None:
+        """The wrapped client belongs to the trainer, which closes it."""
