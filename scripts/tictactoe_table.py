@@ -1,17 +1,20 @@
-"""Print the tic-tac-toe results table (reference columns) from a reproduce_tictactoe.sh run.
+"""Print the tic-tac-toe results tables from a reproduce_tictactoe.sh run (or `make run`).
 
     python scripts/tictactoe_table.py runs/tictactoe
-    python scripts/tictactoe_table.py runs/make-run --stages shipped --opponents random,optimal
+    python scripts/tictactoe_table.py runs/make-run --stages shipped
 
-Cells are read from OUT/eval/STAGE-OPPONENT (`rlvr eval` result folders).
+Cells are read from OUT/eval/STAGE-exact (`rlvr eval --exhaustive`: the whole game tree, exact)
+and OUT/eval/STAGE-random, STAGE-optimal (200-game greedy samples, the reference's columns).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from rlvr_tictactoe.rewards import summarize
+from rlvr_tictactoe.tree import minimax_rates_vs_random, never_losing_max_win_rate
 
 from rlvr.results import RunDir
 
@@ -19,31 +22,60 @@ STAGES = {
     "teacher": "teacher (policy:teacher)",
     "base": "base (random weights)",
     "sft": "after SFT",
-    "rl1": "after RL phase 1",
+    "rl": "after RL",
     "rl2": "after RL phase 2",
     "shipped": "models/tictactoe-tiny",
 }
-OPPONENTS = {"random": "vs random", "optimal": "vs optimal", "optimal-reseeded": "vs optimal, other seeds"}
 
 
-def cell(run: Path) -> str:
+def exact_cell(run: Path) -> str:
+    meta_path = run / "metadata.json"
+    if not meta_path.exists():
+        return "not run | | | | "
+    meta = json.loads(meta_path.read_text())
+    exact = meta.get("exact")
+    if meta.get("status") != "complete" or not exact:
+        return "unfinished | | | | "
+
+    def wdl(opponent: str) -> str:
+        r = exact["rates_pct"][opponent]
+        other = 100.0 - r.get("win", 0.0) - r.get("draw", 0.0)  # losses, timeouts, errors
+        return f"{r.get('win', 0.0):.2f}/{r.get('draw', 0.0):.2f}/{other:.2f}"
+
+    verdict = "**yes**" if exact["unbeatable"] else "no"
+    beaten = len(exact["beaten"])
+    return f"{wdl('random')} | {wdl('optimal')} | {beaten} of {exact['games']} | {exact['rejected_move_games']} | {verdict}"
+
+
+def sample_cell(run: Path) -> str:
     if not (run / "results.jsonl").exists():
-        return "not run | | | "
+        return "not run | | "
     row = summarize(RunDir.open(run).read())
     if row is None:
-        return "no games | | | "
+        return "no games | | "
     wdl = f"{row['win %']:.1f}/{row['draw %']:.1f}/{row['loss %'] + row['timeout %']:.1f}"
-    return f"{wdl} | {row['format %']:.1f} | {row['invalid %']:.1f} | {row['mean reward']:.3f}"
+    return f"{wdl} | {row['format %']:.1f} | {row['invalid %']:.1f}"
 
 
-def main(out: str, stages: list[str], opponents: list[str]) -> None:
+def main(out: str, stages: list[str]) -> None:
     root = Path(out) / "eval"
-    head = " | ".join(f"{OPPONENTS.get(o, o)}: W/D/L % | format % | invalid % | reward" for o in opponents)
-    print(f"| model | {head} |")
-    print("|---" * (1 + 4 * len(opponents)) + "|")
+    print("Exact, over the whole game tree (greedy; W/D/L %, L includes timeouts):\n")
+    print("| model | vs random W/D/L | vs optimal W/D/L | games lost | games with a rejected move | unbeatable |")
+    print("|---|---|---|---|---|---|")
     for stage in stages:
-        cells = " | ".join(cell(root / f"{stage}-{opp}") for opp in opponents)
-        print(f"| {STAGES.get(stage, stage)} | {cells} |")
+        print(f"| {STAGES.get(stage, stage)} | {exact_cell(root / f'{stage}-exact')} |")
+    win, draw, _ = minimax_rates_vs_random()
+    print(
+        f"\nLimits: a player that never loses wins at most {100 * never_losing_max_win_rate():.2f}% vs random;"
+        f" minimax with a uniform tie-break {100 * win:.2f}/{100 * draw:.2f}/0."
+    )
+    if any((root / f"{s}-{o}").exists() for s in stages for o in ("random", "optimal")):
+        print("\n200 greedy games on held-out seeds (the reference's columns):\n")
+        print("| model | vs random W/D/L | format % | invalid % | vs optimal W/D/L | format % | invalid % |")
+        print("|---|---|---|---|---|---|---|")
+        for stage in stages:
+            cells = " | ".join(sample_cell(root / f"{stage}-{opp}") for opp in ("random", "optimal"))
+            print(f"| {STAGES.get(stage, stage)} | {cells} |")
     seconds = {p.stem: int(p.read_text()) for p in Path(out).glob("*.seconds")}
     if seconds:
         print("\nseconds per stage: " + ", ".join(f"{k} {v}" for k, v in sorted(seconds.items())))
@@ -52,7 +84,6 @@ def main(out: str, stages: list[str], opponents: list[str]) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out", nargs="?", default="runs/tictactoe", help="the run's output folder")
-    parser.add_argument("--stages", default="teacher,base,sft,rl1,rl2", help="rows, comma-separated")
-    parser.add_argument("--opponents", default=",".join(OPPONENTS), help="column groups, comma-separated")
+    parser.add_argument("--stages", default="teacher,base,sft,rl,rl2", help="rows, comma-separated")
     args = parser.parse_args()
-    main(args.out, args.stages.split(","), args.opponents.split(","))
+    main(args.out, args.stages.split(","))

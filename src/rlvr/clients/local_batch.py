@@ -231,10 +231,11 @@ class Batch:
         if prefix is None or prefix.usable is False:
             return [(None, 0)] * len(joiners)
         prefix.check_weights(self.dec.model)
-        hits = []
+        looked = []
         for r in joiners:
             r.hashes, r.cache_version = prefix_hashes(r.prompt_ids), prefix.version
-            hits.append(prefix.lookup(r.prompt_ids, r.hashes) if prefix.usable else (None, 0))
+            looked.append((r.prompt_ids, r.hashes))
+        hits = prefix.lookup_many(looked) if prefix.usable else [(None, 0)] * len(joiners)
         shared = self._share_prefix([r for r, (_, m) in zip(joiners, hits) if m == 0])
         if shared is not None:  # every joiner without a kept prefix starts from the shared one
             hits = [(kv, m) if m else shared for kv, m in hits]

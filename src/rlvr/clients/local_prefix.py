@@ -93,32 +93,50 @@ class PrefixCache:
 
     def lookup(self, ids: list[int], hashes: list[int]) -> tuple[KV | None, int]:
         """The kept keys and values for the longest usable prefix of `ids`, and its length."""
+        return self.lookup_many([(ids, hashes)])[0]
+
+    def lookup_many(self, requests: list[tuple[list[int], list[int]]]) -> list[tuple[KV | None, int]]:
+        """`lookup` for requests admitted together. An entry that one of them extends whole is
+        dropped only after all have looked: the branches of one conversation (a game tree's
+        replies to one position) all start from it."""
+        out: list[tuple[KV | None, int]] = []
+        extended: set[int] = set()
+        with self._lock:
+            for ids, hashes in requests:
+                best, best_m = self._best(ids, hashes)
+                if best is None:
+                    out.append((None, 0))
+                    continue
+                if best_m == len(best.ids) and not best.shared:
+                    extended.add(best.key)
+                self.entries.move_to_end(best.key)
+                keys, values = best.kv
+                out.append(((keys[:, :, :best_m], values[:, :, :best_m]), best_m))
+            for key in extended:
+                self.nbytes -= self.entries.pop(key).nbytes
+        return out
+
+    def _best(self, ids: list[int], hashes: list[int]) -> tuple[Entry | None, int]:
+        """The entry sharing the longest usable prefix with `ids` (confirmed on the ids)."""
         limit = len(ids) - 1
         best, best_m = None, 0
-        with self._lock:
-            for entry in self.entries.values():
-                top = min(len(entry.ids), limit)
-                lo = min(entry.prompt_len, top)
-                if lo <= best_m or hashes[lo] != entry.hashes[lo]:
-                    continue
-                hi = top  # the largest m with equal prefix hashes, by bisection
-                while lo < hi:
-                    mid = (lo + hi + 1) // 2
-                    if hashes[mid] == entry.hashes[mid]:
-                        lo = mid
-                    else:
-                        hi = mid - 1
-                if lo > best_m:
-                    best, best_m = entry, lo
-            if best is None or ids[:best_m] != best.ids[:best_m]:  # a hash collision
-                return None, 0
-            if best_m == len(best.ids) and not best.shared:
-                del self.entries[best.key]
-                self.nbytes -= best.nbytes
-            else:
-                self.entries.move_to_end(best.key)
-        keys, values = best.kv
-        return (keys[:, :, :best_m], values[:, :, :best_m]), best_m
+        for entry in self.entries.values():
+            top = min(len(entry.ids), limit)
+            lo = min(entry.prompt_len, top)
+            if lo <= best_m or hashes[lo] != entry.hashes[lo]:
+                continue
+            hi = top  # the largest m with equal prefix hashes, by bisection
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if hashes[mid] == entry.hashes[mid]:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            if lo > best_m:
+                best, best_m = entry, lo
+        if best is None or ids[:best_m] != best.ids[:best_m]:  # a hash collision
+            return None, 0
+        return best, best_m
 
     def store(
         self,

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Run several tic-tac-toe pipelines (scripts/reproduce_tictactoe.sh) side by side on one host:
+# each job gets one GPU, and each job's RL variants share that GPU, started once its SFT is done.
+#
+#   scripts/tictactoe_gpus.sh start PLAN     # start the plan's jobs in the background (setsid)
+#   scripts/tictactoe_gpus.sh wait SECONDS   # wait until every job ended or SECONDS passed
+#   scripts/tictactoe_gpus.sh collect DIR    # tables, metrics, logs, exact summaries -> DIR/runs.tgz
+#   scripts/tictactoe_gpus.sh ship RUN DIR   # RUN's final model in bfloat16, shards under 15 MB
+#
+# Plans (docs/RESULTS.md says which produced what):
+#   pilot  one GPU: seed 0, short SFT and RL, variants A and B side by side (step times)
+#   main   four GPUs: seeds 0, 1, 2 (full SFT) and the weak start (200 teacher games), each with
+#          variant A (the env's reward) and B (loss_reward = -1) from the same SFT model
+set -uo pipefail
+ROOT=${RUNS:-runs/gpus}
+
+job() {  # job GPU NAME VARS...: one seed's pipeline, variant A then B once SFT is done
+  local gpu=$1 name=$2; shift 2
+  local out="$ROOT/$name"
+  mkdir -p "$out"
+  (
+    export CUDA_VISIBLE_DEVICES=$gpu OUT_DIR=$out "$@"
+    RL_NAME=rl EVAL_STAGES="base sft rl teacher" bash scripts/reproduce_tictactoe.sh > "$out/pipeline-A.log" 2>&1 &
+    while [ ! -f "$out/sft/final/config.json" ]; do sleep 5; kill -0 $! 2>/dev/null || exit 1; done
+    RL_NAME=rlB LOSS_REWARD=-1.0 EVAL_STAGES="rlB" bash scripts/reproduce_tictactoe.sh > "$out/pipeline-B.log" 2>&1
+    wait
+  ) &
+}
+
+start() {
+  mkdir -p "$ROOT"
+  case $1 in
+    pilot)
+      job 0 s0 SEED=0 SFT_STEPS=300 RL_STEPS=20 EVAL_EVERY=10 ;;
+    main)
+      job 0 s0 SEED=0 RL_STEPS=${RL_STEPS:-150}
+      job 1 s1 SEED=1 RL_STEPS=${RL_STEPS:-150}
+      job 2 s2 SEED=2 RL_STEPS=${RL_STEPS:-150}
+      job 3 weak SEED=0 GAMES=200 SFT_STEPS=60 SFT_BATCH=32 RL_STEPS=${WEAK_RL_STEPS:-${RL_STEPS:-150}} ;;
+    *) echo "unknown plan $1" >&2; exit 2 ;;
+  esac
+  wait
+}
+
+case ${1:-} in
+  start) setsid bash "$0" _start "$2" > "$ROOT.log" 2>&1 < /dev/null & sleep 1; echo "started plan $2 (log $ROOT.log)" ;;
+  _start) mkdir -p "$ROOT"; echo $$ > "$ROOT.pid"; start "$2"; echo "plan $2 finished"; rm -f "$ROOT.pid" ;;
+  wait)
+    end=$(( $(date +%s) + $2 ))
+    while [ -f "$ROOT.pid" ] && [ "$(date +%s)" -lt "$end" ]; do sleep 10; done
+    for f in "$ROOT"/*/pipeline-*.log; do echo "--- $f"; grep -E "^== |step [0-9]+/|exact W/D/L|unbeatable|Error|error" "$f" | tail -6; done ;;
+  collect)
+    mkdir -p "$2"
+    find "$ROOT" \( -name "*.csv" -o -name "*.md" -o -name "*.log" -o -name "*.seconds" -o -name "*.png" \
+      -o -name "metadata.json" -o -name "config.json" \) -not -path "*/checkpoints/*" -not -path "*/final/*" \
+      | tar czf "$2/runs.tgz" -T - ;;
+  ship)
+    python3 - "$2" "$3" <<'EOF'
+import sys, torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+src, dst = sys.argv[1], sys.argv[2]
+model = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32).to(torch.bfloat16)
+model.save_pretrained(dst, max_shard_size="15MB")
+AutoTokenizer.from_pretrained(src).save_pretrained(dst)
+print(f"shipped {src} -> {dst} (bfloat16)")
+EOF
+    ;;
+  *) sed -n 2,16p "$0"; exit 2 ;;
+esac
