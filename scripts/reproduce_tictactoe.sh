@@ -24,6 +24,7 @@ DEVICE_FLAGS=${DEVICE_FLAGS:---bf16}
 RL_MIN_P=${RL_MIN_P:-0.0}; RL_MAX_P=${RL_MAX_P:-0.7}; RL_LR=${RL_LR:-3e-5}; RL_TEMP=${RL_TEMP:-1.0}
 RL2_MIN_P=${RL2_MIN_P:-0.0}; RL2_MAX_P=${RL2_MAX_P:-0.25}; RL2_LR=${RL2_LR:-3e-5}; RL2_TEMP=${RL2_TEMP:-1.25}
 LOSS_REWARD=${LOSS_REWARD:-0.0}
+RL_EXTRA=${RL_EXTRA:-}   # more `rlvr train` flags for the RL phases, e.g. "--kl-coef 0.05"
 EXACT=${EXACT:-1}   # 0: no exact evaluation (the smoke scale, where a barely trained model is slow to walk)
 RL_NAME=${RL_NAME:-rl}   # another name runs another RL variant from the same SFT model, side by side
 EVAL_STAGES=${EVAL_STAGES:-base sft $RL_NAME ${RL_NAME}2 teacher}
@@ -80,7 +81,7 @@ rl() {  # rl NAME FROM STEPS MIN_P MAX_P LR TEMPERATURE
       --steps "$steps" --batch-size "$BATCH" --group-size "$GROUP" --num-buckets "$BUCKETS" --loss cispo \
       --max-tokens 48 --micro-batch-size 64 --seed "$SEED" --env-args "$env_args" --lr "$lr" --temperature "$temp" \
       --eval-env-args '[{"opponent": "random"}, {"opponent": "optimal"}]' $([ "$EXACT" = 1 ] && echo --eval-exact) \
-      --eval-every "$EVAL_EVERY" --eval-tasks "$EVAL_TASKS" --save-every "$EVAL_EVERY" $DEVICE_FLAGS
+      --eval-every "$EVAL_EVERY" --eval-tasks "$EVAL_TASKS" --save-every "$EVAL_EVERY" $DEVICE_FLAGS $RL_EXTRA
     done_in "$name"
   fi
 }

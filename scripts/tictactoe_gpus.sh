@@ -9,34 +9,48 @@
 #
 # Plans (docs/RESULTS.md says which produced what):
 #   pilot  one GPU: seed 0, short SFT and RL, variants A and B side by side (step times)
+#   pilot2 one GPU: seed 0, full SFT, four conservative RL variants (lr, KL, temperature, opponents)
 #   main   four GPUs: seeds 0, 1, 2 (full SFT) and the weak start (200 teacher games), each with
 #          variant A (the env's reward) and B (loss_reward = -1) from the same SFT model
 set -uo pipefail
 ROOT=${RUNS:-runs/gpus}
 
-job() {  # job GPU NAME VARS...: one seed's pipeline, variant A then B once SFT is done
-  local gpu=$1 name=$2; shift 2
-  local out="$ROOT/$name"
+job() {  # job GPU NAME "SHARED VARS" "VARIANT VARS" ...: one seed's SFT, then its RL variants
+  local gpu=$1 name=$2 shared=$3; shift 3
+  local out="$ROOT/$name" first=1
   mkdir -p "$out"
-  (
-    export CUDA_VISIBLE_DEVICES=$gpu OUT_DIR=$out "$@"
-    RL_NAME=rl EVAL_STAGES="base sft rl teacher" bash scripts/reproduce_tictactoe.sh > "$out/pipeline-A.log" 2>&1 &
-    while [ ! -f "$out/sft/final/config.json" ]; do sleep 5; kill -0 $! 2>/dev/null || exit 1; done
-    RL_NAME=rlB LOSS_REWARD=-1.0 EVAL_STAGES="rlB" bash scripts/reproduce_tictactoe.sh > "$out/pipeline-B.log" 2>&1
-    wait
-  ) &
+  for spec in "$@"; do
+    local variant=${spec%% *} vars=${spec#* }
+    [ "$vars" = "$spec" ] && vars=""
+    (
+      export CUDA_VISIBLE_DEVICES=$gpu OUT_DIR=$out RL_NAME=$variant $shared $vars
+      if [ $first = 1 ]; then
+        export EVAL_STAGES="base sft $variant teacher"
+      else  # the later variants start from the first one's SFT model
+        export EVAL_STAGES="$variant"
+        while [ ! -f "$out/sft/final/config.json" ]; do sleep 5; done
+      fi
+      bash scripts/reproduce_tictactoe.sh > "$out/pipeline-$variant.log" 2>&1
+    ) &
+    first=0
+  done
 }
 
 start() {
   mkdir -p "$ROOT"
   case $1 in
-    pilot)
-      job 0 s0 SEED=0 SFT_STEPS=300 RL_STEPS=20 EVAL_EVERY=10 ;;
-    main)
-      job 0 s0 SEED=0 RL_STEPS=${RL_STEPS:-150}
-      job 1 s1 SEED=1 RL_STEPS=${RL_STEPS:-150}
-      job 2 s2 SEED=2 RL_STEPS=${RL_STEPS:-150}
-      job 3 weak SEED=0 GAMES=200 SFT_STEPS=60 SFT_BATCH=32 RL_STEPS=${WEAK_RL_STEPS:-${RL_STEPS:-150}} ;;
+    pilot)  # one GPU: a short SFT, the env's reward vs loss_reward = -1
+      job 0 s0 "SEED=0 SFT_STEPS=300 RL_STEPS=20 EVAL_EVERY=10" "rl" "rlB LOSS_REWARD=-1.0" ;;
+    pilot2)  # one GPU: the full SFT, four RL variants side by side
+      job 0 s0 "SEED=0 RL_STEPS=${RL_STEPS:-40} EVAL_EVERY=10" \
+        "lr1e5 RL_LR=1e-5" "kl RL_LR=1e-5 RL_EXTRA=--kl-coef=0.05" \
+        "t07kl RL_LR=1e-5 RL_TEMP=0.7 RL_EXTRA=--kl-coef=0.05" "strong RL_LR=1e-5 RL_MAX_P=0.3 RL_EXTRA=--kl-coef=0.05" ;;
+    main)  # four GPUs: three seeds of the full pipeline and the weak start, variants A and B each
+      local a="rl ${VARIANT_A:-}" b="rlB ${VARIANT_B:-LOSS_REWARD=-1.0}"
+      job 0 s0 "SEED=0 RL_STEPS=${RL_STEPS:-150}" "$a" "$b"
+      job 1 s1 "SEED=1 RL_STEPS=${RL_STEPS:-150}" "$a" "$b"
+      job 2 s2 "SEED=2 RL_STEPS=${RL_STEPS:-150}" "$a" "$b"
+      job 3 weak "SEED=0 GAMES=200 SFT_STEPS=60 SFT_BATCH=32 RL_STEPS=${WEAK_RL_STEPS:-${RL_STEPS:-150}}" "$a" "$b" ;;
     *) echo "unknown plan $1" >&2; exit 2 ;;
   esac
   wait
