@@ -79,7 +79,7 @@ rl() {  # rl NAME FROM STEPS MIN_P MAX_P LR TEMPERATURE
     resume=""; [ -d "$OUT/$name/checkpoints" ] && resume="--resume"
     rlvr train tictactoe --model "$from" --output-dir "$OUT/$name" $resume -q \
       --steps "$steps" --batch-size "$BATCH" --group-size "$GROUP" --num-buckets "$BUCKETS" --loss cispo \
-      --max-tokens 48 --micro-batch-size 64 --seed "$SEED" --env-args "$env_args" --lr "$lr" --temperature "$temp" \
+      --max-tokens 48 --micro-batch-size "${MICRO:-64}" --seed "$SEED" --env-args "$env_args" --lr "$lr" --temperature "$temp" \
       --eval-env-args '[{"opponent": "random"}, {"opponent": "optimal"}]' $([ "$EXACT" = 1 ] && echo --eval-exact) \
       --eval-every "$EVAL_EVERY" --eval-tasks "$EVAL_TASKS" --save-every "$EVAL_EVERY" $DEVICE_FLAGS $RL_EXTRA
     done_in "$name"

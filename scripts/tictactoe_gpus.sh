@@ -6,6 +6,7 @@
 #   scripts/tictactoe_gpus.sh wait SECONDS   # wait until every job ended or SECONDS passed
 #   scripts/tictactoe_gpus.sh collect DIR    # tables, metrics, logs, exact summaries -> DIR/runs.tgz
 #   scripts/tictactoe_gpus.sh ship RUN DIR   # RUN's final model in bfloat16, shards under 15 MB
+#   scripts/tictactoe_gpus.sh best           # the RL run whose final model loses the fewest games
 #
 # Plans (docs/RESULTS.md says which produced what):
 #   pilot  one GPU: seed 0, short SFT and RL, variants A and B side by side (step times)
@@ -46,7 +47,7 @@ start() {
         "lr1e5 RL_LR=1e-5" "kl RL_LR=1e-5 RL_EXTRA=--kl-coef=0.05" \
         "t07kl RL_LR=1e-5 RL_TEMP=0.7 RL_EXTRA=--kl-coef=0.05" "strong RL_LR=1e-5 RL_MAX_P=0.3 RL_EXTRA=--kl-coef=0.05" ;;
     main)  # four GPUs: three seeds of the full pipeline and the weak start, variants A and B each
-      local a="rl ${VARIANT_A:-}" b="rlB ${VARIANT_B:-LOSS_REWARD=-1.0}"
+      local a="rl ${VARIANT_A:-RL_LR=3e-5}" b="rlB ${VARIANT_B:-RL_LR=2e-5 RL_TEMP=1.25}"
       job 0 s0 "SEED=0 RL_STEPS=${RL_STEPS:-150}" "$a" "$b"
       job 1 s1 "SEED=1 RL_STEPS=${RL_STEPS:-150}" "$a" "$b"
       job 2 s2 "SEED=2 RL_STEPS=${RL_STEPS:-150}" "$a" "$b"
@@ -68,6 +69,20 @@ case ${1:-} in
     find "$ROOT" \( -name "*.csv" -o -name "*.md" -o -name "*.log" -o -name "*.seconds" -o -name "*.png" \
       -o -name "metadata.json" -o -name "config.json" \) -not -path "*/checkpoints/*" -not -path "*/final/*" \
       | tar czf "$2/runs.tgz" -T - ;;
+  best)  # fewest lost games over the whole tree, then the highest exact win rate vs random
+    python3 - "$ROOT" <<'EOF'
+import json, sys
+from pathlib import Path
+found = []
+for meta in Path(sys.argv[1]).glob("*/eval/*-exact/metadata.json"):
+    stage = meta.parent.name.removesuffix("-exact")
+    run = meta.parents[2] / stage
+    exact = json.loads(meta.read_text()).get("exact")
+    if exact and (run / "final" / "config.json").exists() and stage not in ("sft", "base", "teacher"):
+        found.append((len(exact["beaten"]), -exact["rates_pct"]["random"].get("win", 0.0), str(run / "final")))
+print(sorted(found)[0][2] if found else "")
+EOF
+    ;;
   ship)
     python3 - "$2" "$3" <<'EOF'
 import sys, torch
