@@ -62,6 +62,8 @@ PLAYERS = {
 """A reference player for each bundled environment, chosen for varied rewards and turns."""
 
 BOARD = re.compile(r"^[XO1-9] \| [XO1-9] \| [XO1-9]$", re.MULTILINE)
+SHOT = {"x": 0, "y": 0, "width": 1100, "height": 1150}
+"""The top of a page (docs/evaluation.md shows it), and the most bytes its PNG may take."""
 SHOT_BYTES = 200_000
 
 
@@ -149,7 +151,7 @@ def check_page(browser: Any, path: Path, *, shot: Path | None = None) -> dict[st
             page.evaluate(
                 "() => { document.querySelectorAll('details').forEach(d => d.open = false); scrollTo(0, 0); }"
             )
-            page.screenshot(path=str(shot))
+            page.screenshot(path=str(shot), full_page=True, clip=SHOT)
         assert opened.errors == [], f"{path}: console errors {opened.errors}"
         assert opened.requests == [opened.url], f"{path}: requests besides the page itself: {opened.requests}"
     finally:
