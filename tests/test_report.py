@@ -292,7 +292,7 @@ def test_training_run_report_draws_curves_and_links_evaluations(
     titles = [ET.fromstring(s).get("aria-label") for s in re.findall(r"<svg.*?</svg>", page, re.DOTALL)]
     for title in ("reward (total)", "reward (0-1 scale)", "reward/turns", "outcome (%)", "exact/random (%)"):
         assert title in titles
-    assert "exact/beaten_games" in titles and "optim/lr" in titles and "clip/frac" in titles
+    assert "exact/beaten_games" in titles and "optim/lr" in titles and "clip/frac (share)" in titles
     assert "kl/ref" in titles and "1 point not finite (gaps)" in page  # the NaN KL of step 2
     # the per-step evaluation table: the trainer's numbers
     rows = {int(r["step"]): r for r in _read_csv(trained / "metrics.csv")}

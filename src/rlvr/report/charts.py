@@ -189,7 +189,8 @@ def line_chart(
         y = py(value)
         parts.append(f'<line class="grid" x1="{left}" x2="{width - right}" y1="{y:.1f}" y2="{y:.1f}"/>')
         parts.append(f'<text x="{left - 4}" y="{y + 4:.1f}" text-anchor="end">{_e(_tick(value))}</text>')
-    for x in dict.fromkeys((x_lo, x_hi) if any(math.isfinite(x) for xs, _ in series.values() for x in xs) else ()):
+    finite_xs = [x for xs, _ in series.values() for x in xs if math.isfinite(x)]
+    for x in dict.fromkeys((min(finite_xs), max(finite_xs)) if finite_xs else ()):  # the first and last step
         parts.append(f'<text x="{px(x):.1f}" y="{height - bottom + 14}" text-anchor="middle">{_e(_tick(x))}</text>')
     room = int((width - 24) / 2 / 6.2) - 3
     for i, name in enumerate(names):

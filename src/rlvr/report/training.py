@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -41,7 +42,7 @@ SECTIONS = (
     ("Exact evaluation", ("exact",)),
     ("Loss", ("loss",)),
     ("KL and entropy", ("kl", "entropy")),
-    ("Clipping and importance weights", ("clip", "ratio", "is_weight")),
+    ("Clipping and importance weights", ("clip", "ratio", "is_weight", "logprob")),
     ("Lengths", ("rollout", "tokens")),
     ("Groups", ("group", "batch")),
     ("Throughput and time", ("throughput", "time")),
@@ -63,8 +64,8 @@ def is_training_run(path: Path) -> bool:
 
 
 def read_metrics(path: Path) -> list[Row]:
-    """The rows of a metrics.csv that have a step; cells that are empty or not a number (a row
-    being written while the file is read) are left out. nan and inf are numbers."""
+    """The rows of a metrics.csv that have a (finite) step; cells that are empty or not a
+    number (a row being written while the file is read) are left out. nan and inf are numbers."""
     try:
         with path.open(newline="", encoding="utf-8") as f:
             rows = []
@@ -73,7 +74,7 @@ def read_metrics(path: Path) -> list[Row]:
                 rows.append({k: v for k, v in row.items() if v is not None})
     except (UnicodeDecodeError, csv.Error) as exc:
         raise ResultsError(f"{path} is not a metrics file ({exc})") from None
-    return [r for r in rows if "step" in r]
+    return [r for r in rows if math.isfinite(r.get("step", math.nan))]
 
 
 def _float(text: str) -> float | None:
@@ -155,8 +156,8 @@ def href(target: Path, page_dir: Path) -> str:
 def _eval_table(rows: Sequence[Row], links: Mapping[tuple[int, str], str | None]) -> list[str]:
     """One row per (step, evaluation set): its reward, outcomes and errors, and a link."""
     at = {int(r["step"]): r for r in rows}
-    names = list(dict.fromkeys(n for r in rows for n in r if n.startswith("eval/")))
-    logged = {(s, n.split("/")[1]) for s, r in at.items() for n in r if n.startswith("eval/")}
+    names = list(dict.fromkeys(n for r in rows for n in r if n.startswith("eval/") and n.count("/") >= 2))
+    logged = {(s, n.split("/")[1]) for s, r in at.items() for n in r if n in names}
     sets = sorted(logged | {k for k in links if k[1] != "exact"})
     if not sets:
         return []
@@ -243,7 +244,7 @@ def _axis(name: str, values: Sequence[float]) -> tuple[str, ...]:
         return TOTAL
     if leaf.endswith("_pct"):
         return (prefix, "%")
-    if leaf.endswith("_frac"):
+    if leaf == "frac" or leaf.endswith("_frac"):
         return (prefix, "share")
     if parts[-2:-1] == ["reward"] and leaf != "std" and all(-1.0 <= v <= 1.0 for v in values):
         return (prefix, "0-1")
