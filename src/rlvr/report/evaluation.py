@@ -23,6 +23,9 @@ from rlvr.results import RunDir
 from rlvr.summary import summarize
 from rlvr.types import Message, Rollout
 
+OUTCOMES = ("win", "draw", "loss", "timeout", "error")
+"""The order of an exact table's columns (others follow, by name)."""
+
 MAX_HISTOGRAMS = 8
 """Reward functions drawn as histograms, at most (the first ones that are not 0/1 flags)."""
 
@@ -134,7 +137,9 @@ def _exact(metadata: dict[str, Any], rollouts: Sequence[Rollout]) -> list[str]:
     from rlvr.exact import lost_games
 
     rates = exact["rates_pct"]
-    labels = sorted({k for r in rates.values() for k in r})
+    labels = sorted(
+        {k for r in rates.values() for k in r}, key=lambda k: (OUTCOMES.index(k) if k in OUTCOMES else 9, k)
+    )
     head = "".join(f"<th>{e(k)} %</th>" for k in labels)
     rows = "".join(
         f"<tr><td>{e(opp)}</td>" + "".join(f"<td class=num>{number(r.get(k, 0.0), 2)}</td>" for k in labels) + "</tr>"
