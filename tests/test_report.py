@@ -2,68 +2,22 @@
 
 from __future__ import annotations
 
-import asyncio
+import csv
 import json
+import math
 import re
 import xml.etree.ElementTree as ET
 from html.parser import HTMLParser
 from pathlib import Path
+from urllib.parse import quote, unquote
 
 import pytest
+from report_runs import eval_run, make_run, training_run
 
-from rlvr import MultiTurnEnv, Policy, Rubric, State, stop
 from rlvr.cli import main
-from rlvr.engine import run_rollouts
 from rlvr.errors import ResultsError
-from rlvr.report import bar_chart, histogram_bins, write_report
+from rlvr.report import bar_chart, histogram_bins, line_chart, write_report
 from rlvr.results import RunDir
-from rlvr.types import Messages
-
-NASTY = '<script>alert("x")</script> & <b>bold</b>'
-
-
-class TwoTurnEnv(MultiTurnEnv[State]):
-    """Task 'short' ends after one turn, the others after two; task 'boom' makes the model fail."""
-
-    async def env_response(self, messages: Messages, state: State) -> Messages:
-        return [{"role": "user", "content": f"again {NASTY}"}]
-
-    @stop
-    def done(self, state: State) -> bool:
-        return state.turn >= (1 if state.task.id == "short" else 2)
-
-
-def says_answer(completion: Messages, answer: str | None) -> float:
-    return float(answer is not None and answer in str(completion[-1]["content"]))
-
-
-def nasty_metric(completion: Messages) -> float:
-    return -0.5
-
-
-def _policy(messages: Messages, rng: object) -> str:
-    if "boom" in str(messages[-1]["content"]):
-        raise RuntimeError(f"model exploded {NASTY}")
-    return f"the answer is 4 {NASTY}"
-
-
-def make_run(path: Path, tasks: int = 3) -> Path:
-    rows = [
-        {"id": "short", "question": f"2+2? {NASTY}", "answer": "4"},
-        {"id": "boom", "question": "boom", "answer": "4"},
-    ]
-    rows += [{"id": f"t{i}", "question": f"{i}+{4 - i}?", "answer": "5"} for i in range(tasks)]
-    env = TwoTurnEnv(rows, system_prompt="be brief", rubric=Rubric([says_answer, nasty_metric], [1.0, 0.0]))
-    meta = {
-        "env": "two_turn",
-        "model": f"policy:{NASTY}",
-        "num_tasks": len(rows),
-        "rollouts_per_task": 2,
-    }
-    run, _ = RunDir.create(path, meta)
-    asyncio.run(run_rollouts(env, Policy(_policy, "p"), env.tasks(), rollouts_per_task=2, on_rollout=run.append))
-    run.close(rollouts=2 * len(rows))
-    return path
 
 
 class _Checker(HTMLParser):
@@ -111,9 +65,10 @@ def test_report_is_well_formed_self_contained_and_escaped(tmp_path: Path) -> Non
     # every piece of run text is escaped: the payload never appears as markup
     assert "<script>alert" not in page and "<b>bold</b>" not in page
     assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in page
-    # plots: total reward, per-function means, turns, stop reasons, and one per function
+    # plots: total reward, per-function means, turns, stop reasons, and a histogram of each
+    # function that is not a 0/1 flag (nasty_metric; says_answer is one)
     svgs = re.findall(r"<svg.*?</svg>", page, re.DOTALL)
-    assert len(svgs) == 6
+    assert len(svgs) == 5
     for svg in svgs:
         ET.fromstring(svg)  # each plot is well-formed XML
     assert "stop reasons" in page and "turns per rollout" in page and "mean of each reward function" in page
@@ -198,3 +153,178 @@ def test_bar_chart_handles_negative_and_missing_values() -> None:
 def test_histogram_bins_cover_outliers() -> None:
     labels, counts, _ = histogram_bins([-1.0, 0.0, 0.99, 2.0], bins=3)
     assert labels == ["-1.00", "0.00", "1.00"] and counts == [1.0, 2.0, 1.0]
+
+
+# ---- what the page shows ------------------------------------------------------------------
+
+
+def _headings(page: str) -> list[str]:
+    return re.findall(r"<h2>(.*?)</h2>", page)
+
+
+def test_the_environments_own_summary_comes_first(tmp_path: Path) -> None:
+    from rlvr.registry import load_environment
+
+    run = eval_run(tmp_path / "ttt", "tictactoe", "random")
+    page = write_report(run).read_text(encoding="utf-8")
+    assert _headings(page)[0] == "tictactoe: its own summary"
+    ours = load_environment("tictactoe").summarize(RunDir.open(run).read())
+    assert ours is not None
+    table = re.search(r'<table class="headline wide">(.*?)</table>', page, re.DOTALL)
+    assert table is not None
+    assert re.findall(r"<th>(.*?)</th>", table.group(1)) == list(ours)  # win %, draw %, loss %, ...
+    assert f"<td class=num>{ours['win %']:.1f}</td>" in table.group(1)
+    # the wall time of a rollout is not a cost: said so, with the run's own rate
+    assert "seconds / rollout" not in page and "wall seconds per rollout (overlapping)" in page
+    assert "rollouts/s" in page
+
+
+def test_a_missing_environment_costs_its_summary_only(tmp_path: Path) -> None:
+    page = write_report(make_run(tmp_path / "run")).read_text(encoding="utf-8")  # env 'two_turn' is not installed
+    assert "no environment summary: no environment named &#x27;two_turn&#x27;" in page
+    assert _headings(page)[0] == "Rewards and rollouts"
+
+
+def test_count_metrics_get_their_own_axis_and_integer_bins(tmp_path: Path) -> None:
+    page = write_report(eval_run(tmp_path / "ttt", "tictactoe", "random")).read_text(encoding="utf-8")
+    svgs = {ET.fromstring(s).get("aria-label"): s for s in re.findall(r"<svg.*?</svg>", page, re.DOTALL)}
+    scores, counts = svgs["mean of each reward function"], svgs["mean of each count metric"]
+    assert "<title>turns:" in counts and "<title>turns:" not in scores  # a count, apart from 0-1 rewards
+    assert "<title>win:" in scores and "<title>win_reward:" in scores
+    turns = ET.fromstring(svgs["turns: rollouts per bin"])
+    labels = [t.text for t in turns.iter("{http://www.w3.org/2000/svg}text")]
+    assert "one bar per value" in labels and "3" in labels and "3.00" not in labels  # whole numbers
+
+
+def test_histogram_bins_of_integers() -> None:
+    assert histogram_bins([2.0, 2.0, 5.0]) == (["0", "1", "2", "3", "4", "5"], [0, 0, 2, 0, 0, 1], "one bar per value")
+    labels, counts, caption = histogram_bins([0.0, 95.0, 100.0], bins=10)
+    assert labels[:2] == ["0", "11"] and sum(counts) == 3 and caption == "bins of 11 values (labels: bin start)"
+
+
+# ---- any float ----------------------------------------------------------------------------
+
+EXTREMES = [math.nan, math.inf, -math.inf, 1e308, -1e308, 1.7976931348623157e308, 5e-324, 0.0]
+
+
+def _coordinates(svg: str) -> list[float]:
+    """Every number of every coordinate attribute of an SVG."""
+    root = ET.fromstring(svg)
+    out = []
+    for node in root.iter():
+        for name in ("x", "y", "x1", "x2", "y1", "y2", "width", "height", "cx", "cy", "r", "points"):
+            if node.get(name) is not None:
+                out += [float(v) for v in re.split(r"[ ,]", node.get(name) or "") if v]
+    return out
+
+
+def test_charts_survive_any_float() -> None:
+    svgs = [
+        bar_chart([str(v) for v in EXTREMES], EXTREMES, title="bars", digits=3),
+        bar_chart(*histogram_bins(EXTREMES)[:2], title="bins"),
+        line_chart({"a": (list(range(len(EXTREMES))), EXTREMES), "b": ([0.0, math.inf], [1.0, 2.0])}, title="lines"),
+        line_chart({"one point": ([3.0], [1e308])}, title="lone"),
+        line_chart({"nothing": ([], [])}, title="empty"),
+    ]
+    for svg in svgs:
+        width, height = float(ET.fromstring(svg).get("width") or 0), float(ET.fromstring(svg).get("height") or 0)
+        coords = _coordinates(svg)
+        assert coords and all(math.isfinite(c) and -1 <= c <= max(width, height) + 1 for c in coords), svg
+        assert len(max(re.findall(r">([^<]*)<", svg), key=len)) < 60  # 1e308 prints short
+    assert ">1e+308<" in svgs[0] and ">inf<" in svgs[0] and ">-inf<" in svgs[0] and ">-<" in svgs[0]
+    labels, counts, caption = histogram_bins(EXTREMES)
+    assert sum(counts) == 5 and caption.endswith("; 3 not finite")
+
+
+def test_report_survives_extreme_metric_values(tmp_path: Path) -> None:
+    page = write_report(make_run(tmp_path / "run", rollouts=1, extreme=True)).read_text(encoding="utf-8")
+    _check_html(page)
+    assert "extreme_metric" in page and "1e+308" in page and "-1e+308" in page
+    for svg in re.findall(r"<svg.*?</svg>", page, re.DOTALL):
+        assert all(math.isfinite(c) for c in _coordinates(svg))
+
+
+@pytest.mark.xfail(
+    raises=(OverflowError, ValueError, AttributeError),
+    strict=False,
+    reason="rlvr.summary.summarize fails on NaN, inf and overflowing sums until its fix (issue 15) lands",
+)
+def test_report_survives_nan_and_inf_rewards(tmp_path: Path) -> None:
+    run = make_run(tmp_path / "run", rollouts=2, extreme=True)  # 1e308 twice: the sum overflows
+    lines = [json.loads(line) for line in (run / "results.jsonl").read_text().splitlines()]
+    for i, line in enumerate(lines):
+        line["rewards"]["nasty_metric"] = [math.nan, math.inf, -math.inf][i % 3]
+    (run / "results.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    page = write_report(run).read_text(encoding="utf-8")
+    _check_html(page)
+    for svg in re.findall(r"<svg.*?</svg>", page, re.DOTALL):
+        assert all(math.isfinite(c) for c in _coordinates(svg))
+
+
+# ---- training runs ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return training_run(tmp_path_factory.mktemp("train") / "run", steps=4, eval_every=4)
+
+
+def test_training_run_report_draws_curves_and_links_evaluations(
+    trained: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["report", str(trained)]) == 0
+    assert capsys.readouterr().out.strip() == f"wrote {trained / 'report.html'}"
+    page = (trained / "report.html").read_text(encoding="utf-8")
+    tags = _check_html(page).tags
+    assert not [t for t, _ in tags if t in ("script", "link", "iframe", "img")]
+    hrefs = [a["href"] for t, a in tags if t == "a"]
+    assert sorted(hrefs) == sorted(
+        f"eval/step_00000{s}/{quote(label)}/report.html"
+        for s in (0, 4)
+        for label in ("exact", "opponent=optimal", "opponent=random")
+    )
+    for href in hrefs:
+        assert (trained / unquote(href)).is_file()  # each evaluation's own page, written beside it
+    headings = _headings(page)
+    assert headings[:4] == ["Reward", "Outcomes", "Evaluations", "Evaluation sets"]
+    for heading in ("Exact evaluations", "Exact evaluation", "Loss", "KL and entropy", "Config"):
+        assert heading in headings
+    titles = [ET.fromstring(s).get("aria-label") for s in re.findall(r"<svg.*?</svg>", page, re.DOTALL)]
+    for title in ("reward (total)", "reward (0-1 scale)", "reward/turns", "outcome (%)", "exact/random (%)"):
+        assert title in titles
+    assert "exact/beaten_games" in titles and "optim/lr" in titles and "clip/frac (share)" in titles
+    assert "kl/ref" in titles and "1 point not finite (gaps)" in page  # the NaN KL of step 2
+    # the per-step evaluation table: the trainer's numbers
+    rows = {int(r["step"]): r for r in _read_csv(trained / "metrics.csv")}
+    win = rows[4]["eval/opponent=random/outcome/win_pct"]
+    assert re.search(rf"<td>opponent=random</td><td class=num>[^<]*</td><td class=num>{win:.1f}</td>", page)
+
+
+def _read_csv(path: Path) -> list[dict[str, float]]:
+    with path.open(newline="") as f:
+        return [{k: float(v) for k, v in row.items() if v} for row in csv.DictReader(f)]
+
+
+def test_a_folder_of_evaluations_points_at_them(trained: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["report", str(trained / "eval" / "step_000004")]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "holds no run of its own" in err and "opponent=random" in err
+    assert main(["report", str(trained / "eval" / "step_000004" / "opponent=random")]) == 0
+
+
+def test_training_report_reads_what_a_live_or_sft_run_leaves(tmp_path: Path) -> None:
+    run = tmp_path / "sft"
+    run.mkdir()
+    (run / "sft_config.json").write_text(json.dumps({"model": "tiny", "data": "teacher.jsonl"}))
+    lines = ["step,loss/train,loss/eval,optim/lr", "1,2.5,,1e-05", "2,nan,2.1,2e-05", "3,inf,1.9,3e-05", "4,1e"]
+    (run / "metrics.csv").write_text("\n".join(lines))  # the last row is being written
+    page = write_report(run / "metrics.csv").read_text(encoding="utf-8")
+    _check_html(page)
+    assert "training run sft (teacher.jsonl / tiny)" in page and "steps 1 to 4" in page
+    svg = next(s for s in re.findall(r"<svg.*?</svg>", page, re.DOTALL) if 'aria-label="loss"' in s)
+    assert "train" in svg and "eval" in svg and "2 points not finite (gaps)" in svg
+    assert all(math.isfinite(c) for c in _coordinates(svg))
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "metrics.csv").write_text("step\n")
+    assert "no steps logged yet" in write_report(empty).read_text(encoding="utf-8")

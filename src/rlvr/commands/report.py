@@ -1,8 +1,11 @@
 """`rlvr report RUN_DIR`: write a self-contained HTML report of a run.
 
-The report (default RUN_DIR/report.html) holds the run's metadata, its summary numbers, plots
-(reward distribution, mean of each reward function, turns per rollout, stop reasons) and every
-rollout as a collapsible conversation. It needs no extra packages and no network to view.
+A results directory (`rlvr eval`, or a training run's eval/step_N/LABEL) gets a page with the
+environment's own summary, the reward summary, plots and every rollout as a collapsible
+conversation (an exact evaluation: every game that beat the policy, as a board). A training
+run's folder (it holds metrics.csv) gets its curves and a table of its evaluations, each
+linked to its own page (written too). The page (default RUN_DIR/report.html) needs no extra
+packages and no network to view.
 """
 
 from __future__ import annotations
@@ -20,7 +23,9 @@ def add_parser(sub: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("run_dir", metavar="RUN_DIR", help="results directory (or its results.jsonl)")
+    p.add_argument(
+        "run_dir", metavar="RUN_DIR", help="results directory (or its results.jsonl), or a training run's folder"
+    )
     p.add_argument(
         "-o",
         "--output",
