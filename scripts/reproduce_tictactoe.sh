@@ -9,7 +9,8 @@
 #
 # RL runs in one phase (RL_STEPS) against opponents whose random-move probability p is drawn
 # from [RL_MIN_P, RL_MAX_P] (8 buckets, one slice each per batch), with the env's reward
-# (LOSS_REWARD sets the value of a lost game; 0 = the reference rubric). Why that range:
+# (LOSS_REWARD sets the value of a lost game; 0 = the reference rubric); TRAP_PROB > 0 makes the
+# opponent's best moves traps that often (the env's trap_prob). Why that range and the traps:
 # docs/RESULTS.md. RL2_STEPS > 0 adds a second phase (RL2_MIN_P..RL2_MAX_P, RL2_TEMP).
 #
 # Every stage is skipped when its output exists and resumes from its last checkpoint when it
@@ -24,6 +25,7 @@ DEVICE_FLAGS=${DEVICE_FLAGS:---bf16}
 RL_MIN_P=${RL_MIN_P:-0.0}; RL_MAX_P=${RL_MAX_P:-0.7}; RL_LR=${RL_LR:-3e-5}; RL_TEMP=${RL_TEMP:-1.0}
 RL2_MIN_P=${RL2_MIN_P:-0.0}; RL2_MAX_P=${RL2_MAX_P:-0.25}; RL2_LR=${RL2_LR:-3e-5}; RL2_TEMP=${RL2_TEMP:-1.25}
 LOSS_REWARD=${LOSS_REWARD:-0.0}
+TRAP_PROB=${TRAP_PROB:-0.0}   # how often the opponent's best move is a trap (env option trap_prob)
 RL_EXTRA=${RL_EXTRA:-}   # more `rlvr train` flags for the RL phases, e.g. "--kl-coef 0.05"
 EXACT=${EXACT:-1}   # 0: no exact evaluation (the smoke scale, where a barely trained model is slow to walk)
 RL_NAME=${RL_NAME:-rl}   # another name runs another RL variant from the same SFT model, side by side
@@ -74,7 +76,7 @@ fi
 rl() {  # rl NAME FROM STEPS MIN_P MAX_P LR TEMPERATURE
   local name=$1 from=$2 steps=$3 low=$4 high=$5 lr=$6 temp=$7
   if [ "$steps" -gt 0 ] && [ -f "$from/config.json" ] && [ ! -f "$OUT/$name/final/config.json" ]; then
-    local env_args="{\"min_random_move_prob\": $low, \"max_random_move_prob\": $high, \"loss_reward\": $LOSS_REWARD}"
+    local env_args="{\"min_random_move_prob\": $low, \"max_random_move_prob\": $high, \"loss_reward\": $LOSS_REWARD, \"trap_prob\": $TRAP_PROB}"
     log "RL $name ($steps steps, $env_args, lr $lr, T $temp)"; stamp "$name"
     resume=""; [ -d "$OUT/$name/checkpoints" ] && resume="--resume"
     rlvr train tictactoe --model "$from" --output-dir "$OUT/$name" $resume -q \

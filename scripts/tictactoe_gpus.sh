@@ -12,7 +12,8 @@
 #   pilot  one GPU: seed 0, short SFT and RL, variants A and B side by side (step times)
 #   pilot2 one GPU: seed 0, full SFT, four conservative RL variants (lr, KL, temperature, opponents)
 #   main   four GPUs: seeds 0, 1, 2 (full SFT) and the weak start (200 teacher games), each with
-#          variant A (the env's reward) and B (loss_reward = -1) from the same SFT model
+#          variant A (lr 3e-5) and B (lr 2e-5 at T 1.25) from the same SFT model
+#   trap   four GPUs: as main, 100 RL steps, against an opponent whose best moves are traps
 set -uo pipefail
 ROOT=${RUNS:-runs/gpus}
 
@@ -26,7 +27,7 @@ job() {  # job GPU NAME "SHARED VARS" "VARIANT VARS" ...: one seed's SFT, then i
     (
       export CUDA_VISIBLE_DEVICES=$gpu OUT_DIR=$out RL_NAME=$variant $shared $vars
       if [ $first = 1 ]; then
-        export EVAL_STAGES="base sft $variant teacher"
+        export EVAL_STAGES="${FIRST_STAGES-base sft} $variant ${LAST_STAGES-teacher}"
       else  # the later variants start from the first one's SFT model
         export EVAL_STAGES="$variant"
         while [ ! -f "$out/sft/final/config.json" ]; do sleep 5; done
@@ -52,6 +53,13 @@ start() {
       job 1 s1 "SEED=1 RL_STEPS=${RL_STEPS:-150}" "$a" "$b"
       job 2 s2 "SEED=2 RL_STEPS=${RL_STEPS:-150}" "$a" "$b"
       job 3 weak "SEED=0 GAMES=200 SFT_STEPS=60 SFT_BATCH=32 RL_STEPS=${WEAK_RL_STEPS:-${RL_STEPS:-150}}" "$a" "$b" ;;
+    trap)  # four GPUs: the main plan's two variants with a trap-setting opponent (trap_prob 1)
+      local a="rlT TRAP_PROB=1.0 RL_LR=3e-5" b="rlT2 TRAP_PROB=1.0 RL_LR=2e-5 RL_TEMP=1.25" steps="RL_STEPS=${RL_STEPS:-100} EVAL_EVERY=${EVAL_EVERY:-20}"
+      export FIRST_STAGES=sft LAST_STAGES=""
+      job 0 s0 "SEED=0 $steps" "$a" "$b"
+      job 1 s1 "SEED=1 $steps" "$a" "$b"
+      job 2 s2 "SEED=2 $steps" "$a" "$b"
+      job 3 weak "SEED=0 GAMES=200 SFT_STEPS=60 SFT_BATCH=32 $steps" "$a" "$b" ;;
     *) echo "unknown plan $1" >&2; exit 2 ;;
   esac
   wait

@@ -8,7 +8,7 @@ starts, its first move is already on the prompt's board.
 
 Episode: each model turn is read for `<move>N</move>`; an unreadable, off-board or taken cell
 is rejected (the board is shown again with a one-line error, counted in the state); a valid
-move is played, then the opponent replies with `opponent_move(board, "O", p, rng)` where rng is
+move is played, then the opponent replies with `opponent_move(board, "O", p, rng, trap_prob)` where rng is
 seeded from (task seed, board), so rollouts of one group that reach the same board get the
 same reply. The game ends when it is won, lost or drawn (`game_over`, terminated) or after
 `max_turns` model turns (truncated: a timeout).
@@ -110,14 +110,23 @@ def task_seed(split: str, seed: int, index: int) -> int:
     return (int.from_bytes(digest, "big") & ~1) | (split == "eval")
 
 
-def make_task(split: str, index: int, seed: int, low: float, high: float, num_buckets: int, model_starts: str) -> Task:
+def make_task(
+    split: str,
+    index: int,
+    seed: int,
+    low: float,
+    high: float,
+    num_buckets: int,
+    model_starts: str,
+    trap_prob: float = 0.0,
+) -> Task:
     """Task `index` of a split (see the module docstring)."""
     tseed = task_seed(split, seed, index)
     rng = random.Random(tseed)
     a, b = bucket_range(index % num_buckets, low, high, num_buckets)
     p = min(max(a + rng.random() * (b - a), low), high)
     starts = {"always": True, "never": False}.get(model_starts, rng.random() < 0.5)
-    first = None if starts else opponent_move(EMPTY_BOARD, "O", p, move_rng(tseed, EMPTY_BOARD))
+    first = None if starts else opponent_move(EMPTY_BOARD, "O", p, move_rng(tseed, EMPTY_BOARD), trap_prob)
     return opening_task(f"{split}-{index}", tseed, p, first, bucket=bucket_index(p, low, high, num_buckets))
 
 
@@ -150,6 +159,7 @@ class TicTacToeEnv(MultiTurnEnv[GameState]):
         max_turns: int | None = None,
         sampling: SamplingArgs | None = None,
         loss_reward: float = 0.0,
+        trap_prob: float = 0.0,
     ) -> None:
         super().__init__(
             dataset,
@@ -163,6 +173,8 @@ class TicTacToeEnv(MultiTurnEnv[GameState]):
         self.min_random_move_prob, self.max_random_move_prob = low, high
         self.difficulty_range = (low, high)
         self.num_buckets = num_buckets
+        self.trap_prob = trap_prob
+        """How often a best move of the opponent is one of `trap_moves` (else any best move)."""
         self.human: HumanMove | None = None
         """When set (by `rlvr play`), a person makes the opponent's moves instead of minimax."""
 
@@ -202,7 +214,7 @@ class TicTacToeEnv(MultiTurnEnv[GameState]):
             return line[played] if played < len(line) else None
         if self.human is None:
             rng = move_rng(state.task.seed, state.board)
-            return opponent_move(state.board, "O", state.random_move_prob, rng)
+            return opponent_move(state.board, "O", state.random_move_prob, rng, self.trap_prob)
         cell = self.human(state)
         return cell if isinstance(cell, int) else await cell
 
@@ -294,6 +306,7 @@ def load_environment(
     eval_tasks: int = 200,
     eval_seed: int | None = None,
     loss_reward: float = 0.0,
+    trap_prob: float = 0.0,
 ) -> TicTacToeEnv:
     """Build the environment; every argument is documented in the package README.
 
@@ -309,6 +322,8 @@ def load_environment(
         raise ValueError(f"need 0 <= min_random_move_prob <= max_random_move_prob <= 1, got {low} and {high}")
     if not (isinstance(loss_reward, (int, float)) and math.isfinite(loss_reward) and loss_reward <= 0.5):
         raise ValueError(f"loss_reward must be a finite number <= 0.5 (a draw's reward), got {loss_reward!r}")
+    if not (isinstance(trap_prob, (int, float)) and 0.0 <= trap_prob <= 1.0):
+        raise ValueError(f"trap_prob must be a number in [0, 1], got {trap_prob!r}")
     if model_starts not in STARTS:
         raise ValueError(f"model_starts must be one of {', '.join(STARTS)}; got {model_starts!r}")
     counts = {"num_tasks": num_tasks, "eval_tasks": eval_tasks, "num_buckets": num_buckets}
@@ -320,7 +335,7 @@ def load_environment(
         raise ValueError(f"num_buckets ({buckets}) must not exceed num_tasks ({num_tasks})")
 
     def split(name: str, n: int, s: int) -> list[Task]:
-        return [make_task(name, i, s, low, high, buckets, model_starts) for i in range(n)]
+        return [make_task(name, i, s, low, high, buckets, model_starts, float(trap_prob)) for i in range(n)]
 
     return TicTacToeEnv(
         split("train", num_tasks, seed),
@@ -330,4 +345,5 @@ def load_environment(
         num_buckets=buckets,
         max_turns=max_turns,
         loss_reward=float(loss_reward),
+        trap_prob=float(trap_prob),
     )

@@ -195,17 +195,59 @@ def move_rng(example_seed: int, board: Sequence[str]) -> random.Random:
     return random.Random(int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big"))
 
 
-def opponent_move(board: Sequence[str], mark: str, random_move_prob: float, rng: random.Random) -> int:
-    """With probability `random_move_prob` a uniformly random free cell, otherwise a
-    uniformly random choice among `best_moves`. Always draws one `rng.random()` first."""
-    if not 0.0 <= random_move_prob <= 1.0:
-        raise ValueError(f"expected random_move_prob in [0, 1], got {random_move_prob!r}")
+def _wins_at_once(board: Board, mark: str) -> bool:
+    return any(winner(board[:c] + (mark,) + board[c + 1 :]) == mark for c, v in enumerate(board) if v == EMPTY)
+
+
+def _deep_losses(board: Board, replier: str) -> int:
+    """How many of `replier`'s moves lose against perfect play without losing at once (a fork
+    two moves on, not a missed block: blocks are what every player learns first)."""
+    mover, count = other(replier), 0
+    for r, c in enumerate(board):
+        if c == EMPTY:
+            after = board[:r] + (replier,) + board[r + 1 :]
+            count += winner(after) is None and _solve(after, mover)[0] > 0 and not _wins_at_once(after, mover)
+    return count
+
+
+@functools.cache
+def _trap_moves(board: Board, mark: str) -> tuple[int, ...]:
+    best = _solve(board, mark)[1]
+    counts = [_deep_losses(board[:m] + (mark,) + board[m + 1 :], other(mark)) for m in best]
+    top = max(counts, default=0)
+    return tuple(m for m, n in zip(best, counts) if n == top)
+
+
+def trap_moves(board: Sequence[str], mark: str) -> list[int]:
+    """The `best_moves` that leave the other side the most replies that lose against perfect
+    play but not at once: a perfect player that sets traps. After O takes a corner and X the
+    centre, the opposite corner (8) and the two far edges (5, 7) each leave X two replies that
+    lose to a fork; the near edges and corners leave none:
+
+    >>> trap_moves("O   X    ", "O")
+    [5, 7, 8]
+    """
+    return list(_trap_moves(_board(board), _mark(mark)))
+
+
+def opponent_move(
+    board: Sequence[str], mark: str, random_move_prob: float, rng: random.Random, trap_prob: float = 0.0
+) -> int:
+    """With probability `random_move_prob` a uniformly random free cell, otherwise a best move:
+    with probability `trap_prob` a uniformly random one of `trap_moves`, else of `best_moves`.
+    Always draws one `rng.random()` first, and a second one for a best move when trap_prob > 0
+    (so trap_prob = 0 replays the same games as before it existed)."""
+    for name, value in (("random_move_prob", random_move_prob), ("trap_prob", trap_prob)):
+        if not 0.0 <= value <= 1.0:
+            raise ValueError(f"expected {name} in [0, 1], got {value!r}")
     b = _board(board)
     moves = legal_moves(b)
     if not moves:
         raise ValueError(f"the game is over, no move to make on {b!r}")
     if rng.random() < random_move_prob:
         return rng.choice(moves)
+    if trap_prob > 0.0 and rng.random() < trap_prob:
+        return rng.choice(_trap_moves(b, _mark(mark)))
     return rng.choice(_solve(b, _mark(mark))[1])
 
 

@@ -127,6 +127,19 @@ def test_same_board_and_seed_give_the_same_reply_through_the_env():
     assert len(set(replies.values())) > 3  # other seeds, other (random) replies
 
 
+def test_trap_opponent_opens_in_a_corner_and_sets_the_opposite_corner_trap():
+    env = load_environment(opponent="optimal", model_starts="never", trap_prob=1.0)
+    openings = Counter(task.info["board"].index("O") for task in env.tasks("eval"))
+    assert set(openings) == {0, 2, 6, 8}  # a corner opening leaves X the most losing replies
+    corners = [t for t in env.tasks("eval") if t.info["board"].index("O") == 0]
+    replies = {int(re.search(r"O took (\d)", reply_to(env, t, t.info["board"], 4))[1]) for t in corners}
+    assert replies == {5, 7, 8}  # the trap moves after a corner and the centre (game.trap_moves)
+    with pytest.raises(ValueError, match="trap_prob"):
+        load_environment(trap_prob=2)
+    uniform = load_environment(opponent="optimal", model_starts="never")
+    assert len({task.info["board"] for task in uniform.tasks("eval")}) == 9
+
+
 def test_rollouts_of_a_group_share_opponent_replies():
     env = load_environment(opponent="mix", model_starts="always")
     tasks = env.tasks("eval")[:20]

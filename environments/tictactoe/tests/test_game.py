@@ -31,6 +31,7 @@ from rlvr_tictactoe.game import (
     render,
     teacher_move,
     teacher_player,
+    trap_moves,
     winner,
 )
 
@@ -221,6 +222,51 @@ def test_zero_random_prob_always_plays_a_best_move(live_states):
         for seed in (i, i + 100_000):
             cell = opponent_move(board, mover, 0.0, move_rng(seed, board))
             assert cell in best_moves(board, mover), (board, mover, cell)
+
+
+def test_trap_moves_maximise_the_replies_that_lose_to_a_later_fork(reference, live_states):
+    """Checked for every live state against the reference negamax: a trap move is a best move
+    whose replies include the most that lose against perfect play without losing at once."""
+
+    def wins_at_once(board: str, mark: str) -> bool:
+        return any(
+            board[a] + board[b] + board[c] in (mark * 2 + " ", mark + " " + mark, " " + mark * 2)
+            for a, b, c in WIN_LINES
+        )
+
+    def late_losses(board: str, replier: str) -> int:
+        mover, count = other(replier), 0
+        for r in legal_moves(board):
+            after = board[:r] + replier + board[r + 1 :]
+            value, best = reference[(after, mover)]
+            count += bool(best) and value == 1 and not wins_at_once(after, mover)
+        return count
+
+    traps_differ = 0
+    for board, mover in live_states:
+        best = reference[(board, mover)][1]
+        counts = {m: late_losses(board[:m] + mover + board[m + 1 :], other(mover)) for m in best}
+        top = max(counts.values())
+        assert trap_moves(board, mover) == [m for m in best if counts[m] == top], (board, mover)
+        traps_differ += len(trap_moves(board, mover)) < len(best)
+    assert traps_differ > 100  # the trap player is not the optimal player under another name
+
+
+def test_trap_prob_mixes_trap_moves_into_the_best_moves():
+    board, mover = "O   X    ", "O"
+    assert trap_moves(board, mover) == [5, 7, 8] and len(best_moves(board, mover)) == 7
+    for trap_prob, share in ((1.0, 1.0), (0.5, 0.5 + 0.5 * 3 / 7)):
+        n = 4000
+        hits = sum(opponent_move(board, mover, 0.0, move_rng(s, board), trap_prob) in (5, 7, 8) for s in range(n))
+        assert abs(hits / n - share) < 0.03, (trap_prob, hits / n, share)
+    # trap_prob = 0 draws the same numbers as before the option existed: the same replies
+    assert all(
+        opponent_move(board, mover, 0.3, move_rng(s, board), 0.0)
+        == opponent_move(board, mover, 0.3, move_rng(s, board))
+        for s in range(200)
+    )
+    with pytest.raises(ValueError, match="trap_prob"):
+        opponent_move(board, mover, 0.0, random.Random(0), 1.5)
 
 
 def test_opponent_rejects_bad_input():
