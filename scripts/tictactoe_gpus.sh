@@ -66,7 +66,7 @@ start() {
 }
 
 case ${1:-} in
-  start) setsid bash "$0" _start "$2" > "$ROOT.log" 2>&1 < /dev/null & sleep 1; echo "started plan $2 (log $ROOT.log)" ;;
+  start) mkdir -p "$(dirname "$ROOT")"; setsid bash "$0" _start "$2" > "$ROOT.log" 2>&1 < /dev/null & sleep 1; echo "started plan $2 (log $ROOT.log)" ;;
   _start) mkdir -p "$ROOT"; echo $$ > "$ROOT.pid"; start "$2"; echo "plan $2 finished"; rm -f "$ROOT.pid" ;;
   wait)
     end=$(( $(date +%s) + $2 ))
