@@ -14,6 +14,7 @@
 #   main   four GPUs: seeds 0, 1, 2 (full SFT) and the weak start (200 teacher games), each with
 #          variant A (lr 3e-5) and B (lr 2e-5 at T 1.25) from the same SFT model
 #   trap   four GPUs: as main, 100 RL steps, against an opponent whose best moves are traps
+#   explore four GPUs: traps, and training games from random positions (up to 4 random moves)
 set -uo pipefail
 ROOT=${RUNS:-runs/gpus}
 
@@ -55,6 +56,14 @@ start() {
       job 3 weak "SEED=0 GAMES=200 SFT_STEPS=60 SFT_BATCH=32 RL_STEPS=${WEAK_RL_STEPS:-${RL_STEPS:-150}}" "$a" "$b" ;;
     trap)  # four GPUs: the main plan's two variants with a trap-setting opponent (trap_prob 1)
       local a="rlT TRAP_PROB=1.0 RL_LR=3e-5" b="rlT2 TRAP_PROB=1.0 RL_LR=2e-5 RL_TEMP=1.25" steps="RL_STEPS=${RL_STEPS:-100} EVAL_EVERY=${EVAL_EVERY:-20}"
+      export FIRST_STAGES=sft LAST_STAGES=""
+      job 0 s0 "SEED=0 $steps" "$a" "$b"
+      job 1 s1 "SEED=1 $steps" "$a" "$b"
+      job 2 s2 "SEED=2 $steps" "$a" "$b"
+      job 3 weak "SEED=0 GAMES=200 SFT_STEPS=60 SFT_BATCH=32 $steps" "$a" "$b" ;;
+    explore)  # four GPUs: traps, and training games that start from random positions (group 8 or 16)
+      local a="rlE TRAP_PROB=1.0 OPENING_PLIES=4 RL_LR=2e-5" b="rlE16 TRAP_PROB=1.0 OPENING_PLIES=4 RL_LR=2e-5 GROUP=16"
+      local steps="RL_STEPS=${RL_STEPS:-80} EVAL_EVERY=${EVAL_EVERY:-20}"
       export FIRST_STAGES=sft LAST_STAGES=""
       job 0 s0 "SEED=0 $steps" "$a" "$b"
       job 1 s1 "SEED=1 $steps" "$a" "$b"

@@ -35,6 +35,7 @@ from rlvr_tictactoe.game import (
     EMPTY_BOARD,
     Board,
     apply_move,
+    game_value,
     legal_moves,
     move_rng,
     opponent_move,
@@ -119,15 +120,50 @@ def make_task(
     num_buckets: int,
     model_starts: str,
     trap_prob: float = 0.0,
+    opening_plies: int = 0,
 ) -> Task:
-    """Task `index` of a split (see the module docstring)."""
+    """Task `index` of a split (see the module docstring). With `opening_plies` > 0 the game
+    may start from a position after up to that many uniformly random moves (`random_opening`)."""
     tseed = task_seed(split, seed, index)
     rng = random.Random(tseed)
     a, b = bucket_range(index % num_buckets, low, high, num_buckets)
     p = min(max(a + rng.random() * (b - a), low), high)
     starts = {"always": True, "never": False}.get(model_starts, rng.random() < 0.5)
+    bucket = bucket_index(p, low, high, num_buckets)
+    if opening_plies > 0:  # its own RNG: the tasks of opening_plies = 0 stay as they were
+        moves = random_opening(random.Random(tseed ^ 0x5EED), starts, opening_plies)
+        if len(moves) > 1:
+            return position_task(f"{split}-{index}", tseed, p, moves, starts, bucket)
     first = None if starts else opponent_move(EMPTY_BOARD, "O", p, move_rng(tseed, EMPTY_BOARD), trap_prob)
-    return opening_task(f"{split}-{index}", tseed, p, first, bucket=bucket_index(p, low, high, num_buckets))
+    return opening_task(f"{split}-{index}", tseed, p, first, bucket=bucket)
+
+
+def random_opening(rng: random.Random, model_starts: bool, max_plies: int) -> list[int]:
+    """Uniformly random moves from the empty board, X first when the model starts, else O:
+    a count drawn from 0..max_plies (rounded down to leave X to move), redrawn until the game
+    is not over and X is not lost against perfect play (a lost start teaches nothing)."""
+    while True:
+        plies = rng.randint(0, max_plies)
+        plies -= (plies % 2) != (0 if model_starts else 1)
+        if plies <= 0:
+            return []
+        board, mark, moves = EMPTY_BOARD, "X" if model_starts else "O", []
+        for _ in range(plies):
+            cell = rng.choice(legal_moves(board))
+            board, mark, moves = apply_move(board, cell, mark), "O" if mark == "X" else "X", [*moves, cell]
+        if _outcome(board) is None and game_value(board, "X") >= 0:
+            return moves
+
+
+def position_task(task_id: str, seed: int, p: float, moves: list[int], model_starts: bool, bucket: int) -> Task:
+    """A game that starts after `moves` (X's then O's last), shown as an ordinary turn."""
+    board, mark = EMPTY_BOARD, "X" if model_starts else "O"
+    for cell in moves:
+        board, mark = apply_move(board, cell, mark), "O" if mark == "X" else "X"
+    status = f"You took {moves[-2]}; O took {moves[-1]}. Your move."
+    info = {"random_move_prob": p, "bucket": bucket, "model_starts": model_starts, "board": "".join(board)}
+    info["opening"] = list(moves)
+    return Task(id=task_id, prompt=({"role": "user", "content": board_view(status, board)},), info=info, seed=seed)
 
 
 def opening_task(task_id: str, seed: int, p: float, first: int | None, bucket: int = 0) -> Task:
@@ -307,6 +343,7 @@ def load_environment(
     eval_seed: int | None = None,
     loss_reward: float = 0.0,
     trap_prob: float = 0.0,
+    opening_plies: int = 0,
 ) -> TicTacToeEnv:
     """Build the environment; every argument is documented in the package README.
 
@@ -326,6 +363,8 @@ def load_environment(
         raise ValueError(f"trap_prob must be a number in [0, 1], got {trap_prob!r}")
     if model_starts not in STARTS:
         raise ValueError(f"model_starts must be one of {', '.join(STARTS)}; got {model_starts!r}")
+    if isinstance(opening_plies, bool) or not isinstance(opening_plies, int) or not 0 <= opening_plies <= 7:
+        raise ValueError(f"opening_plies must be an integer from 0 to 7, got {opening_plies!r}")
     counts = {"num_tasks": num_tasks, "eval_tasks": eval_tasks, "num_buckets": num_buckets}
     for name, value in counts.items():
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -335,7 +374,8 @@ def load_environment(
         raise ValueError(f"num_buckets ({buckets}) must not exceed num_tasks ({num_tasks})")
 
     def split(name: str, n: int, s: int) -> list[Task]:
-        return [make_task(name, i, s, low, high, buckets, model_starts, float(trap_prob)) for i in range(n)]
+        plies = opening_plies if name == "train" else 0  # evaluation starts from the empty board
+        return [make_task(name, i, s, low, high, buckets, model_starts, float(trap_prob), plies) for i in range(n)]
 
     return TicTacToeEnv(
         split("train", num_tasks, seed),

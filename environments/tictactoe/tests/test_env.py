@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 from rlvr_tictactoe import GameState, load_environment
 from rlvr_tictactoe.env import make_task, read_move
-from rlvr_tictactoe.game import EMPTY_BOARD, apply_move, parse_board
+from rlvr_tictactoe.game import EMPTY_BOARD, apply_move, game_value, parse_board, winner
 from rlvr_tictactoe.rewards import PARSER, format_reward, is_formatted
 
 from rlvr import Policy, Task, check_env
@@ -138,6 +138,25 @@ def test_trap_opponent_opens_in_a_corner_and_sets_the_opposite_corner_trap():
         load_environment(trap_prob=2)
     uniform = load_environment(opponent="optimal", model_starts="never")
     assert len({task.info["board"] for task in uniform.tasks("eval")}) == 9
+
+
+def test_opening_plies_start_training_games_from_random_positions_x_can_hold():
+    plain, env = load_environment(), load_environment(opening_plies=4)
+    assert env.tasks("eval") == plain.tasks("eval")  # evaluation starts from the empty board
+    changed = [t for t in env.tasks("train") if "opening" in t.info]
+    assert 250 < len(changed) < 750 and {len(t.info["opening"]) for t in changed} == {2, 3, 4}
+    for task in changed:
+        board = parse_board(task.prompt[0]["content"])
+        assert "".join(board) == task.info["board"] and board.count("X") == board.count("O") - (
+            not task.info["model_starts"]
+        )
+        assert winner(board) is None and game_value(board, "X") >= 0, task.info
+        assert task.prompt[0]["content"].startswith(f"You took {task.info['opening'][-2]}; O took")
+    rollouts = play(env, scripted(first_free), changed[:30])
+    assert all(r.error is None and r.stop_reason == "game_over" for r in rollouts)
+    assert sum(r.rewards["win"] + r.rewards["draw"] + r.rewards["loss"] for r in rollouts) == 30
+    with pytest.raises(ValueError, match="opening_plies"):
+        load_environment(opening_plies=9)
 
 
 def test_rollouts_of_a_group_share_opponent_replies():
