@@ -328,7 +328,7 @@ class OpenAIServer:
                     {
                         "token": f"token_id:{t}" if as_ids else chr(t),
                         "logprob": token_logprob(i),
-                        "bytes": list(chr(t).encode()),
+                        "bytes": list(chr(t).encode("utf-8", "surrogatepass")),  # a lone surrogate too
                         "top_logprobs": [],
                     }
                     for i, t in enumerate(ids)

@@ -300,3 +300,19 @@ def test_cli_eval_exits_non_zero_when_every_rollout_failed(openai_server, http_a
     err = capsys.readouterr().err
     assert code == 1 and "all 45 rollouts failed; the first: ClientError" in err
     assert len((tmp_path / "run" / "results.jsonl").read_text().splitlines()) == 45
+
+
+def test_cli_eval_saves_replies_holding_lone_surrogates(openai_server, http_arith_env, tmp_path, capsys) -> None:
+    """`"\\ud800"` is valid JSON a server may send, and no UTF-8: every such reply is saved and read back."""
+    openai_server.reset(lambda messages, tools: f"\ud800 x\udfff {solver(messages, tools)}")
+    code = eval_cli(openai_server, tmp_path / "run", max_retries=0)
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    from rlvr.results import RunDir
+
+    run = RunDir.open(tmp_path / "run")
+    rollouts = run.read()
+    assert len(rollouts) == 45 and run.metadata["status"] == "complete"
+    assert all(r.turns[0].completion.text.startswith("\ud800 x\udfff ") for r in rollouts)
+    for r in rollouts:
+        assert r.error is None and r.reward == solver_reward(types.SimpleNamespace(question=r.prompt[-1]["content"]))

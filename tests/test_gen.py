@@ -62,6 +62,9 @@ def envs(monkeypatch):
     def load(name, **env_args):
         if name == "echo":
             made[name] = EchoEnv()
+        elif name == "hostile":
+            made[name] = SingleTurnEnv([{"id": "0", "question": "q\ud800"}], rubric=Rubric([short]))
+            made[name].policies = lambda: {"odd": lambda: Policy(lambda m, rng: "\udfff\x00", name="odd")}
         elif name == "tooly":
             made[name] = ToolEnv([{"id": "0", "question": "q"}], tools=[lookup])
             made[name].policies = lambda: {"plain": lambda: Policy(lambda m, rng: "done", name="plain")}
@@ -213,3 +216,11 @@ def test_a_folder_that_holds_no_model_is_a_one_line_error(envs, tmp_path, capsys
     (tmp_path / "empty").mkdir()
     err = _error(capsys, ["gen", "echo", "-m", str(tmp_path / "empty"), "-o", str(tmp_path / "x.jsonl")])
     assert "cannot load a causal language model from" in err
+
+
+def test_any_text_is_written_as_strict_utf8_json(envs, tmp_path) -> None:
+    """Lone surrogates (valid JSON a model may send, not UTF-8) are written as their escape."""
+    out = tmp_path / "odd.jsonl"
+    assert main(["gen", "hostile", "-m", "policy:odd", "-q", "-o", str(out)]) == 0
+    [row] = [json.loads(line) for line in out.read_bytes().decode("utf-8").splitlines()]
+    assert [m["content"] for m in row["messages"]] == ["q\ud800", "\udfff\x00"]

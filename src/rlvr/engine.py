@@ -79,9 +79,12 @@ async def run_rollouts(
 
         await asyncio.gather(*(one(i) for i in indices))
 
-    async with asyncio.TaskGroup() as tg:
-        for task in tasks:
-            tg.create_task(run_group(task))
+    try:
+        async with asyncio.TaskGroup() as tg:
+            for task in tasks:
+                tg.create_task(run_group(task))
+    except ExceptionGroup as group:  # `on_rollout` failed (e.g. a full disk): its error, not a group
+        raise group.exceptions[0] from None
     return [done[(t.id, i)] for t in tasks for i in range(rollouts_per_task) if (t.id, i) in done]
 
 

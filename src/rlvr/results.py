@@ -4,16 +4,22 @@
 A run directory survives a crash: each line is flushed as written, a torn last line (the
 process died mid-write) is cut on resume, and a resumed run refuses a directory that holds
 another run's results.
+
+Each line is strict JSON in UTF-8, whatever a model, a tool or an environment produced
+(`json_line`): a lone surrogate (`"\\ud800"`, which a model may well send) is written as that
+escape, and a non-finite number (a metric returning NaN) as `null`, its place and value listed
+in the line's `nonfinite` member (`{"/rewards/m": "nan"}`, JSON Pointers); reading restores both.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import IO, Any
 
 from rlvr.errors import ResultsError
 from rlvr.types import Rollout
@@ -31,7 +37,7 @@ class RunDir:
 
     path: Path
     metadata: dict[str, Any] = field(default_factory=dict)
-    _file: TextIO | None = None
+    _file: IO[bytes] | None = None
 
     @property
     def results_path(self) -> Path:
@@ -68,7 +74,7 @@ class RunDir:
         run.metadata.setdefault("created", time.strftime("%Y-%m-%dT%H:%M:%S"))
         run.metadata["status"] = "running"
         run.write_metadata()
-        run._file = run.results_path.open("a", encoding="utf-8")
+        run._file = run.results_path.open("ab")
         return run, existing
 
     @classmethod
@@ -107,7 +113,7 @@ class RunDir:
                 continue
             is_last = number == len(lines) or all(not rest.strip() for rest in lines[number:])
             try:
-                out.append(Rollout.from_dict(json.loads(line)))
+                out.append(Rollout.from_dict(read_json_line(line)))
             except (json.JSONDecodeError, UnicodeDecodeError, TypeError, ValueError, KeyError) as exc:
                 if is_last and not raw.endswith(b"\n"):
                     break  # torn write of the last line: the rollout is simply not there
@@ -123,11 +129,23 @@ class RunDir:
     # ---- writing --------------------------------------------------------------------------
 
     def append(self, rollout: Rollout) -> None:
-        """Append one rollout and flush it to the OS (it survives a crash of this process)."""
+        """Append one rollout and flush it to the OS (it survives a crash of this process).
+
+        A rollout that cannot be written as JSON (an env put an object JSON has no form for in
+        `info`) is saved as an error record saying so; a file that cannot be written (disk
+        full) raises `ResultsError`, which ends the run with that line.
+        """
         if self._file is None:
             raise ResultsError("results directory not opened for writing")
-        self._file.write(json.dumps(rollout.to_dict(), ensure_ascii=False) + "\n")
-        self._file.flush()
+        try:
+            line = json_line(rollout.to_dict())
+        except (TypeError, ValueError) as exc:
+            line = json_line(_unsaveable(rollout, exc).to_dict())
+        try:
+            self._file.write(line)
+            self._file.flush()
+        except OSError as exc:
+            raise ResultsError(f"cannot write to {self.results_path} ({exc.strerror or exc})") from None
 
     def write_metadata(self) -> None:
         tmp = self.metadata_path.with_suffix(".json.tmp")
@@ -152,3 +170,74 @@ def _check_same_run(old: dict[str, Any], new: dict[str, Any], path: Path) -> Non
                 f"{path} holds another run: {key} was {old[key]!r}, now {new[key]!r}; "
                 "resume with the same arguments or choose another output directory"
             )
+
+
+# ---- one line of JSON ---------------------------------------------------------------------------
+
+
+def json_line(record: dict[str, Any]) -> bytes:
+    """`record` as one line of strict JSON in UTF-8 (see the module docstring).
+
+    >>> json_line({"text": "a\\ud800", "m": float("nan")})
+    b'{"text": "a\\\\ud800", "m": null, "nonfinite": {"/m": "nan"}}\\n'
+    """
+    try:
+        text = json.dumps(record, ensure_ascii=False, allow_nan=False)
+    except ValueError:  # a NaN or an infinity somewhere: null, and say where
+        found: dict[str, str] = {}
+        clean = _nulled(record, "", found)
+        text = json.dumps({**clean, "nonfinite": found}, ensure_ascii=False, allow_nan=False)
+    # UTF-8 has no form for a lone surrogate; JSON has one: the escape `\\udXXX`, which is what
+    # backslashreplace writes (outside strings JSON text is ASCII, so only strings are touched)
+    return (text + "\n").encode("utf-8", "backslashreplace")
+
+
+def read_json_line(line: bytes | str) -> dict[str, Any]:
+    """A line written by `json_line`, non-finite numbers restored."""
+    record = json.loads(line)
+    if isinstance(record, dict) and isinstance(record.get("nonfinite"), dict):
+        for pointer, value in record.pop("nonfinite").items():
+            _restore(record, pointer, float(value))
+    return record
+
+
+def _nulled(value: Any, pointer: str, found: dict[str, str]) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        found[pointer] = str(value)
+        return None
+    if isinstance(value, dict):
+        return {k: _nulled(v, f"{pointer}/{_escape(str(k))}", found) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_nulled(v, f"{pointer}/{i}", found) for i, v in enumerate(value)]
+    return value
+
+
+def _escape(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def _restore(record: dict[str, Any], pointer: str, value: float) -> None:
+    *path, last = [p.replace("~1", "/").replace("~0", "~") for p in pointer.split("/")[1:]]
+    here: Any = record
+    for part in path:
+        here = here[int(part)] if isinstance(here, list) else here[part]
+    if isinstance(here, list):
+        here[int(last)] = value
+    else:
+        here[last] = value
+
+
+def _unsaveable(rollout: Rollout, exc: Exception) -> Rollout:
+    """What is saved of a rollout JSON cannot hold: its key, seed and an error saying why."""
+    return Rollout(
+        task_id=rollout.task_id,
+        rollout_index=rollout.rollout_index,
+        seed=rollout.seed,
+        prompt=[],
+        rewards={name: 0.0 for name in rollout.rewards},
+        stop_reason="error",
+        truncated=True,
+        error=f"ResultsError: the rollout could not be saved as JSON ({type(exc).__name__}: {exc})",
+        usage=rollout.usage,
+        timing=rollout.timing,
+    )

@@ -107,8 +107,17 @@ class Rubric:
         self._args.append(args)
 
     def total(self, rewards: dict[str, float]) -> float:
-        """Weighted sum of the named rewards."""
-        return sum(w * rewards[fn.__name__] for fn, w in zip(self.funcs, self.weights))
+        """Weighted sum of the named rewards. A metric (weight 0) is left out, so that one
+        returning NaN or an infinity cannot spoil the total (0 * nan is nan).
+
+        >>> def metric() -> float:
+        ...     return float("nan")
+        >>> def right() -> float:
+        ...     return 1.0
+        >>> Rubric([right, metric], weights=[2.0, 0.0]).total({"right": 1.0, "metric": float("nan")})
+        2.0
+        """
+        return sum(w * rewards[fn.__name__] for fn, w in zip(self.funcs, self.weights) if w != 0.0)
 
     async def score_group(self, states: Sequence[State]) -> list[dict[str, float]]:
         """Score every state of one group; returns each rollout's reward by function name."""

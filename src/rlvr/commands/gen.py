@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 from collections import Counter
 from collections.abc import Awaitable
 from pathlib import Path
@@ -73,6 +72,7 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from rlvr.commands.eval import check_run_args, load_env_and_client, tasks_and_sampling
     from rlvr.filters import Filter
+    from rlvr.results import json_line
 
     check_run_args(args)
     out = Path(args.output)
@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     dropped: Counter[str] = Counter()
     kept = 0
-    with out.open("w", encoding="utf-8") as f:
+    with out.open("wb") as f:
 
         def on_rollout(rollout: Any) -> bool:
             nonlocal kept
@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
             if reason is not None:
                 dropped[reason] += 1
                 return False
-            f.write(json.dumps(dataset_row(rollout, tools.get(rollout.task_id), meta), ensure_ascii=False) + "\n")
+            f.write(json_line(dataset_row(rollout, tools.get(rollout.task_id), meta)))  # any text, strict JSON
             f.flush()
             kept += 1
             return True
