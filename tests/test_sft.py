@@ -14,7 +14,7 @@ from rlvr.errors import UsageError
 from rlvr.models import build_tiny_model
 from rlvr.train.sft import run_batch, train_sft
 from rlvr.train.sft_config import SFTConfig
-from rlvr.train.sft_data import Sample, read_dataset
+from rlvr.train.sft_data import Sample, read_dataset, tokenize_rows
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -169,6 +169,28 @@ def test_malformed_lines_are_reported_by_number(tiny_dir, tmp_path, capsys) -> N
     assert main(argv[:-1] + ["--skip-bad-lines", "-o", str(tmp_path / "r2")]) == 0
     assert "skipped 3 malformed line(s) of" in capsys.readouterr().out
     assert (tmp_path / "r2" / "final" / "config.json").is_file()
+
+
+def test_hostile_lines_are_one_line_errors_and_lone_surrogates_train(tiny_dir, tmp_path, capsys) -> None:
+    argv = ["sft", "-m", str(tiny_dir), "--max-steps", "1", "--eval-fraction", "0", "-q"]
+    for i, (messages, expected) in enumerate(
+        [
+            ([{"role": "assistant"}], "line 1: message 0 (assistant) has neither content nor tool_calls"),
+            ([{"role": "assistant", "content": "hi"}], "line 1: the conversation opens with an assistant message"),
+        ]
+    ):
+        path = tmp_path / f"bad{i}.jsonl"
+        path.write_text(json.dumps({"messages": messages}) + "\n")
+        assert expected in _error(capsys, argv + ["-d", str(path), "-o", str(tmp_path / f"r{i}")])
+    odd = tmp_path / "odd.jsonl"  # what `rlvr gen` writes for a reply holding a lone surrogate
+    odd.write_text(
+        json.dumps({"messages": [{"role": "user", "content": "a\ud800"}, {"role": "assistant", "content": "\udfffb"}]})
+        + "\n"
+    )
+    rows, _ = read_dataset(odd)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(tiny_dir)
+    [sample] = tokenize_rows(tokenizer, rows, 512)
+    assert "\ufffdb" in tokenizer.decode([t for t, m in zip(sample.ids, sample.mask) if m])
 
 
 def test_bad_input_is_one_line(tiny_dir, data, tmp_path, capsys) -> None:

@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from rlvr.errors import UsageError
+from rlvr.errors import UsageError, first_line
 
 ROLES = ("system", "user", "assistant", "tool")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass
@@ -66,21 +68,45 @@ def _check_line(line: str) -> tuple[str | None, dict[str, Any]]:
             return f"message {i} needs a role among {', '.join(ROLES)}", {}
         if not isinstance(m.get("content", ""), (str, list, type(None))):
             return f"message {i} content must be text", {}
+        if m["role"] == "assistant" and m.get("content") is None and not m.get("tool_calls"):
+            return f"message {i} (assistant) has neither content nor tool_calls", {}
     if not any(m["role"] == "assistant" for m in row["messages"]):
         return "no assistant message to learn from", {}
+    if row["messages"][0]["role"] == "assistant":
+        return "the conversation opens with an assistant message: there is nothing for it to answer", {}
     tools = row.get("tools")
     if tools is not None and not isinstance(tools, list):
         return "tools must be a list of tool schemas", {}
-    return None, {"messages": row["messages"], "tools": tools}
+    return None, {"messages": _encodable(row["messages"]), "tools": _encodable(tools)}
+
+
+def _encodable(value: Any) -> Any:
+    """`value` with each lone surrogate (valid in JSON, e.g. in a model's reply that `rlvr gen`
+    saved) replaced by U+FFFD, which a tokenizer can encode."""
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, dict):
+        return {_encodable(k): _encodable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_encodable(v) for v in value]
+    return value
 
 
 def tokenize_rows(tokenizer: Any, rows: list[dict[str, Any]], max_length: int) -> list[Sample]:
     """Tokenise each conversation; ones whose assistant tokens were all cut are left out."""
+    from jinja2 import TemplateError
+
     from rlvr.train.chat_tokens import tokenize_chat
 
     samples = []
     for row in rows:
-        chat = tokenize_chat(tokenizer, row["messages"], row["tools"], max_length)
+        try:
+            chat = tokenize_chat(tokenizer, row["messages"], row["tools"], max_length)
+        except (TemplateError, ValueError, TypeError, KeyError, IndexError) as exc:
+            raise UsageError(
+                f"line {row['line']}: the chat template cannot render this conversation "
+                f"({type(exc).__name__}: {first_line(exc)}); fix or remove that line"
+            ) from None
         if sum(chat.loss_mask[1:]):
             samples.append(Sample(chat.input_ids, chat.loss_mask, row["line"]))
     return samples
