@@ -1,5 +1,10 @@
 from __future__ import annotations
 
+import math
+import random
+import re
+import time
+
 import pytest
 
 from rlvr.errors import ParseError
@@ -81,3 +86,62 @@ def test_think_parser() -> None:
     assert not tp.is_formatted("4")
     assert not tp.is_formatted("<think>a</think> 4 <think>b</think>")
     assert not tp.is_formatted("<think>a</think>")
+
+
+# ---- hostile replies: linear time, and the same reading as the plain quadratic algorithm --------
+
+
+def _reference_parse(parser: XMLParser, text: str) -> tuple[list[tuple[str, str]], bool, str]:
+    """The rules of the module docstring, read the obvious (quadratic) way: each opening tag
+    looks ahead for its closing tag."""
+    tags = list(re.finditer("<(/?)(" + "|".join(parser.fields) + ")>", text))
+    elements, outside, well_formed, pos, i = [], [], True, 0, 0
+    while i < len(tags):
+        tag = tags[i]
+        outside.append(text[pos : tag.start()])
+        end = None
+        if not tag.group(1):
+            end = next((j for j in range(i + 1, len(tags)) if tags[j].group(0) == f"</{tag.group(2)}>"), None)
+        if end is None:  # a stray closing tag, or an opening tag never closed
+            well_formed = False
+            outside.append(tag.group(0))
+            pos, i = tag.end(), i + 1
+            continue
+        well_formed &= end == i + 1
+        elements.append((tag.group(2), text[tag.end() : tags[end].start()].strip()))
+        pos, i = tags[end].end(), end + 1
+    outside.append(text[pos:])
+    return elements, well_formed, "".join(outside).strip()
+
+
+def test_parse_agrees_with_the_plain_reading_on_random_tag_soup() -> None:
+    rng = random.Random(0)
+    pieces = ["<think>", "</think>", "<move>", "</move>", "<mo", "ve>", "<", ">", "/", "x", " ", "4", "\n"]
+    for _ in range(3000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 14)))
+        parsed = P.parse(text)
+        got = ([(e.name, e.content) for e in parsed.elements], parsed.well_formed, parsed.outside_text)
+        assert got == _reference_parse(P, text), text
+
+
+@pytest.mark.parametrize(
+    "unit",
+    [
+        "<move>",
+        "<think><move>",
+        "</move>",
+        "<move></move>",
+        "<think>x</think><move>",
+        "<think><move></think>",
+        "<<move>",
+    ],
+)
+def test_a_megabyte_of_hostile_tags_parses_in_under_100_ms(unit: str) -> None:
+    """Unclosed tags made parsing quadratic: 48 KB of `<move>` took 16 s, in the event loop."""
+    text = unit * (2**20 // len(unit))
+    best = math.inf
+    for _ in range(3):  # CPU time, best of 3: other processes on the machine do not count
+        t0 = time.process_time()
+        P.parse(text)
+        best = min(best, time.process_time() - t0)
+    assert best < 0.100, f"{best * 1000:.0f} ms to parse 1 MB of {unit!r}"

@@ -88,37 +88,64 @@ class XMLParser:
         self.answer_field = answer_field or self.fields[-1]
         if self.answer_field not in self.fields:
             raise ParseError(f"answer_field {self.answer_field!r} is not among fields {self.fields}")
-        names = "|".join(re.escape(f) for f in self.fields)
-        self._tag = re.compile(rf"<(/?)({names})>")
+        self._fields_pattern = "|".join(re.escape(f) for f in self.fields)
+        self._any_tag = re.compile(f"</?(?:{self._fields_pattern})>")
+        self._scanners: dict[frozenset[str], re.Pattern[str]] = {}
 
     def parse(self, text: str) -> Parsed:
-        """Split one reply into its top-level fields."""
+        """Split one reply into its top-level fields.
+
+        Linear in the length of the reply, whatever it holds (a reply of a million unclosed
+        tags must not stall the event loop): a field with no other tag inside is read by one
+        regular expression match; each field's closing tag is searched for once per field read
+        otherwise, and a field left open for good is not looked for again.
+        """
         out = Parsed()
         outside: list[str] = []
-        tags = list(self._tag.finditer(text))
-        pos, i = 0, 0
-        while i < len(tags):
-            tag = tags[i]
-            outside.append(text[pos : tag.start()])
-            closing, name = tag.group(1) == "/", tag.group(2)
-            if closing:  # a closing tag with no opening tag
-                out.well_formed = False
-                outside.append(tag.group(0))
-                pos, i = tag.end(), i + 1
-                continue
-            end = next((j for j in range(i + 1, len(tags)) if tags[j].group(0) == f"</{name}>"), None)
-            if end is None:  # never closed: skip the opening tag, keep reading
-                out.well_formed = False
-                outside.append(tag.group(0))
-                pos, i = tag.end(), i + 1
-                continue
-            if end != i + 1:  # another field's tag inside this one
-                out.well_formed = False
-            out.elements.append(Element(name, text[tag.end() : tags[end].start()].strip()))
-            pos, i = tags[end].end(), end + 1
+        elements = out.elements
+        alive = frozenset(self.fields)  # fields that may still have a closing tag ahead
+        scanner = self._scanner(alive)
+        found: dict[str, int] = {}  # where each field's next closing tag was last found
+        pos = 0  # end of the last field read
+        at: int | None = 0  # where to look for the next one (None: nowhere)
+        while at is not None:
+            start_at, at = at, None
+            for tag in scanner.finditer(text, start_at):
+                (name, content), start = tag.group(1, 2), tag.start()
+                if content is not None:  # <name>text</name>, no other tag inside: the common case
+                    outside.append(text[pos:start])
+                    elements.append(Element(name, content.strip()))
+                    pos = tag.end()
+                    continue
+                end = start + len(name) + 2
+                close = found.get(name, -1)
+                if close < end:
+                    close = found[name] = text.find(f"</{name}>", end)
+                if close < 0:  # never closed from here on: its opening tags stay outside text
+                    alive -= {name}
+                    if alive:
+                        scanner, at = self._scanner(alive), end
+                    break
+                out.well_formed = False  # another field's tag inside this one
+                outside.append(text[pos:start])
+                elements.append(Element(name, text[end:close].strip()))
+                pos = at = close + len(name) + 3
+                break
         outside.append(text[pos:])
+        # a tag outside every field is an unclosed opening tag or a stray closing tag
+        if self._any_tag.search("\0".join(outside)):  # (NUL: no tag forms across two parts)
+            out.well_formed = False
         out.outside_text = "".join(outside).strip()
         return out
+
+    def _scanner(self, names: frozenset[str]) -> re.Pattern[str]:
+        """Matches an opening tag of `names`, with (group 2) its content and closing tag when no
+        tag of any field comes first; possessive, so it never backtracks."""
+        if names not in self._scanners:
+            opening = "|".join(re.escape(f) for f in sorted(names))
+            content = f"(?:[^<]++|<(?!/?(?:{self._fields_pattern})>))*+"
+            self._scanners[names] = re.compile(f"<({opening})>(?:({content})</\\1>)?")
+        return self._scanners[names]
 
     def is_formatted(self, text: str) -> bool:
         """True when the reply is exactly the declared fields, in order, nothing else."""
