@@ -38,11 +38,14 @@ async def run_rollouts(
     sampling: SamplingArgs | None = None,
     skip: Collection[tuple[str, int]] = (),
     on_rollout: OnRollout | None = None,
+    collect: bool = True,
 ) -> list[Rollout]:
     """Play every (task, rollout index) not in `skip`; returns the new rollouts, in task order.
 
     `on_rollout` is called with each finished, scored rollout (e.g. to append it to a results
     file); its exceptions do stop the run, since losing output silently would be worse.
+    `collect=False` keeps no rollout (returns []): memory stays flat however many are played,
+    since groups are also started only as earlier ones finish (`concurrency` groups at most).
     """
     if rollouts_per_task < 1:
         raise UsageError(f"rollouts per task must be >= 1, got {rollouts_per_task}")
@@ -50,10 +53,12 @@ async def run_rollouts(
         raise UsageError(f"concurrency must be >= 1, got {concurrency}")
     sampling = sampling or env.sampling
     gate = asyncio.Semaphore(concurrency)
+    groups = asyncio.Semaphore(concurrency)  # each group in flight holds at least one rollout slot
     done: dict[tuple[str, int], Rollout] = {}
 
     def emit(rollout: Rollout) -> None:
-        done[rollout.key] = rollout
+        if collect:
+            done[rollout.key] = rollout
         if on_rollout is not None:
             on_rollout(rollout)
 
@@ -65,10 +70,13 @@ async def run_rollouts(
         for rollout in await score_group(env, task, indices, states):
             emit(rollout)
 
-    async def run_group(task: Task) -> None:
-        indices = [i for i in range(rollouts_per_task) if (task.id, i) not in skip]
-        if not indices:
-            return
+    async def run_group(task: Task, indices: list[int]) -> None:
+        try:
+            await play_group(task, indices)
+        finally:
+            groups.release()
+
+    async def play_group(task: Task, indices: list[int]) -> None:
         if env.rubric.has_group_functions:
             states = list(await asyncio.gather(*(play(task, i) for i in indices)))
             await score_and_emit(task, indices, states)
@@ -82,7 +90,10 @@ async def run_rollouts(
     try:
         async with asyncio.TaskGroup() as tg:
             for task in tasks:
-                tg.create_task(run_group(task))
+                indices = [i for i in range(rollouts_per_task) if (task.id, i) not in skip]
+                if indices:
+                    await groups.acquire()
+                    tg.create_task(run_group(task, indices))
     except ExceptionGroup as group:  # `on_rollout` failed (e.g. a full disk): its error, not a group
         raise group.exceptions[0] from None
     return [done[(t.id, i)] for t in tasks for i in range(rollouts_per_task) if (t.id, i) in done]

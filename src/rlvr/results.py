@@ -17,6 +17,7 @@ import json
 import math
 import os
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -58,8 +59,21 @@ class RunDir:
         Returns the directory and the rollouts already in it (empty for a new run). A new run
         refuses a directory that already holds results (nothing gets overwritten).
         """
-        run = cls(Path(path), {"format": FORMAT, **metadata})
         existing: list[Rollout] = []
+        return cls.start(path, metadata, resume=resume, each=existing.append), existing
+
+    @classmethod
+    def start(
+        cls,
+        path: str | Path,
+        metadata: dict[str, Any],
+        *,
+        resume: bool = False,
+        each: Callable[[Rollout], object] | None = None,
+    ) -> RunDir:
+        """`create` for runs of any size: each rollout already there is passed to `each` as it
+        is read, none is kept."""
+        run = cls(Path(path), {"format": FORMAT, **metadata})
         if run.results_path.exists() or run.metadata_path.exists():
             if not resume:
                 raise ResultsError(
@@ -68,14 +82,19 @@ class RunDir:
                 )
             old = cls.open(run.path)
             _check_same_run(old.metadata, run.metadata, run.path)
-            existing = old.read(repair=True)
+            for rollout in old.rollouts(repair=True):
+                if each is not None:
+                    each(rollout)
             run.metadata["created"] = old.metadata.get("created")
-        run.path.mkdir(parents=True, exist_ok=True)
-        run.metadata.setdefault("created", time.strftime("%Y-%m-%dT%H:%M:%S"))
-        run.metadata["status"] = "running"
-        run.write_metadata()
-        run._file = run.results_path.open("ab")
-        return run, existing
+        try:
+            run.path.mkdir(parents=True, exist_ok=True)
+            run.metadata.setdefault("created", time.strftime("%Y-%m-%dT%H:%M:%S"))
+            run.metadata["status"] = "running"
+            run.write_metadata()
+            run._file = run.results_path.open("ab")
+        except OSError as exc:  # a file in the way, no permission, a read-only disk
+            raise ResultsError(f"cannot write results to {run.path}: {exc.strerror or exc}") from None
+        return run
 
     @classmethod
     def open(cls, path: str | Path) -> RunDir:
@@ -101,30 +120,34 @@ class RunDir:
 
     def read(self, *, repair: bool = False) -> list[Rollout]:
         """Every rollout in the file. A torn last line is dropped (and cut when `repair`)."""
+        return list(self.rollouts(repair=repair))
+
+    def rollouts(self, *, repair: bool = False) -> Iterator[Rollout]:
+        """Every rollout in the file, read one line at a time. A torn last line (no newline,
+        not JSON) is dropped, and with `repair` cut once the file has been read through."""
         if not self.results_path.exists():
-            return []
-        raw = self.results_path.read_bytes()
-        lines = raw.split(b"\n")
-        out: list[Rollout] = []
-        good_bytes = 0
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                good_bytes += len(line) + 1
-                continue
-            is_last = number == len(lines) or all(not rest.strip() for rest in lines[number:])
-            try:
-                out.append(Rollout.from_dict(read_json_line(line)))
-            except (json.JSONDecodeError, UnicodeDecodeError, TypeError, ValueError, KeyError) as exc:
-                if is_last and not raw.endswith(b"\n"):
-                    break  # torn write of the last line: the rollout is simply not there
-                raise ResultsError(
-                    f"{self.results_path}:{number} is not an rlvr rollout ({type(exc).__name__}: {exc})"
-                ) from None
-            good_bytes += len(line) + 1
-        if repair and good_bytes < len(raw):
+            return
+        good, newline = 0, True  # bytes of whole lines; whether the last of them ends with a newline
+        with self.results_path.open("rb") as f:
+            for number, line in enumerate(f, start=1):
+                if line.strip():
+                    try:
+                        rollout = Rollout.from_dict(read_json_line(line))
+                    except (json.JSONDecodeError, UnicodeDecodeError, TypeError, ValueError, KeyError) as exc:
+                        if not line.endswith(b"\n"):
+                            break  # torn write of the last line: the rollout is simply not there
+                        raise ResultsError(
+                            f"{self.results_path}:{number} is not an rlvr rollout ({type(exc).__name__}: {exc})"
+                        ) from None
+                    yield rollout
+                good, newline = good + len(line), line.endswith(b"\n")
+            size = f.seek(0, os.SEEK_END)
+        if repair and (good < size or not newline):
             with self.results_path.open("r+b") as f:
-                f.truncate(good_bytes)
-        return out
+                f.truncate(good)
+                if not newline:  # a whole last line that lost its newline: the next one must not join it
+                    f.seek(good)
+                    f.write(b"\n")
 
     # ---- writing --------------------------------------------------------------------------
 

@@ -1,14 +1,28 @@
-"""Summaries of a set of rollouts: numbers (`summarize`) and a terminal view (`print_summary`)."""
+"""Summaries of a set of rollouts: numbers (`summarize`, or `Summary` fed one rollout at a time)
+and a terminal view (`print_summary`).
+
+`Summary` streams: it keeps counters, not rollouts, so an eval of a million rollouts summarises
+in the memory of a few (plus 8 bytes a rollout for the reward histogram, and the groups still in
+flight for pass@k when the rollouts per task are known). Any float is survived: a reward of
+1e308, or NaN, gives a mean and a std (NaN where the truth is), never an OverflowError.
+"""
 
 from __future__ import annotations
 
 import math
-import statistics
-from collections import Counter, defaultdict
-from collections.abc import Sequence
+from array import array
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from rlvr.types import Rollout
+
+_CHUNK = 4096
+"""Values summed exactly (`math.fsum`) at a time; the chunks' sums are then summed exactly."""
+_HUGE = 2.0**500
+"""Past this magnitude values are scaled down by `_SCALE` before squaring (no overflow)."""
+_SCALE = 2.0**-600
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -22,14 +36,202 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.prod((n - c - i) / (n - i) for i in range(k))
 
 
-def _stats(values: Sequence[float]) -> dict[str, float]:
-    if not values:
-        return {"mean": float("nan"), "std": float("nan")}
-    return {"mean": statistics.fmean(values), "std": statistics.pstdev(values) if len(values) > 1 else 0.0}
+class Stats:
+    """Mean and population standard deviation of a stream of floats, in constant memory.
+
+    The mean is `math.fsum` of the values over their count (what `statistics.fmean` gives, for
+    up to 4096 values exactly), the std Welford's update; values past 2**500 in magnitude switch
+    both to a scaled unit, so finite values always give a finite mean and std. NaN anywhere, or
+    both infinities, gives NaN; one infinity gives that infinity as the mean and a NaN std.
+
+    >>> s = Stats()
+    >>> for v in (1e308, 1e308, -1e308, 1e308):
+    ...     s.add(v)
+    >>> r = s.result()
+    >>> r["mean"], round(r["std"] / 1e308, 9)
+    (5e+307, 0.866025404)
+    """
+
+    __slots__ = ("n", "_finite", "_chunk", "_sums", "_mean", "_m2", "_scale", "_nan", "_pos_inf", "_neg_inf")
+
+    def __init__(self) -> None:
+        self.n = 0
+        self._finite = 0
+        self._chunk: list[float] = []
+        self._sums: list[float] = []
+        self._mean = 0.0  # Welford's running mean and sum of squared deviations, in scaled units
+        self._m2 = 0.0
+        self._scale = 1.0
+        self._nan = self._pos_inf = self._neg_inf = False
+
+    def add(self, value: float) -> None:
+        self.n += 1
+        if not math.isfinite(value):
+            if math.isnan(value):
+                self._nan = True
+            elif value > 0:
+                self._pos_inf = True
+            else:
+                self._neg_inf = True
+            return
+        if self._scale == 1.0 and abs(value) > _HUGE:
+            self._rescale()
+        u = value * self._scale
+        self._chunk.append(u)
+        if len(self._chunk) == _CHUNK:
+            self._sums.append(math.fsum(self._chunk))
+            self._chunk.clear()
+        self._finite += 1
+        delta = u - self._mean
+        self._mean += delta / self._finite
+        self._m2 += delta * (u - self._mean)
+
+    def _rescale(self) -> None:
+        self._scale = _SCALE
+        self._chunk = [u * _SCALE for u in self._chunk]
+        self._sums = [s * _SCALE for s in self._sums]
+        self._mean *= _SCALE
+        self._m2 *= _SCALE * _SCALE
+
+    def result(self) -> dict[str, float]:
+        if self.n == 0 or self._nan or (self._pos_inf and self._neg_inf):
+            return {"mean": math.nan, "std": math.nan}
+        if self._pos_inf or self._neg_inf:
+            return {"mean": math.inf if self._pos_inf else -math.inf, "std": math.nan}
+        mean = math.fsum([*self._sums, *self._chunk]) / self.n / self._scale
+        std = math.sqrt(max(self._m2, 0.0) / self.n) / self._scale if self.n > 1 else 0.0
+        return {"mean": mean, "std": std}
+
+
+@dataclass
+class _Group:
+    """The rollouts of one task seen so far, for pass@k."""
+
+    seen: int = 0
+    scored: int = 0
+    passed: Counter[str] = field(default_factory=Counter)
+
+
+class Summary:
+    """The numbers `summarize` gives, fed one rollout at a time (`add`), in bounded memory.
+
+    With `rollouts_per_task`, a task's group is folded into the pass@k sums as soon as all its
+    rollouts are in; without it, groups are kept to the end (pass@k needs the smallest).
+    """
+
+    def __init__(self, rollouts_per_task: int | None = None, weights: dict[str, float] | None = None) -> None:
+        self.rollouts_per_task = rollouts_per_task
+        self.weights = weights
+        self.rollouts = 0
+        self.errors = 0
+        self.tasks = 0
+        self.truncated = 0
+        self.reward = Stats()
+        self.rewards: dict[str, Stats] = {}
+        self.turns = Stats()
+        self.completion_tokens = Stats()
+        self.prompt_tokens = Stats()
+        self.seconds = Stats()
+        self.stop_reasons: Counter[str] = Counter()
+        self.errors_by_kind: Counter[str] = Counter()
+        self.scored_rewards = array("d")
+        """Total reward of every scored rollout, for the histogram."""
+        self._binary: dict[str, int] = {}  # scored rollouts in which each function gave 0 or 1
+        self._ones: set[str] = set()  # functions that gave a 1 at least once
+        self._groups: dict[str, _Group] = {}
+        self._pass_sums: dict[tuple[str, int], Stats] = {}  # (function, k) -> pass@k of complete groups
+
+    def add(self, r: Rollout) -> None:
+        self.rollouts += 1
+        self.truncated += bool(r.truncated)
+        self.turns.add(r.metrics.get("turns", 0.0))
+        self.completion_tokens.add(float(r.usage.completion_tokens))
+        self.prompt_tokens.add(float(r.usage.prompt_tokens))
+        self.seconds.add(r.timing.get("total", 0.0))
+        self.stop_reasons[r.stop_reason] += 1
+        for name in r.rewards:
+            self.rewards.setdefault(name, Stats())
+        group = self._groups.get(r.task_id)
+        if group is None:
+            group = self._groups[r.task_id] = _Group()
+            self.tasks += 1
+        group.seen += 1
+        if r.error is not None:
+            self.errors += 1
+            self.errors_by_kind[r.error_kind or ""] += 1
+        else:
+            self.reward.add(r.reward)
+            self.scored_rewards.append(r.reward)
+            group.scored += 1
+            for name, value in r.rewards.items():
+                self.rewards[name].add(value)
+                if value == 0.0 or value == 1.0:
+                    self._binary[name] = self._binary.get(name, 0) + 1
+                if value == 1.0:
+                    self._ones.add(name)
+                    group.passed[name] += 1
+        if self.rollouts_per_task is not None and group.seen >= self.rollouts_per_task:
+            self._fold(self._groups.pop(r.task_id), self._ks(), self._pass_sums)  # complete: fold, forget
+
+    def _ks(self) -> list[int]:
+        n = self.rollouts_per_task
+        if n is None:
+            sizes = [g.scored for g in self._groups.values() if g.scored]
+            n = min(sizes) if sizes else 1
+        return sorted({1, n} | {k for k in (2, 4, 8) if k < n})
+
+    def _fold(self, group: _Group, ks: list[int], into: dict[tuple[str, int], Stats]) -> None:
+        if group.scored == 0:
+            return  # a task with no scored rollout has no pass@k
+        for k in ks:
+            if group.scored >= k:
+                for name in self.rewards:
+                    into.setdefault((name, k), Stats()).add(pass_at_k(group.scored, group.passed[name], k))
+
+    def pass_at(self) -> dict[str, dict[str, float]]:
+        """pass@k for each graded reward function whose values are all 0 or 1 (pass = 1)."""
+        sums = {key: _copy(s) for key, s in self._pass_sums.items()}
+        ks = self._ks()
+        for group in self._groups.values():  # groups not complete yet (or all of them, without r)
+            self._fold(group, ks, sums)
+        scored = self.rollouts - self.errors
+        out: dict[str, dict[str, float]] = {}
+        for name in self.rewards:
+            graded = self.weights is None or self.weights.get(name, 0.0) != 0.0
+            if not graded or self._binary.get(name, 0) != scored or name not in self._ones:
+                continue  # a metric, not a pass/fail reward, or nothing ever passed
+            out[name] = {f"pass@{k}": sums[(name, k)].result()["mean"] for k in ks if (name, k) in sums}
+        return out
+
+    def result(self) -> dict[str, Any]:
+        """The summary as `summarize` returns it."""
+        return {
+            "rollouts": self.rollouts,
+            "tasks": self.tasks,
+            "errors": self.errors,
+            "reward": self.reward.result(),
+            "rewards": {n: s.result() for n, s in self.rewards.items()},
+            "turns": self.turns.result(),
+            "completion_tokens": self.completion_tokens.result(),
+            "prompt_tokens": self.prompt_tokens.result(),
+            "stop_reasons": dict(self.stop_reasons.most_common()),
+            "truncated": self.truncated / self.rollouts if self.rollouts else 0.0,
+            "errors_by_kind": dict(self.errors_by_kind.most_common()),
+            "seconds_per_rollout": self.seconds.result(),
+            "pass_at_k": self.pass_at() if self.rollouts > self.errors else {},
+        }
+
+
+def _copy(stats: Stats) -> Stats:
+    out = Stats()
+    for name in Stats.__slots__:
+        value = getattr(stats, name)
+        setattr(out, name, list(value) if isinstance(value, list) else value)
+    return out
 
 
 def summarize(
-    rollouts: Sequence[Rollout],
+    rollouts: Iterable[Rollout],
     rollouts_per_task: int | None = None,
     weights: dict[str, float] | None = None,
 ) -> dict[str, Any]:
@@ -38,49 +240,10 @@ def summarize(
     pass@k is given for reward functions whose values are all 0 or 1 and whose weight (when
     `weights` is known) is not 0: a logged metric is not something to pass.
     """
-    scored = [r for r in rollouts if r.error is None]
-    names = list(dict.fromkeys(n for r in rollouts for n in r.rewards))
-    out: dict[str, Any] = {
-        "rollouts": len(rollouts),
-        "tasks": len({r.task_id for r in rollouts}),
-        "errors": len(rollouts) - len(scored),
-        "reward": _stats([r.reward for r in scored]),
-        "rewards": {n: _stats([r.rewards[n] for r in scored if n in r.rewards]) for n in names},
-        "turns": _stats([r.metrics.get("turns", 0.0) for r in rollouts]),
-        "completion_tokens": _stats([float(r.usage.completion_tokens) for r in rollouts]),
-        "prompt_tokens": _stats([float(r.usage.prompt_tokens) for r in rollouts]),
-        "stop_reasons": dict(Counter(r.stop_reason for r in rollouts).most_common()),
-        "truncated": sum(r.truncated for r in rollouts) / len(rollouts) if rollouts else 0.0,
-        "errors_by_kind": dict(Counter(r.error_kind for r in rollouts if r.error).most_common()),
-        "seconds_per_rollout": _stats([r.timing.get("total", 0.0) for r in rollouts]),
-    }
-    graded = [n for n in names if weights is None or weights.get(n, 0.0) != 0.0]
-    out["pass_at_k"] = _pass_at_k(scored, graded, rollouts_per_task)
-    return out
-
-
-def _pass_at_k(scored: Sequence[Rollout], names: list[str], r: int | None) -> dict[str, dict[str, float]]:
-    """pass@k for each reward function whose values are all 0 or 1 (where 'pass' means 1)."""
-    by_task: dict[str, list[Rollout]] = defaultdict(list)
-    for ro in scored:
-        by_task[ro.task_id].append(ro)
-    if not by_task:
-        return {}
-    n = r or min(len(v) for v in by_task.values())
-    ks = sorted({1, n} | ({k for k in (2, 4, 8) if k < n}))
-    out: dict[str, dict[str, float]] = {}
-    for name in names:
-        values = [ro.rewards.get(name) for ro in scored]
-        if not all(v in (0.0, 1.0) for v in values) or 1.0 not in values:
-            continue  # not a pass/fail reward, or nothing ever passed (pass@k is 0, as the mean says)
-        out[name] = {}
-        for k in ks:
-            vals = [
-                pass_at_k(len(g), sum(ro.rewards[name] == 1.0 for ro in g), k) for g in by_task.values() if len(g) >= k
-            ]
-            if vals:
-                out[name][f"pass@{k}"] = statistics.fmean(vals)
-    return out
+    s = Summary(rollouts_per_task, weights)
+    for r in rollouts:
+        s.add(r)
+    return s.result()
 
 
 def histogram(values: Sequence[float], bins: int = 10, width: int = 40) -> list[str]:
@@ -91,25 +254,25 @@ def histogram(values: Sequence[float], bins: int = 10, width: int = 40) -> list[
     lo, hi = min(finite), max(finite)
     if hi == lo:
         return [f"{lo:7.3f}          | {'#' * width} {len(finite)}"]
-    step = (hi - lo) / bins
+    half = 0.5 if math.isinf(hi - lo) else 1.0  # (from -1e308 to 1e308: count in halves)
+    step = (hi * half - lo * half) / bins
     counts = [0] * bins
     for v in finite:
-        counts[min(int((v - lo) / step), bins - 1)] += 1
+        counts[min(int((v * half - lo * half) / step), bins - 1)] += 1
     peak = max(counts)
+    edge = [lo + i * step / half if half == 1.0 else 2 * (lo * half + i * step) for i in range(bins + 1)]
     return [
-        f"{lo + i * step:7.3f} - {lo + (i + 1) * step:7.3f} | {'#' * round(width * c / peak):<{width}} {c}"
+        f"{edge[i]:7.3f} - {edge[i + 1]:7.3f} | {'#' * round(width * c / peak):<{width}} {c}"
         for i, c in enumerate(counts)
     ]
 
 
 def print_summary(
-    rollouts: Sequence[Rollout],
+    summary: Summary,
     *,
     title: str = "results",
     extra: dict[str, float] | None = None,
     elapsed_s: float | None = None,
-    rollouts_per_task: int | None = None,
-    weights: dict[str, float] | None = None,
     console: Any = None,
 ) -> dict[str, Any]:
     """Print a run's summary with rich; returns the numbers printed."""
@@ -118,7 +281,7 @@ def print_summary(
     from rich.table import Table
 
     console = console or Console(emoji=False)
-    s = summarize(rollouts, rollouts_per_task, weights)
+    s = summary.result()
     table = Table(title=escape(f"{title}: {s['rollouts']} rollouts of {s['tasks']} tasks"), title_justify="left")
     table.add_column("metric")
     table.add_column("mean", justify="right")
@@ -143,7 +306,7 @@ def print_summary(
     console.print(
         escape(f"errors: {s['errors']} ({errors})" + (f"   time: {elapsed_s:.1f} s" if elapsed_s is not None else ""))
     )
-    lines = histogram([r.reward for r in rollouts if r.error is None])
+    lines = histogram(summary.scored_rewards)
     if lines:
         console.print("reward histogram:")
         for line in lines:

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import re
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -141,7 +143,7 @@ def load_env_and_client(args: argparse.Namespace, concurrency: int) -> tuple[Any
 
 def run(args: argparse.Namespace) -> int:
     from rlvr.results import RunDir
-    from rlvr.summary import print_summary
+    from rlvr.summary import Summary, print_summary
 
     check_run_args(args)
     if args.exhaustive and args.temperature is None:
@@ -153,6 +155,7 @@ def run(args: argparse.Namespace) -> int:
         from rlvr.commands import exact
 
         return exact.run(args, out, env, client, model, sampling)
+    weights = dict(zip(env.rubric.names, env.rubric.weights))
     metadata = {
         "command": "eval",
         "env": args.env,
@@ -163,38 +166,61 @@ def run(args: argparse.Namespace) -> int:
         "rollouts_per_task": args.rollouts,
         "sampling": {k: v for k, v in vars(sampling).items() if k != "seed"},
         "split": args.split,
-        "reward_weights": dict(zip(env.rubric.names, env.rubric.weights)),
+        "reward_weights": weights,
     }
-    run_dir, existing = RunDir.create(out, metadata, resume=args.resume)
-    done = {r.key for r in existing}
+    # nothing grows with the number of rollouts but the keys done (to resume) and what the
+    # environment's own summary needs (see `Outcomes`)
+    summary, outcomes, done = Summary(args.rollouts, weights), Outcomes(env), set()
+
+    def count(rollout: Any) -> None:
+        summary.add(rollout)
+        outcomes.add(rollout)
+
+    def count_earlier(rollout: Any) -> None:
+        count(rollout)
+        done.add(rollout.key)
+
+    run_dir = RunDir.start(out, metadata, resume=args.resume, each=count_earlier)
+    earlier = summary.rollouts
     total = len(tasks) * args.rollouts
     start = time.monotonic()
-    new = _run_with_progress(env, client, tasks, args, sampling, run_dir, done, total, quiet=args.quiet)
+    _run_with_progress(env, client, tasks, args, sampling, run_dir, done, total, count, quiet=args.quiet)
     elapsed = time.monotonic() - start
-    rollouts = existing + new
-    run_dir.close(
-        status="complete",
-        rollouts=len(rollouts),
-        errors=sum(r.error is not None for r in rollouts),
-        seconds=round(elapsed, 3),
-    )
-    stats = print_summary(
-        rollouts,
-        title=f"{args.env} / {model}",
-        extra=env.summarize(rollouts),
-        elapsed_s=elapsed,
-        rollouts_per_task=args.rollouts,
-        weights=dict(zip(env.rubric.names, env.rubric.weights)),
-    )
+    run_dir.close(status="complete", rollouts=summary.rollouts, errors=summary.errors, seconds=round(elapsed, 3))
+    print_summary(summary, title=f"{args.env} / {model}", extra=outcomes.summarize(), elapsed_s=elapsed)
     print(
-        f"saved {len(rollouts)} rollouts to {run_dir.results_path}"
-        + (f" ({len(existing)} from the earlier run)" if existing else "")
+        f"saved {summary.rollouts} rollouts to {run_dir.results_path}"
+        + (f" ({earlier} from the earlier run)" if earlier else "")
     )
-    if rollouts and all(r.error for r in rollouts):
-        first = next(r.error for r in rollouts if r.error)
-        print(f"rlvr eval: error: all {len(rollouts)} rollouts failed; the first: {first}", file=sys.stderr)
+    if summary.rollouts and summary.errors == summary.rollouts:
+        print(
+            f"rlvr eval: error: all {summary.rollouts} rollouts failed; the first: {outcomes.first_error}",
+            file=sys.stderr,
+        )
         return 1
-    return 0 if stats["rollouts"] else 1
+    return 0 if summary.rollouts else 1
+
+
+class Outcomes:
+    """What the environment's own `summarize` (win %, goal %, ...) gets: a light copy of each
+    rollout (no prompt, no turns: a few hundred bytes), kept only when the environment has
+    such a summary; and the first error seen."""
+
+    def __init__(self, env: Any) -> None:
+        from rlvr.envs.multiturn import MultiTurnEnv
+
+        self.env = env
+        self.kept: list[Any] | None = [] if type(env).summarize is not MultiTurnEnv.summarize else None
+        self.first_error: str | None = None
+
+    def add(self, rollout: Any) -> None:
+        if self.first_error is None and rollout.error is not None:
+            self.first_error = rollout.error
+        if self.kept is not None:
+            self.kept.append(dataclasses.replace(rollout, prompt=[], turns=[], error=rollout.error_kind))
+
+    def summarize(self) -> dict[str, float] | None:
+        return self.env.summarize(self.kept) if self.kept is not None else None
 
 
 def _run_with_progress(
@@ -206,14 +232,15 @@ def _run_with_progress(
     run_dir: Any,
     done: set[tuple[str, int]],
     total: int,
+    count: Callable[[Any], None],
     *,
     quiet: bool,
-) -> list[Any]:
+) -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from rlvr.engine import run_rollouts
 
-    rewards: list[float] = []
+    scored, reward_sum = 0, 0.0
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -225,15 +252,17 @@ def _run_with_progress(
         bar = progress.add_task("rollouts", total=total, completed=len(done))
 
         def on_rollout(rollout: Any) -> None:
+            nonlocal scored, reward_sum
             run_dir.append(rollout)
+            count(rollout)
             if rollout.error is None:
-                rewards.append(rollout.reward)
-            mean = sum(rewards) / len(rewards) if rewards else float("nan")
+                scored, reward_sum = scored + 1, reward_sum + rollout.reward
+            mean = reward_sum / scored if scored else float("nan")
             progress.update(bar, advance=1, description=f"rollouts  reward {mean:.3f}")
 
-        async def play() -> list[Any]:
+        async def play() -> None:
             try:
-                return await run_rollouts(
+                await run_rollouts(
                     env,
                     client,
                     tasks,
@@ -242,13 +271,14 @@ def _run_with_progress(
                     sampling=sampling,
                     skip=done,
                     on_rollout=on_rollout,
+                    collect=False,
                 )
             finally:
                 await client.aclose()
                 await env.aclose()
 
         try:
-            return asyncio.run(play())
+            asyncio.run(play())
         except BaseException:
             run_dir.close(status="interrupted")
             raise

@@ -1,0 +1,127 @@
+"""`rlvr eval` against hostile rewards, huge runs, signals and bad paths: the run finishes (or
+stops with one line saying how to resume), and its summary and files stay right."""
+
+from __future__ import annotations
+
+import gc
+import json
+import math
+
+import pytest
+
+import rlvr.registry
+import rlvr.results
+import rlvr.summary
+from rlvr import Policy, Rubric, SingleTurnEnv
+from rlvr.cli import main
+from rlvr.summary import Summary, summarize
+from rlvr.types import Rollout
+
+
+def exact(completion, answer) -> float:
+    return float(completion[-1]["content"] == answer)
+
+
+def huge(completion) -> float:
+    """A logged metric (weight 0) of absurd size."""
+    return 1e308 if completion[-1]["content"].startswith("1") else -1e308
+
+
+def not_a_number() -> float:
+    return math.nan
+
+
+def answer(messages, rng) -> str:
+    return messages[-1]["content"] if int(messages[-1]["content"]) % 3 else "wrong"
+
+
+@pytest.fixture
+def envs(monkeypatch):
+    """`plain` (n tasks, exact answer) and `hostile` (plus metrics of 1e308 and NaN), each with
+    the reference player `policy:echo`."""
+
+    def load(name, n: int = 20):
+        rows = [{"id": str(i), "question": str(i), "answer": str(i)} for i in range(n)]
+        if name == "plain":
+            env = SingleTurnEnv(rows, rubric=Rubric([exact]))
+        elif name == "hostile":
+            env = SingleTurnEnv(rows, rubric=Rubric([exact, huge, not_a_number], weights=[1.0, 0.0, 0.0]))
+        else:
+            raise AssertionError(name)
+        env.policies = lambda: {"echo": lambda: Policy(answer, name="echo")}
+        env.name, env.env_args = name, {"n": n}
+        return env
+
+    monkeypatch.setattr(rlvr.registry, "load_environment", load)
+
+
+def eval_argv(env: str, out, *extra: str) -> list[str]:
+    return ["eval", env, "-m", "policy:echo", "-n", "-1", "-r", "2", "-q", "-o", str(out), *extra]
+
+
+# ---- any float --------------------------------------------------------------------------------
+
+
+def test_huge_and_nan_metrics_keep_rollouts_and_the_summary_survives(envs, tmp_path, capsys) -> None:
+    """1e308 from a weight-0 metric crashed the summary (OverflowError in fsum); NaN from one
+    turned every rollout into an error record and wrote bare NaN into results.jsonl."""
+    assert main(eval_argv("hostile", tmp_path / "run")) == 0
+    printed = capsys.readouterr().out
+    assert "saved 40 rollouts" in printed and "errors: 0 (none)" in printed
+    assert "reward (total)" in printed and "0.6" in printed  # 2 in 3 answers are right
+    records = [json.loads(line) for line in (tmp_path / "run" / "results.jsonl").read_text().splitlines()]
+    assert all(r["error"] is None and r["nonfinite"] == {"/rewards/not_a_number": "nan"} for r in records)
+    s = summarize(rlvr.results.RunDir.open(tmp_path / "run").read(), 2, {"exact": 1.0, "huge": 0.0})
+    ups = sum(answer([{"content": str(i)}], None).startswith("1") for i in range(20))  # 8 of 20
+    assert s["rewards"]["huge"]["mean"] == pytest.approx((2 * ups - 20) / 20 * 1e308)
+    assert math.isfinite(s["rewards"]["huge"]["std"]) and math.isnan(s["rewards"]["not_a_number"]["mean"])
+    assert s["pass_at_k"]["exact"]["pass@1"] == pytest.approx(13 / 20)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        [1e308, 1e308, 1e308],
+        [1.7976931348623157e308, -1.7976931348623157e308],
+        [5e-324, 1e308, -5e-324],
+        [math.inf, 1.0],
+        [math.inf, -math.inf],
+        [math.nan, 1e308],
+        [0.1] * 10_000,
+    ],
+)
+def test_summary_stats_survive_any_float(values) -> None:
+    s = Summary()
+    for i, v in enumerate(values):
+        s.add(Rollout(task_id=str(i), rollout_index=0, seed=0, prompt=[], rewards={"r": v}, reward=v))
+    result = s.result()
+    finite = [v for v in values if math.isfinite(v)]
+    mean, std = result["reward"]["mean"], result["reward"]["std"]
+    if len(finite) == len(values):
+        exact_mean = sum(v / 4 for v in values) / len(values) * 4
+        assert mean == pytest.approx(exact_mean, rel=1e-12) and math.isfinite(std)
+    else:
+        assert math.isnan(std) and (math.isnan(mean) or math.isinf(mean))
+    assert rlvr.summary.histogram(s.scored_rewards) or not finite
+    rlvr.summary.print_summary(s, title="hostile")  # prints, never raises
+
+
+# ---- memory -----------------------------------------------------------------------------------
+
+
+def test_eval_keeps_no_rollout_in_memory(envs, tmp_path, monkeypatch, capsys) -> None:
+    """Memory grew with the number of rollouts (348 MB for 50,000): every rollout was kept for
+    the summary. Now at most the ones in flight are alive, at any point of the run."""
+    live: list[int] = []
+    real_append = rlvr.results.RunDir.append
+
+    def append(self, rollout) -> None:
+        real_append(self, rollout)
+        if rollout.task_id.endswith("99"):
+            gc.collect()
+            live.append(sum(type(o) is Rollout for o in gc.get_objects()))
+
+    monkeypatch.setattr(rlvr.results.RunDir, "append", append)
+    assert main(eval_argv("plain", tmp_path / "run", "-a", '{"n": 3000}', "-c", "8")) == 0
+    assert "saved 6000 rollouts" in capsys.readouterr().out
+    assert len(live) == 60 and max(live) < 20, live
