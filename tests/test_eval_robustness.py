@@ -3,6 +3,7 @@ stops with one line saying how to resume), and its summary and files stay right.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import json
 import math
@@ -14,8 +15,9 @@ import rlvr.results
 import rlvr.summary
 from rlvr import Policy, Rubric, SingleTurnEnv
 from rlvr.cli import main
+from rlvr.errors import UsageError
 from rlvr.summary import Summary, summarize
-from rlvr.types import Rollout
+from rlvr.types import Rollout, SamplingArgs
 
 
 def exact(completion, answer) -> float:
@@ -125,3 +127,45 @@ def test_eval_keeps_no_rollout_in_memory(envs, tmp_path, monkeypatch, capsys) ->
     assert main(eval_argv("plain", tmp_path / "run", "-a", '{"n": 3000}', "-c", "8")) == 0
     assert "saved 6000 rollouts" in capsys.readouterr().out
     assert len(live) == 60 and max(live) < 20, live
+
+
+# ---- sampling values ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "-1"])
+def test_non_finite_sampling_values_are_one_line_errors(envs, tmp_path, capsys, value) -> None:
+    """`-T nan` was accepted (and sent to the model as such)."""
+    for argv in (
+        eval_argv("plain", tmp_path / "e", f"-T={value}"),
+        ["gen", "plain", "-m", "policy:echo", f"-T={value}", "-o", str(tmp_path / "g.jsonl")],
+        ["train", "plain", "--model", str(tmp_path), f"--temperature={value}", "--output-dir", str(tmp_path / "t")],
+    ):
+        assert main(argv) == 1
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "finite number" in err and value in err, err
+    assert not (tmp_path / "e").exists() and not (tmp_path / "g.jsonl").exists() and not (tmp_path / "t").exists()
+
+
+@pytest.mark.parametrize(
+    ("field", "value"), [("temperature", math.nan), ("temperature", math.inf), ("top_p", math.nan), ("max_tokens", 0)]
+)
+def test_sampling_args_refuse_values_no_backend_samples_with(field, value) -> None:
+    with pytest.raises(UsageError, match=f"sampling {field} must be"):
+        SamplingArgs(**{field: value})
+    sampling = SamplingArgs()
+    setattr(sampling, field, value)  # set later, past the constructor: the backend checks again
+    with pytest.raises(UsageError, match=f"sampling {field} must be"):
+        sampling.check()
+
+
+def test_local_model_refuses_a_nan_temperature_set_after_construction(tmp_path) -> None:
+    pytest.importorskip("torch")
+    from rlvr.clients.local import LocalModel
+    from rlvr.models import build_tiny_model
+
+    model = LocalModel(str(build_tiny_model(tmp_path / "tiny", preset="tiny")), device="cpu")
+    sampling = SamplingArgs(max_tokens=4)
+    sampling.temperature = math.nan
+    with pytest.raises(UsageError, match="sampling temperature must be a finite number >= 0, got nan"):
+        asyncio.run(model.chat([{"role": "user", "content": "hi"}], sampling))
+    asyncio.run(model.aclose())

@@ -33,7 +33,7 @@ BASE = {"env": "e", "model": "m"}
         ({"batch_size": 48, "group_size": 8, "num_buckets": 4}, "must be a multiple of num_buckets (4)"),
         ({"loss": "ppo"}, "unknown loss 'ppo'; expected one of grpo, dr_grpo, dapo, cispo, gspo"),
         ({"group_size": 1, "batch_size": 8}, "group_size must be >= 2"),
-        ({"temperature": 0.0}, "temperature must be > 0"),
+        ({"temperature": 0.0}, "temperature must be a finite number > 0"),
         ({"lr": -1e-5}, "lr must be > 0"),
         ({"top_p": 1.5}, "top_p must be in (0, 1]"),
         ({"max_turns": 0}, "max_turns must be >= 1 or None"),

@@ -9,6 +9,7 @@ them as they are. Everything here is JSON-serialisable and round-trips through `
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -80,6 +81,27 @@ class SamplingArgs:
     """Strings that end the reply (not included in it)."""
     logprobs: bool = False
     """Ask the backend for the sampled tokens' log-probabilities."""
+
+    def __post_init__(self) -> None:
+        self.check()
+
+    def check(self) -> None:
+        """Raise `UsageError` for a value no backend can sample with (NaN, an infinity, a
+        negative temperature, top_p outside (0, 1], max_tokens below 1).
+
+        >>> SamplingArgs(temperature=float("nan"))
+        Traceback (most recent call last):
+        ...
+        rlvr.errors.UsageError: sampling temperature must be a finite number >= 0, got nan
+        """
+        from rlvr.errors import UsageError
+
+        if not (math.isfinite(self.temperature) and self.temperature >= 0):
+            raise UsageError(f"sampling temperature must be a finite number >= 0, got {self.temperature}")
+        if not (math.isfinite(self.top_p) and 0 < self.top_p <= 1):
+            raise UsageError(f"sampling top_p must be in (0, 1], got {self.top_p}")
+        if self.max_tokens is not None and self.max_tokens < 1:
+            raise UsageError(f"sampling max_tokens must be >= 1 or None, got {self.max_tokens}")
 
     def replace(self, **changes: Any) -> SamplingArgs:
         return dataclasses.replace(self, **changes)

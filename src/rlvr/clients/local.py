@@ -213,10 +213,7 @@ class LocalModel:
         room = self.context_length - len(prompt_ids)
         if room < 1:
             raise PromptTooLongError(f"prompt has {len(prompt_ids)} tokens; {self.name} holds {self.context_length}")
-        if sampling.max_tokens is not None and sampling.max_tokens < 1:
-            raise UsageError(f"max_tokens must be >= 1, got {sampling.max_tokens}")
-        if not 0 < sampling.top_p <= 1 or sampling.temperature < 0:
-            raise UsageError(f"need temperature >= 0 and 0 < top_p <= 1, got {sampling.temperature}, {sampling.top_p}")
+        sampling.check()  # (fields may have changed since it was made): no NaN or infinity reaches the sampler
         loop = asyncio.get_running_loop()
         request = Request(
             prompt_ids=prompt_ids,

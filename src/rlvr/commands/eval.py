@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import dataclasses
 import json
+import math
 import re
 import sys
 import time
@@ -93,8 +94,8 @@ def check_run_args(args: argparse.Namespace) -> None:
     check_positive("-r", args.rollouts)
     check_positive("-c", args.concurrency)
     check_positive("-t", args.max_tokens)
-    if args.temperature is not None and args.temperature < 0:
-        raise UsageError(f"-T must be >= 0, got {args.temperature}")
+    if args.temperature is not None and not (math.isfinite(args.temperature) and args.temperature >= 0):
+        raise UsageError(f"-T must be a finite number >= 0, got {args.temperature}")
 
 
 def tasks_and_sampling(args: argparse.Namespace, env: Any) -> tuple[list[Any], Any]:

@@ -312,8 +312,8 @@ def _check_values(c: TrainConfig) -> None:
     need(c.warmup_steps >= 0, f"warmup_steps must be >= 0, got {c.warmup_steps}")
     need(c.max_grad_norm > 0, f"max_grad_norm must be > 0, got {c.max_grad_norm}")
     need(
-        c.temperature > 0,
-        f"temperature must be > 0 for training (0 = greedy makes every rollout of a group the "
+        math.isfinite(c.temperature) and c.temperature > 0,
+        f"temperature must be a finite number > 0 for training (0 = greedy makes every rollout of a group the "
         f"same), got {c.temperature}",
     )
     need(0 < c.top_p <= 1, f"top_p must be in (0, 1], got {c.top_p}")
