@@ -7,6 +7,10 @@ import asyncio
 import gc
 import json
 import math
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -169,3 +173,34 @@ def test_local_model_refuses_a_nan_temperature_set_after_construction(tmp_path) 
     with pytest.raises(UsageError, match="sampling temperature must be a finite number >= 0, got nan"):
         asyncio.run(model.chat([{"role": "user", "content": "hi"}], sampling))
     asyncio.run(model.aclose())
+
+
+# ---- signals ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_mid_run_is_recorded_and_the_run_resumes(tmp_path, sig) -> None:
+    """SIGTERM left metadata.json at "running" and printed a traceback; Ctrl-C did not say how
+    to go on. Both now end with one line naming --resume, and the resumed run loses nothing."""
+    pytest.importorskip("reverse_text")
+    out = tmp_path / "run"
+    argv = [sys.executable, "-m", "rlvr.cli", "eval", "reverse_text", "-m", "policy:oracle", "-a"]
+    argv += ['{"eval_tasks": 3000}', "-n", "-1", "-r", "1", "-c", "4", "-q", "-o", str(out)]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    results = out / "results.jsonl"
+    deadline = time.monotonic() + 60
+    while not (results.exists() and results.stat().st_size > 20_000) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + sig, err
+    assert err.strip().splitlines()[-1].endswith("; to continue, run the same command with --resume"), err
+    assert "Traceback" not in err
+    assert json.loads((out / "metadata.json").read_text())["status"] == "interrupted"
+    kept = len(results.read_bytes().splitlines())
+    assert 0 < kept < 3000
+    done = subprocess.run(argv + ["--resume"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    keys = [(r["task_id"], r["rollout_index"]) for r in map(json.loads, results.read_text().splitlines())]
+    assert len(keys) == len(set(keys)) == 3000
+    assert json.loads((out / "metadata.json").read_text())["status"] == "complete"

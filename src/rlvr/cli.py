@@ -6,7 +6,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import signal
 import sys
+import threading
 
 from rlvr.errors import RlvrError
 
@@ -34,20 +36,42 @@ def _version() -> str:
     return __version__
 
 
+RESUMABLE = ("eval", "sft", "train")
+"""Commands whose `--resume` continues an interrupted run."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a job scheduler, `kill`, a container stopping): handled as Ctrl-C is, so that a
+    run records that it was interrupted and can be resumed."""
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise Terminated
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "command", None):
         parser.print_help()
         return 2
+    main_thread = threading.current_thread() is threading.main_thread()  # (signals go to the main thread)
+    on_term = signal.signal(signal.SIGTERM, _terminate) if main_thread else None
     try:
         return int(args.run(args) or 0)
     except RlvrError as exc:
         print(f"rlvr {args.command}: error: {exc}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print(f"rlvr {args.command}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        how = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
+        if args.command in RESUMABLE:
+            again = "again" if getattr(args, "resume", False) else "with --resume"
+            how += f"; to continue, run the same command {again}"
+        print(f"rlvr {args.command}: {how}", file=sys.stderr)
+        return 128 + (signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT)
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, on_term if on_term is not None else signal.SIG_DFL)
 
 
 if __name__ == "__main__":
