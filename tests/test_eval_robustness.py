@@ -204,3 +204,28 @@ def test_a_signal_mid_run_is_recorded_and_the_run_resumes(tmp_path, sig) -> None
     keys = [(r["task_id"], r["rollout_index"]) for r in map(json.loads, results.read_text().splitlines())]
     assert len(keys) == len(set(keys)) == 3000
     assert json.loads((out / "metadata.json").read_text())["status"] == "complete"
+
+
+# ---- model paths ------------------------------------------------------------------------------
+
+
+def test_a_mistyped_model_folder_is_not_sent_to_an_api(envs, tmp_path, monkeypatch, capsys) -> None:
+    """`-m ./no/such/dir` went to the default API host as a model name."""
+    (tmp_path / "models").mkdir()
+    (tmp_path / "a_file").write_text("x")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")  # an API client would be made, and called
+    for model, what in [
+        ("./no/such/dir", "does not exist"),
+        (str(tmp_path / "gone"), "does not exist"),
+        ("~/rlvr-no-such-model", "does not exist"),
+        ("runs/sft/final", "does not exist"),
+        ("models/tictactoe-tinyy", "does not exist"),
+        ("./a_file", "is a file, not a model folder"),
+    ]:
+        assert main(["eval", "plain", "-m", model, "-o", str(tmp_path / "out")]) == 1
+        err = capsys.readouterr().err
+        assert err == f"rlvr eval: error: model folder {model} {what}; pass a folder written by " + (
+            "save_pretrained, or -b URL to use an API model of that name\n"
+        )
+    assert not (tmp_path / "out").exists()
