@@ -210,7 +210,6 @@ def test_bad_input_is_one_line(tiny_dir, data, tmp_path, capsys) -> None:
         ],
     )
     assert "lr must be > 0" in _error(capsys, base + ["-m", str(tiny_dir), "-o", str(tmp_path / "z"), "--lr", "0"])
-    assert "nothing to resume" in _error(capsys, base + ["-m", str(tiny_dir), "-o", str(tmp_path / "w"), "--resume"])
     out = tmp_path / "done"
     assert main(base + ["-m", str(tiny_dir), "-o", str(out)]) == 0
     capsys.readouterr()

@@ -97,6 +97,19 @@ def first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+def cannot_write(path: object, exc: OSError) -> str:
+    """One line saying why an output folder cannot be written (for `-o DIR`).
+
+    >>> cannot_write("runs/x", FileExistsError(17, "File exists"))
+    'cannot write to runs/x: it is a file, not a folder; choose another output folder'
+    """
+    why = {
+        FileExistsError: "it is a file, not a folder",
+        NotADirectoryError: "a part of that path is a file, not a folder",
+    }.get(type(exc), exc.strerror or first_line(exc))
+    return f"cannot write to {path}: {why}; choose another output folder"
+
+
 def error_summary(exc: BaseException, frames: int = 3) -> str:
     """`Type: message` plus the last few traceback frames, short enough for a results file.
 

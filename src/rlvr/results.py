@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from rlvr.errors import ResultsError
+from rlvr.errors import ResultsError, cannot_write
 from rlvr.types import Rollout
 
 RESULTS = "results.jsonl"
@@ -93,7 +93,7 @@ class RunDir:
             run.write_metadata()
             run._file = run.results_path.open("ab")
         except OSError as exc:  # a file in the way, no permission, a read-only disk
-            raise ResultsError(f"cannot write results to {run.path}: {exc.strerror or exc}") from None
+            raise ResultsError(cannot_write(run.path, exc)) from None
         return run
 
     @classmethod

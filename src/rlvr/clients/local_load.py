@@ -15,11 +15,15 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
 from rlvr.errors import ModelError, UsageError
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+LOAD_ERRORS = (OSError, ValueError, KeyError, TypeError, SafetensorError)
+"""What transformers raises for a missing or unusable model folder or id (SafetensorError: a
+truncated or corrupt weights file)."""
 
 
 def load_pretrained(path_or_id: str, device: str | None, dtype: str | None) -> tuple[Any, PreTrainedTokenizerBase]:
@@ -37,7 +41,7 @@ def load_pretrained(path_or_id: str, device: str | None, dtype: str | None) -> t
     try:
         model: Any = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
         tokenizer = AutoTokenizer.from_pretrained(path)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except LOAD_ERRORS as exc:
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ModelError(f"cannot load a causal language model from {path_or_id}: {detail}") from None
     if device == "cpu":

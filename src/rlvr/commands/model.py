@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+from pathlib import Path
 from typing import Any
 
-from rlvr.errors import UsageError
+from rlvr.errors import UsageError, cannot_write
 
 
 def add_parser(sub: Any) -> None:
@@ -69,10 +70,15 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"building models needs the train extra: pip install 'rlvr[train]' ({exc})") from None
     if args.games < 1:
         raise UsageError(f"--games must be positive, got {args.games}")
+    out = Path(args.output)
+    try:  # before any work: a file in the way or no permission is one line, at once
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(cannot_write(out, exc)) from None
     corpus = list(default_corpus())
     for name in args.corpus:
         corpus.extend(env_corpus(name, args.games, args.seed))
-    path = build_tiny_model(args.output, preset=args.preset, corpus=corpus, seed=args.seed, vocab_size=args.vocab_size)
+    path = build_tiny_model(out, preset=args.preset, corpus=corpus, seed=args.seed, vocab_size=args.vocab_size)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     model = AutoModelForCausalLM.from_pretrained(path)

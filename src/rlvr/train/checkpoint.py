@@ -16,17 +16,20 @@ differs from the model being loaded.
 
 `open_run_dir` is how both trainers start: a new run refuses a directory that already holds
 one; `resume` checks the config against the one the run started with (saved in the run
-directory) and returns the newest checkpoint, if any (none: the run starts over at step 0).
+directory) and returns the newest readable checkpoint, if any (none: the run starts over at
+step 0, as does resuming where nothing was written yet).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import pickle
 import random
 import re
 import shutil
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +37,7 @@ from typing import Any
 
 import torch
 
-from rlvr.errors import ModelError, UsageError
+from rlvr.errors import ModelError, UsageError, cannot_write, first_line
 
 KEEP = 3
 """Complete checkpoints kept per run (older ones are deleted)."""
@@ -70,6 +73,25 @@ class Checkpoint:
                 f"cannot read checkpoint {self.path}/trainer.pt ({type(exc).__name__}: "
                 f"{exc}); delete that checkpoint folder to resume from an older one"
             ) from None
+
+    def weights_problem(self) -> str | None:
+        """Why the model folder cannot be loaded (a file torn or corrupted, e.g. by a full disk),
+        or None. Reads the config and the headers of the weight files, not the weights."""
+        from safetensors import SafetensorError, safe_open
+
+        try:
+            for name in ("config.json", "adapter_config.json"):
+                if (self.model_dir / name).exists():
+                    json.loads((self.model_dir / name).read_text(encoding="utf-8"))
+            weights = sorted(self.model_dir.glob("*.safetensors"))
+            if not weights:
+                return f"no weights in {self.model_dir}"
+            for path in weights:
+                with safe_open(str(path), framework="pt") as f:
+                    f.keys()
+        except (OSError, ValueError, SafetensorError) as exc:  # (json.JSONDecodeError is a ValueError)
+            return f"{type(exc).__name__}: {first_line(exc)}"
+        return None
 
 
 def checkpoints_dir(run_dir: str | Path) -> Path:
@@ -128,29 +150,71 @@ def open_run_dir(
     checkpoint to continue from and its trainer state (None, None: start at step 0).
 
     `check_resume(saved_config)` raises when the run may not continue with `config`; a
-    checkpoint of another model (`fingerprint`) is refused.
+    checkpoint of another model (`fingerprint`) is refused. Resuming a run killed before its
+    first checkpoint (or before it wrote anything) starts it over; a checkpoint that cannot be
+    read is passed over for the one before it, saying so on stderr.
     """
     config_path = run_dir / config_file
-    ckpt, state = latest_checkpoint(run_dir), None
+    ckpt, state = None, None
+    say = _note if main else (lambda text: None)
     if resume:
-        if not config_path.is_file():
-            raise UsageError(f"nothing to resume in {run_dir} (no {config_file}); start without --resume")
-        check_resume(json.loads(config_path.read_text(encoding="utf-8")))
-        if ckpt is not None:
-            state = ckpt.trainer_state()
+        ckpt, state = _newest_readable(run_dir, say)
+        saved = _read_config(config_path)
+        if saved is None and state is not None:
+            saved = state.get("config")  # the run's config, as its newest checkpoint has it
+        if saved is None:
+            say(f"nothing to resume in {run_dir} (no {config_file} or checkpoint): starting a new run")
+        else:
+            check_resume(saved)
+        if ckpt is not None and state is not None:
             check_fingerprint(ckpt, state["fingerprint"], fingerprint, str(config.get("model")))
     else:
-        found = [p for p in (config_path, run_dir / "metrics.csv") if p.exists()] + ([ckpt.path] if ckpt else [])
+        found = [p for p in (config_path, run_dir / "metrics.csv") if p.exists()] + list_checkpoints(run_dir)[-1:]
         if found:
+            name = found[0].path.name if isinstance(found[0], Checkpoint) else found[0].name
             raise UsageError(
-                f"{run_dir} already holds a run ({found[0].name}); pass --resume to continue it, "
+                f"{run_dir} already holds a run ({name}); pass --resume to continue it, "
                 "or choose another output directory"
             )
     barrier()
     if main:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        config_path.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            tmp = config_path.with_name(config_path.name + ".tmp")  # a kill mid-write leaves the old file
+            tmp.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+            os.replace(tmp, config_path)
+        except OSError as exc:  # a file in the way, no permission, a read-only disk
+            raise UsageError(cannot_write(run_dir, exc)) from None
     return (ckpt, state) if state is not None else (None, None)
+
+
+def _note(text: str) -> None:
+    print(f"rlvr: note: {text}", file=sys.stderr)
+
+
+def _read_config(path: Path) -> dict[str, Any] | None:
+    """The config a run saved, or None where there is none (or a torn one from a kill)."""
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return saved if isinstance(saved, dict) else None
+
+
+def _newest_readable(run_dir: Path, say: Callable[[str], None]) -> tuple[Checkpoint | None, dict[str, Any] | None]:
+    """The newest checkpoint that can be read, and its trainer state."""
+    found = list_checkpoints(run_dir)
+    for ckpt in reversed(found):
+        try:
+            state = ckpt.trainer_state()
+            problem = ckpt.weights_problem()
+        except UsageError as exc:
+            problem = str(exc).split("; ")[0]
+        if problem is None:
+            return ckpt, state
+        older = "resuming from the one before it" if ckpt is not found[0] else "starting over at step 0"
+        say(f"passing over checkpoint {ckpt.path}, which cannot be read ({problem}); {older}")
+    return None, None
 
 
 def restore_training(

@@ -92,6 +92,7 @@ from rlvr.train.logging import MetricsLog
 from rlvr.train.metrics import rollout_metrics, step_line, timing_metrics
 from rlvr.train.model import (
     export_final,
+    exported,
     load_model_config,
     load_reference,
     load_tokenizer,
@@ -317,7 +318,7 @@ def train(
                     log.write(step + 1, {"time/checkpoint": time.monotonic() - t0})
 
         # ---- the end: a plain model folder anyone can load ---------------------------------------
-        if dist.main and start < cfg.steps:
+        if dist.main and (start < cfg.steps or not exported(run_dir / "final")):  # (a kill mid-export)
             export_final(model, tokenizer, run_dir / "final")
             say(f"done: final model in {run_dir / 'final'}, metrics in {run_dir / 'metrics.csv'}")
         if log is not None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
 import math
 import shutil
 import warnings
@@ -24,14 +25,12 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 from torch import nn
 
+from rlvr.clients.local_load import LOAD_ERRORS as _LOAD_ERRORS
 from rlvr.errors import ModelError, first_line
 from rlvr.train.fields import LoraSpec
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
-
-_LOAD_ERRORS = (OSError, ValueError, KeyError, TypeError)
-"""What transformers raises for a missing or unusable model folder or id."""
 
 
 # ---- loading -------------------------------------------------------------------------------
@@ -73,7 +72,10 @@ def load_trainable(source: str, *, lora: LoraSpec | None, device: torch.device, 
 
     with quiet_peft():
         if checkpoint is not None:
-            return PeftModel.from_pretrained(model, str(checkpoint), is_trainable=True)
+            try:
+                return PeftModel.from_pretrained(model, str(checkpoint), is_trainable=True)
+            except _LOAD_ERRORS as exc:
+                raise ModelError(f"cannot load the LoRA adapter in {checkpoint}: {first_line(exc)}") from None
         alpha = lora.alpha or 2 * lora.rank
         config = LoraConfig(
             r=lora.rank,
@@ -108,7 +110,10 @@ def load_reference(source: str, device: torch.device) -> Any:
     the reference is the same model with its adapters disabled)."""
     from transformers import AutoModelForCausalLM
 
-    ref: Any = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
+    try:
+        ref: Any = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
+    except _LOAD_ERRORS as exc:
+        raise ModelError(f"cannot load a causal language model from {source}: {first_line(exc)}") from None
     ref.to(device).eval()
     ref.requires_grad_(False)
     return ref
@@ -156,14 +161,31 @@ def make_scheduler(optimizer: torch.optim.Optimizer, *, schedule: str, warmup: i
 
 def export_final(model: Any, tokenizer: Any, path: Path) -> None:
     """Save the trained model as a plain model folder (LoRA merged into a copy), loadable with
-    `from_pretrained`; an older folder at `path` is replaced."""
-    if path.exists():
-        shutil.rmtree(path)
+    `from_pretrained`; an older folder at `path` is replaced.
+
+    The folder is written as `path.tmp` and renamed when complete, so a kill mid-export never
+    leaves a `path` that looks like a model but is not (`exported` tells whether it is there).
+    """
+    tmp = path.with_name(path.name + ".tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
     if hasattr(model, "merge_and_unload"):
         with quiet_peft():
             model = copy.deepcopy(model).merge_and_unload()
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    if path.exists():
+        shutil.rmtree(path)
+    tmp.rename(path)
+
+
+def exported(path: Path) -> bool:
+    """Whether `path` holds a whole exported model (a kill mid-export by a version without the
+    rename can have left an empty config.json)."""
+    try:
+        return isinstance(json.loads((path / "config.json").read_text(encoding="utf-8")), dict)
+    except (OSError, ValueError):
+        return False
 
 
 # ---- log-probs -----------------------------------------------------------------------------
