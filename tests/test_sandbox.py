@@ -1,6 +1,6 @@
 """The Python sandbox: limits and denials, each reported to the model as a tool error, and the
 eval goes on; the refusal where the kernel cannot isolate code, and the `unsafe` opt-out. What is
-isolated where is described in rlvr/sandbox.py; the escapes it stops are in test_sandbox_security.py."""
+isolated where is described in rlvr/sandbox/__init__.py; the escapes it stops are in test_sandbox_security.py."""
 
 from __future__ import annotations
 

@@ -446,15 +446,27 @@ def test_kill_9_of_the_parent_kills_the_sandbox_and_leaves_nothing(tmp_path: Pat
 
 
 async def test_overhead_of_one_call() -> None:
-    """A trivial program, start to finish: median of 7 calls under 150 ms (a warm-up call first)."""
-    await run_python("pass")
-    times = []
+    """A trivial program, start to finish, costs a few bare interpreter starts (measured in turn
+    with it, so a loaded machine slows both alike): about 4 on an idle machine; a regression of
+    5x fails. The absolute claim (under 150 ms median, idle) is benchmarks/bench_sandbox.py's."""
+
+    async def bare() -> None:
+        proc = await asyncio.create_subprocess_exec(sys.executable, "-I", "-S", "-c", "pass")
+        await proc.wait()
+
+    await run_python("pass")  # warm-up (the first call checks what the machine allows)
+    await bare()
+    sandboxed, baseline = [], []
     for _ in range(7):
         t0 = time.perf_counter()
         result = await run_python("pass")
-        times.append(time.perf_counter() - t0)
+        sandboxed.append(time.perf_counter() - t0)
         assert result.ok
-    assert statistics.median(times) < 0.150, times
+        t0 = time.perf_counter()
+        await bare()
+        baseline.append(time.perf_counter() - t0)
+    ratio = statistics.median(sandboxed) / statistics.median(baseline)
+    assert ratio < 20 and statistics.median(sandboxed) < 2.0, (sandboxed, baseline)
 
 
 def _all_pids() -> set[int]:
