@@ -18,6 +18,22 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from wiki_search.words import (
+    ADJECTIVES,
+    CODAS,
+    COUNTRY_ENDS,
+    FIRST_ENDS,
+    INDUSTRIES,
+    LAST_ENDS,
+    NOUNS,
+    OCCUPATION_WORKS,
+    OCCUPATIONS,
+    ONSETS,
+    PLACE_ENDS,
+    UNITS,
+    VOWELS,
+)
+
 GENERATOR_VERSION = 1
 """Bump whenever the generated world or its text changes: cached indexes are keyed by it."""
 
@@ -64,115 +80,6 @@ FACTS = {
     "river_country": "The {river} flows through {country} for {length} kilometres.",
 }
 """The sentences that state facts. Reference players parse these (and only these)."""
-
-_ONSETS = [
-    "b",
-    "br",
-    "c",
-    "ch",
-    "d",
-    "dr",
-    "f",
-    "g",
-    "gr",
-    "h",
-    "j",
-    "k",
-    "kl",
-    "l",
-    "m",
-    "n",
-    "p",
-    "pr",
-    "r",
-    "s",
-    "sh",
-    "st",
-    "t",
-    "tr",
-    "v",
-    "w",
-    "z",
-]
-_VOWELS = ["a", "e", "i", "o", "u", "a", "e", "o", "ae", "ei", "ou", "ia"]
-_CODAS = ["", "", "", "n", "r", "l", "s", "th", "nd", "rn", "m", "sk", "v"]
-_PLACE_ENDS = ["holm", "burg", "ford", "mere", "wick", "dale", "stad", "port", "vik", "ova", "ara", "en"]
-_COUNTRY_ENDS = ["land", "ia", "ar", "mark", "ova", "enia"]
-_FIRST_ENDS = ["a", "o", "in", "el", "ia", "us", "", "ey"]
-_LAST_ENDS = ["son", "sen", "ski", "ez", "ard", "well", "ner", "", "ow"]
-_ADJECTIVES = [
-    "silent",
-    "grey",
-    "quiet",
-    "golden",
-    "distant",
-    "hollow",
-    "northern",
-    "last",
-    "bright",
-    "broken",
-    "patient",
-    "crimson",
-    "hidden",
-    "lonely",
-    "winter",
-    "summer",
-    "early",
-    "secret",
-    "restless",
-    "gentle",
-    "bitter",
-    "iron",
-    "glass",
-    "amber",
-    "pale",
-    "wild",
-]
-_NOUNS = [
-    "harbour",
-    "orchard",
-    "lantern",
-    "garden",
-    "river",
-    "tower",
-    "winter",
-    "bridge",
-    "letter",
-    "voyage",
-    "mirror",
-    "meadow",
-    "echo",
-    "crossing",
-    "harvest",
-    "archive",
-    "compass",
-    "island",
-    "shadow",
-    "feast",
-    "window",
-    "season",
-    "chorus",
-    "gate",
-]
-OCCUPATION_WORKS = {
-    "novelist": "novel",
-    "painter": "painting",
-    "composer": "symphony",
-    "poet": "poem cycle",
-    "philosopher": "treatise",
-}
-_OCCUPATIONS = [*OCCUPATION_WORKS, "engineer", "physician", "architect", "mathematician", "merchant", "explorer"]
-_INDUSTRIES = {
-    "Works": "steel",
-    "Shipping": "shipping",
-    "Mills": "textile",
-    "Instruments": "instrument-making",
-    "Press": "publishing",
-    "Foundry": "metalworking",
-    "Bank": "banking",
-    "Trading Company": "trade",
-}
-_UNITS = ["crown", "mark", "florin", "thaler", "ducat", "shilling"]
 
 
 @dataclass
@@ -244,7 +151,7 @@ class World:
 
     def _word(self, syllables: int, ends: list[str]) -> str:
         rng = self.rng
-        text = "".join(rng.choice(_ONSETS) + rng.choice(_VOWELS) + rng.choice(_CODAS) for _ in range(syllables))
+        text = "".join(rng.choice(ONSETS) + rng.choice(VOWELS) + rng.choice(CODAS) for _ in range(syllables))
         return (text + rng.choice(ends)).capitalize()
 
     def _unique(self, make: Callable[[], str]) -> str:
@@ -266,12 +173,12 @@ class World:
     def _build(self, n: dict[str, int]) -> None:
         rng = self.rng
         countries = [
-            self._add(Entity(self._unique(lambda: self._word(2, _COUNTRY_ENDS)), "country", rng.randint(1200, 1900)))
+            self._add(Entity(self._unique(lambda: self._word(2, COUNTRY_ENDS)), "country", rng.randint(1200, 1900)))
             for _ in range(n["countries"])
         ]
         for country in countries:
             stem = self._word(1, ["", "an", "el"])
-            country.extra["currency"] = f"{stem} {rng.choice(_UNITS)}"
+            country.extra["currency"] = f"{stem} {rng.choice(UNITS)}"
             country.extra["language"] = stem + rng.choice(["ish", "ese", "ic", "i"])
         rivers = [
             self._add(
@@ -302,7 +209,7 @@ class World:
             for i in range(n["cities"]):
                 city = self._add(
                     Entity(
-                        self._unique(lambda: self._word(2, _PLACE_ENDS)),
+                        self._unique(lambda: self._word(2, PLACE_ENDS)),
                         "city",
                         rng.randint(600, 1700),
                         links={"country": country.name, "river": rng.choice(own_rivers).name},
@@ -318,11 +225,11 @@ class World:
             died = year + rng.randint(45, 95)
             person = self._add(
                 Entity(
-                    self._unique(lambda: f"{self._word(2, _FIRST_ENDS)} {self._word(2, _LAST_ENDS)}"),
+                    self._unique(lambda: f"{self._word(2, FIRST_ENDS)} {self._word(2, LAST_ENDS)}"),
                     "person",
                     year,
                     links={"birth_city": rng.choice(cities).name},
-                    extra={"occupation": rng.choice(_OCCUPATIONS)},
+                    extra={"occupation": rng.choice(OCCUPATIONS)},
                 )
             )
             if died <= 2024:
@@ -360,14 +267,14 @@ class World:
             )
         for _ in range(n["companies"]):
             founder = rng.choice(founders)
-            suffix = rng.choice(sorted(_INDUSTRIES))
+            suffix = rng.choice(sorted(INDUSTRIES))
             self._add(
                 Entity(
                     self._unique(lambda s=suffix: f"{self._word(2, [''])} {s}"),
                     "company",
                     min(founder.year + rng.randint(24, 55), 2020),
                     links={"city": rng.choice(cities).name, "founder": founder.name},
-                    extra={"industry": _INDUSTRIES[suffix]},
+                    extra={"industry": INDUSTRIES[suffix]},
                 )
             )
         universities = self.of_kind("university")
@@ -380,10 +287,10 @@ class World:
         rng = self.rng
         creators = [p for p in people if p.extra["occupation"] in OCCUPATION_WORKS and p.year <= 1995]
         patterns = [
-            lambda: f"The {rng.choice(_ADJECTIVES).title()} {rng.choice(_NOUNS).title()}",
-            lambda: f"{rng.choice(_NOUNS).title()} of {self._word(2, _PLACE_ENDS)}",
-            lambda: f"{rng.choice(_ADJECTIVES).title()} {rng.choice(_NOUNS).title()}s",
-            lambda: _article(rng.choice(_NOUNS).title()) + f" for {self._word(2, _FIRST_ENDS)}",
+            lambda: f"The {rng.choice(ADJECTIVES).title()} {rng.choice(NOUNS).title()}",
+            lambda: f"{rng.choice(NOUNS).title()} of {self._word(2, PLACE_ENDS)}",
+            lambda: f"{rng.choice(ADJECTIVES).title()} {rng.choice(NOUNS).title()}s",
+            lambda: _article(rng.choice(NOUNS).title()) + f" for {self._word(2, FIRST_ENDS)}",
         ]
         for _ in range(n["works"]):
             creator = rng.choice(creators)
@@ -499,7 +406,7 @@ class World:
             *pick.filler(
                 ["The surrounding hills are known for their {n}s.", "Travellers from {a} often pass through the city."],
                 1,
-                n=pick.rng.choice(_NOUNS),
+                n=pick.rng.choice(NOUNS),
                 a=pick.place(),
             ),
         )
@@ -567,7 +474,7 @@ class World:
                 ["Critics in {a} praised it.", "It was long out of print.", "It influenced a young {o} from {a}."],
                 2,
                 a=pick.place(),
-                o=pick.rng.choice(_OCCUPATIONS),
+                o=pick.rng.choice(OCCUPATIONS),
             ),
         )
 

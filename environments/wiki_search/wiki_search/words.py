@@ -1,0 +1,112 @@
+"""The words a wiki_search world is made from: syllables for names, and the adjectives, nouns,
+occupations, industries and currency units its articles use. Changing any of them changes every
+generated world: bump `world.GENERATOR_VERSION` with it."""
+
+ONSETS = [
+    "b",
+    "br",
+    "c",
+    "ch",
+    "d",
+    "dr",
+    "f",
+    "g",
+    "gr",
+    "h",
+    "j",
+    "k",
+    "kl",
+    "l",
+    "m",
+    "n",
+    "p",
+    "pr",
+    "r",
+    "s",
+    "sh",
+    "st",
+    "t",
+    "tr",
+    "v",
+    "w",
+    "z",
+]
+VOWELS = ["a", "e", "i", "o", "u", "a", "e", "o", "ae", "ei", "ou", "ia"]
+CODAS = ["", "", "", "n", "r", "l", "s", "th", "nd", "rn", "m", "sk", "v"]
+PLACE_ENDS = ["holm", "burg", "ford", "mere", "wick", "dale", "stad", "port", "vik", "ova", "ara", "en"]
+COUNTRY_ENDS = ["land", "ia", "ar", "mark", "ova", "enia"]
+FIRST_ENDS = ["a", "o", "in", "el", "ia", "us", "", "ey"]
+LAST_ENDS = ["son", "sen", "ski", "ez", "ard", "well", "ner", "", "ow"]
+ADJECTIVES = [
+    "silent",
+    "grey",
+    "quiet",
+    "golden",
+    "distant",
+    "hollow",
+    "northern",
+    "last",
+    "bright",
+    "broken",
+    "patient",
+    "crimson",
+    "hidden",
+    "lonely",
+    "winter",
+    "summer",
+    "early",
+    "secret",
+    "restless",
+    "gentle",
+    "bitter",
+    "iron",
+    "glass",
+    "amber",
+    "pale",
+    "wild",
+]
+NOUNS = [
+    "harbour",
+    "orchard",
+    "lantern",
+    "garden",
+    "river",
+    "tower",
+    "winter",
+    "bridge",
+    "letter",
+    "voyage",
+    "mirror",
+    "meadow",
+    "echo",
+    "crossing",
+    "harvest",
+    "archive",
+    "compass",
+    "island",
+    "shadow",
+    "feast",
+    "window",
+    "season",
+    "chorus",
+    "gate",
+]
+OCCUPATION_WORKS = {
+    "novelist": "novel",
+    "painter": "painting",
+    "composer": "symphony",
+    "poet": "poem cycle",
+    "philosopher": "treatise",
+}
+OCCUPATIONS = [*OCCUPATION_WORKS, "engineer", "physician", "architect", "mathematician", "merchant", "explorer"]
+INDUSTRIES = {
+    "Works": "steel",
+    "Shipping": "shipping",
+    "Mills": "textile",
+    "Instruments": "instrument-making",
+    "Press": "publishing",
+    "Foundry": "metalworking",
+    "Bank": "banking",
+    "Trading Company": "trade",
+}
+UNITS = ["crown", "mark", "florin", "thaler", "ducat", "shilling"]
