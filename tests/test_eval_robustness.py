@@ -7,6 +7,7 @@ import asyncio
 import gc
 import json
 import math
+import re
 import signal
 import subprocess
 import sys
@@ -43,8 +44,9 @@ def answer(messages, rng) -> str:
 
 @pytest.fixture
 def envs(monkeypatch):
-    """`plain` (n tasks, exact answer) and `hostile` (plus metrics of 1e308 and NaN), each with
-    the reference player `policy:echo`."""
+    """`plain` (n tasks, exact answer), `hostile` (plus metrics of 1e308 and NaN) and `counted`
+    (plus a summary of its own that counts what it was given), each with the reference player
+    `policy:echo`."""
 
     def load(name, n: int = 20):
         rows = [{"id": str(i), "question": str(i), "answer": str(i)} for i in range(n)]
@@ -52,6 +54,9 @@ def envs(monkeypatch):
             env = SingleTurnEnv(rows, rubric=Rubric([exact]))
         elif name == "hostile":
             env = SingleTurnEnv(rows, rubric=Rubric([exact, huge, not_a_number], weights=[1.0, 0.0, 0.0]))
+        elif name == "counted":  # its own summary, set on the instance as `policies` is
+            env = SingleTurnEnv(rows, rubric=Rubric([exact]))
+            env.summarize = lambda rollouts: {"rollouts_seen": float(len(rollouts))}
         else:
             raise AssertionError(name)
         env.policies = lambda: {"echo": lambda: Policy(answer, name="echo")}
@@ -131,6 +136,14 @@ def test_eval_keeps_no_rollout_in_memory(envs, tmp_path, monkeypatch, capsys) ->
     assert main(eval_argv("plain", tmp_path / "run", "-a", '{"n": 3000}', "-c", "8")) == 0
     assert "saved 6000 rollouts" in capsys.readouterr().out
     assert len(live) == 60 and max(live) < 20, live
+
+
+def test_an_env_summary_set_on_the_instance_still_sees_every_rollout(envs, tmp_path, capsys) -> None:
+    """Keeping no rollouts must not starve an environment's own summary, wherever it is defined:
+    one set on the instance (not the class) was handed None and its numbers went missing."""
+    assert main(eval_argv("counted", tmp_path / "run")) == 0
+    printed = capsys.readouterr().out
+    assert re.search(r"rollouts_seen\s+│\s+40\.000", printed), printed
 
 
 # ---- sampling values ----------------------------------------------------------------------------

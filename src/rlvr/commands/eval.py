@@ -211,7 +211,8 @@ class Outcomes:
         from rlvr.envs.multiturn import MultiTurnEnv
 
         self.env = env
-        self.kept: list[Any] | None = [] if type(env).summarize is not MultiTurnEnv.summarize else None
+        own = type(env).summarize is not MultiTurnEnv.summarize or "summarize" in vars(env)
+        self.kept: list[Any] | None = [] if own else None
         self.first_error: str | None = None
 
     def add(self, rollout: Any) -> None:
