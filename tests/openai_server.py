@@ -11,7 +11,9 @@ Faults: `Faults` gives the share of requests answered with 429, 500, a hang (no 
 the client gives up), or malformed JSON. Each request's fate is a seeded function of its body
 and of how many times that body was seen, so it does not depend on the order in which
 concurrent requests arrive; `max_per_request` caps the faults one request body can get.
-`force([...])` queues outcomes for the next requests (also `context`: a context-length 400);
+`force([...])` queues outcomes for the next requests (also `context`: a context-length 400;
+`401`: the key refused, its message holding `echo_key` as servers that echo the key they were
+sent do; `refuse_key=True` answers every request so);
 `permanent` picks requests that always get a 500. `counts` tallies what was served, `bodies`
 keeps the requests.
 """
@@ -119,6 +121,8 @@ class OpenAIServer:
         reasoning: bool = False,
         hang_s: float = 30.0,
         delay_s: float = 0.0,
+        refuse_key: bool = False,
+        echo_key: str = "",
     ) -> None:
         """Back to a clean state (zero counts, nothing forced) with these settings."""
         with self._lock:
@@ -137,6 +141,11 @@ class OpenAIServer:
             """Longest hang (the client normally hangs up first)."""
             self.delay_s = delay_s
             """Seconds each normal answer takes (to hold requests in flight)."""
+            self.refuse_key = refuse_key
+            """Answer every chat request 401 (GET /models still answers: 404)."""
+            self.echo_key = echo_key
+            """The key a 401's message says was sent (the real header is not read: a proxy
+            between client and server may rewrite it)."""
             self.max_in_flight = 0
             self.counts.clear()
             self.bodies.clear()
@@ -149,7 +158,7 @@ class OpenAIServer:
 
     def force(self, outcomes: list[str]) -> None:
         """Answer the next requests with these outcomes (then back to drawing from `faults`)."""
-        unknown = set(outcomes) - set(OUTCOMES) - {"context"}
+        unknown = set(outcomes) - set(OUTCOMES) - {"context", "401"}
         if unknown:
             raise ValueError(f"unknown outcomes {sorted(unknown)}; expected some of {OUTCOMES}")
         with self._lock:
@@ -259,6 +268,8 @@ class OpenAIServer:
             self._seen[key] += 1
             if self._forced:
                 outcome = self._forced.popleft()
+            elif self.refuse_key:
+                outcome = "401"
             elif self.permanent is not None and self.permanent(messages):
                 outcome = "500"
             else:
@@ -266,6 +277,10 @@ class OpenAIServer:
             self.counts[outcome] += 1
         if outcome == "429":
             return 429, _error("Rate limit reached; try again later.", "rate_limit_error")
+        if outcome == "401":
+            return 401, _error(
+                f"Incorrect API key provided: {self.echo_key}.", "invalid_request_error", code="invalid_api_key"
+            )
         if outcome == "500":
             return 500, _error("Internal server error (injected).", "server_error")
         if outcome in ("hang", "malformed"):

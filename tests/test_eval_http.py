@@ -226,7 +226,7 @@ def http_arith_env(monkeypatch):
     return created
 
 
-def eval_cli(server, out, max_retries: int) -> int:
+def eval_cli(server, out, max_retries: int, key_var: str = "RLVR_TEST_NO_SUCH_KEY") -> int:
     return main(
         [
             "eval",
@@ -244,7 +244,7 @@ def eval_cli(server, out, max_retries: int) -> int:
             "-b",
             server.base_url,
             "-k",
-            "RLVR_TEST_NO_SUCH_KEY",
+            key_var,
             "--timeout",
             "0.5",
             "--max-retries",
@@ -316,3 +316,46 @@ def test_cli_eval_saves_replies_holding_lone_surrogates(openai_server, http_arit
     assert all(r.turns[0].completion.text.startswith("\ud800 x\udfff ") for r in rollouts)
     for r in rollouts:
         assert r.error is None and r.reward == solver_reward(types.SimpleNamespace(question=r.prompt[-1]["content"]))
+
+
+# ---- the API key ------------------------------------------------------------------------------
+
+SECRET = "sk-rlvr-test-0123456789abcdef"
+
+
+def test_a_refused_key_stops_the_run_and_is_written_nowhere(
+    openai_server, http_arith_env, tmp_path, capsys, monkeypatch
+) -> None:
+    """A 401 to every chat request (while /models answers) cost one request per rollout, 45 error
+    records; and the server's echo of the key went into stderr and results.jsonl. Now the run
+    stops after 3 refusals in a row: only the requests already in flight were sent."""
+    monkeypatch.setenv("RLVR_TEST_KEY", SECRET)
+    openai_server.reset(solver, refuse_key=True, echo_key=SECRET)
+    out = tmp_path / "run"
+    assert eval_cli(openai_server, out, max_retries=5, key_var="RLVR_TEST_KEY") == 1
+    captured = capsys.readouterr()
+    assert captured.err.count("\n") == 1, captured.err
+    assert "refused the API key 3 times in a row (HTTP 401: Incorrect API key provided: [API key redacted].)" in (
+        captured.err
+    )
+    assert "check the key in $RLVR_TEST_KEY" in captured.err and SECRET not in captured.out + captured.err
+    assert 3 <= openai_server.counts["401"] == openai_server.counts["requests"] <= 16 + 2  # in flight + 2 retries
+    assert json.loads((out / "metadata.json").read_text())["status"] == "interrupted"
+    assert not any(SECRET in f.read_text() for f in out.iterdir())
+
+
+def test_a_key_echoed_in_one_error_is_redacted_in_results_and_report(
+    openai_server, http_arith_env, tmp_path, capsys, monkeypatch
+) -> None:
+    monkeypatch.setenv("RLVR_TEST_KEY", SECRET)
+    openai_server.reset(solver, echo_key=SECRET)
+    openai_server.force(["401"])  # one refusal, then answers: the run goes on
+    out = tmp_path / "run"
+    assert eval_cli(openai_server, out, max_retries=0, key_var="RLVR_TEST_KEY") == 0
+    records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    [refused] = [r for r in records if r["error"]]
+    assert "HTTP 401: Incorrect API key provided: [API key redacted]." in refused["error"] and len(records) == 45
+    assert main(["report", str(out)]) == 0
+    files = [f for f in out.iterdir() if f.is_file()]
+    assert "report.html" in {f.name for f in files} and not any(SECRET in f.read_text() for f in files)
+    assert SECRET not in "".join(capsys.readouterr())

@@ -322,3 +322,17 @@ async def test_aclose_lets_the_request_on_the_wire_finish_and_sends_no_other(ope
     with pytest.raises(ClientClosedError):
         await waiting  # never sent
     assert openai_server.counts["requests"] == 1
+
+
+async def test_a_key_echoed_across_the_cut_of_a_long_message_leaves_no_part_behind(openai_server, monkeypatch) -> None:
+    """Error messages are cut at 300 characters: the key is replaced first, so no prefix of it
+    survives the cut."""
+    secret = "sk-rlvr-test-0123456789abcdef"
+    monkeypatch.setenv("RLVR_TEST_KEY", secret)
+    openai_server.reset(echo_key=f"{'.' * 262} {secret}")  # the key straddles character 300
+    openai_server.force(["401"])
+    client = OpenAIClient("m", base_url=openai_server.base_url, api_key_var="RLVR_TEST_KEY", max_retries=0)
+    with pytest.raises(ClientError, match=r"HTTP 401: Incorrect API key provided: \.+ \[API key") as info:
+        await client.chat(HI, SamplingArgs())
+    assert secret[:4] not in str(info.value)
+    await client.aclose()

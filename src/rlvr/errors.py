@@ -12,7 +12,8 @@ the fix.
      ├── ParseError            a parser was given an unusable spec
      ├── ClientError           a model endpoint failed for good (after retries), missing API key
      │    ├── PromptTooLongError   the prompt no longer fits the model's context
-     │    └── ClientClosedError    a request to a client after its aclose()
+     │    ├── ClientClosedError    a request to a client after its aclose()
+     │    └── KeyRefusedError      the endpoint refused the API key again and again: the run stops
      ├── ResultsError          a results file is corrupt, foreign or from another run
      ├── ModelError            a model path is missing or is not a causal LM
      └── TrainingError         training cannot go on (a non-finite loss or gradient)
@@ -73,6 +74,12 @@ class PromptTooLongError(ClientError):
 class ClientClosedError(ClientError):
     """A request to a client after its `aclose()`: closing is for good (as in httpx), so a
     closed client never opens new connections or threads behind the caller's back."""
+
+
+class KeyRefusedError(ClientError):
+    """The endpoint refused the API key (401/403) on several requests in a row, with none
+    answered between: every further request would be refused too. The one error inside a
+    rollout that stops the whole run instead of becoming the rollout's error record."""
 
 
 class ResultsError(RlvrError):

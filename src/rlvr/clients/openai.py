@@ -9,6 +9,11 @@ overruns are retried too.
   429, 5xx, connection errors, per-request timeouts (`timeout_s`, a deadline on the whole
   request), malformed JSON or a response without choices.
 - Not retried: a context-length 400 (`PromptTooLongError`), other 4xx (`ClientError`).
+- A refused key (401/403) is retried like a 5xx, but `KEY_REFUSALS_TO_STOP` of them in a row
+  (no success between, whichever requests they answer) stop the client for good: it raises
+  `KeyRefusedError`, which ends the run, and sends nothing more.
+- The API key never leaves in an error: a server that echoes it (in a 401 body, say) has it
+  replaced by `[API key redacted]` in every message this client builds from what it received.
 - Token ids (vLLM): when `sampling.logprobs` is set, the request asks for `logprobs` plus
   vLLM's `return_token_ids` (completion ids in `choices[0].token_ids`, prompt ids in
   `prompt_token_ids`) and `return_tokens_as_token_ids` (logprob tokens read `token_id:N`).
@@ -40,13 +45,16 @@ from urllib.parse import urlparse
 import openai
 from openai.types.chat import ChatCompletion
 
-from rlvr.clients.openai_response import MalformedResponse, error_message, parse_completion, retry_after
-from rlvr.errors import ClientClosedError, ClientError, PromptTooLongError, UsageError
+from rlvr.clients.openai_response import MalformedResponse, error_message, parse_completion, redact, retry_after
+from rlvr.errors import ClientClosedError, ClientError, KeyRefusedError, PromptTooLongError, UsageError
 from rlvr.types import Completion, Messages, SamplingArgs
 
 LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", "0.0.0.0"})
 VLLM_TOKEN_FIELDS = {"return_token_ids": True, "return_tokens_as_token_ids": True}
 RETRY_STATUS = frozenset({408, 409, 429})
+KEY_REFUSED_STATUS = frozenset({401, 403})
+KEY_REFUSALS_TO_STOP = 3
+"""401/403 answers in a row after which the client stops: a wrong key fails every request."""
 _CONTEXT_LENGTH = re.compile(
     r"context[ _]length|maximum context|context window|maximum model length|prompt is too long"
     r"|longer than the model's context",
@@ -89,7 +97,11 @@ class OpenAIClient:
         self.concurrency = concurrency
         self.backoff_s = backoff_s
         self.max_backoff_s = max_backoff_s
+        self.api_key_var = api_key_var
         self.api_key = _api_key(api_key_var, base_url)
+        self._secret = os.environ.get(api_key_var) or None  # (not the placeholder of a local server)
+        self._refusals = 0  # 401/403 answers since the last success
+        self._stopped: str | None = None  # why the client stopped for good (the key was refused)
         self.omit: set[str] = set()
         """Optional request fields this endpoint refused (vLLM's token-id fields): not sent."""
         self.max_tokens_field = "max_tokens"
@@ -169,11 +181,11 @@ class OpenAIClient:
             async with self._sdk() as sdk, asyncio.timeout(min(self.timeout_s, 10.0)):
                 await sdk.models.list()
         except (openai.APIConnectionError, TimeoutError) as exc:
-            reason = " ".join(str(exc).split()) or type(exc).__name__
+            reason = " ".join(redact(str(exc), self._secret).split()) or type(exc).__name__
             raise ClientError(f"cannot reach {where} ({reason}); check -b and that the server is running") from None
         except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
             raise ClientError(
-                f"{where} refused the API key ({error_message(exc)}); pass the right variable with -k"
+                f"{where} refused the API key ({error_message(exc, self._secret)}); pass the right variable with -k"
             ) from None
         except openai.APIError:
             return
@@ -189,6 +201,8 @@ class OpenAIClient:
         reason = ""
         attempt = 0
         while attempt <= self.max_retries:
+            if self._stopped is not None:
+                raise KeyRefusedError(self._stopped)
             session = self._open()  # each attempt: the client may have been closed meanwhile
             request = self._request(messages, sampling, tools)
             self.requests += 1
@@ -200,11 +214,17 @@ class OpenAIClient:
                         # `post` sends the body as is: the messages are JSON already, and skipping
                         # `chat.completions.create`'s param transform saves ~30% of client CPU
                         response = await session.sdk.post("/chat/completions", body=request, cast_to=ChatCompletion)
-                return parse_completion(response, sampling)
+                completion = parse_completion(response, sampling)
+                self._refusals = 0
+                return completion
             except openai.APIStatusError as exc:
+                message = error_message(exc, self._secret)
                 if exc.status_code in RETRY_STATUS or exc.status_code >= 500:
-                    reason, wait = f"HTTP {exc.status_code}: {error_message(exc)}", retry_after(exc)
-                elif not _CONTEXT_LENGTH.search(error_message(exc)) and self._adapt(exc, request):
+                    reason, wait = f"HTTP {exc.status_code}: {message}", retry_after(exc)
+                elif exc.status_code in KEY_REFUSED_STATUS:
+                    self._count_refusal(exc.status_code, message)
+                    reason, wait = f"HTTP {exc.status_code}: {message} (check the API key variable, -k NAME)", None
+                elif not _CONTEXT_LENGTH.search(message) and self._adapt(exc, request):
                     continue  # sent again without a field the server refused: not a retry
                 else:
                     raise self._refusal(exc) from None
@@ -212,7 +232,7 @@ class OpenAIClient:
                 transient = self._transient(exc)
                 if transient is None:
                     raise
-                reason, wait = transient, None
+                reason, wait = redact(transient, self._secret), None
             attempt += 1
             if attempt <= self.max_retries:
                 await asyncio.sleep(wait if wait is not None else self._backoff(attempt))
@@ -257,13 +277,25 @@ class OpenAIClient:
 
     def _refusal(self, exc: openai.APIStatusError) -> ClientError:
         """The error for a 4xx that no retry can fix: `PromptTooLongError` for a context
-        overflow, else `ClientError` (with a hint about the API key for 401/403)."""
-        message = error_message(exc)
+        overflow, else `ClientError`."""
+        message = error_message(exc, self._secret)
         if _CONTEXT_LENGTH.search(message):
             return PromptTooLongError(f"model {self.name}: {message}")
-        hint = " (check the API key variable, -k NAME)" if exc.status_code in (401, 403) else ""
         where = f" at {self.base_url}" if self.base_url else ""
-        return ClientError(f"model {self.name}{where} refused the request: HTTP {exc.status_code}: {message}{hint}")
+        return ClientError(f"model {self.name}{where} refused the request: HTTP {exc.status_code}: {message}")
+
+    def _count_refusal(self, status: int, message: str) -> None:
+        """Count a 401/403; at `KEY_REFUSALS_TO_STOP` in a row, stop for good (`KeyRefusedError`)."""
+        self._refusals += 1
+        if self._refusals >= KEY_REFUSALS_TO_STOP and self._stopped is None:
+            where = f" at {self.base_url}" if self.base_url else ""
+            self._stopped = (
+                f"model {self.name}{where} refused the API key {self._refusals} times in a row "
+                f"(HTTP {status}: {message}); stopped sending requests: check the key in ${self.api_key_var} "
+                "or pass -k NAME to read it from another variable"
+            )
+        if self._stopped is not None:
+            raise KeyRefusedError(self._stopped)
 
     def _adapt(self, exc: openai.APIStatusError, request: dict[str, Any]) -> bool:
         """Learn from a 4xx that refused a field we can do without; True: resend the request."""

@@ -20,15 +20,28 @@ class MalformedResponse(Exception):
     reaches the user: a `ClientError` does once the retries run out)."""
 
 
-def error_message(exc: openai.APIStatusError) -> str:
-    """The server's own error message, on one line (at most 300 characters)."""
+REDACTED = "[API key redacted]"
+
+
+def error_message(exc: openai.APIStatusError, secret: str | None = None) -> str:
+    """The server's own error message, on one line (at most 300 characters), with `secret` (the
+    API key: some servers echo it) replaced by `REDACTED` before the line is cut."""
     body = exc.body
     if isinstance(body, dict):
         body = body.get("error", body)
         if isinstance(body, dict):
             body = body.get("message", body)
-    text = body if isinstance(body, str) else exc.message
-    return " ".join(str(text).split())[:300]
+    text = redact(str(body if isinstance(body, str) else exc.message), secret)
+    return " ".join(text.split())[:300]
+
+
+def redact(text: str, secret: str | None) -> str:
+    """`text` with every occurrence of `secret` (when there is one) replaced by `REDACTED`.
+
+    >>> redact("Incorrect API key provided: sk-1234. Not sk-123.", "sk-1234"), redact("sk-1234", None)
+    ('Incorrect API key provided: [API key redacted]. Not sk-123.', 'sk-1234')
+    """
+    return text.replace(secret, REDACTED) if secret else text
 
 
 def retry_after(exc: openai.APIStatusError) -> float | None:

@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Generic, TypedDict, TypeVar, final
 
 from rlvr.clients.base import ChatClient
-from rlvr.errors import EnvError, PromptTooLongError, UsageError, error_summary
+from rlvr.errors import EnvError, KeyRefusedError, PromptTooLongError, UsageError, error_summary
 from rlvr.parsers import Parser
 from rlvr.rubric import Rubric
 from rlvr.seeding import mix_seed
@@ -255,6 +255,8 @@ class MultiTurnEnv(Generic[S]):
         except PromptTooLongError as exc:
             self._end(state, "prompt_too_long", truncated=True)
             state.error = None if state.turn else error_summary(exc)
+        except KeyRefusedError:  # no rollout can succeed: the run stops (and says why)
+            raise
         except Exception as exc:  # one broken rollout must never sink a run
             self._failed(state, exc)
 
