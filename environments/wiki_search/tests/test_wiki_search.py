@@ -7,7 +7,7 @@ import sqlite3
 import statistics
 
 import pytest
-from wiki_search import WikiSearchEnv, load_environment
+from wiki_search import WikiSearchEnv, articles, load_environment
 from wiki_search.players import oracle_policy
 from wiki_search.questions import (
     TEMPLATES,
@@ -56,8 +56,8 @@ async def _play(env, policy, n_rollouts=1, tasks=None):
 
 def test_world_is_reproducible_and_consistent() -> None:
     a, b = World(3, "small"), World(3, "small")
-    assert [(p.id, [s.body for s in p.sections]) for p in a.pages()] == [
-        (p.id, [s.body for s in p.sections]) for p in b.pages()
+    assert [(p.id, [s.body for s in p.sections]) for p in articles.pages(a)] == [
+        (p.id, [s.body for s in p.sections]) for p in articles.pages(b)
     ]
     assert sorted(World(4, "small").entities) != sorted(a.entities)
     w = World(0, "full")
@@ -81,7 +81,7 @@ def test_world_is_reproducible_and_consistent() -> None:
 
 def test_reading_the_articles_gives_the_answer_of_every_template(small: World) -> None:
     """For each template, follow `reads` through the rendered text: same answer as the relations."""
-    pages = {p.title: {s.heading: s.body for s in p.sections} for p in small.pages()}
+    pages = {p.title: {s.heading: s.body for s in p.sections} for p in articles.pages(small)}
     checked = 0
     for template in TEMPLATES:
         subjects = [x for x in small.entities.values() if resolve(small, template, x) is not None]

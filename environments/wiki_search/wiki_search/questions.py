@@ -13,7 +13,8 @@ import re
 from dataclasses import dataclass
 
 from rlvr.types import Task
-from wiki_search.world import FACTS, Entity, World
+from wiki_search.articles import FACTS
+from wiki_search.world import Entity, World
 
 
 @dataclass(frozen=True)

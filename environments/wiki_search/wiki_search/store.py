@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlvr.errors import EnvError
+from wiki_search import articles
 from wiki_search.world import GENERATOR_VERSION, World
 
 _SCHEMA = """
@@ -86,7 +87,7 @@ def build_index(world: World, path: Path) -> tuple[int, int]:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}-{threading.get_ident()}")
     tmp.unlink(missing_ok=True)
-    pages = world.pages()
+    pages = articles.pages(world)
     con = sqlite3.connect(tmp)
     try:
         con.executescript(_SCHEMA)
