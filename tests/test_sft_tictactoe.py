@@ -1,7 +1,8 @@
 """SFT smoke on real teacher games: a freshly initialised tiny model learns the move format.
 
 Data: the first turn of 400 tic-tac-toe games played by `policy:teacher` (system prompt, board,
-teacher reply), one sample each. 120 SFT steps of 16 on 2 CPU cores (about 50 s). Then 32
+teacher reply), one sample each. 120 SFT steps of 16 on one CPU thread (78-82 s on an idle
+2-core machine; 60 steps of 16 fall to 41% well-formed replies, 80 of 12 to 69%). Then 32
 first-turn replies on held-out boards are sampled at temperature 1.0. Threshold: at least 75%
 are exactly `<think>...</think><move>N</move>` (measured: 90.6%; 96.9% at temperature 0.7 and
 100% greedy on this machine).
@@ -27,7 +28,9 @@ from rlvr.train.sft import train_sft
 from rlvr.train.sft_config import SFTConfig
 from rlvr.types import SamplingArgs
 
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
+# its own limit, 600 s: the suite's 300 s is within 4x of its idle time, and with 5 to 10 other
+# processes on the 2 cores it once ran past 300 s
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread"), pytest.mark.timeout(600)]
 
 
 def test_teacher_games_teach_a_fresh_model_the_move_format(tmp_path) -> None:
