@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import importlib
 import importlib.util
 import signal
@@ -46,6 +47,17 @@ class Terminated(KeyboardInterrupt):
 
 
 def _terminate(signum: int, frame: object) -> None:
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # no event loop here: raise it where the program is, as Ctrl-C does
+        raise Terminated from None
+    # In an event loop, raised inside a task it would stay stored in that task ("exception was
+    # never retrieved") and skip the other tasks' cleanup. Raised by the loop between callbacks,
+    # it leaves asyncio.run, which first cancels every task and lets their finally blocks run.
+    loop.call_soon_threadsafe(_raise_terminated)
+
+
+def _raise_terminated() -> None:
     raise Terminated
 
 
