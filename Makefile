@@ -25,9 +25,8 @@ install-dev: $(BIN)/python
 run: install
 	$(BIN)/rlvr eval reverse_text -m policy:oracle -n 10 -r 2 -q -o runs/make-run/reverse_text --resume
 	$(BIN)/rlvr eval double_check -m policy:oracle -n 10 -r 2 -q -o runs/make-run/double_check --resume
-	$(BIN)/rlvr eval tictactoe -a '{"opponent": "random", "eval_tasks": 200}' -n -1 -r 1 -T 0 -c 200 -q -o runs/make-run/eval/shipped-random --resume
-	$(BIN)/rlvr eval tictactoe -a '{"opponent": "optimal", "eval_tasks": 200}' -n -1 -r 1 -T 0 -c 200 -q -o runs/make-run/eval/shipped-optimal --resume
-	$(BIN)/python scripts/tictactoe_table.py runs/make-run --stages shipped --opponents random,optimal
+	$(BIN)/rlvr eval tictactoe --exhaustive -t 48 -c 1024 -q -o runs/make-run/eval/shipped-exact --resume
+	$(BIN)/python scripts/tictactoe_table.py runs/make-run --stages shipped
 
 test: install-dev
 	$(BIN)/python -m pytest

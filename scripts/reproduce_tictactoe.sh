@@ -22,11 +22,11 @@ SEED=${SEED:-0}
 PRESET=${PRESET:-small}
 SCALE=${SCALE:-full}
 DEVICE_FLAGS=${DEVICE_FLAGS:---bf16}
-RL_MIN_P=${RL_MIN_P:-0.0}; RL_MAX_P=${RL_MAX_P:-0.7}; RL_LR=${RL_LR:-3e-5}; RL_TEMP=${RL_TEMP:-1.0}
+RL_MIN_P=${RL_MIN_P:-0.0}; RL_MAX_P=${RL_MAX_P:-0.7}; RL_LR=${RL_LR:-2e-5}; RL_TEMP=${RL_TEMP:-1.0}
 RL2_MIN_P=${RL2_MIN_P:-0.0}; RL2_MAX_P=${RL2_MAX_P:-0.25}; RL2_LR=${RL2_LR:-3e-5}; RL2_TEMP=${RL2_TEMP:-1.25}
 LOSS_REWARD=${LOSS_REWARD:-0.0}
-TRAP_PROB=${TRAP_PROB:-0.0}   # how often the opponent's best move is a trap (env option trap_prob)
-OPENING_PLIES=${OPENING_PLIES:-0}   # training games may start after up to this many random moves
+TRAP_PROB=${TRAP_PROB:-1.0}   # how often the opponent's best move is a trap (env option trap_prob)
+OPENING_PLIES=${OPENING_PLIES:-4}   # training games may start after up to this many random moves
 RL_EXTRA=${RL_EXTRA:-}   # more `rlvr train` flags for the RL phases, e.g. "--kl-coef 0.05"
 EXACT=${EXACT:-1}   # 0: no exact evaluation (the smoke scale, where a barely trained model is slow to walk)
 RL_NAME=${RL_NAME:-rl}   # another name runs another RL variant from the same SFT model, side by side
@@ -36,7 +36,7 @@ if [ "$SCALE" = smoke ]; then
   EVAL_GAMES=10; EVAL_TASKS=4; EVAL_EVERY=2; DEVICE_FLAGS=""; EXACT=0
 else
   GAMES=${GAMES:-20000}; SFT_STEPS=${SFT_STEPS:-1000}; SFT_BATCH=${SFT_BATCH:-64}
-  RL_STEPS=${RL_STEPS:-200}; RL2_STEPS=${RL2_STEPS:-0}
+  RL_STEPS=${RL_STEPS:-80}; RL2_STEPS=${RL2_STEPS:-0}
   BATCH=${BATCH:-256}; GROUP=${GROUP:-8}; BUCKETS=${BUCKETS:-8}
   EVAL_GAMES=${EVAL_GAMES:-200}; EVAL_TASKS=${EVAL_TASKS:-64}; EVAL_EVERY=${EVAL_EVERY:-20}
 fi

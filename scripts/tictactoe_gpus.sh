@@ -8,7 +8,8 @@
 #   scripts/tictactoe_gpus.sh ship RUN DIR   # RUN's final model in bfloat16, shards under 15 MB
 #   scripts/tictactoe_gpus.sh best           # the RL run whose final model loses the fewest games
 #
-# Plans (docs/RESULTS.md says which produced what):
+# Plans (docs/RESULTS.md says which produced what; `explore` is the current recipe, the
+# defaults of reproduce_tictactoe.sh, and made models/tictactoe-tiny):
 #   pilot  one GPU: seed 0, short SFT and RL, variants A and B side by side (step times)
 #   pilot2 one GPU: seed 0, full SFT, four conservative RL variants (lr, KL, temperature, opponents)
 #   main   four GPUs: seeds 0, 1, 2 (full SFT) and the weak start (200 teacher games), each with
@@ -41,21 +42,24 @@ job() {  # job GPU NAME "SHARED VARS" "VARIANT VARS" ...: one seed's SFT, then i
 
 start() {
   mkdir -p "$ROOT"
+  local plain="TRAP_PROB=0.0 OPENING_PLIES=0"  # the plans before traps and random starts
   case $1 in
     pilot)  # one GPU: a short SFT, the env's reward vs loss_reward = -1
-      job 0 s0 "SEED=0 SFT_STEPS=300 RL_STEPS=20 EVAL_EVERY=10" "rl" "rlB LOSS_REWARD=-1.0" ;;
+      job 0 s0 "SEED=0 SFT_STEPS=300 RL_STEPS=20 EVAL_EVERY=10 RL_LR=3e-5 $plain" "rl" "rlB LOSS_REWARD=-1.0" ;;
     pilot2)  # one GPU: the full SFT, four RL variants side by side
-      job 0 s0 "SEED=0 RL_STEPS=${RL_STEPS:-40} EVAL_EVERY=10" \
+      job 0 s0 "SEED=0 RL_STEPS=${RL_STEPS:-40} EVAL_EVERY=10 $plain" \
         "lr1e5 RL_LR=1e-5" "kl RL_LR=1e-5 RL_EXTRA=--kl-coef=0.05" \
         "t07kl RL_LR=1e-5 RL_TEMP=0.7 RL_EXTRA=--kl-coef=0.05" "strong RL_LR=1e-5 RL_MAX_P=0.3 RL_EXTRA=--kl-coef=0.05" ;;
     main)  # four GPUs: three seeds of the full pipeline and the weak start, variants A and B each
       local a="rl ${VARIANT_A:-RL_LR=3e-5}" b="rlB ${VARIANT_B:-RL_LR=2e-5 RL_TEMP=1.25}"
-      job 0 s0 "SEED=0 RL_STEPS=${RL_STEPS:-150}" "$a" "$b"
-      job 1 s1 "SEED=1 RL_STEPS=${RL_STEPS:-150}" "$a" "$b"
-      job 2 s2 "SEED=2 RL_STEPS=${RL_STEPS:-150}" "$a" "$b"
-      job 3 weak "SEED=0 GAMES=200 SFT_STEPS=60 SFT_BATCH=32 RL_STEPS=${WEAK_RL_STEPS:-${RL_STEPS:-150}}" "$a" "$b" ;;
+      local steps="RL_STEPS=${RL_STEPS:-150} EVAL_EVERY=15 $plain"
+      job 0 s0 "SEED=0 $steps" "$a" "$b"
+      job 1 s1 "SEED=1 $steps" "$a" "$b"
+      job 2 s2 "SEED=2 $steps" "$a" "$b"
+      job 3 weak "SEED=0 GAMES=200 SFT_STEPS=60 SFT_BATCH=32 $steps" "$a" "$b" ;;
     trap)  # four GPUs: the main plan's two variants with a trap-setting opponent (trap_prob 1)
-      local a="rlT TRAP_PROB=1.0 RL_LR=3e-5" b="rlT2 TRAP_PROB=1.0 RL_LR=2e-5 RL_TEMP=1.25" steps="RL_STEPS=${RL_STEPS:-100} EVAL_EVERY=${EVAL_EVERY:-20}"
+      local a="rlT TRAP_PROB=1.0 RL_LR=3e-5" b="rlT2 TRAP_PROB=1.0 RL_LR=2e-5 RL_TEMP=1.25"
+      local steps="RL_STEPS=${RL_STEPS:-100} EVAL_EVERY=${EVAL_EVERY:-20} OPENING_PLIES=0"
       export FIRST_STAGES=sft LAST_STAGES=""
       job 0 s0 "SEED=0 $steps" "$a" "$b"
       job 1 s1 "SEED=1 $steps" "$a" "$b"

@@ -45,6 +45,6 @@ def test_the_shipped_model_plays_well_on_cpu():
         assert all(r.rewards["format_reward"] == 1.0 for r in rollouts)
         assert sum(r.rewards["invalid_moves"] > 0 for r in rollouts) <= 1
         losses = sum(r.rewards["loss"] + r.rewards["timeout"] for r in rollouts)
-        assert losses <= 2, opponent  # the card: 2% losses to the optimal player, none to random
+        assert losses <= 2, opponent  # the card, exact: 1.1% losses to the optimal player, 0.1% to random
         if opponent == "random":
-            assert sum(r.rewards["win"] for r in rollouts) >= 18  # the card: 91% wins
+            assert sum(r.rewards["win"] for r in rollouts) >= 18  # the card, exact: 91% wins
