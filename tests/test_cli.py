@@ -78,3 +78,90 @@ def test_unreachable_endpoint_fails_fast_and_writes_nothing(capsys, tmp_path) ->
     )
     assert f"cannot reach http://127.0.0.1:{port}/v1" in err and "-b" in err
     assert not out.exists()
+
+
+# ---- a local model never runs unbounded ------------------------------------------------------
+
+
+def test_eval_of_a_local_model_defaults_to_a_token_limit_and_prints_it(capsys, monkeypatch, tmp_path, scramble) -> None:
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    import rlvr.commands.eval
+    import rlvr.registry
+    from rlvr import SingleTurnEnv
+    from rlvr.models import build_tiny_model
+    from rlvr.types import SamplingArgs
+
+    model_dir = build_tiny_model(tmp_path / "tiny")  # random weights: replies never end early
+    model = scramble(transformers.AutoModelForCausalLM.from_pretrained(model_dir))
+    model.save_pretrained(model_dir)
+
+    def load(name, **env_args):
+        env = SingleTurnEnv([{"question": "hi"}], sampling=SamplingArgs(temperature=1.0))  # no limit of its own
+        env.name, env.env_args = name, env_args
+        return env
+
+    monkeypatch.setattr(rlvr.registry, "load_environment", load)
+    monkeypatch.setattr(rlvr.commands.eval, "DEFAULT_MAX_TOKENS", 12)
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        out = tmp_path / "run"
+        assert main(["eval", "unbounded", "-m", str(model_dir), "-n", "1", "-r", "2", "-q", "-o", str(out)]) == 0
+        assert "unbounded / " in capsys.readouterr().out.splitlines()[0]
+        rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+        assert [r["usage"]["completion_tokens"] for r in rows] == [12, 12]
+        meta = json.loads((out / "metadata.json").read_text())
+        assert meta["sampling"]["max_tokens"] == 12
+        # -t still wins over the default
+        main(
+            [
+                "eval",
+                "unbounded",
+                "-m",
+                str(model_dir),
+                "-n",
+                "1",
+                "-r",
+                "1",
+                "-t",
+                "5",
+                "-q",
+                "-o",
+                str(tmp_path / "t"),
+            ]
+        )
+    finally:
+        torch.set_num_threads(saved)
+    assert "1 tasks x 1 rollouts, max 5 tokens a turn" in capsys.readouterr().out
+    assert json.loads((tmp_path / "t" / "results.jsonl").read_text())["usage"]["completion_tokens"] == 5
+
+
+def test_eval_of_an_endpoint_keeps_the_endpoints_limit(openai_server, capsys, monkeypatch, tmp_path) -> None:
+    import rlvr.registry
+    from rlvr import SingleTurnEnv
+    from rlvr.types import SamplingArgs
+
+    def load(name, **env_args):
+        env = SingleTurnEnv([{"question": "hi"}], sampling=SamplingArgs(temperature=1.0))
+        env.name, env.env_args = name, env_args
+        return env
+
+    monkeypatch.setattr(rlvr.registry, "load_environment", load)
+    argv = [
+        "eval",
+        "open",
+        "-m",
+        "m",
+        "-b",
+        openai_server.base_url,
+        "-k",
+        "RLVR_TEST_NO_SUCH_KEY",
+        "-n",
+        "1",
+        "-r",
+        "1",
+    ]
+    argv += ["-q", "-o", str(tmp_path / "r")]
+    assert main(argv) == 0
+    assert "no token limit but the endpoint's a turn" in capsys.readouterr().out.splitlines()[0]

@@ -204,3 +204,35 @@ def test_old_argument_names_still_work_and_warn(
         load_environment(name, **new, **{renames[0][0]: old[renames[0][0]]}, **extra)
     asyncio.run(before.aclose())
     asyncio.run(after.aclose())
+
+
+# ---- every environment carries a per-turn token limit --------------------------------------
+
+SMALL_ARGS: dict[str, dict[str, Any]] = {
+    "reverse_text": {"num_tasks": 2, "eval_tasks": 2},
+    "double_check": {"num_tasks": 2, "eval_tasks": 2},
+    "python_math": {"num_tasks": 2, "eval_tasks": 2},
+    "ice_maze": {"num_tasks": 2, "eval_tasks": 2},
+    "tictactoe": {},
+    "gym": {"env_id": "FrozenLake-v1", "num_tasks": 2},
+    "wiki_search": {"size": "small", "num_tasks": 2, "eval_tasks": 2},
+}
+
+
+@pytest.mark.parametrize("name", sorted(SMALL_ARGS))
+def test_every_bundled_env_carries_a_per_turn_token_limit(name: str, tmp_path: Any) -> None:
+    from rlvr.registry import list_environments, load_environment
+
+    if name not in list_environments():
+        pytest.skip(f"{name} is not installed")
+    extra = {"cache_dir": str(tmp_path)} if name == "wiki_search" else {}
+    env = load_environment(name, **SMALL_ARGS[name], **extra)
+    assert env.sampling.max_tokens is not None and 16 <= env.sampling.max_tokens <= 4096
+    asyncio.run(env.aclose())
+
+
+def test_an_env_without_sampling_gets_the_default_limit_and_one_with_a_limit_keeps_it() -> None:
+    from rlvr.types import DEFAULT_MAX_TOKENS
+
+    assert SingleTurnEnv([{"question": "q"}]).sampling.max_tokens == DEFAULT_MAX_TOKENS == 512
+    assert SingleTurnEnv([{"question": "q"}], sampling=SamplingArgs(max_tokens=64)).sampling.max_tokens == 64

@@ -57,6 +57,7 @@ def test_scaffold_env_passes_check_env_and_its_oracle_wins(
     _, module = scaffolded
     env = module.load_environment(num_tasks=4, eval_tasks=4)
     check_env(env)
+    assert env.sampling.max_tokens == 256  # the scaffold shows where a per-turn limit goes
     rollouts = asyncio.run(run_rollouts(env, env.policies()["oracle"](), env.tasks(), rollouts_per_task=2))
     assert [r.reward for r in rollouts] == [1.0] * 8
     assert doctest.testmod(module).failed == 0

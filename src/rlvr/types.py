@@ -65,6 +65,12 @@ class Task:
         return cls.from_row(d)
 
 
+DEFAULT_MAX_TOKENS = 512
+"""Per-turn token limit of an environment that names none, and of `rlvr eval`/`gen` with a local
+model when neither the environment nor `-t` sets one: an untrained model may otherwise write
+thousands of tokens a turn (minutes on a CPU)."""
+
+
 @dataclass
 class SamplingArgs:
     """How a model samples one reply."""

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlvr.errors import UsageError
+from rlvr.types import DEFAULT_MAX_TOKENS
 
 if TYPE_CHECKING:
     from rlvr.clients.base import ChatClient
@@ -36,7 +37,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("-n", "--num-tasks", type=int, default=5, help="tasks to evaluate (default 5; -1 = all)")
     p.add_argument("-r", "--rollouts", type=int, default=3, help="rollouts per task (default 3)")
     p.add_argument("-c", "--concurrency", type=int, default=32, help="rollouts in flight at once (default 32)")
-    p.add_argument("-t", "--max-tokens", type=int, default=None, help="max tokens per model reply")
+    add_max_tokens_arg(p)
     p.add_argument("-T", "--temperature", type=float, default=None, help="sampling temperature")
     p.add_argument("-a", "--env-args", default="{}", metavar="JSON", help="environment arguments as a JSON object")
     p.add_argument(
@@ -73,6 +74,17 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-retries", type=int, default=5, help="retries per request on 429/5xx/timeouts (default 5)")
 
 
+def add_max_tokens_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "-t",
+        "--max-tokens",
+        type=int,
+        default=None,
+        help=f"max tokens per model reply (default: the environment's limit; a local model without one gets "
+        f"{DEFAULT_MAX_TOKENS})",
+    )
+
+
 def parse_env_args(text: str) -> dict[str, Any]:
     try:
         value = json.loads(text)
@@ -98,8 +110,13 @@ def check_run_args(args: argparse.Namespace) -> None:
         raise UsageError(f"-T must be a finite number >= 0, got {args.temperature}")
 
 
-def tasks_and_sampling(args: argparse.Namespace, env: Any) -> tuple[list[Any], Any]:
-    """The tasks (-n of --split) and the sampling (env default, -t and -T over it) of a run."""
+def tasks_and_sampling(args: argparse.Namespace, env: Any, client: ChatClient) -> tuple[list[Any], Any]:
+    """The tasks (-n of --split) and the sampling (env default, -t and -T over it) of a run.
+
+    A client that is not an endpoint (a local model) never runs unbounded: with no limit from
+    the environment or -t it gets `DEFAULT_MAX_TOKENS` a turn."""
+    from rlvr.clients.base import RemoteClient
+
     tasks = env.tasks(args.split)
     if args.num_tasks != -1:
         tasks = tasks[: args.num_tasks]
@@ -108,9 +125,22 @@ def tasks_and_sampling(args: argparse.Namespace, env: Any) -> tuple[list[Any], A
     sampling = env.sampling
     if args.max_tokens is not None:
         sampling = sampling.replace(max_tokens=args.max_tokens)
+    elif sampling.max_tokens is None and not isinstance(client, RemoteClient):
+        sampling = sampling.replace(max_tokens=DEFAULT_MAX_TOKENS)
     if args.temperature is not None:
         sampling = sampling.replace(temperature=args.temperature)
     return tasks, sampling
+
+
+def run_header(env_name: str, model: str, tasks: int, rollouts: int, sampling: Any) -> str:
+    """The line a run opens with: what plays, how much, and the limits it samples under.
+
+    >>> from rlvr.types import SamplingArgs
+    >>> run_header("reverse_text", "m", 5, 3, SamplingArgs(max_tokens=512, temperature=0.7))
+    'reverse_text / m: 5 tasks x 3 rollouts, max 512 tokens a turn, temperature 0.7'
+    """
+    limit = "no token limit but the endpoint's" if sampling.max_tokens is None else f"max {sampling.max_tokens} tokens"
+    return f"{env_name} / {model}: {tasks} tasks x {rollouts} rollouts, {limit} a turn, temperature {sampling.temperature:g}"
 
 
 def _slug(text: str) -> str:
@@ -150,7 +180,7 @@ def run(args: argparse.Namespace) -> int:
     if args.exhaustive and args.temperature is None:
         args.temperature = 0.0
     env, client, model = load_env_and_client(args, args.concurrency)
-    tasks, sampling = tasks_and_sampling(args, env)
+    tasks, sampling = tasks_and_sampling(args, env, client)
     out = Path(args.output or f"runs/eval/{args.env}--{_slug(model)}--{time.strftime('%Y%m%d-%H%M%S')}")
     if args.exhaustive:
         from rlvr.commands import exact
@@ -184,6 +214,7 @@ def run(args: argparse.Namespace) -> int:
     run_dir = RunDir.start(out, metadata, resume=args.resume, each=count_earlier)
     earlier = summary.rollouts
     total = len(tasks) * args.rollouts
+    print(run_header(args.env, model, len(tasks), args.rollouts, sampling), flush=True)
     start = time.monotonic()
     _run_with_progress(env, client, tasks, args, sampling, run_dir, done, total, count, quiet=args.quiet)
     elapsed = time.monotonic() - start

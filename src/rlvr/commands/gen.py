@@ -28,7 +28,7 @@ METRICS = ("turns", "completion_tokens")
 
 
 def add_parser(sub: Any) -> None:
-    from rlvr.commands.eval import add_model_args
+    from rlvr.commands.eval import add_max_tokens_arg, add_model_args
 
     p = sub.add_parser(
         "gen",
@@ -50,7 +50,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="JSONL file to write")
     p.add_argument("--overwrite", action="store_true", help="replace FILE if it exists")
     p.add_argument("-c", "--concurrency", type=int, default=64, help="rollouts in flight at once (default 64)")
-    p.add_argument("-t", "--max-tokens", type=int, default=None, help="max tokens per model reply")
+    add_max_tokens_arg(p)
     p.add_argument("-T", "--temperature", type=float, default=None, help="sampling temperature")
     p.add_argument(
         "-a",
@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     env, client, model = load_env_and_client(args, args.concurrency)
     if keep is not None:
         keep.check_names([*env.rubric.names, *METRICS, "reward", "truncated"])
-    tasks, sampling = tasks_and_sampling(args, env)
+    tasks, sampling = tasks_and_sampling(args, env, client)
     tools = {t.id: env.tool_schemas(env.setup_state(t)) for t in tasks}
     meta = {"env": args.env, "env_args": env.env_args, "model": model}
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -29,7 +29,7 @@ from rlvr.errors import EnvError, KeyRefusedError, PromptTooLongError, UsageErro
 from rlvr.parsers import Parser
 from rlvr.rubric import Rubric
 from rlvr.seeding import mix_seed
-from rlvr.types import Messages, SamplingArgs, State, Task, Turn
+from rlvr.types import DEFAULT_MAX_TOKENS, Messages, SamplingArgs, State, Task, Turn
 
 S = TypeVar("S", bound=State)
 StopFn = Callable[[Any, Any], bool]
@@ -129,7 +129,8 @@ class MultiTurnEnv(Generic[S]):
         self.rubric = rubric if rubric is not None else Rubric(parser=parser)
         if self.rubric.parser is None:
             self.rubric.parser = parser
-        self.sampling = sampling or SamplingArgs()
+        self.sampling = sampling or SamplingArgs(max_tokens=DEFAULT_MAX_TOKENS)
+        """How the model samples a turn; without `sampling`, at most `DEFAULT_MAX_TOKENS` tokens a turn."""
         self.max_turns = max_turns
         self.max_completion_tokens = max_completion_tokens
         self.timeout_s = timeout_s
