@@ -32,10 +32,36 @@ def _err(capsys, argv) -> str:
         (["eval", "reverse_text", "-m", "policy:oracle", "-n", "0"], "-n must be positive, got 0"),
         (["eval", "reverse_text", "-m", "policy:oracle", "-c", "-1"], "-c must be positive, got -1"),
         (["eval", "reverse_text", "-m", "policy:nobody"], "no reference policy 'policy:nobody'"),
+        (["eval", "reverse_txt", "-m", "policy:oracle"], "; did you mean 'reverse_text'?"),
+        (
+            ["eval", "reverse_text", "--bogus", "1"],
+            "rlvr eval: error: unrecognized arguments: --bogus 1; see `rlvr eval",
+        ),
+        (["train", "reverse_text", "--bogus"], "rlvr train: error: unrecognized arguments: --bogus; see `rlvr train"),
     ],
 )
 def test_bad_input_gives_one_line(capsys, argv, expected) -> None:
     assert expected in _err(capsys, argv)
+
+
+def test_a_name_like_no_installed_env_still_says_how_to_install_it(capsys) -> None:
+    err = _err(capsys, ["eval", "zzzqq", "-m", "policy:oracle"])
+    assert "did you mean" not in err and "pip install -e environments/zzzqq" in err
+
+
+def test_list_shows_kind_description_players_and_default_model(capsys) -> None:
+    assert main(["list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    about = {line.split()[0]: (line, lines[i + 1]) for i, line in enumerate(lines) if not line.startswith(" ")}
+    head, details = about["reverse_text"]
+    assert "[single-turn] reverse a paragraph character by character" in head
+    assert details.strip() == "players: policy:oracle policy:echo; default model: none (pass -m)"
+    if "tictactoe" in about:
+        head, details = about["tictactoe"]
+        assert "[multi-turn] Tic-tac-toe" in head and "policy:optimal" in details
+        assert details.endswith("tictactoe-tiny")  # the shipped model: `rlvr eval tictactoe` needs no -m
+    if "python_math" in about:
+        assert "[tool]" in about["python_math"][0]
 
 
 def test_missing_api_key_variable(capsys, monkeypatch, tmp_path) -> None:

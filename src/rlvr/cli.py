@@ -63,9 +63,17 @@ def _raise_terminated() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
     if not getattr(args, "command", None):
+        if unknown:
+            parser.error(f"unrecognized arguments: {' '.join(unknown)}")
         parser.print_help()
+        return 2
+    if unknown:
+        print(
+            f"rlvr {args.command}: error: unrecognized arguments: {' '.join(unknown)}; see `rlvr {args.command} --help`",
+            file=sys.stderr,
+        )
         return 2
     main_thread = threading.current_thread() is threading.main_thread()  # (signals go to the main thread)
     on_term = signal.signal(signal.SIGTERM, _terminate) if main_thread else None

@@ -3,6 +3,7 @@ group `rlvr.environments` (name = environment name)."""
 
 from __future__ import annotations
 
+import difflib
 import inspect
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
@@ -22,15 +23,30 @@ def list_environments() -> dict[str, str]:
     return {name: ep.value for name, ep in sorted(_entry_points().items())}
 
 
+def describe(name: str) -> str:
+    """One line about an installed environment: its package's summary (the loader's docstring
+    for one shipped inside rlvr itself), without a leading "rlvr environment:"."""
+    ep = _entry_points()[name]
+    text = ""
+    if ep.dist is not None and ep.dist.name != "rlvr":
+        metadata = ep.dist.metadata
+        text = metadata["Summary"] if "Summary" in metadata else ""
+    if not text:
+        text = (inspect.getdoc(ep.load()) or "").split("\n")[0]
+    prefix = "rlvr environment:"
+    return text[len(prefix) :].strip() if text.lower().startswith(prefix) else text
+
+
 def load_environment(name: str, **env_args: Any) -> MultiTurnEnv[Any]:
     """Load an installed environment by name with its arguments."""
     eps = _entry_points()
     if name not in eps:
         installed = ", ".join(sorted(eps)) or "none"
-        raise EnvNotFoundError(
-            f"no environment named {name!r} is installed (installed: {installed}); "
-            f"install its package with `pip install -e environments/{name}`"
+        close = difflib.get_close_matches(name, list(eps), n=1)
+        fix = (
+            f"did you mean {close[0]!r}?" if close else f"install its package with `pip install -e environments/{name}`"
         )
+        raise EnvNotFoundError(f"no environment named {name!r} is installed (installed: {installed}); {fix}")
     loader = eps[name].load()
     params = inspect.signature(loader).parameters
     takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
