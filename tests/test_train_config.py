@@ -192,6 +192,45 @@ def test_cli_flags_parse_json_none_and_booleans(monkeypatch) -> None:
     )
 
 
+def test_train_takes_the_short_flags_of_the_other_commands_and_the_long_ones_still_work(monkeypatch) -> None:
+    from rlvr.cli import build_parser
+    from rlvr.train import grpo
+
+    seen: list = []
+    monkeypatch.setattr(grpo, "train", lambda cfg, **kw: seen.append(cfg))
+    short = ["-o", "runs/x", "-T", "0.5", "-a", '{"opponent": "random"}', "--device", "cpu"]
+    long = ["--output-dir", "runs/x", "--temperature", "0.5", "--env-args", '{"opponent": "random"}', "--device", "cpu"]
+    for flags in (short, long):
+        assert main(["train", "tictactoe", "-m", "m", *flags]) == 0
+    assert seen[0] == seen[1]
+    assert (seen[0].output_dir, seen[0].temperature, seen[0].env_args, seen[0].device) == (
+        "runs/x",
+        0.5,
+        {"opponent": "random"},
+        "cpu",
+    )
+    # the same letter means the same thing in eval and sft
+    parser = build_parser()
+    evaluated = parser.parse_args(["eval", "e", "-T", "0.5", "-a", "{}", "-o", "d"])
+    assert (evaluated.temperature, evaluated.env_args, evaluated.output) == (0.5, "{}", "d")
+    tuned = parser.parse_args(["sft", "-m", "m", "-d", "f", "-o", "d", "--device", "cpu"])
+    assert (tuned.output_dir, tuned.device) == ("d", "cpu")
+
+
+def test_train_device_is_checked_before_anything_loads() -> None:
+    pytest.importorskip("torch")
+    from rlvr.train.distributed import _pick_device
+
+    assert str(_pick_device("cpu", local=0, world=1)) == "cpu"
+    with pytest.raises(UsageError, match="device must be cpu, cuda or cuda:N, got 'gpu0'"):
+        _pick_device("gpu0", local=0, world=1)
+    import torch
+
+    if not torch.cuda.is_available():
+        with pytest.raises(UsageError, match="torch sees no CUDA device; pass --device cpu"):
+            _pick_device("cuda", local=0, world=1)
+
+
 # ---- token sequences ----------------------------------------------------------------------
 
 

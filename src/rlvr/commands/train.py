@@ -3,7 +3,8 @@
 Every field of the training config is a flag (`--batch-size 256`) and a TOML key
 (`batch_size = 256`); flags override the file. Tables and lists are JSON on the command line:
 `--env-args '{"min_random_move_prob": 0.2}'`, `--eval-env-args '[{"opponent": "random"}]'`;
-`none` unsets an optional number (`--eval-every none`).
+`none` unsets an optional number (`--eval-every none`). Short flags mean what they mean in
+`rlvr eval` and `rlvr sft`: -m model, -o output dir, -a env args, -T temperature.
 
 The run directory gets metrics.csv, tensorboard/, plots/*.png, eval/, checkpoints/ and, at
 the end, final/ (a plain model folder for `rlvr eval -m`). `--resume` continues a killed run
@@ -23,6 +24,9 @@ from typing import Any
 
 from rlvr.errors import UsageError
 from rlvr.train.fields import none_or
+
+SHORT = {"model": ["-m"], "output_dir": ["-o"], "env_args": ["-a"], "temperature": ["-T"]}
+"""Short flags, the same letters as `rlvr eval`, `gen` and `sft` use for the same things."""
 
 
 def add_parser(sub: Any) -> None:
@@ -54,7 +58,7 @@ def add_parser(sub: Any) -> None:
         )
         if f.name in CHOICES:
             shown = f"one of {', '.join(CHOICES[f.name])}; {shown}"
-        flags = ["--" + f.name.replace("_", "-")] + (["-m"] if f.name == "model" else [])
+        flags = ["--" + f.name.replace("_", "-"), *SHORT.get(f.name, [])]
         kind, metavar = _parser_for(f.name, hints[f.name])
         if kind is bool:
             p.add_argument(

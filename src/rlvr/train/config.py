@@ -30,7 +30,7 @@ CHOICES: dict[str, tuple[str, ...]] = {"loss": tuple(SPECS), "lr_schedule": LR_S
 
 RENAMED = {"rollouts_per_example": "group_size", "num_groups": "num_buckets"}
 """Old field names still accepted (with a DeprecationWarning) in TOML files and flags."""
-RESUME_MAY_CHANGE = frozenset({"steps", "eval_every", "eval_tasks", "eval_exact", "save_every", "output_dir"})
+RESUME_MAY_CHANGE = frozenset({"steps", "eval_every", "eval_tasks", "eval_exact", "save_every", "output_dir", "device"})
 """Fields a resumed run may change; any other difference from the saved config is an error."""
 
 
@@ -98,6 +98,8 @@ class TrainConfig:
     """run forward and backward passes under bfloat16 autocast (weights stay float32)"""
     seed: int = 0
     """seed of the sampler, the rollouts, and torch"""
+    device: str | None = None
+    """cpu, cuda, cuda:1 ...; None = CUDA when available (one GPU per process under torchrun)"""
     eval_every: int | None = 50
     """evaluate every N steps (and after the last); None = never"""
     eval_tasks: int = 50

@@ -15,6 +15,8 @@ from typing import Any
 import torch
 import torch.distributed as tdist
 
+from rlvr.errors import UsageError
+
 
 @dataclass
 class Dist:
@@ -75,12 +77,14 @@ class Dist:
             tdist.destroy_process_group()
 
 
-def setup_distributed() -> Dist:
+def setup_distributed(device_name: str | None = None) -> Dist:
+    """This process's `Dist`. `device_name` (`cpu`, `cuda`, `cuda:1`; None = CUDA when
+    available) picks the device; under a launcher, `cuda` means GPU `LOCAL_RANK`."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local = int(os.environ.get("LOCAL_RANK", "0"))
-    cuda = torch.cuda.is_available()
-    device = torch.device(f"cuda:{local}" if cuda else "cpu")
+    device = _pick_device(device_name, local, world)
+    cuda = device.type == "cuda"
     if cuda:
         torch.cuda.set_device(device)
     if world > 1 and not tdist.is_initialized():
@@ -89,3 +93,21 @@ def setup_distributed() -> Dist:
         else:
             tdist.init_process_group(backend="gloo")
     return Dist(rank=rank, world=world, local_rank=local, device=device)
+
+
+def _pick_device(name: str | None, local: int, world: int) -> torch.device:
+    if name is None:
+        return torch.device(f"cuda:{local}" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise UsageError(f"device must be cpu, cuda or cuda:N, got {name!r}") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UsageError(f"device {name!r} asks for CUDA, but torch sees no CUDA device; pass --device cpu")
+    if device.type == "cuda" and device.index is None:
+        return torch.device(f"cuda:{local}")
+    if world > 1 and device.type == "cuda":
+        raise UsageError(
+            f"device {name!r} names one GPU, but {world} processes run: pass --device cuda (each takes its own)"
+        )
+    return device

@@ -123,7 +123,7 @@ def train(
     `plots=False` skips the PNG plots (tests, benchmarks). Returns the metrics of each step
     this call trained.
     """
-    dist = setup_distributed()
+    dist = setup_distributed(cfg.device)
     say: Callable[..., None] = print if dist.main and not quiet else (lambda *a, **k: None)
     run_dir = Path(cfg.output_dir or default_output_dir(cfg))
     torch.manual_seed(cfg.seed + dist.rank)
