@@ -75,6 +75,10 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    if getattr(args, "quiet", False):
+        from rlvr.progress import silence_third_party_bars
+
+        silence_third_party_bars()
     main_thread = threading.current_thread() is threading.main_thread()  # (signals go to the main thread)
     on_term = signal.signal(signal.SIGTERM, _terminate) if main_thread else None
     try:

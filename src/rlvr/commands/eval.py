@@ -51,7 +51,13 @@ def add_parser(sub: Any) -> None:
         help="exact evaluation: play every line of the env's game tree at temperature 0 (envs with a game "
         "tree, e.g. tictactoe); -n, -r and --split do not apply",
     )
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="no progress (a bar on a terminal, else a line every tenth of the run or 30 s), "
+        "no third-party loading bars",
+    )
     p.set_defaults(run=run)
 
 
@@ -269,20 +275,11 @@ def _run_with_progress(
     *,
     quiet: bool,
 ) -> None:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     from rlvr.engine import run_rollouts
+    from rlvr.progress import Progress
 
     scored, reward_sum = 0, 0.0
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        disable=quiet,
-        transient=False,
-    ) as progress:
-        bar = progress.add_task("rollouts", total=total, completed=len(done))
+    with Progress("rollouts", total, completed=len(done), quiet=quiet) as progress:
 
         def on_rollout(rollout: Any) -> None:
             nonlocal scored, reward_sum
@@ -291,7 +288,7 @@ def _run_with_progress(
             if rollout.error is None:
                 scored, reward_sum = scored + 1, reward_sum + rollout.reward
             mean = reward_sum / scored if scored else float("nan")
-            progress.update(bar, advance=1, description=f"rollouts  reward {mean:.3f}")
+            progress.advance(status=f"reward {mean:.3f}")
 
         async def play() -> None:
             try:

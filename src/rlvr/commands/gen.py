@@ -65,7 +65,7 @@ def add_parser(sub: Any) -> None:
         default="train",
         help="which task split (default train)",
     )
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines or bars")
     p.set_defaults(run=run)
 
 
@@ -147,24 +147,16 @@ def _play(
     sampling: Any,
     on_rollout: Any,
 ) -> None:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     from rlvr.engine import run_rollouts
+    from rlvr.progress import Progress
 
     kept = 0
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        disable=args.quiet,
-    ) as progress:
-        bar = progress.add_task("rollouts", total=len(tasks) * args.rollouts)
+    with Progress("rollouts", len(tasks) * args.rollouts, quiet=args.quiet) as progress:
 
         def record(rollout: Any) -> None:
             nonlocal kept
             kept += bool(on_rollout(rollout))
-            progress.update(bar, advance=1, description=f"rollouts  kept {kept}")
+            progress.advance(status=f"kept {kept}")
 
         asyncio.run(
             _closing(

@@ -124,7 +124,10 @@ def train(
     this call trained.
     """
     dist = setup_distributed(cfg.device)
-    say: Callable[..., None] = print if dist.main and not quiet else (lambda *a, **k: None)
+    # flushed: a redirected stdout is block-buffered, and a step may take minutes on a CPU
+    say: Callable[..., None] = (
+        functools.partial(print, flush=True) if dist.main and not quiet else (lambda *a, **k: None)
+    )
     run_dir = Path(cfg.output_dir or default_output_dir(cfg))
     torch.manual_seed(cfg.seed + dist.rank)
     if dist.device.type == "cuda":

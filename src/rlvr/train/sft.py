@@ -40,6 +40,7 @@ from typing import Any
 import torch
 
 from rlvr.errors import UsageError
+from rlvr.progress import Progress
 from rlvr.train.sft_config import SFTConfig, check_resume
 from rlvr.train.sft_data import Sample, batch_at, read_dataset, split_eval, tokenize_rows
 
@@ -181,12 +182,12 @@ def train_sft(cfg: SFTConfig, *, resume: bool = False, quiet: bool = False) -> S
     if not quiet:
         print(
             f"sft: {len(train_set)} train / {len(eval_set)} eval conversations, {total_steps} steps, "
-            f"{'LoRA rank ' + str(cfg.lora_rank) if cfg.lora_rank else 'full fine-tuning'} on {device}"
+            f"{'LoRA rank ' + str(cfg.lora_rank) if cfg.lora_rank else 'full fine-tuning'} on {device}",
+            flush=True,  # a redirected stdout is block-buffered: show the line before the long steps
         )
     if start == 0:
         eval_and_log(0)
-    with _progress(quiet) as progress:
-        bar = progress.add_task("sft", total=total_steps, completed=start)
+    with Progress("sft step", total_steps, completed=start, quiet=quiet) as progress:
         for step in range(start + 1, total_steps + 1):
             # ---- one optimizer step over a batch, micro-batch by micro-batch ----
             t0 = time.monotonic()
@@ -208,7 +209,7 @@ def train_sft(cfg: SFTConfig, *, resume: bool = False, quiet: bool = False) -> S
                     "throughput/tokens_per_s": tokens / max(time.monotonic() - t0, 1e-9),
                 },
             )
-            progress.update(bar, advance=1, description=f"sft  loss {loss:.4f}")
+            progress.advance(status=f"loss {loss:.4f}")
 
             # ---- evaluate, checkpoint ----
             last = step == total_steps
@@ -238,15 +239,3 @@ def train_sft(cfg: SFTConfig, *, resume: bool = False, quiet: bool = False) -> S
             summary += f", eval loss {result.eval_loss[-1]:.4f}"
         print(f"saved {result.final_dir} ({summary.strip(', ') or 'nothing left to train'})")
     return result
-
-
-def _progress(quiet: bool) -> Any:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    return Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        disable=quiet,
-    )

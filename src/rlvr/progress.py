@@ -1,0 +1,103 @@
+"""Progress of a long loop for the person watching: a rich bar on a terminal, plain lines elsewhere.
+
+A rich bar redraws one line in place, which a log file or a pipe cannot show: with stdout
+redirected, rich draws nothing until the loop ends, and a run looks hung for as long as it
+takes. There `Progress` prints a plain line every `every` items (default: each tenth of the
+total) or, at the next item, once `interval_s` seconds (default 30) have passed since the last
+line; the last item always gets its line. `quiet` prints nothing at all.
+
+`silence_third_party_bars()` turns off the progress bars of Hugging Face libraries
+("Loading weights", downloads), for `-q`.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any, TextIO
+
+INTERVAL_S = 30.0
+"""Longest wait between two plain progress lines while items keep finishing."""
+
+
+class Progress:
+    """`with Progress("rollouts", total) as p: ... p.advance(status="reward 0.512")`."""
+
+    def __init__(
+        self,
+        label: str,
+        total: int,
+        *,
+        completed: int = 0,
+        quiet: bool = False,
+        every: int | None = None,
+        interval_s: float = INTERVAL_S,
+        stream: TextIO | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.label, self.total, self.done = label, total, completed
+        self.quiet = quiet
+        self.every = every if every is not None else max(1, total // 10)
+        self.interval_s = interval_s
+        self.stream = stream if stream is not None else sys.stdout
+        self.clock = clock
+        self.plain = not quiet and not self.stream.isatty()
+        self._bar: Any = None
+        self._task: Any = None
+        self._start = self._last = clock()
+
+    def __enter__(self) -> Progress:
+        if not self.quiet and not self.plain:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+            from rich.progress import Progress as Bar
+
+            self._bar = Bar(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=Console(file=self.stream),
+            )
+            self._bar.__enter__()
+            self._task = self._bar.add_task(self.label, total=self.total, completed=self.done)
+        self._start = self._last = self.clock()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        if self._bar is not None:
+            self._bar.__exit__(kind, exc, tb)
+
+    def advance(self, n: int = 1, *, status: str = "") -> None:
+        """Count `n` more finished items; `status` is shown beside the count."""
+        self.done += n
+        if self._bar is not None:
+            self._bar.update(self._task, advance=n, description=f"{self.label}  {status}".rstrip())
+        if not self.plain:
+            return
+        now = self.clock()
+        if self.done % self.every == 0 or self.done >= self.total or now - self._last >= self.interval_s:
+            self._last = now
+            shown = f"  {status}" if status else ""
+            percent = 100 * self.done / self.total if self.total else 100.0
+            print(
+                f"{self.label} {self.done}/{self.total} ({percent:.0f}%){shown}  {now - self._start:.0f} s",
+                file=self.stream,
+                flush=True,
+            )
+
+
+def silence_third_party_bars() -> None:
+    """Turn off Hugging Face progress bars (transformers' "Loading weights", hub downloads) in
+    this process, whether or not transformers is imported yet."""
+    try:
+        from huggingface_hub.utils import disable_progress_bars
+    except ImportError:  # no Hugging Face library, no bars
+        return
+    disable_progress_bars()  # transformers reads this when it is imported
+    if "transformers" in sys.modules:
+        from transformers.utils import logging as transformers_logging
+
+        transformers_logging.disable_progress_bar()

@@ -1,0 +1,77 @@
+"""Progress where nobody sees a bar: plain lines when stdout is not a terminal, none under -q,
+and no third-party loading bars under -q."""
+
+from __future__ import annotations
+
+import io
+import os
+
+import pytest
+
+from rlvr.cli import main
+from rlvr.progress import Progress
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_plain_lines_every_tenth_after_a_quiet_spell_and_at_the_end() -> None:
+    out, clock = io.StringIO(), Clock()
+    with Progress("rollouts", 25, stream=out, clock=clock) as progress:  # every = 25 // 10 = 2
+        for i in range(25):
+            clock.now += 1.0 if i != 4 else 40.0  # the fifth item comes after a 40 s wait
+            progress.advance(status=f"reward {i / 10:.1f}")
+    lines = out.getvalue().splitlines()
+    counts = [int(line.split()[1].split("/")[0]) for line in lines]
+    assert counts == [2, 4, 5, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 25]
+    assert lines[2] == "rollouts 5/25 (20%)  reward 0.4  44 s"
+    assert lines[-1] == "rollouts 25/25 (100%)  reward 2.4  64 s"
+
+
+def test_resumed_counts_and_quiet() -> None:
+    out = io.StringIO()
+    with Progress("sft step", 4, completed=2, stream=out, every=10) as progress:
+        progress.advance()
+        progress.advance()
+    assert out.getvalue().splitlines() == ["sft step 4/4 (100%)  0 s"]
+    quiet = io.StringIO()
+    with Progress("rollouts", 3, quiet=True, stream=quiet) as progress:
+        for _ in range(3):
+            progress.advance()
+    assert quiet.getvalue() == ""
+
+
+def test_eval_prints_plain_progress_when_not_on_a_terminal(capsys, tmp_path) -> None:
+    pytest.importorskip("reverse_text")
+    assert main(["eval", "reverse_text", "-m", "policy:oracle", "-n", "5", "-r", "2", "-o", str(tmp_path / "a")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    progress = [line for line in lines if line.startswith("rollouts ")]
+    assert progress[0].startswith("rollouts 1/10 (10%)  reward 1.000")
+    assert progress[-1].startswith("rollouts 10/10 (100%)  reward 1.000") and len(progress) == 10
+    assert main(["eval", "reverse_text", "-m", "policy:oracle", "-n", "5", "-q", "-o", str(tmp_path / "b")]) == 0
+    assert not [line for line in capsys.readouterr().out.splitlines() if line.startswith("rollouts ")]
+
+
+def test_quiet_silences_the_loading_weights_bar(capfd, tmp_path) -> None:
+    pytest.importorskip("reverse_text")
+    pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from rlvr.models import build_tiny_model
+
+    if os.environ.get("HF_HUB_DISABLE_PROGRESS_BARS"):
+        pytest.skip("HF_HUB_DISABLE_PROGRESS_BARS is set: no bar to silence")
+    model_dir = build_tiny_model(tmp_path / "tiny")
+    transformers.utils.logging.enable_progress_bar()
+    argv = ["eval", "reverse_text", "-m", str(model_dir), "-n", "1", "-r", "1", "-t", "2"]
+    try:
+        assert main([*argv, "-o", str(tmp_path / "loud")]) == 0
+        assert "Loading weights" in capfd.readouterr().err
+        assert main([*argv, "-q", "-o", str(tmp_path / "quiet")]) == 0
+        assert "Loading weights" not in capfd.readouterr().err
+    finally:
+        transformers.utils.logging.enable_progress_bar()
