@@ -50,7 +50,9 @@ def lake_dynamics(env: Any) -> tuple[float, dict[str, float]]:
     outcomes = lake.P[start][0]
     success = outcomes[1][0] if len(outcomes) == 3 else 1.0
     rewards = {"G": 1.0, "H": 0.0, "F": 0.0}
-    for row in lake.P.values():
+    for source, row in lake.P.items():
+        if cells[source] in "GH":  # terminal: its self-loops carry no reward
+            continue
         for transitions in row.values():
             for p, target, reward, _ in transitions:
                 if p > 0 and cells[target] in "GHF":
