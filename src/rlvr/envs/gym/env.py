@@ -32,10 +32,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import rlvr.envs.gym.players as players
+import rlvr.envs.gym.spaces as spaces
+import rlvr.envs.gym.toy_text as toy_text
 from rlvr.clients.base import ChatClient
 from rlvr.clients.policy import Policy
 from rlvr.deprecation import renamed_arguments
-from rlvr.envs.gym import players, spaces, toy_text
 from rlvr.envs.gym.toy_text import KNOWN_ACTIONS
 from rlvr.envs.multiturn import MultiTurnEnv, stop
 from rlvr.errors import EnvError, UsageError
