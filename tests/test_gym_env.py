@@ -38,7 +38,8 @@ def test_frozen_lake_solved_by_a_scripted_walk_is_terminated_with_return_1() -> 
         assert r.error is None and r.stop_reason == "terminated" and not r.truncated
         assert r.reward == r.rewards["episode_return"] == 1.0 and len(r.turns) == 6
         assert r.rewards["format_reward"] == 1.0 and r.rewards["invalid_action_rate"] == 0.0
-    assert "left, down, right, up" in env.tasks()[0].question and "SFFF" in env.tasks()[0].question
+    question = env.tasks()[0].question
+    assert "left, down, right, up" in question and "@FFF\nFHFH" in question and "on S." in question
 
 
 def test_a_gymnasium_time_limit_becomes_a_truncated_stop() -> None:

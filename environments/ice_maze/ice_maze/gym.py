@@ -14,6 +14,11 @@ Action: 0..3 = up, down, left, right (``Discrete(4)``). Reward 1 on reaching the
 the same budget as the LLM environment's moves). Slips are drawn from the env's seeded
 ``np_random``, so ``reset(seed=...)`` makes an episode reproducible. ``render_mode="ansi"``
 returns the text grid the LLM environment shows.
+
+``IceMazeText-v0`` is the LLM view instead, through rlvr's generic adapter
+(`rlvr.envs.gym.adapter.TextGymEnv`): text observations (the prompts), text actions
+(``<move>up</move>``), the reward at the end. ``IceMaze-v0`` stays hand-written because it is a
+different env: integer observations and actions, for tabular agents such as Q-learning.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 from ice_maze.maze import MOVES, Maze, generate_maze
 
 ENV_ID = "IceMaze-v0"
+TEXT_ENV_ID = "IceMazeText-v0"
 DEFAULT_SLIP_PROB = 0.2
 
 
@@ -86,10 +92,21 @@ class IceMazeGymEnv(gymnasium.Env):  # type: ignore[type-arg]
         return self.maze.render(self.position) + "\n"
 
 
+def make_text_env(render_mode: str | None = None, **env_args: Any) -> gymnasium.Env:  # type: ignore[type-arg]
+    """The LLM environment (`load_environment(**env_args)`) as a text Gymnasium env."""
+    from ice_maze.env import load_environment
+    from rlvr.envs.gym.adapter import TextGymEnv
+
+    return TextGymEnv(load_environment(**env_args), render_mode=render_mode)
+
+
 def register() -> None:
-    """Register ``IceMaze-v0`` with Gymnasium (idempotent; importing this module does it)."""
+    """Register ``IceMaze-v0`` and ``IceMazeText-v0`` with Gymnasium (idempotent; importing
+    this module does it)."""
     if ENV_ID not in gymnasium.registry:
         gymnasium.register(id=ENV_ID, entry_point="ice_maze.gym:IceMazeGymEnv")
+    if TEXT_ENV_ID not in gymnasium.registry:
+        gymnasium.register(id=TEXT_ENV_ID, entry_point="ice_maze.gym:make_text_env")
 
 
 register()

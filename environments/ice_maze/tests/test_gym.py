@@ -64,3 +64,40 @@ def test_ice_maze_gym_env_plays_through_gym_env_and_the_engine() -> None:
         assert r.reward == r.rewards["episode_return"] and r.reward in (0.0, 1.0)
         assert (r.stop_reason == "truncated") == r.truncated
     assert "@" in env.tasks()[0].question and "up, down, left, right" in env.tasks()[0].question
+
+
+def test_the_gym_bridge_loads_a_third_party_id_by_importing_its_module() -> None:
+    from rlvr.envs.gym import load_environment
+    from rlvr.errors import UsageError
+
+    env = load_environment(f"ice_maze.gym:{ENV_ID}", num_tasks=2, env_kwargs={"size": 4, "map_seed": 1})
+    assert env.action_names is None and "@" in env.tasks()[0].question  # its ansi render, numbered actions
+    rollouts = asyncio.run(run_rollouts(env, env.policies()["random"](), env.tasks(), rollouts_per_task=2))
+    assert all(r.error is None and r.reward in (0.0, 1.0) for r in rollouts)
+    with pytest.raises(UsageError, match="cannot import 'no_such_module' \\(from env_id 'no_such_module:X-v0'\\)"):
+        load_environment("no_such_module:X-v0")
+    with pytest.raises(UsageError, match="no Gymnasium env 'NoSuchMaze-v0'"):
+        load_environment("ice_maze.gym:NoSuchMaze-v0")
+
+
+def test_the_text_view_passes_gymnasiums_checker_and_the_optimal_player_wins_through_it() -> None:
+    from ice_maze.gym import TEXT_ENV_ID
+
+    env = gymnasium.make(f"ice_maze.gym:{TEXT_ENV_ID}", eval_tasks=5, render_mode="ansi")
+    check_env(env.unwrapped)
+    rlvr_env = env.unwrapped.env
+    player = rlvr_env.policies()["optimal"]()
+    for task in range(5):
+        observation, info = env.reset(seed=task, options={"task": task})
+        messages = info["messages"]  # the same text as `observation`, as chat messages
+        assert info["task_id"] == f"eval-{task}" and "You are at row" in observation
+        done, turns = False, 0
+        while not done:
+            reply = asyncio.run(player.chat(messages, rlvr_env.sampling)).text
+            observation, reward, terminated, truncated, info = env.step(reply)
+            messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": observation}]
+            done, turns = terminated or truncated, turns + 1
+        shortest = rlvr_env.tasks()[task].info["shortest_path"]
+        assert terminated and info["stop_reason"] == "reached_goal" and turns == shortest
+        assert reward == pytest.approx(1.2) and info["rewards"]["goal_reward"] == 1.0  # goal + 0.2 format
+    env.close()

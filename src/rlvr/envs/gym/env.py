@@ -3,10 +3,12 @@
     env = GymEnv(lambda: gymnasium.make("CliffWalking-v1", render_mode="ansi"),
                  action_names=["up", "right", "down", "left"], max_turns=30)
 
-Task `i` is a reset seed (mixed from `seed` and i); its prompt is the description, the action
-instructions and the rendered first observation. Each model turn is parsed into an action
-(default: `<action>NAME or NUMBER</action>` for a `Discrete` action space) and passed to
-``step``; the reply shows the reward and the next observation. An unreadable action wastes the
+Task `i` is a reset seed (mixed from `seed` and i); its prompt is the description, the rules
+(for Gymnasium's toy-text envs, `toy_text.RULES`), the action instructions, the turn limit
+and the rendered first observation. Each model turn is parsed into an action and passed to
+``step``: `<action>NAME or NUMBER</action>` for a `Discrete` action space, JSON for `Box`,
+`MultiDiscrete`, `MultiBinary` and `Tuple` (`rlvr.envs.gym.spaces`); the reply shows the
+reward and the next observation. An unreadable action wastes the
 turn (no step) and is counted. Gymnasium's two endings map onto rlvr's: ``terminated`` ->
 stop reason `terminated`, ``truncated`` (e.g. a time limit) -> stop reason `truncated`
 (truncated=True); `max_turns` truncates too.
@@ -14,20 +16,29 @@ stop reason `terminated`, ``truncated`` (e.g. a time limit) -> stop reason `trun
 Rewards: `episode_return` (the sum of the step rewards, weight 1), `format_reward` (weight
 `format_weight`, default 0: a metric), `invalid_action_rate` (a metric).
 
+Reference players (`-m policy:NAME`): `random` for every supported action space; FrozenLake
+`optimal` and Taxi `planner`, which read only the text (`rlvr.envs.gym.players`).
+
 Randomness: ``reset(seed=task.seed)`` fixes the start; the dynamics (e.g. slippery ice) are
 then reseeded from the rollout seed, so a group's rollouts are reproducible but independent.
 """
 
 from __future__ import annotations
 
+import importlib
+import random
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import rlvr.envs.gym.players as players
+import rlvr.envs.gym.spaces as spaces
+import rlvr.envs.gym.toy_text as toy_text
 from rlvr.clients.base import ChatClient
 from rlvr.clients.policy import Policy
 from rlvr.deprecation import renamed_arguments
+from rlvr.envs.gym.toy_text import KNOWN_ACTIONS
 from rlvr.envs.multiturn import MultiTurnEnv, stop
 from rlvr.errors import EnvError, UsageError
 from rlvr.parsers import Parser, XMLParser
@@ -41,13 +52,6 @@ ActionParser = Callable[[str, Any], Any]
 """``(reply text, env) -> action``; raises ValueError (its message goes to the model) when unreadable."""
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
-KNOWN_ACTIONS: dict[str, list[str]] = {
-    "FrozenLake": ["left", "down", "right", "up"],
-    "CliffWalking": ["up", "right", "down", "left"],
-    "Taxi": ["south", "north", "east", "west", "pickup", "dropoff"],
-    "Blackjack": ["stick", "hit"],
-}
-"""Action names of Gymnasium's toy-text environments, by id prefix."""
 
 
 def gymnasium_module() -> Any:
@@ -73,7 +77,13 @@ class GymState(State):
 
 
 def default_renderer(observation: Any, env: Any) -> str:
-    """The env's ``ansi`` render (colours stripped) when it has one, then the observation."""
+    """The env's ``ansi`` render (colours stripped) when it has one, then the observation.
+
+    FrozenLake, Taxi and Blackjack get `toy_text`'s renders instead: the state their colours
+    showed as letters, and the observation decoded."""
+    kind = toy_text.known(env)
+    if kind is not None:
+        return toy_text.RENDERERS[kind](observation, env)
     text = ""
     if getattr(env, "render_mode", None) == "ansi":
         text = _ANSI.sub("", str(env.render() or "")).strip("\n") + "\n"
@@ -91,6 +101,7 @@ class GymEnv(MultiTurnEnv[GymState]):
         num_tasks: int = 10,
         seed: int = 0,
         description: str = "",
+        rules: str | None = None,
         action_names: Sequence[str] | None = None,
         render_observation: Renderer | None = None,
         parse_action: ActionParser | None = None,
@@ -114,16 +125,27 @@ class GymEnv(MultiTurnEnv[GymState]):
             n = getattr(self.action_space, "n", None)
             if self.action_names is not None and n is not None and len(self.action_names) != int(n):
                 raise UsageError(f"action_names has {len(self.action_names)} names; the action space has {n} actions")
-            if parse_action is None and n is None:
-                raise UsageError(
-                    "the default action parser needs a Discrete action space, "
-                    f"got {self.action_space}; pass parse_action="
-                )
+            if self.action_names is not None and n is None:
+                raise UsageError(f"action_names needs a Discrete action space, got {self.action_space}")
+            if parse_action is None:
+                try:
+                    spaces.check_supported(self.action_space)
+                except ValueError as exc:
+                    raise UsageError(str(exc)) from None
+            self.kind = toy_text.known(probe)
+            """The class name of a toy-text env this module describes (FrozenLakeEnv, TaxiEnv, ...)."""
+            if rules is None and self.kind is not None:
+                rules = toy_text.RULES[self.kind](probe)
+            limit = getattr(getattr(probe, "spec", None), "max_episode_steps", None)
+            limits = [x for x in (max_turns, limit) if x is not None]
+            self.horizon: int | None = min(limits) if limits else None
+            """The most turns an episode can last (max_turns or the env's time limit), if known."""
+            turns = f"The episode ends after at most {self.horizon} turns." if self.horizon else ""
             tasks = []
             for i in range(num_tasks):
                 task_seed = mix_seed(seed, i)
                 obs, _ = probe.reset(seed=task_seed)
-                parts = [description, self.action_instructions(), self.render_observation(obs, probe)]
+                parts = [description, rules, self.action_instructions(), turns, self.render_observation(obs, probe)]
                 prompt = "\n\n".join(p for p in parts if p)
                 tasks.append(Task(id=f"episode-{i}", question=prompt, seed=task_seed))
         finally:
@@ -148,13 +170,21 @@ class GymEnv(MultiTurnEnv[GymState]):
     def action_instructions(self) -> str:
         """The sentence of the prompt that says how to answer."""
         tail = "(optionally after <think>...</think>)."
+        space = self.action_space
         if self.action_names is not None:
             choices = ", ".join(self.action_names)
             return f"Each turn, choose one action: {choices}. Reply with <action>NAME</action> {tail}"
-        n, start = int(self.action_space.n), int(getattr(self.action_space, "start", 0))
+        if type(space).__name__ == "Discrete":
+            n, start = int(space.n), int(space.start)
+            return (
+                f"Each turn, choose one action, a number from {start} to {start + n - 1}. "
+                f"Reply with <action>N</action> {tail}"
+            )
+        if self.action_parser is not None:
+            return ""  # a custom parser: the description says how to answer
         return (
-            f"Each turn, choose one action, a number from {start} to {start + n - 1}. "
-            f"Reply with <action>N</action> {tail}"
+            f"Each turn, choose one action: {spaces.describe(space)}. "
+            f"Reply with it in JSON, e.g. <action>{spaces.example(space)}</action> {tail}"
         )
 
     def parse_action(self, text: str, env: Any) -> Any:
@@ -164,20 +194,11 @@ class GymEnv(MultiTurnEnv[GymState]):
         value = self.parser.parse(text).last("action") if isinstance(self.parser, XMLParser) else None
         if value is None:
             raise ValueError("no <action>...</action> found")
-        key = value.strip().lower()
-        n, start = int(self.action_space.n), int(getattr(self.action_space, "start", 0))
-        if self.action_names is not None and key in [a.lower() for a in self.action_names]:
-            return start + [a.lower() for a in self.action_names].index(key)
-        if key.lstrip("-").isdigit() and start <= int(key) < start + n:
-            return int(key)
-        allowed = ", ".join(self.action_names) if self.action_names else f"{start}..{start + n - 1}"
-        raise ValueError(f"{value[:40]!r} is not an action; choose one of {allowed}")
+        return spaces.parse(value, self.action_space, self.action_names)
 
-    def format_action(self, action: int) -> str:
-        """The reply that plays `action` (used by the random reference player)."""
-        start = int(getattr(self.action_space, "start", 0))
-        name = self.action_names[action - start] if self.action_names else str(action)
-        return f"<action>{name}</action>"
+    def format_action(self, action: Any) -> str:
+        """The reply that plays `action` (used by the reference players)."""
+        return f"<action>{spaces.to_text(action, self.action_space, self.action_names)}</action>"
 
     # ---- the episode ------------------------------------------------------------------------
 
@@ -229,12 +250,25 @@ class GymEnv(MultiTurnEnv[GymState]):
         return state.env_truncated
 
     def policies(self) -> dict[str, Callable[[], ChatClient]]:
-        if getattr(self.action_space, "n", None) is None:
+        if self.action_parser is not None:
             return {}
-        n, start = int(self.action_space.n), int(getattr(self.action_space, "start", 0))
-        return {
-            "random": lambda: Policy(lambda messages, rng: self.format_action(start + rng.randrange(n)), name="random")
-        }
+        found: dict[str, Callable[[], ChatClient]] = {"random": lambda: Policy(self.random_reply, name="random")}
+        if self.kind == "FrozenLakeEnv" and self.horizon is not None:
+            found["optimal"] = lambda: Policy(self._player(players.frozen_lake_optimal), name="optimal")
+        if self.kind == "TaxiEnv":
+            found["planner"] = lambda: Policy(self._player(players.taxi_planner), name="planner")
+        return found
+
+    def random_reply(self, messages: Messages, rng: random.Random) -> str:
+        """A uniformly random action (drawn by the action space, seeded from `rng`)."""
+        space = self.action_space
+        if type(space).__name__ == "Discrete":
+            return self.format_action(int(space.start) + rng.randrange(int(space.n)))
+        space.seed(rng.randrange(2**32))
+        return self.format_action(space.sample())
+
+    def _player(self, choose: Callable[[Messages], int]) -> Callable[[Messages, random.Random], str]:
+        return lambda messages, rng: self.format_action(int(self.action_space.start) + choose(messages))
 
 
 # ---- reward functions -----------------------------------------------------------------------
@@ -266,14 +300,21 @@ def load_environment(
 ) -> GymEnv:
     """A registered Gymnasium env by id (rendered as ``ansi`` text when it supports it).
 
-    Toy-text envs (FrozenLake, CliffWalking, Taxi, Blackjack) get their action names; others
-    take numbers unless `action_names` is given.
+    ``module:EnvId`` imports `module` first (which registers its envs), as ``gym.make`` does:
+    ``ice_maze.gym:IceMaze-v0``. Toy-text envs (FrozenLake, CliffWalking, Taxi, Blackjack) get
+    their action names; other Discrete spaces take numbers unless `action_names` is given.
     """
     gym = gymnasium_module()
+    module, _, name = env_id.rpartition(":")
+    if module:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise UsageError(f"cannot import {module!r} (from env_id {env_id!r}): {exc}") from None
     try:
-        spec = gym.spec(env_id)
+        spec = gym.spec(name)
     except gym.error.Error as exc:
-        raise UsageError(f"no Gymnasium env {env_id!r}: {exc}") from None
+        raise UsageError(f"no Gymnasium env {name!r}: {exc}") from None
     kwargs = dict(env_kwargs or {})
     creator = spec.entry_point
     if not callable(creator):
@@ -282,11 +323,18 @@ def load_environment(
     if "ansi" in modes:
         kwargs.setdefault("render_mode", "ansi")
     names = action_names or next((v for k, v in KNOWN_ACTIONS.items() if spec.name.startswith(k)), None)
+
+    def make() -> Any:
+        try:
+            return gym.make(name, **kwargs)
+        except TypeError as exc:
+            raise UsageError(f"Gymnasium env {name!r} rejected env_kwargs {kwargs}: {exc}") from None
+
     return GymEnv(
-        lambda: gym.make(env_id, **kwargs),
+        make,
         num_tasks=num_tasks,
         seed=seed,
         max_turns=max_turns,
-        description=f"You are playing the Gymnasium environment {env_id}.",
+        description=f"You are playing the Gymnasium environment {name}.",
         action_names=names,
     )
