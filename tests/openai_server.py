@@ -16,11 +16,19 @@ concurrent requests arrive; `max_per_request` caps the faults one request body c
 sent do; `refuse_key=True` answers every request so);
 `permanent` picks requests that always get a 500. `counts` tallies what was served, `bodies`
 keeps the requests.
+
+Streaming (`"stream": true`) answers the same completion as server-sent chunks (text in pieces,
+tool-call arguments in two parts, logprobs and token ids per piece, usage last when
+`stream_options.include_usage`). `sequential=True` with `delay_s` plays a server like
+`transformers serve`: one request computed at a time, and a plain request computed to the end
+even after its client hung up, while a stream whose client hangs up is dropped
+(`counts["computed"]`, `counts["cancelled"]`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import random
@@ -107,6 +115,7 @@ class OpenAIServer:
         self._seen: Counter[str] = Counter()
         self._lock = threading.Lock()
         self._server: uvicorn.Server | None = None
+        self._one_at_a_time: asyncio.Lock | None = None
         self._thread: threading.Thread | None = None
         self.reset(model, **settings)
 
@@ -123,6 +132,7 @@ class OpenAIServer:
         delay_s: float = 0.0,
         refuse_key: bool = False,
         echo_key: str = "",
+        sequential: bool = False,
     ) -> None:
         """Back to a clean state (zero counts, nothing forced) with these settings."""
         with self._lock:
@@ -146,6 +156,8 @@ class OpenAIServer:
             self.echo_key = echo_key
             """The key a 401's message says was sent (the real header is not read: a proxy
             between client and server may rewrite it)."""
+            self.sequential = sequential
+            """Compute one request at a time, plain ones to the end even for a client that left."""
             self.max_in_flight = 0
             self.counts.clear()
             self.bodies.clear()
@@ -239,15 +251,47 @@ class OpenAIServer:
 
     async def _respond(self, body: dict[str, Any], receive: Any, send: Any) -> None:
         status, payload = self._answer(body)
-        if status == 200 and self.delay_s:
-            await asyncio.sleep(self.delay_s)
+        if status == 200 and (self.delay_s or self.sequential):
+            if not await self._work(bool(body.get("stream")), receive):
+                return
         if status == "hang":
             await self._hang(receive)
             return
         if status == "malformed":
             await _send(send, 200, b'{"id": "chatcmpl-broken", "choices": [{"index": 0, "mess')
             return
+        if status == 200 and body.get("stream"):
+            await _send_stream(send, stream_chunks(payload, body))
+            return
         await _send(send, status, payload)
+
+    async def _work(self, streamed: bool, receive: Any) -> bool:
+        """Spend `delay_s` on a request (one at a time when `sequential`); False when a stream's
+        client hung up first (the work is dropped, as servers do for streams)."""
+        if not streamed:
+            await self._compute()
+            return True
+        work = asyncio.ensure_future(self._compute())
+        gone = asyncio.ensure_future(self._disconnect(receive))
+        await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
+        if work.done():
+            gone.cancel()
+            return True
+        work.cancel()
+        self.counts["cancelled"] += 1
+        return False
+
+    async def _compute(self) -> None:
+        if self._one_at_a_time is None:
+            self._one_at_a_time = asyncio.Lock()
+        async with self._one_at_a_time if self.sequential else contextlib.nullcontext():
+            await asyncio.sleep(self.delay_s)
+            self.counts["computed"] += 1
+
+    @staticmethod
+    async def _disconnect(receive: Any) -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
 
     async def _hang(self, receive: Any) -> None:
         """Say nothing until the client hangs up (or `hang_s` passes)."""
@@ -398,3 +442,56 @@ async def _send(send: Any, status: int, payload: Any) -> None:
         }
     )
     await send({"type": "http.response.body", "body": data})
+
+
+def stream_chunks(completion: dict[str, Any], body: dict[str, Any]) -> list[dict[str, Any]]:
+    """A chat completion as the chunks of a stream: role, text in up to three pieces (with
+    their logprobs and token ids), each tool call's arguments in two parts, the finish reason,
+    and the usage last when the request asks for it."""
+    choice = completion["choices"][0]
+    text = choice["message"]["content"] or ""
+    logprobs = (choice.get("logprobs") or {}).get("content")
+    ids = choice.get("token_ids")
+    base = {k: completion[k] for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
+
+    def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> dict[str, Any]:
+        return base | {"choices": [{"index": 0, "delta": delta, "finish_reason": finish, **extra}]}
+
+    first = chunk({"role": "assistant", "content": ""})
+    if ids is not None:
+        first["prompt_token_ids"] = completion.get("prompt_token_ids")
+    out = [first]
+    step = max(1, -(-len(text) // 3))
+    for start in range(0, len(text), step):
+        end = min(start + step, len(text))
+        extra: dict[str, Any] = {}
+        if logprobs is not None:
+            extra["logprobs"] = {"content": logprobs[start:end]}
+        if ids is not None:
+            extra["token_ids"] = ids[start:end]
+        out.append(chunk({"content": text[start:end]}, **extra))
+    done = len(text)
+    for i, call in enumerate(choice["message"].get("tool_calls") or []):
+        args = call["function"]["arguments"]
+        half = len(args) // 2
+        head = {"index": i, "id": call["id"], "type": "function", "function": {"name": call["function"]["name"]}}
+        for part, more in ((args[:half], head), (args[half:], {"index": i, "function": {}})):
+            extra = {}
+            if logprobs is not None:
+                extra["logprobs"] = {"content": logprobs[done : done + len(part)]}
+            if ids is not None:
+                extra["token_ids"] = ids[done : done + len(part)]
+            done += len(part)
+            delta_call = {**more, "function": {**more["function"], "arguments": part}}
+            out.append(chunk({"tool_calls": [delta_call]}, **extra))
+    out.append(chunk({}, choice["finish_reason"]))
+    if (body.get("stream_options") or {}).get("include_usage"):
+        out.append(base | {"choices": [], "usage": completion["usage"]})
+    return out
+
+
+async def _send_stream(send: Any, chunks: list[dict[str, Any]]) -> None:
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]})
+    for c in chunks:
+        await send({"type": "http.response.body", "body": f"data: {json.dumps(c)}\n\n".encode(), "more_body": True})
+    await send({"type": "http.response.body", "body": b"data: [DONE]\n\n"})

@@ -86,8 +86,7 @@ def add_max_tokens_arg(p: argparse.ArgumentParser) -> None:
         "--max-tokens",
         type=int,
         default=None,
-        help=f"max tokens per model reply (default: the environment's limit; a local model without one gets "
-        f"{DEFAULT_MAX_TOKENS})",
+        help=f"max tokens per model reply (default: the environment's limit, else {DEFAULT_MAX_TOKENS})",
     )
 
 
@@ -117,22 +116,14 @@ def check_run_args(args: argparse.Namespace) -> None:
 
 
 def tasks_and_sampling(args: argparse.Namespace, env: Any, client: ChatClient) -> tuple[list[Any], Any]:
-    """The tasks (-n of --split) and the sampling (env default, -t and -T over it) of a run.
-
-    A client that is not an endpoint (a local model) never runs unbounded: with no limit from
-    the environment or -t it gets `DEFAULT_MAX_TOKENS` a turn."""
-    from rlvr.clients.base import RemoteClient
-
+    """The tasks (-n of --split) and the sampling (env default, -t and -T over it) of a run,
+    with the token limit of `reply_limit`."""
     tasks = env.tasks(args.split)
     if args.num_tasks != -1:
         tasks = tasks[: args.num_tasks]
     if not tasks:
         raise UsageError(f"environment {args.env!r} has no {args.split} tasks")
-    sampling = env.sampling
-    if args.max_tokens is not None:
-        sampling = sampling.replace(max_tokens=args.max_tokens)
-    elif sampling.max_tokens is None and not isinstance(client, RemoteClient):
-        sampling = sampling.replace(max_tokens=DEFAULT_MAX_TOKENS)
+    sampling = env.sampling.replace(max_tokens=reply_limit(args, env, client)[0])
     if args.temperature is not None:
         sampling = sampling.replace(temperature=args.temperature)
     return tasks, sampling
@@ -147,6 +138,41 @@ def run_header(env_name: str, model: str, tasks: int, rollouts: int, sampling: A
     """
     limit = "no token limit but the endpoint's" if sampling.max_tokens is None else f"max {sampling.max_tokens} tokens"
     return f"{env_name} / {model}: {tasks} tasks x {rollouts} rollouts, {limit} a turn, temperature {sampling.temperature:g}"
+
+
+def reply_limit(args: argparse.Namespace, env: Any, client: ChatClient) -> tuple[int | None, str]:
+    """The max tokens per reply a run sends, and where it comes from: -t, the environment's
+    sampling, its episode token budget; else `DEFAULT_MAX_TOKENS` for a local model, which never
+    runs unbounded, and None for an endpoint, whose own limit stands (the environment asked for
+    none)."""
+    from rlvr.clients.base import RemoteClient
+
+    if args.max_tokens is not None:
+        return args.max_tokens, "-t"
+    if env.sampling.max_tokens is not None:
+        return env.sampling.max_tokens, "the environment's"
+    if env.max_completion_tokens is not None:
+        return env.max_completion_tokens, "the environment's token budget"
+    if isinstance(client, RemoteClient):
+        return None, "the environment sets none; -t to set one"
+    return DEFAULT_MAX_TOKENS, "rlvr's default for a local model; -t to change"
+
+
+class LimitHits:
+    """Counts the replies of a run, and those that stopped at the token limit."""
+
+    def __init__(self) -> None:
+        self.replies = self.hit = 0
+
+    def add(self, rollout: Any) -> None:
+        self.replies += len(rollout.turns)
+        self.hit += sum(t.completion.finish_reason == "length" for t in rollout.turns)
+
+    def line(self, args: argparse.Namespace, env: Any, client: ChatClient) -> str:
+        """The summary's line: the token limit sent with every request, and how many hit it."""
+        limit, source = reply_limit(args, env, client)
+        shown = "the endpoint's own" if limit is None else limit
+        return f"max tokens per reply: {shown} ({source}); {self.hit} of {self.replies} replies hit it"
 
 
 def _slug(text: str) -> str:
@@ -207,11 +233,12 @@ def run(args: argparse.Namespace) -> int:
     }
     # nothing grows with the number of rollouts but the keys done (to resume) and what the
     # environment's own summary needs (see `Outcomes`)
-    summary, outcomes, done = Summary(args.rollouts, weights), Outcomes(env), set()
+    summary, outcomes, hits, done = Summary(args.rollouts, weights), Outcomes(env), LimitHits(), set()
 
     def count(rollout: Any) -> None:
         summary.add(rollout)
         outcomes.add(rollout)
+        hits.add(rollout)
 
     def count_earlier(rollout: Any) -> None:
         count(rollout)
@@ -226,6 +253,7 @@ def run(args: argparse.Namespace) -> int:
     elapsed = time.monotonic() - start
     run_dir.close(status="complete", rollouts=summary.rollouts, errors=summary.errors, seconds=round(elapsed, 3))
     print_summary(summary, title=f"{args.env} / {model}", extra=outcomes.summarize(), elapsed_s=elapsed)
+    print(hits.line(args, env, client))
     print(
         f"saved {summary.rollouts} rollouts to {run_dir.results_path}"
         + (f" ({earlier} from the earlier run)" if earlier else "")

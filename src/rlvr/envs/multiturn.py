@@ -218,7 +218,8 @@ class MultiTurnEnv(Generic[S]):
 
     @final
     async def rollout(self, client: ChatClient, task: Task, sampling: SamplingArgs, seed: int) -> S:
-        """Play one episode. Never raises for a failure inside it: the state records it.
+        """Play one episode. Never raises for a failure inside it: the state records it. The
+        one exception is `KeyRefusedError`, a client that can answer no request any more.
 
         `start()`, then `setup_state(task)`, then turns until a stop condition holds; then
         `close_state(state)`, whatever happened after the state was set up."""
