@@ -52,6 +52,18 @@ def add_parser(sub: Any) -> None:
         "tree, e.g. tictactoe); -n, -r and --split do not apply",
     )
     p.add_argument(
+        "--save-dataset",
+        default=None,
+        metavar="DIR",
+        help="also write the rollouts as a Hugging Face dataset (save_to_disk; the hf extra)",
+    )
+    p.add_argument(
+        "--push-to-hub",
+        default=None,
+        metavar="REPO",
+        help="also upload that dataset to the Hub (private; needs a token)",
+    )
+    p.add_argument(
         "-q",
         "--quiet",
         action="store_true",
@@ -209,6 +221,10 @@ def run(args: argparse.Namespace) -> int:
     from rlvr.summary import Summary, print_summary
 
     check_run_args(args)
+    if args.save_dataset or args.push_to_hub:
+        from rlvr.hf import require
+
+        require(args.push_to_hub)
     if args.exhaustive and args.temperature is None:
         args.temperature = 0.0
     env, client, model = load_env_and_client(args, args.concurrency)
@@ -258,6 +274,20 @@ def run(args: argparse.Namespace) -> int:
         f"saved {summary.rollouts} rollouts to {run_dir.results_path}"
         + (f" ({earlier} from the earlier run)" if earlier else "")
     )
+    if args.save_dataset or args.push_to_hub:  # read back from the results: the run kept none in memory
+        from rlvr.hf import export
+
+        rollouts = run_dir.read()
+        print(
+            export(
+                rollouts,
+                task=args.env,
+                reward_names=env.rubric.names,
+                model=model,
+                save_dir=args.save_dataset,
+                push_to=args.push_to_hub,
+            )
+        )
     if summary.rollouts and summary.errors == summary.rollouts:
         print(
             f"rlvr eval: error: all {summary.rollouts} rollouts failed; the first: {outcomes.first_error}",
