@@ -3,10 +3,11 @@
 `EndpointPool` sends each request to the endpoint with the fewest requests in flight among
 those that can take one (ties go round the pool), and keeps each endpoint's health:
 
-- **Unreachable** (connection refused or reset): the endpoint rests for a jittered, doubling
-  spell (`backoff_s`, 2 x, ... up to `max_backoff_s`), its requests go to the others, and one
-  request tries it again when the spell ends. When every endpoint rests, a request waits for
-  the first to come back.
+- **Unreachable** (connection refused or reset; or at `check()`): the endpoint rests for a
+  jittered, doubling spell (`backoff_s`, 2 x, ... up to `max_backoff_s`), its requests go to
+  the others, and one request tries it again when the spell ends (its limit on requests in
+  flight drops to 1 and grows by one with each answer). When every endpoint rests, a request
+  waits for the first to come back.
 - **Too slow** (a request got no answer within the client's timeout): the endpoint's limit on
   requests in flight halves (at least 1) and grows back by one with each answer, so a server
   that queues work (`transformers serve` runs one `generate` at a time) is no longer sent more
@@ -71,6 +72,7 @@ class Endpoint:
         self.failures["connection"] += 1
         self.unreachable += 1
         self.resting_until = time.monotonic() + rest_s
+        self.limit = 1.0  # when the rest ends, one request tries it; each answer then adds one
 
     def on_failure(self, reason: str) -> None:
         self.failures[reason] += 1

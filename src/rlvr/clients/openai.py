@@ -198,19 +198,15 @@ class OpenAIClient:
     async def check(self) -> None:
         """Fail fast, with one line, when no endpoint can be reached at all.
 
-        One `GET /models` per endpoint on a connection of its own (closed before it returns),
-        no retries, at most 10 s. Any HTTP answer counts as reachable (a server without that
-        route answers 404); 401/403 means the API key was refused. Of several endpoints, one
-        that answers is enough (the others get no requests until they come up).
+        One `GET /models` per endpoint (all at once) on a connection of its own (closed before
+        it returns), no retries, at most 10 s. Any HTTP answer counts as reachable (a server
+        without that route answers 404); 401/403 means the API key was refused. Of several
+        endpoints, one that answers is enough: one that cannot be reached starts out resting.
         """
         self._refuse_if_closed()
-        failures = []
-        for ep in self.endpoints.endpoints:
-            reason = await self._probe(ep)
-            if reason is None:
-                return
-            failures.append(reason)
-        raise ClientError(self._redact("; ".join(failures)))
+        reasons = await asyncio.gather(*(self._probe(ep) for ep in self.endpoints.endpoints))
+        if all(reasons):
+            raise ClientError(self._redact("; ".join(r for r in reasons if r)))
 
     async def _probe(self, ep: Endpoint) -> str | None:
         """Why `GET /models` at one endpoint failed (None: it answered)."""
@@ -219,6 +215,7 @@ class OpenAIClient:
             async with self._sdk(ep.url) as sdk, asyncio.timeout(min(self.timeout_s, 10.0)):
                 await sdk.models.list()
         except (openai.APIConnectionError, TimeoutError) as exc:
+            ep.on_unreachable(self._backoff(1))  # no first wave of requests into a dead endpoint
             reason = " ".join(self._redact(str(exc)).split()) or type(exc).__name__
             return f"cannot reach {where} ({reason}); check -b and that the server is running"
         except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:

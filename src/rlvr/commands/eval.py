@@ -82,7 +82,15 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
         help="policy:NAME (reference player), a local model directory, or an API model name "
         "(default: the environment's own default model)",
     )
-    p.add_argument("-b", "--base-url", default=None, help="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1")
+    p.add_argument(
+        "-b",
+        "--base-url",
+        action="append",
+        default=None,
+        metavar="URL",
+        help="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1; repeat it (or name a file of URLs, one a "
+        "line) to spread the requests over several servers of the same model",
+    )
     p.add_argument(
         "-k", "--api-key-var", default=None, help="environment variable holding the API key (default OPENAI_API_KEY)"
     )
@@ -191,12 +199,50 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text.rstrip("/").rsplit("/", 1)[-1])[:60]
 
 
+def base_urls(values: list[str] | str | None) -> str | list[str] | None:
+    """The endpoints of `-b`: each value a URL or a file of URLs (one a line, `#` comments);
+    one URL stays a string."""
+    if values is None or isinstance(values, str):
+        return values
+    urls: list[str] = []
+    for value in values:
+        if "://" in value:
+            urls.append(value)
+            continue
+        path = Path(value)
+        if not path.is_file():
+            raise UsageError(f"-b {value}: neither a URL (http://HOST:PORT/v1) nor a file of URLs")
+        lines = [line.split("#", 1)[0].strip() for line in path.read_text(encoding="utf-8").splitlines()]
+        found = [line for line in lines if line]
+        if not found:
+            raise UsageError(f"-b {value}: the file lists no URL")
+        urls += found
+    return urls[0] if len(urls) == 1 else urls
+
+
+def print_endpoints(client: Any) -> None:
+    """Requests, failures and latency of each endpoint, after a run against several."""
+    pool = getattr(client, "endpoints", None)
+    if pool is None or len(pool.endpoints) < 2:
+        return
+    print("endpoints:")
+    for row in pool.stats():
+        failed = ", ".join(f"{n} {why}" for why, n in sorted(row["failed"].items())) or "none"
+        latency = (
+            f"latency ms mean {row['latency_ms_mean']}, p50 {row['latency_ms_p50']}, p95 {row['latency_ms_p95']}"
+            if row["answered"]
+            else "no answers"
+        )
+        print(f"  {row['url']}: {row['requests']} requests, {row['answered']} answered, failed: {failed}; {latency}")
+
+
 def load_env_and_client(args: argparse.Namespace, concurrency: int) -> tuple[Any, ChatClient, str]:
     """The environment, the client and the model name, from the shared flags."""
     from rlvr.clients.base import RemoteClient
     from rlvr.clients.resolve import make_client
     from rlvr.registry import load_environment
 
+    args.base_url = base_urls(args.base_url)
     env = load_environment(args.env, **parse_env_args(args.env_args))
     model = args.model or env.default_model()
     if model is None:
@@ -267,9 +313,16 @@ def run(args: argparse.Namespace) -> int:
     start = time.monotonic()
     _run_with_progress(env, client, tasks, args, sampling, run_dir, done, total, count, quiet=args.quiet)
     elapsed = time.monotonic() - start
-    run_dir.close(status="complete", rollouts=summary.rollouts, errors=summary.errors, seconds=round(elapsed, 3))
+    run_dir.close(
+        status="complete",
+        rollouts=summary.rollouts,
+        errors=summary.errors,
+        seconds=round(elapsed, 3),
+        **({"endpoints": client.endpoints.stats()} if isinstance(args.base_url, list) else {}),  # type: ignore[attr-defined]
+    )
     print_summary(summary, title=f"{args.env} / {model}", extra=outcomes.summarize(), elapsed_s=elapsed)
     print(hits.line(args, env, client))
+    print_endpoints(client)
     print(
         f"saved {summary.rollouts} rollouts to {run_dir.results_path}"
         + (f" ({earlier} from the earlier run)" if earlier else "")
