@@ -9,20 +9,17 @@ way api.openai.com does.
 
 Faults: `Faults` gives the share of requests answered with 429, 500, a hang (no answer until
 the client gives up), or malformed JSON. Each request's fate is a seeded function of its body
-and of how many times that body was seen, so it does not depend on the order in which
-concurrent requests arrive; `max_per_request` caps the faults one request body can get.
-`force([...])` queues outcomes for the next requests (also `context`: a context-length 400;
-`401`: the key refused, its message holding `echo_key` as servers that echo the key they were
-sent do; `refuse_key=True` answers every request so);
-`permanent` picks requests that always get a 500. `counts` tallies what was served, `bodies`
-keeps the requests.
+and how often that body was seen, not of the order in which concurrent requests arrive;
+`max_per_request` caps the faults of one request body. `force([...])` queues outcomes for the
+next requests (also `context`: a context-length 400; `401`: the key refused, its message
+holding `echo_key` as servers that echo the key they were sent do; `refuse_key=True` answers
+every request so); `permanent` picks requests that always get a 500. `counts` tallies what
+was served, `bodies` keeps the requests.
 
-Streaming (`"stream": true`) answers the same completion as server-sent chunks (text in pieces,
-tool-call arguments in two parts, logprobs and token ids per piece, usage last when
-`stream_options.include_usage`). `sequential=True` with `delay_s` plays a server like
-`transformers serve`: one request computed at a time, and a plain request computed to the end
-even after its client hung up, while a stream whose client hangs up is dropped
-(`counts["computed"]`, `counts["cancelled"]`).
+Streaming (`"stream": true`) answers the same completion as server-sent chunks
+(`openai_wire.stream_chunks`). `sequential=True` with `delay_s` plays `transformers serve`: one
+request computed at a time, a plain one to the end even after its client hung up, a stream
+dropped when its client hangs up (`counts["computed"]`, `counts["cancelled"]`).
 """
 
 from __future__ import annotations
@@ -41,6 +38,15 @@ from dataclasses import dataclass, field
 from typing import Any, Self
 
 import uvicorn
+from openai_wire import (
+    context_error,
+    error,
+    logprob_content,
+    reasoning_refusal,
+    send_json,
+    send_stream,
+    stream_chunks,
+)
 
 Messages = list[dict[str, Any]]
 OUTCOMES = ("ok", "429", "500", "hang", "malformed")
@@ -96,11 +102,6 @@ class Faults:
 def render_prompt(messages: Messages) -> str:
     """The text the fake tokenizer sees for a conversation (one token per character)."""
     return "".join(f"<{m.get('role')}>{m.get('content') or ''}\n" for m in messages) + "<assistant>"
-
-
-def token_logprob(index: int) -> float:
-    """The logprob the server reports for the completion token at `index`."""
-    return -0.125 * (index % 4)
 
 
 class OpenAIServer:
@@ -235,12 +236,12 @@ class OpenAIServer:
             if not message.get("more_body"):
                 break
         if scope["path"] != "/v1/chat/completions" or scope["method"] != "POST":
-            await _send(send, 404, _error(f"no route {scope['method']} {scope['path']}", "NotFound"))
+            await send_json(send, 404, error(f"no route {scope['method']} {scope['path']}", "NotFound"))
             return
         try:
             body = json.loads(b"".join(chunks))
         except json.JSONDecodeError as exc:
-            await _send(send, 400, _error(f"request body is not JSON: {exc}", "BadRequestError"))
+            await send_json(send, 400, error(f"request body is not JSON: {exc}", "BadRequestError"))
             return
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
@@ -258,12 +259,12 @@ class OpenAIServer:
             await self._hang(receive)
             return
         if status == "malformed":
-            await _send(send, 200, b'{"id": "chatcmpl-broken", "choices": [{"index": 0, "mess')
+            await send_json(send, 200, b'{"id": "chatcmpl-broken", "choices": [{"index": 0, "mess')
             return
         if status == 200 and body.get("stream"):
-            await _send_stream(send, stream_chunks(payload, body))
+            await send_stream(send, stream_chunks(payload, body))
             return
-        await _send(send, status, payload)
+        await send_json(send, status, payload)
 
     async def _work(self, streamed: bool, receive: Any) -> bool:
         """Spend `delay_s` on a request (one at a time when `sequential`); False when a stream's
@@ -320,32 +321,28 @@ class OpenAIServer:
                 outcome = self.faults.draw(key, self._seen[key])
             self.counts[outcome] += 1
         if outcome == "429":
-            return 429, _error("Rate limit reached; try again later.", "rate_limit_error")
+            return 429, error("Rate limit reached; try again later.", "rate_limit_error")
         if outcome == "401":
-            return 401, _error(
+            return 401, error(
                 f"Incorrect API key provided: {self.echo_key}.", "invalid_request_error", code="invalid_api_key"
             )
         if outcome == "500":
-            return 500, _error("Internal server error (injected).", "server_error")
+            return 500, error("Internal server error (injected).", "server_error")
         if outcome in ("hang", "malformed"):
             return outcome, None
         if self.strict:
             extra = sorted(set(body) & {"return_token_ids", "return_tokens_as_token_ids"})
             if extra:
-                return 400, _error(f"Unrecognized request argument supplied: {extra[0]}", "invalid_request_error")
+                return 400, error(f"Unrecognized request argument supplied: {extra[0]}", "invalid_request_error")
         if self.reasoning:
-            refused = _reasoning_refusal(body)
+            refused = reasoning_refusal(body)
             if refused:
                 return 400, refused
         prompt = render_prompt(messages)
         limit = self.max_context
         if outcome == "context" or (limit is not None and len(prompt) > limit):
             self.counts["context_length"] += 1
-            return 400, _error(
-                f"This model's maximum context length is {limit or 0} tokens. However, your request "
-                f"has {len(prompt)} input tokens. Please reduce the length of the input messages.",
-                "BadRequestError",
-            )
+            return 400, context_error(limit or 0, len(prompt))
         return 200, self._completion(body, prompt)
 
     def _completion(self, body: dict[str, Any], prompt: str) -> dict[str, Any]:
@@ -382,17 +379,7 @@ class OpenAIServer:
         }
         if body.get("logprobs"):
             as_ids = bool(body.get("return_tokens_as_token_ids"))
-            choice["logprobs"] = {
-                "content": [
-                    {
-                        "token": f"token_id:{t}" if as_ids else chr(t),
-                        "logprob": token_logprob(i),
-                        "bytes": list(chr(t).encode("utf-8", "surrogatepass")),  # a lone surrogate too
-                        "top_logprobs": [],
-                    }
-                    for i, t in enumerate(ids)
-                ]
-            }
+            choice["logprobs"] = {"content": logprob_content(ids, as_ids)}
         out: dict[str, Any] = {
             "id": f"chatcmpl-{self.counts['requests']}",
             "object": "chat.completion",
@@ -409,89 +396,3 @@ class OpenAIServer:
             choice["token_ids"] = ids
             out["prompt_token_ids"] = [ord(c) for c in prompt]
         return out
-
-
-def _reasoning_refusal(body: dict[str, Any]) -> dict[str, Any] | None:
-    """OpenAI's answer (message, param, code) to what its reasoning models refuse."""
-    if "max_tokens" in body:
-        message = "Unsupported parameter: 'max_tokens' is not supported with this model. "
-        message += "Use 'max_completion_tokens' instead."
-        return _error(message, "invalid_request_error", "max_tokens", "unsupported_parameter")
-    for name in ("temperature", "top_p"):
-        if body.get(name, 1) != 1:
-            message = f"Unsupported value: '{name}' does not support {body[name]} with this model. "
-            message += "Only the default (1) value is supported."
-            return _error(message, "invalid_request_error", name, "unsupported_value")
-    return None
-
-
-def _error(message: str, kind: str, param: str | None = None, code: str | None = None) -> dict:
-    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
-
-
-async def _send(send: Any, status: int, payload: Any) -> None:
-    data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(data)).encode()),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": data})
-
-
-def stream_chunks(completion: dict[str, Any], body: dict[str, Any]) -> list[dict[str, Any]]:
-    """A chat completion as the chunks of a stream: role, text in up to three pieces (with
-    their logprobs and token ids), each tool call's arguments in two parts, the finish reason,
-    and the usage last when the request asks for it."""
-    choice = completion["choices"][0]
-    text = choice["message"]["content"] or ""
-    logprobs = (choice.get("logprobs") or {}).get("content")
-    ids = choice.get("token_ids")
-    base = {k: completion[k] for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
-
-    def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> dict[str, Any]:
-        return base | {"choices": [{"index": 0, "delta": delta, "finish_reason": finish, **extra}]}
-
-    first = chunk({"role": "assistant", "content": ""})
-    if ids is not None:
-        first["prompt_token_ids"] = completion.get("prompt_token_ids")
-    out = [first]
-    step = max(1, -(-len(text) // 3))
-    for start in range(0, len(text), step):
-        end = min(start + step, len(text))
-        extra: dict[str, Any] = {}
-        if logprobs is not None:
-            extra["logprobs"] = {"content": logprobs[start:end]}
-        if ids is not None:
-            extra["token_ids"] = ids[start:end]
-        out.append(chunk({"content": text[start:end]}, **extra))
-    done = len(text)
-    for i, call in enumerate(choice["message"].get("tool_calls") or []):
-        args = call["function"]["arguments"]
-        half = len(args) // 2
-        head = {"index": i, "id": call["id"], "type": "function", "function": {"name": call["function"]["name"]}}
-        for part, more in ((args[:half], head), (args[half:], {"index": i, "function": {}})):
-            extra = {}
-            if logprobs is not None:
-                extra["logprobs"] = {"content": logprobs[done : done + len(part)]}
-            if ids is not None:
-                extra["token_ids"] = ids[done : done + len(part)]
-            done += len(part)
-            delta_call = {**more, "function": {**more["function"], "arguments": part}}
-            out.append(chunk({"tool_calls": [delta_call]}, **extra))
-    out.append(chunk({}, choice["finish_reason"]))
-    if (body.get("stream_options") or {}).get("include_usage"):
-        out.append(base | {"choices": [], "usage": completion["usage"]})
-    return out
-
-
-async def _send_stream(send: Any, chunks: list[dict[str, Any]]) -> None:
-    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]})
-    for c in chunks:
-        await send({"type": "http.response.body", "body": f"data: {json.dumps(c)}\n\n".encode(), "more_body": True})
-    await send({"type": "http.response.body", "body": b"data: [DONE]\n\n"})

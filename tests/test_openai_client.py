@@ -10,7 +10,8 @@ import time
 from types import SimpleNamespace
 
 import pytest
-from openai_server import Faults, OpenAIServer, Reply, render_prompt, token_logprob
+from openai_server import Faults, OpenAIServer, Reply, render_prompt
+from openai_wire import token_logprob
 
 from rlvr.clients.base import ChatClient, RemoteClient
 from rlvr.clients.openai import OpenAIClient

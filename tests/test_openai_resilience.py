@@ -77,7 +77,7 @@ def test_streaming_server_helper_splits_and_rejoins() -> None:
     body = {"messages": HI, "tools": [ADD_SCHEMA], "logprobs": True, "return_token_ids": True}
     status, completion = server._answer(body)
     assert status == 200
-    from openai_server import stream_chunks
+    from openai_wire import stream_chunks
 
     chunks = stream_chunks(completion, {**body, "stream_options": {"include_usage": True}})
     text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
