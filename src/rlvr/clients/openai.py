@@ -29,24 +29,20 @@ overruns are retried too.
   reasoning models do), the same way.
 
 Lifecycle. HTTP connections belong to an event loop, so the client opens them in the loop of
-its first request, as a `_Session`: an SDK client per endpoint, the wait for a free one, and a task that
-keeps the connections open until `aclose()` releases it (it then lets the requests on the
-wire finish, sends no other, and closes them) or the loop shuts down (`asyncio.run` and
-`asyncio.Runner` cancel every task still pending, and so does `rlvr play`; the task closes
-the connections as it ends). A later event loop gets a new session. `aclose()` is for good:
-the next `chat` raises `ClientClosedError` rather than opening new connections.
+its first request, as a `Session` (`rlvr.clients.openai_session`: pools of connections per
+endpoint, the wait for a free one, the task that closes them at `aclose()` or when the loop
+shuts down). A later event loop gets a new session. `aclose()` is for good: the next `chat`
+raises `ClientClosedError` rather than opening new connections.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import random
 import re
 import time
-from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any, Self
 from urllib.parse import urlparse
 
@@ -62,6 +58,7 @@ from rlvr.clients.openai_response import (
     redact,
     retry_after,
 )
+from rlvr.clients.openai_session import Session
 from rlvr.errors import ClientClosedError, ClientError, KeyRefusedError, PromptTooLongError, UsageError
 from rlvr.types import Completion, Messages, SamplingArgs
 
@@ -134,18 +131,18 @@ class OpenAIClient:
         self.retries = 0
         """Requests that were retries of a failed one."""
         self._rng = random.Random()
-        self._session: _Session | None = None
+        self._session: Session | None = None
         self._closed = False
         self._stopped: str | None = None  # why the client stopped for good (the key was refused)
 
     # ---- lifecycle --------------------------------------------------------------------------
 
-    def _sdk(self, url: str | None) -> openai.AsyncOpenAI:
-        """A new SDK client for one endpoint: its own connection pool, no retries of its own."""
-        # keep as many idle connections as requests may be in flight (the SDK keeps 100); the
-        # Limits class is the SDK's own (httpx or httpx2, depending on its version)
+    def _sdk(self, url: str | None, connections: int = 1) -> openai.AsyncOpenAI:
+        """A new SDK client for one endpoint: a pool of `connections` kept-alive connections,
+        no retries of its own."""
+        # the Limits class is the SDK's own (httpx or httpx2, depending on its version)
         limits = type(openai.DEFAULT_CONNECTION_LIMITS)(
-            max_connections=None, max_keepalive_connections=self.concurrency
+            max_connections=connections, max_keepalive_connections=connections
         )
         return openai.AsyncOpenAI(
             api_key=self.api_key,
@@ -155,7 +152,7 @@ class OpenAIClient:
             http_client=openai.DefaultAsyncHttpxClient(limits=limits),
         )
 
-    def _open(self) -> _Session:
+    def _open(self) -> Session:
         """The running loop's session, opened on its first request; `ClientClosedError` after
         `aclose()`."""
         self._refuse_if_closed()
@@ -164,8 +161,7 @@ class OpenAIClient:
         if session is None or session.loop is not loop or session.holder.done():
             if session is not None:  # another loop's: that loop closes them (or did, at its end)
                 session.release()
-            sdks = {id(ep): self._sdk(ep.url) for ep in self.endpoints.endpoints}
-            session = self._session = _Session(loop, sdks, self.endpoints, self.name)
+            session = self._session = Session(loop, self._sdk, self.endpoints, self.name)
         return session
 
     async def aclose(self) -> None:
@@ -246,8 +242,8 @@ class OpenAIClient:
                 self.retries += attempt > 0
                 t0 = time.monotonic()
                 async with asyncio.timeout(self.timeout_s):
-                    with session.sending():
-                        completion = await self._send(session.sdks[id(ep)], ep, request, sampling)
+                    with session.sending(ep) as sdk:
+                        completion = await self._send(sdk, ep, request, sampling)
                 ep.on_answer(time.monotonic() - t0)
                 self._refusals = 0
                 completion.text = self._redact(completion.text)
@@ -387,92 +383,6 @@ class OpenAIClient:
     def _backoff(self, attempt: int) -> float:
         """Full jitter: uniform in [0, min(max_backoff_s, backoff_s * 2**(attempt-1))]."""
         return self._rng.uniform(0.0, min(self.max_backoff_s, self.backoff_s * 2 ** (attempt - 1)))
-
-
-class _Session:
-    """An `OpenAIClient`'s connections in one event loop (the running one), the wait for a free
-    endpoint, and the task that closes the connections."""
-
-    def __init__(
-        self, loop: asyncio.AbstractEventLoop, sdks: dict[int, openai.AsyncOpenAI], pool: EndpointPool, name: str
-    ) -> None:
-        self.loop, self.sdks, self.pool = loop, sdks, pool
-        self.waiting: deque[asyncio.Future[None]] = deque()  # requests waiting for an endpoint
-        self.released = asyncio.Event()  # set: close the connections once no request is sending
-        self.idle = asyncio.Event()  # set while no request is sending
-        self.idle.set()
-        self.busy = 0
-        self.holder = loop.create_task(self.hold(), name=f"rlvr-openai-connections:{name}")
-
-    async def acquire(self, avoid: Endpoint | None = None) -> Endpoint:
-        """A free endpoint (the least busy; not `avoid` if another is free), counted as in flight
-        until `give_back`; waits for one when none is free."""
-        ep = self.pool.pick(avoid)
-        while ep is None:
-            woken = self.loop.create_future()
-            self.waiting.append(woken)
-            try:
-                async with asyncio.timeout(self.pool.ready_in()):  # or a resting endpoint is back
-                    await woken
-            except TimeoutError:
-                pass
-            except BaseException:
-                if woken.done() and not woken.cancelled():
-                    self.wake()  # cancelled once woken: pass the slot on
-                raise
-            ep = self.pool.pick(avoid)
-        self.pool.take(ep)
-        return ep
-
-    def give_back(self, ep: Endpoint) -> None:
-        self.pool.give_back(ep)
-        self.wake()
-
-    def wake(self) -> None:
-        """Wake as many waiting requests as can start now."""
-        slots = self.pool.free_slots() if self.waiting else 0
-        while slots > 0 and self.waiting:
-            woken = self.waiting.popleft()
-            if not woken.done():
-                woken.set_result(None)
-                slots -= 1
-
-    async def hold(self) -> None:
-        """Keep the connections open until released, let the requests on the wire finish, and
-        close them. Cancelled (the loop shuts down), close them at once."""
-        try:
-            await self.released.wait()
-            await self.idle.wait()
-        finally:
-            for sdk in self.sdks.values():
-                await sdk.close()
-
-    @contextlib.contextmanager
-    def sending(self) -> Iterator[None]:
-        """Count a request on the wire (`hold` waits for it)."""
-        self.busy += 1
-        self.idle.clear()
-        try:
-            yield
-        finally:
-            self.busy -= 1
-            if not self.busy:
-                self.idle.set()
-
-    def release(self) -> None:
-        """Tell the holder to close the connections (from any thread or loop)."""
-        if self.loop is _running_loop():
-            self.released.set()
-        elif not self.loop.is_closed():  # the holder sees it when that loop runs again
-            with contextlib.suppress(RuntimeError):  # that loop closed just now
-                self.loop.call_soon_threadsafe(self.released.set)
-
-
-def _running_loop() -> asyncio.AbstractEventLoop | None:
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None
 
 
 def _api_key(var: str, base_urls: Sequence[str | None]) -> str:
