@@ -9,12 +9,12 @@ connections as it ends).
 
 Connections come in pools of at most `POOL_SIZE`, each an SDK client of its own, as many pools
 per endpoint as its requests in flight need. One pool for everything would do, but the HTTP
-library (httpcore) looks at every connection of a pool for each request it sends and each
-answer it reads: with 1,024 requests in flight that was 2.7 ms of CPU a request, and
-throughput fell by two thirds from 32 to 1,024 in flight (benchmarks/bench_engine.py, `--in-flight`).
-A request goes to the first pool with a free connection, so the first pools stay warm (their
-idle connections are kept alive, one per request the pool may carry) and the later ones open
-only for a burst.
+library (httpcore) looks at every connection of its pool for each request it sends and each
+answer it reads: with one pool of 1,024 connections a turn cost 3.9 ms of client CPU instead
+of 1.6 ms in pools of 16, and throughput fell to a third of its value at 32 in flight
+(`benchmarks/bench_engine.py --in-flight`, docs/benchmarks.md). A request goes to the first
+pool with a free connection, so the first pools stay warm (their idle connections are kept
+alive, one per request the pool may carry) and the later ones open only for a burst.
 """
 
 from __future__ import annotations
