@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rlvr.commands.eval_endpoints import LimitHits, base_urls, print_endpoints
 from rlvr.errors import UsageError
 from rlvr.types import DEFAULT_MAX_TOKENS
 
@@ -178,62 +179,8 @@ def reply_limit(args: argparse.Namespace, env: Any, client: ChatClient) -> tuple
     return DEFAULT_MAX_TOKENS, "rlvr's default for a local model; -t to change"
 
 
-class LimitHits:
-    """Counts the replies of a run, and those that stopped at the token limit."""
-
-    def __init__(self) -> None:
-        self.replies = self.hit = 0
-
-    def add(self, rollout: Any) -> None:
-        self.replies += len(rollout.turns)
-        self.hit += sum(t.completion.finish_reason == "length" for t in rollout.turns)
-
-    def line(self, args: argparse.Namespace, env: Any, client: ChatClient) -> str:
-        """The summary's line: the token limit sent with every request, and how many hit it."""
-        limit, source = reply_limit(args, env, client)
-        shown = "the endpoint's own" if limit is None else limit
-        return f"max tokens per reply: {shown} ({source}); {self.hit} of {self.replies} replies hit it"
-
-
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text.rstrip("/").rsplit("/", 1)[-1])[:60]
-
-
-def base_urls(values: list[str] | str | None) -> str | list[str] | None:
-    """The endpoints of `-b`: each value a URL or a file of URLs (one a line, `#` comments);
-    one URL stays a string."""
-    if values is None or isinstance(values, str):
-        return values
-    urls: list[str] = []
-    for value in values:
-        if "://" in value:
-            urls.append(value)
-            continue
-        path = Path(value)
-        if not path.is_file():
-            raise UsageError(f"-b {value}: neither a URL (http://HOST:PORT/v1) nor a file of URLs")
-        lines = [line.split("#", 1)[0].strip() for line in path.read_text(encoding="utf-8").splitlines()]
-        found = [line for line in lines if line]
-        if not found:
-            raise UsageError(f"-b {value}: the file lists no URL")
-        urls += found
-    return urls[0] if len(urls) == 1 else urls
-
-
-def print_endpoints(client: Any) -> None:
-    """Requests, failures and latency of each endpoint, after a run against several."""
-    pool = getattr(client, "endpoints", None)
-    if pool is None or len(pool.endpoints) < 2:
-        return
-    print("endpoints:")
-    for row in pool.stats():
-        failed = ", ".join(f"{n} {why}" for why, n in sorted(row["failed"].items())) or "none"
-        latency = (
-            f"latency ms mean {row['latency_ms_mean']}, p50 {row['latency_ms_p50']}, p95 {row['latency_ms_p95']}"
-            if row["answered"]
-            else "no answers"
-        )
-        print(f"  {row['url']}: {row['requests']} requests, {row['answered']} answered, failed: {failed}; {latency}")
 
 
 def load_env_and_client(args: argparse.Namespace, concurrency: int) -> tuple[Any, ChatClient, str]:
@@ -321,7 +268,7 @@ def run(args: argparse.Namespace) -> int:
         **({"endpoints": client.endpoints.stats()} if isinstance(args.base_url, list) else {}),  # type: ignore[attr-defined]
     )
     print_summary(summary, title=f"{args.env} / {model}", extra=outcomes.summarize(), elapsed_s=elapsed)
-    print(hits.line(args, env, client))
+    print(hits.line(*reply_limit(args, env, client)))
     print_endpoints(client)
     print(
         f"saved {summary.rollouts} rollouts to {run_dir.results_path}"
