@@ -1,10 +1,15 @@
 """The engine's own cost per rollout: against a zero-latency OpenAI-compatible server, and with a
 `Policy` client (no HTTP) to separate the engine's cost from the HTTP client's.
 
-Run: .venv/bin/python benchmarks/bench_engine.py [--quick]
+Run: .venv/bin/python benchmarks/bench_engine.py [--quick] [--in-flight]
 The server (tests/openai_server.py, echo model, no faults) runs in a child process, so the
 client CPU time (`time.process_time` of this process) excludes it; the server's CPU per
 request is printed too. Rows: single-turn and 4-turn episodes, concurrency 1 and 64.
+
+`--in-flight`: the OpenAI client with 32, 256 and 1,024 requests in flight, its connections in
+pools of `POOL_SIZE` (as it runs) beside one pool for all of them (as it ran before), turns/s
+and client CPU ms per turn as the median of 3 runs with their range; the runs interleave so
+that a busy machine slows every setting alike.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import multiprocessing as mp
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -21,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from openai_server import OpenAIServer, echo_model
 
+from rlvr.clients import openai_session
 from rlvr.clients.openai import OpenAIClient
 from rlvr.clients.policy import Policy
 from rlvr.engine import run_rollouts
@@ -107,11 +114,47 @@ def echo_policy(messages: Messages, rng: Any) -> str:
     return echo_model(messages, None)
 
 
+# ---- many requests in flight --------------------------------------------------------------------
+
+IN_FLIGHT = (32, 256, 1024)
+
+
+def in_flight(server: ServerProcess, scale: float, repeats: int = 3) -> None:
+    """Print turns/s and client CPU ms per turn at each level of `IN_FLIGHT`, pools of
+    `POOL_SIZE` connections beside one pool (the old setting): median [min-max] of `repeats`."""
+    pool_size = openai_session.POOL_SIZE
+    runs: dict[tuple[int, int, str], list[tuple[float, float]]] = {}
+    for _ in range(repeats):
+        for turns in (1, 4):
+            for concurrency in IN_FLIGHT:
+                n = max(int(scale * 2048 / turns), 2 * concurrency)
+                env = make_env(turns, n + 2 * concurrency)
+                for setting, size in (("one pool", concurrency), (f"pools of {pool_size}", pool_size)):
+                    openai_session.POOL_SIZE = size
+                    client = OpenAIClient("echo", base_url=server.base_url, concurrency=concurrency)
+                    rate, cpu, _ = asyncio.run(measure(env, client, n, concurrency, server))
+                    runs.setdefault((turns, concurrency, setting), []).append((rate * turns, cpu / turns))
+    openai_session.POOL_SIZE = pool_size
+
+    def spread(values: list[float], fmt: str) -> str:
+        return f"{statistics.median(values):{fmt}} [{min(values):{fmt}}-{max(values):{fmt}}]"
+
+    print(f"{'turns':>5}{'in flight':>10}  {'connections':<12}{'turns/s':>20}{'client CPU ms/turn':>26}")
+    for (turns, concurrency, setting), samples in runs.items():
+        rates, cpus = [r for r, _ in samples], [c for _, c in samples]
+        print(f"{turns:>5}{concurrency:>10}  {setting:<12}{spread(rates, '.0f'):>20}{spread(cpus, '.2f'):>26}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer rollouts (a smoke run)")
+    parser.add_argument("--in-flight", action="store_true", help="only the 32-1,024 in flight table")
     args = parser.parse_args()
     scale = 0.2 if args.quick else 1.0
+    if args.in_flight:
+        with ServerProcess() as server:
+            in_flight(server, scale, repeats=1 if args.quick else 3)
+        return
     rows = []
     with ServerProcess() as server:
         for turns in (1, 4):

@@ -9,18 +9,23 @@ way api.openai.com does.
 
 Faults: `Faults` gives the share of requests answered with 429, 500, a hang (no answer until
 the client gives up), or malformed JSON. Each request's fate is a seeded function of its body
-and of how many times that body was seen, so it does not depend on the order in which
-concurrent requests arrive; `max_per_request` caps the faults one request body can get.
-`force([...])` queues outcomes for the next requests (also `context`: a context-length 400;
-`401`: the key refused, its message holding `echo_key` as servers that echo the key they were
-sent do; `refuse_key=True` answers every request so);
-`permanent` picks requests that always get a 500. `counts` tallies what was served, `bodies`
-keeps the requests.
+and how often that body was seen, not of the order in which concurrent requests arrive;
+`max_per_request` caps the faults of one request body. `force([...])` queues outcomes for the
+next requests (also `context`: a context-length 400; `401`: the key refused, its message
+holding `echo_key` as servers that echo the key they were sent do; `refuse_key=True` answers
+every request so); `permanent` picks requests that always get a 500. `counts` tallies what
+was served, `bodies` keeps the requests.
+
+Streaming (`"stream": true`) answers the same completion as server-sent chunks
+(`openai_wire.stream_chunks`). `sequential=True` with `delay_s` plays `transformers serve`: one
+request computed at a time, a plain one to the end even after its client hung up, a stream
+dropped when its client hangs up (`counts["computed"]`, `counts["cancelled"]`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import random
@@ -33,6 +38,15 @@ from dataclasses import dataclass, field
 from typing import Any, Self
 
 import uvicorn
+from openai_wire import (
+    context_error,
+    error,
+    logprob_content,
+    reasoning_refusal,
+    send_json,
+    send_stream,
+    stream_chunks,
+)
 
 Messages = list[dict[str, Any]]
 OUTCOMES = ("ok", "429", "500", "hang", "malformed")
@@ -90,11 +104,6 @@ def render_prompt(messages: Messages) -> str:
     return "".join(f"<{m.get('role')}>{m.get('content') or ''}\n" for m in messages) + "<assistant>"
 
 
-def token_logprob(index: int) -> float:
-    """The logprob the server reports for the completion token at `index`."""
-    return -0.125 * (index % 4)
-
-
 class OpenAIServer:
     """An OpenAI-compatible endpoint on a free port of 127.0.0.1 (see the module docstring)."""
 
@@ -107,6 +116,7 @@ class OpenAIServer:
         self._seen: Counter[str] = Counter()
         self._lock = threading.Lock()
         self._server: uvicorn.Server | None = None
+        self._one_at_a_time: asyncio.Lock | None = None
         self._thread: threading.Thread | None = None
         self.reset(model, **settings)
 
@@ -123,6 +133,7 @@ class OpenAIServer:
         delay_s: float = 0.0,
         refuse_key: bool = False,
         echo_key: str = "",
+        sequential: bool = False,
     ) -> None:
         """Back to a clean state (zero counts, nothing forced) with these settings."""
         with self._lock:
@@ -146,6 +157,8 @@ class OpenAIServer:
             self.echo_key = echo_key
             """The key a 401's message says was sent (the real header is not read: a proxy
             between client and server may rewrite it)."""
+            self.sequential = sequential
+            """Compute one request at a time, plain ones to the end even for a client that left."""
             self.max_in_flight = 0
             self.counts.clear()
             self.bodies.clear()
@@ -223,12 +236,12 @@ class OpenAIServer:
             if not message.get("more_body"):
                 break
         if scope["path"] != "/v1/chat/completions" or scope["method"] != "POST":
-            await _send(send, 404, _error(f"no route {scope['method']} {scope['path']}", "NotFound"))
+            await send_json(send, 404, error(f"no route {scope['method']} {scope['path']}", "NotFound"))
             return
         try:
             body = json.loads(b"".join(chunks))
         except json.JSONDecodeError as exc:
-            await _send(send, 400, _error(f"request body is not JSON: {exc}", "BadRequestError"))
+            await send_json(send, 400, error(f"request body is not JSON: {exc}", "BadRequestError"))
             return
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
@@ -239,15 +252,47 @@ class OpenAIServer:
 
     async def _respond(self, body: dict[str, Any], receive: Any, send: Any) -> None:
         status, payload = self._answer(body)
-        if status == 200 and self.delay_s:
-            await asyncio.sleep(self.delay_s)
+        if status == 200 and (self.delay_s or self.sequential):
+            if not await self._work(bool(body.get("stream")), receive):
+                return
         if status == "hang":
             await self._hang(receive)
             return
         if status == "malformed":
-            await _send(send, 200, b'{"id": "chatcmpl-broken", "choices": [{"index": 0, "mess')
+            await send_json(send, 200, b'{"id": "chatcmpl-broken", "choices": [{"index": 0, "mess')
             return
-        await _send(send, status, payload)
+        if status == 200 and body.get("stream"):
+            await send_stream(send, stream_chunks(payload, body))
+            return
+        await send_json(send, status, payload)
+
+    async def _work(self, streamed: bool, receive: Any) -> bool:
+        """Spend `delay_s` on a request (one at a time when `sequential`); False when a stream's
+        client hung up first (the work is dropped, as servers do for streams)."""
+        if not streamed:
+            await self._compute()
+            return True
+        work = asyncio.ensure_future(self._compute())
+        gone = asyncio.ensure_future(self._disconnect(receive))
+        await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
+        if work.done():
+            gone.cancel()
+            return True
+        work.cancel()
+        self.counts["cancelled"] += 1
+        return False
+
+    async def _compute(self) -> None:
+        if self._one_at_a_time is None:
+            self._one_at_a_time = asyncio.Lock()
+        async with self._one_at_a_time if self.sequential else contextlib.nullcontext():
+            await asyncio.sleep(self.delay_s)
+            self.counts["computed"] += 1
+
+    @staticmethod
+    async def _disconnect(receive: Any) -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
 
     async def _hang(self, receive: Any) -> None:
         """Say nothing until the client hangs up (or `hang_s` passes)."""
@@ -276,32 +321,28 @@ class OpenAIServer:
                 outcome = self.faults.draw(key, self._seen[key])
             self.counts[outcome] += 1
         if outcome == "429":
-            return 429, _error("Rate limit reached; try again later.", "rate_limit_error")
+            return 429, error("Rate limit reached; try again later.", "rate_limit_error")
         if outcome == "401":
-            return 401, _error(
+            return 401, error(
                 f"Incorrect API key provided: {self.echo_key}.", "invalid_request_error", code="invalid_api_key"
             )
         if outcome == "500":
-            return 500, _error("Internal server error (injected).", "server_error")
+            return 500, error("Internal server error (injected).", "server_error")
         if outcome in ("hang", "malformed"):
             return outcome, None
         if self.strict:
             extra = sorted(set(body) & {"return_token_ids", "return_tokens_as_token_ids"})
             if extra:
-                return 400, _error(f"Unrecognized request argument supplied: {extra[0]}", "invalid_request_error")
+                return 400, error(f"Unrecognized request argument supplied: {extra[0]}", "invalid_request_error")
         if self.reasoning:
-            refused = _reasoning_refusal(body)
+            refused = reasoning_refusal(body)
             if refused:
                 return 400, refused
         prompt = render_prompt(messages)
         limit = self.max_context
         if outcome == "context" or (limit is not None and len(prompt) > limit):
             self.counts["context_length"] += 1
-            return 400, _error(
-                f"This model's maximum context length is {limit or 0} tokens. However, your request "
-                f"has {len(prompt)} input tokens. Please reduce the length of the input messages.",
-                "BadRequestError",
-            )
+            return 400, context_error(limit or 0, len(prompt))
         return 200, self._completion(body, prompt)
 
     def _completion(self, body: dict[str, Any], prompt: str) -> dict[str, Any]:
@@ -338,17 +379,7 @@ class OpenAIServer:
         }
         if body.get("logprobs"):
             as_ids = bool(body.get("return_tokens_as_token_ids"))
-            choice["logprobs"] = {
-                "content": [
-                    {
-                        "token": f"token_id:{t}" if as_ids else chr(t),
-                        "logprob": token_logprob(i),
-                        "bytes": list(chr(t).encode("utf-8", "surrogatepass")),  # a lone surrogate too
-                        "top_logprobs": [],
-                    }
-                    for i, t in enumerate(ids)
-                ]
-            }
+            choice["logprobs"] = {"content": logprob_content(ids, as_ids)}
         out: dict[str, Any] = {
             "id": f"chatcmpl-{self.counts['requests']}",
             "object": "chat.completion",
@@ -365,36 +396,3 @@ class OpenAIServer:
             choice["token_ids"] = ids
             out["prompt_token_ids"] = [ord(c) for c in prompt]
         return out
-
-
-def _reasoning_refusal(body: dict[str, Any]) -> dict[str, Any] | None:
-    """OpenAI's answer (message, param, code) to what its reasoning models refuse."""
-    if "max_tokens" in body:
-        message = "Unsupported parameter: 'max_tokens' is not supported with this model. "
-        message += "Use 'max_completion_tokens' instead."
-        return _error(message, "invalid_request_error", "max_tokens", "unsupported_parameter")
-    for name in ("temperature", "top_p"):
-        if body.get(name, 1) != 1:
-            message = f"Unsupported value: '{name}' does not support {body[name]} with this model. "
-            message += "Only the default (1) value is supported."
-            return _error(message, "invalid_request_error", name, "unsupported_value")
-    return None
-
-
-def _error(message: str, kind: str, param: str | None = None, code: str | None = None) -> dict:
-    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
-
-
-async def _send(send: Any, status: int, payload: Any) -> None:
-    data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(data)).encode()),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": data})

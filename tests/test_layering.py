@@ -36,6 +36,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "rlvr.summary",
             "rlvr.report",
             "rlvr.filters",
+            "rlvr.hf",
             "rlvr.progress",
         ),
     ),

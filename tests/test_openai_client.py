@@ -10,11 +10,13 @@ import time
 from types import SimpleNamespace
 
 import pytest
-from openai_server import Faults, OpenAIServer, Reply, render_prompt, token_logprob
+from openai_server import Faults, OpenAIServer, Reply, render_prompt
+from openai_wire import token_logprob
 
 from rlvr.clients.base import ChatClient, RemoteClient
 from rlvr.clients.openai import OpenAIClient
 from rlvr.clients.openai_response import sampled_tokens
+from rlvr.clients.openai_session import POOL_SIZE
 from rlvr.clients.policy import Policy
 from rlvr.clients.resolve import make_client
 from rlvr.errors import ClientClosedError, ClientError, PromptTooLongError, UsageError
@@ -246,6 +248,28 @@ async def test_concurrency_limit_per_client(openai_server) -> None:
         )
     assert [r.text for r in replies] == [f"echo: {i}" for i in range(12)]
     assert openai_server.max_in_flight == 3
+
+
+async def test_many_requests_in_flight_share_small_connection_pools(openai_server) -> None:
+    """40 requests at once go out at once, over ceil(40 / POOL_SIZE) SDK clients (an HTTP pool
+    looks at each of its connections per request); a later one reuses the first, warm pool."""
+    openai_server.reset(delay_s=0.3)
+    client = client_for(openai_server, concurrency=40)
+    replies = await asyncio.gather(
+        *(client.chat([{"role": "user", "content": str(i)}], SamplingArgs()) for i in range(40))
+    )
+    assert [r.text for r in replies] == [f"echo: {i}" for i in range(40)]
+    assert openai_server.max_in_flight == 40
+    assert client._session is not None
+    (pools,) = client._session.connections.values()
+    assert len(pools.clients) == -(-40 // POOL_SIZE) and pools.busy == [0] * len(pools.clients)
+    taken: list[int] = []
+    take = pools.take
+    pools.take = lambda: taken.append(take()) or taken[-1]  # type: ignore[method-assign]
+    await client.chat(HI, SamplingArgs())
+    assert taken == [0]
+    await client.aclose()
+    assert all(sdk.is_closed() for sdk in pools.clients)
 
 
 async def test_make_client_builds_an_openai_client(openai_server) -> None:

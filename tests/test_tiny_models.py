@@ -86,6 +86,9 @@ def test_special_tokens_and_generation_config(tiny_dir: Path, tokenizer) -> None
     generation = json.loads((tiny_dir / "generation_config.json").read_text())
     assert tokenizer.eos_token_id in generation["eos_token_id"]
     assert generation["pad_token_id"] == tokenizer.pad_token_id
+    # servers (transformers serve) start from this file: without do_sample they decode greedily
+    # at any temperature, and every rollout of a group is the same
+    assert generation["do_sample"] is True
 
 
 def test_generate_stops_at_end_of_turn(tiny_dir: Path, tokenizer) -> None:

@@ -3,7 +3,8 @@
 `run_rollouts` plays `rollouts_per_task` episodes of each task with at most `concurrency`
 episodes in flight. A group (the rollouts of one task) is scored together when its rubric has
 group reward functions; otherwise each rollout is scored and emitted as soon as it finishes.
-Nothing that happens inside one rollout can stop the run: failures become error records.
+Nothing that happens inside one rollout can stop the run: failures become error records. Only
+a client that can answer no request any more (`KeyRefusedError`: a refused API key) does.
 """
 
 from __future__ import annotations

@@ -9,10 +9,13 @@ them as they are. Everything here is JSON-serialisable and round-trips through `
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from rlvr.errors import UsageError
 
 Message = dict[str, Any]
 Messages = list[Message]
@@ -36,18 +39,60 @@ class Task:
     """Seed of this task; rollout seeds derive from it."""
 
     @classmethod
-    def from_row(cls, row: Mapping[str, Any], index: int = 0) -> Task:
-        """Build a task from a mapping (a dict, or a row of a Hugging Face dataset)."""
-        prompt = row.get("prompt") or ()
+    def from_row(cls, row: Mapping[str, Any], index: int = 0, columns: Mapping[str, str] | None = None) -> Task:
+        """Build a task from a mapping (a dict, a row of a Hugging Face dataset, a JSONL line).
+
+        `columns` maps a task field to the row's name for it (`{"question": "problem",
+        "answer": "solution"}`). `prompt` may be text (one user message) or chat messages;
+        `info` a mapping or its JSON text (datasets often store it so); a missing `id` or
+        `seed` is the row's index. A row with neither a prompt nor a question, or with fields
+        of the wrong kind, is a `UsageError` that names the row and its columns.
+
+        >>> Task.from_row({"problem": "2+2?", "solution": 4}, 7, {"question": "problem", "answer": "solution"})
+        Task(id='7', prompt=(), question='2+2?', answer='4', info={}, seed=7)
+        """
+        names = dict(columns or {})
+
+        def get(name: str) -> Any:
+            return row.get(names.get(name, name))
+
+        key = get("id")
+        where = f"row {index}" + (f" (id {key!r})" if key is not None else "")
+        prompt, question = get("prompt") or (), get("question")
         if isinstance(prompt, str):
             prompt = ({"role": "user", "content": prompt},)
+        if not prompt and question is None:
+            wanted = ", ".join(repr(names.get(f, f)) for f in ("prompt", "question"))
+            filled = sorted(k for k, v in row.items() if v is not None)
+            raise UsageError(
+                f"{where} has no value in the columns {wanted} (its columns with a value: {filled}); name the "
+                "one that holds the task with columns={'question': COLUMN} (or 'prompt' for chat messages)"
+            )
+        if not all(isinstance(m, Mapping) and isinstance(m.get("role"), str) for m in prompt):
+            raise UsageError(
+                f"{where}: prompt must be text or a list of {{role, content}} messages, got {prompt!r:.80}"
+            )
+        info = get("info")
+        if isinstance(info, str):
+            try:
+                info = json.loads(info) if info.strip() else {}
+            except json.JSONDecodeError as exc:
+                raise UsageError(f"{where}: info is text but not JSON ({exc.msg}): {info!r:.80}") from None
+        if info is not None and not isinstance(info, Mapping):
+            raise UsageError(f"{where}: info must be a mapping (or its JSON text), got {type(info).__name__}")
+        seed = get("seed")
+        try:
+            seed = index if seed is None else int(seed)
+        except (TypeError, ValueError):
+            raise UsageError(f"{where}: seed must be an integer, got {seed!r}") from None
+        answer = get("answer")
         return cls(
-            id=str(row.get("id", index)),
+            id=str(index if key is None else key),
             prompt=tuple(dict(m) for m in prompt),
-            question=row.get("question"),
-            answer=None if row.get("answer") is None else str(row["answer"]),
-            info=dict(row.get("info") or {}),
-            seed=int(row.get("seed", index)),
+            question=None if question is None else str(question),
+            answer=None if answer is None else str(answer),
+            info=dict(info or {}),
+            seed=seed,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -62,7 +107,15 @@ class Task:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Task:
-        return cls.from_row(d)
+        """The inverse of `to_dict` (no checks: a task round-trips as it was)."""
+        return cls(
+            id=str(d["id"]),
+            prompt=tuple(dict(m) for m in d.get("prompt") or ()),
+            question=d.get("question"),
+            answer=d.get("answer"),
+            info=dict(d.get("info") or {}),
+            seed=int(d.get("seed", 0)),
+        )
 
 
 DEFAULT_MAX_TOKENS = 512

@@ -25,7 +25,7 @@ import functools
 import random
 from collections.abc import Callable
 
-from rlvr import Messages, Policy, Rubric, SingleTurnEnv, Task, XMLParser
+from rlvr import Messages, Policy, Rubric, SamplingArgs, SingleTurnEnv, Task, XMLParser
 from rlvr.clients.base import ChatClient
 from rlvr.deprecation import renamed_arguments
 from rlvr.errors import UsageError
@@ -186,6 +186,7 @@ def load_environment(
     min_words: int = 8,
     max_words: int = 40,
     format_weight: float = 0.0,
+    max_tokens: int = 512,
 ) -> ReverseTextEnv:
     """The reverse-text environment.
 
@@ -196,6 +197,9 @@ def load_environment(
         min_words: fewest words in a paragraph.
         max_words: most words in a paragraph.
         format_weight: weight of `format_reward` in the total (0: a logged metric only).
+        max_tokens: most tokens in the reply (a 40-word reversal takes about 300 characters;
+            the rest leaves room for a short think). Sent with every request: a server's own
+            default (transformers serve: 1,024 tokens) would otherwise decide.
     """
     if num_tasks < 1 or eval_tasks < 1:
         raise UsageError(f"num_tasks and eval_tasks must be >= 1, got {num_tasks}, {eval_tasks}")
@@ -209,4 +213,5 @@ def load_environment(
         system_prompt=SYSTEM_PROMPT,
         parser=parser,
         rubric=rubric,
+        sampling=SamplingArgs(max_tokens=max_tokens),
     )

@@ -7,13 +7,19 @@ overruns are retried too.
 
 - Retried, with exponential backoff and full jitter (a `Retry-After` header wins): 408, 409,
   429, 5xx, connection errors, per-request timeouts (`timeout_s`, a deadline on the whole
-  request), malformed JSON or a response without choices.
-- Not retried: a context-length 400 (`PromptTooLongError`), other 4xx (`ClientError`).
+  request), malformed JSON or a response without choices. A retry goes to another endpoint
+  when there are several (`rlvr.clients.endpoints`). A timeout also halves the endpoint's
+  limit on requests in flight and switches it to streamed requests, which a server cancels
+  when the client hangs up: a slow server is not sent the same work again and again while it
+  still computes the copies nobody waits for.
+- Not retried: a context-length 400 (`PromptTooLongError`), other 4xx (`ClientError`, with the
+  server's own reason).
 - A refused key (401/403) is retried like a 5xx, but `KEY_REFUSALS_TO_STOP` of them in a row
   (no success between, whichever requests they answer) stop the client for good: it raises
   `KeyRefusedError`, which ends the run, and sends nothing more.
-- The API key never leaves in an error: a server that echoes it (in a 401 body, say) has it
-  replaced by `[API key redacted]` in every message this client builds from what it received.
+- The API key never leaves: a server that echoes it (in a 401 body, say) has it replaced by
+  `[API key redacted]` in every message this client builds from what it received, and in the
+  completion.
 - Token ids (vLLM): when `sampling.logprobs` is set, the request asks for `logprobs` plus
   vLLM's `return_token_ids` (completion ids in `choices[0].token_ids`, prompt ids in
   `prompt_token_ids`) and `return_tokens_as_token_ids` (logprob tokens read `token_id:N`).
@@ -23,29 +29,36 @@ overruns are retried too.
   reasoning models do), the same way.
 
 Lifecycle. HTTP connections belong to an event loop, so the client opens them in the loop of
-its first request, as a `_Session`: the SDK client, the concurrency gate, and a task that
-keeps the connections open until `aclose()` releases it (it then lets the requests on the
-wire finish, sends no other, and closes them) or the loop shuts down (`asyncio.run` and
-`asyncio.Runner` cancel every task still pending, and so does `rlvr play`; the task closes
-the connections as it ends). A later event loop gets a new session. `aclose()` is for good:
-the next `chat` raises `ClientClosedError` rather than opening new connections.
+its first request, as a `Session` (`rlvr.clients.openai_session`: pools of connections per
+endpoint, the wait for a free one, the task that closes them at `aclose()` or when the loop
+shuts down). A later event loop gets a new session. `aclose()` is for good: the next `chat`
+raises `ClientClosedError` rather than opening new connections.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import random
 import re
-from collections.abc import Iterator
+import time
+from collections.abc import Sequence
 from typing import Any, Self
 from urllib.parse import urlparse
 
 import openai
-from openai.types.chat import ChatCompletion
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-from rlvr.clients.openai_response import MalformedResponse, error_message, parse_completion, redact, retry_after
+from rlvr.clients.endpoints import Endpoint, EndpointPool
+from rlvr.clients.openai_response import (
+    MalformedResponse,
+    assemble_stream,
+    error_message,
+    parse_completion,
+    redact,
+    retry_after,
+)
+from rlvr.clients.openai_session import Session
 from rlvr.errors import ClientClosedError, ClientError, KeyRefusedError, PromptTooLongError, UsageError
 from rlvr.types import Completion, Messages, SamplingArgs
 
@@ -63,20 +76,22 @@ _CONTEXT_LENGTH = re.compile(
 
 
 class OpenAIClient:
-    """A `ChatClient` for an OpenAI-compatible `/v1/chat/completions` endpoint.
+    """A `ChatClient` for an OpenAI-compatible `/v1/chat/completions` endpoint, or several.
 
-    The API key is read from the environment variable `api_key_var`; for a `base_url` on this
-    machine (localhost, 127.0.0.1) a missing key is fine. At most `concurrency` requests of
-    this client are in flight at once (waiting out a backoff does not hold a slot). Close it
-    with `await client.aclose()` (or `async with`) in the event loop that used it; a client
-    left open is closed when that loop shuts down, and may go on in the next one.
+    `base_url` is one URL or a list of them (servers of the same model; see
+    `rlvr.clients.endpoints`). The API key is read from the environment variable
+    `api_key_var`; for endpoints on this machine (localhost, 127.0.0.1) a missing key is fine.
+    At most `concurrency` requests of this client are in flight at once over all endpoints
+    (waiting out a backoff does not hold a slot). Close it with `await client.aclose()` (or
+    `async with`) in the event loop that used it; a client left open is closed when that loop
+    shuts down, and may go on in the next one.
     """
 
     def __init__(
         self,
         model: str,
         *,
-        base_url: str | None = None,
+        base_url: str | Sequence[str] | None = None,
         api_key_var: str = "OPENAI_API_KEY",
         timeout_s: float = 120.0,
         max_retries: int = 5,
@@ -90,18 +105,23 @@ class OpenAIClient:
             raise UsageError(f"max_retries must be >= 0, got {max_retries}")
         if concurrency < 1:
             raise UsageError(f"concurrency must be >= 1, got {concurrency}")
+        urls: list[str | None] = [base_url] if base_url is None or isinstance(base_url, str) else list(base_url)
+        if not urls:
+            raise UsageError("base_url: give at least one URL (or None for api.openai.com)")
         self.name = model
-        self.base_url = base_url
+        self.base_url = urls[0] if len(urls) == 1 else None
+        """The endpoint's URL (None: api.openai.com, or several endpoints: see `endpoints`)."""
         self.timeout_s = timeout_s
         self.max_retries = max_retries
         self.concurrency = concurrency
         self.backoff_s = backoff_s
         self.max_backoff_s = max_backoff_s
         self.api_key_var = api_key_var
-        self.api_key = _api_key(api_key_var, base_url)
+        self.api_key = _api_key(api_key_var, urls)
         self._secret = os.environ.get(api_key_var) or None  # (not the placeholder of a local server)
         self._refusals = 0  # 401/403 answers since the last success
-        self._stopped: str | None = None  # why the client stopped for good (the key was refused)
+        self.endpoints = EndpointPool(urls, concurrency)
+        """The endpoints, their health and their counts (`endpoints.stats()`)."""
         self.omit: set[str] = set()
         """Optional request fields this endpoint refused (vLLM's token-id fields): not sent."""
         self.max_tokens_field = "max_tokens"
@@ -111,27 +131,28 @@ class OpenAIClient:
         self.retries = 0
         """Requests that were retries of a failed one."""
         self._rng = random.Random()
-        self._session: _Session | None = None
+        self._session: Session | None = None
         self._closed = False
+        self._stopped: str | None = None  # why the client stopped for good (the key was refused)
 
     # ---- lifecycle --------------------------------------------------------------------------
 
-    def _sdk(self) -> openai.AsyncOpenAI:
-        """A new SDK client: its own connection pool, no retries of its own."""
-        # keep as many idle connections as requests may be in flight (the SDK keeps 100); the
-        # Limits class is the SDK's own (httpx or httpx2, depending on its version)
+    def _sdk(self, url: str | None, connections: int = 1) -> openai.AsyncOpenAI:
+        """A new SDK client for one endpoint: a pool of `connections` kept-alive connections,
+        no retries of its own."""
+        # the Limits class is the SDK's own (httpx or httpx2, depending on its version)
         limits = type(openai.DEFAULT_CONNECTION_LIMITS)(
-            max_connections=None, max_keepalive_connections=self.concurrency
+            max_connections=connections, max_keepalive_connections=connections
         )
         return openai.AsyncOpenAI(
             api_key=self.api_key,
-            base_url=self.base_url,
+            base_url=url,
             timeout=self.timeout_s + 5.0,  # our own deadline (asyncio.timeout) comes first
             max_retries=0,
             http_client=openai.DefaultAsyncHttpxClient(limits=limits),
         )
 
-    def _open(self) -> _Session:
+    def _open(self) -> Session:
         """The running loop's session, opened on its first request; `ClientClosedError` after
         `aclose()`."""
         self._refuse_if_closed()
@@ -140,7 +161,7 @@ class OpenAIClient:
         if session is None or session.loop is not loop or session.holder.done():
             if session is not None:  # another loop's: that loop closes them (or did, at its end)
                 session.release()
-            session = self._session = _Session(loop, self._sdk(), self.concurrency, self.name)
+            session = self._session = Session(loop, self._sdk, self.endpoints, self.name)
         return session
 
     async def aclose(self) -> None:
@@ -167,28 +188,37 @@ class OpenAIClient:
     def _refuse_if_closed(self) -> None:
         if self._closed:
             raise ClientClosedError(f"the client of {self.name} has been closed (aclose); make a new one")
+        if self._stopped is not None:
+            raise KeyRefusedError(self._stopped)
 
     async def check(self) -> None:
-        """Fail fast, with one line, when the endpoint cannot be reached at all.
+        """Fail fast, with one line, when no endpoint can be reached at all.
 
-        One `GET /models` on a connection of its own (closed before it returns), no retries, at
-        most 10 s. Any HTTP answer counts as reachable (a server without that route answers
-        404); 401/403 means the API key was refused.
+        One `GET /models` per endpoint (all at once) on a connection of its own (closed before
+        it returns), no retries, at most 10 s. Any HTTP answer counts as reachable (a server
+        without that route answers 404); 401/403 means the API key was refused. Of several
+        endpoints, one that answers is enough: one that cannot be reached starts out resting.
         """
         self._refuse_if_closed()
-        where = self.base_url or "https://api.openai.com/v1"
+        reasons = await asyncio.gather(*(self._probe(ep) for ep in self.endpoints.endpoints))
+        if all(reasons):
+            raise ClientError(self._redact("; ".join(r for r in reasons if r)))
+
+    async def _probe(self, ep: Endpoint) -> str | None:
+        """Why `GET /models` at one endpoint failed (None: it answered)."""
+        where = ep.url or "https://api.openai.com/v1"
         try:
-            async with self._sdk() as sdk, asyncio.timeout(min(self.timeout_s, 10.0)):
+            async with self._sdk(ep.url) as sdk, asyncio.timeout(min(self.timeout_s, 10.0)):
                 await sdk.models.list()
         except (openai.APIConnectionError, TimeoutError) as exc:
-            reason = " ".join(redact(str(exc), self._secret).split()) or type(exc).__name__
-            raise ClientError(f"cannot reach {where} ({reason}); check -b and that the server is running") from None
+            ep.on_unreachable(self._backoff(1))  # no first wave of requests into a dead endpoint
+            reason = " ".join(self._redact(str(exc)).split()) or type(exc).__name__
+            return f"cannot reach {where} ({reason}); check -b and that the server is running"
         except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
-            raise ClientError(
-                f"{where} refused the API key ({error_message(exc, self._secret)}); pass the right variable with -k"
-            ) from None
+            return f"{where} refused the API key ({error_message(exc, self._secret)}); pass the right variable with -k"
         except openai.APIError:
-            return
+            return None
+        return None
 
     # ---- the request ------------------------------------------------------------------------
 
@@ -200,46 +230,79 @@ class OpenAIClient:
     ) -> Completion:
         reason = ""
         attempt = 0
+        failed_on: Endpoint | None = None
         while attempt <= self.max_retries:
-            if self._stopped is not None:
-                raise KeyRefusedError(self._stopped)
             session = self._open()  # each attempt: the client may have been closed meanwhile
             request = self._request(messages, sampling, tools)
-            self.requests += 1
-            self.retries += attempt > 0
+            ep = await session.acquire(avoid=failed_on)
+            wait: float | None = None
             try:
-                async with session.gate, asyncio.timeout(self.timeout_s):
-                    self._refuse_if_closed()  # closed while this request waited for the gate
-                    with session.sending():
-                        # `post` sends the body as is: the messages are JSON already, and skipping
-                        # `chat.completions.create`'s param transform saves ~30% of client CPU
-                        response = await session.sdk.post("/chat/completions", body=request, cast_to=ChatCompletion)
-                completion = parse_completion(response, sampling)
+                self._refuse_if_closed()  # closed while this request waited for an endpoint
+                self.requests += 1
+                self.retries += attempt > 0
+                t0 = time.monotonic()
+                async with asyncio.timeout(self.timeout_s):
+                    with session.sending(ep) as sdk:
+                        completion = await self._send(sdk, ep, request, sampling)
+                ep.on_answer(time.monotonic() - t0)
                 self._refusals = 0
+                completion.text = self._redact(completion.text)
                 return completion
             except openai.APIStatusError as exc:
                 message = error_message(exc, self._secret)
                 if exc.status_code in RETRY_STATUS or exc.status_code >= 500:
                     reason, wait = f"HTTP {exc.status_code}: {message}", retry_after(exc)
+                    ep.on_failure(f"HTTP {exc.status_code}")
                 elif exc.status_code in KEY_REFUSED_STATUS:
+                    ep.on_failure(f"HTTP {exc.status_code}")
                     self._count_refusal(exc.status_code, message)
-                    reason, wait = f"HTTP {exc.status_code}: {message} (check the API key variable, -k NAME)", None
+                    reason = f"HTTP {exc.status_code}: {message} (check the API key variable, -k NAME)"
                 elif not _CONTEXT_LENGTH.search(message) and self._adapt(exc, request):
                     continue  # sent again without a field the server refused: not a retry
                 else:
-                    raise self._refusal(exc) from None
+                    ep.on_failure(f"HTTP {exc.status_code}")
+                    raise self._refusal(exc, ep) from None
             except Exception as exc:
-                transient = self._transient(exc)
+                transient = self._transient(exc, ep)
                 if transient is None:
                     raise
-                reason, wait = redact(transient, self._secret), None
+                reason = transient
+                if isinstance(exc, openai.APIConnectionError) and not isinstance(exc, openai.APITimeoutError):
+                    wait = 0.0  # the endpoint rests: the next attempt waits for one that does not
+            finally:
+                session.give_back(ep)
+            failed_on = ep
             attempt += 1
-            if attempt <= self.max_retries:
+            if attempt <= self.max_retries and wait != 0.0:
                 await asyncio.sleep(wait if wait is not None else self._backoff(attempt))
         where = f" at {self.base_url}" if self.base_url else ""
         raise ClientError(
-            f"model {self.name}{where} failed {self.max_retries + 1} times; last: " + " ".join(reason.split())
+            self._redact(
+                f"model {self.name}{where} failed {self.max_retries + 1} times; last: " + " ".join(reason.split())
+            )
         )
+
+    async def _send(
+        self, sdk: openai.AsyncOpenAI, ep: Endpoint, request: dict[str, Any], sampling: SamplingArgs
+    ) -> Completion:
+        """One request to one endpoint; streamed once that endpoint has timed out (a server
+        cancels a stream the client hangs up on)."""
+        if not ep.stream:
+            # `post` sends the body as is: the messages are JSON already, and skipping
+            # `chat.completions.create`'s param transform saves ~30% of client CPU
+            response = await sdk.post("/chat/completions", body=request, cast_to=ChatCompletion)
+            return parse_completion(response, sampling)
+        body = {**request, "stream": True, "stream_options": {"include_usage": True}}
+        stream = await sdk.post(
+            "/chat/completions",
+            body=body,
+            cast_to=ChatCompletionChunk,
+            stream=True,
+            stream_cls=openai.AsyncStream[ChatCompletionChunk],
+        )
+        async with stream:  # closing it early (a timeout) hangs up: the server stops generating
+            chunks = [chunk async for chunk in stream]
+        return parse_completion(assemble_stream(chunks), sampling)
 
     def _request(
         self, messages: Messages, sampling: SamplingArgs, tools: list[dict[str, Any]] | None
@@ -263,25 +326,32 @@ class OpenAIClient:
             request.update({f: True for f in VLLM_TOKEN_FIELDS if f not in self.omit})
         return request
 
-    def _transient(self, exc: Exception) -> str | None:
+    def _transient(self, exc: Exception, ep: Endpoint) -> str | None:
         """Why a request failed in a way that a retry may fix (a timeout, a connection error, a
-        malformed response), in one line; None for anything else (it propagates as it is)."""
+        malformed response), in one line, after telling the endpoint; None for anything else
+        (it propagates as it is)."""
         if isinstance(exc, (TimeoutError, openai.APITimeoutError)):
+            ep.on_timeout()
             return f"no answer within {self.timeout_s:g} s"
         if isinstance(exc, openai.APIConnectionError):
+            ep.on_unreachable(self._backoff(ep.unreachable + 1))
             cause = exc.__cause__ or exc
             return f"connection failed ({type(cause).__name__}: {cause})"
         if isinstance(exc, (ValueError, MalformedResponse, openai.APIResponseValidationError)):
+            ep.on_failure("malformed")
             return f"malformed response ({type(exc).__name__}: {exc})"
+        if isinstance(exc, openai.APIError):  # an error event inside a stream
+            ep.on_failure("stream error")
+            return f"the server broke off the stream ({error_message(exc, self._secret)})"
         return None
 
-    def _refusal(self, exc: openai.APIStatusError) -> ClientError:
+    def _refusal(self, exc: openai.APIStatusError, ep: Endpoint) -> ClientError:
         """The error for a 4xx that no retry can fix: `PromptTooLongError` for a context
         overflow, else `ClientError`."""
         message = error_message(exc, self._secret)
         if _CONTEXT_LENGTH.search(message):
             return PromptTooLongError(f"model {self.name}: {message}")
-        where = f" at {self.base_url}" if self.base_url else ""
+        where = f" at {ep.url}" if ep.url else ""
         return ClientError(f"model {self.name}{where} refused the request: HTTP {exc.status_code}: {message}")
 
     def _count_refusal(self, status: int, message: str) -> None:
@@ -296,6 +366,9 @@ class OpenAIClient:
             )
         if self._stopped is not None:
             raise KeyRefusedError(self._stopped)
+
+    def _redact(self, text: str) -> str:
+        return redact(text, self._secret)
 
     def _adapt(self, exc: openai.APIStatusError, request: dict[str, Any]) -> bool:
         """Learn from a 4xx that refused a field we can do without; True: resend the request."""
@@ -312,62 +385,11 @@ class OpenAIClient:
         return self._rng.uniform(0.0, min(self.max_backoff_s, self.backoff_s * 2 ** (attempt - 1)))
 
 
-class _Session:
-    """An `OpenAIClient`'s connections in one event loop (the running one), and the task that
-    closes them."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, sdk: openai.AsyncOpenAI, concurrency: int, name: str) -> None:
-        self.loop, self.sdk = loop, sdk
-        self.gate = asyncio.Semaphore(concurrency)  # requests in flight at once
-        self.released = asyncio.Event()  # set: close the connections once no request is sending
-        self.idle = asyncio.Event()  # set while no request is sending
-        self.idle.set()
-        self.busy = 0
-        self.holder = loop.create_task(self.hold(), name=f"rlvr-openai-connections:{name}")
-
-    async def hold(self) -> None:
-        """Keep the connections open until released, let the requests on the wire finish, and
-        close them. Cancelled (the loop shuts down), close them at once."""
-        try:
-            await self.released.wait()
-            await self.idle.wait()
-        finally:
-            await self.sdk.close()
-
-    @contextlib.contextmanager
-    def sending(self) -> Iterator[None]:
-        """Count a request on the wire (`hold` waits for it)."""
-        self.busy += 1
-        self.idle.clear()
-        try:
-            yield
-        finally:
-            self.busy -= 1
-            if not self.busy:
-                self.idle.set()
-
-    def release(self) -> None:
-        """Tell the holder to close the connections (from any thread or loop)."""
-        if self.loop is _running_loop():
-            self.released.set()
-        elif not self.loop.is_closed():  # the holder sees it when that loop runs again
-            with contextlib.suppress(RuntimeError):  # that loop closed just now
-                self.loop.call_soon_threadsafe(self.released.set)
-
-
-def _running_loop() -> asyncio.AbstractEventLoop | None:
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None
-
-
-def _api_key(var: str, base_url: str | None) -> str:
+def _api_key(var: str, base_urls: Sequence[str | None]) -> str:
     key = os.environ.get(var)
     if key:
         return key
-    host = urlparse(base_url).hostname if base_url else None
-    if host in LOCAL_HOSTS:
+    if all(url and urlparse(url).hostname in LOCAL_HOSTS for url in base_urls):
         return "EMPTY"  # local servers (vLLM, transformers serve) usually need no key
     raise ClientError(
         f"no API key: the environment variable {var} is not set; export {var}=... "

@@ -4,7 +4,9 @@
 
 from __future__ import annotations
 
+import json
 import re
+from types import SimpleNamespace
 from typing import Any
 
 import openai
@@ -23,15 +25,21 @@ class MalformedResponse(Exception):
 REDACTED = "[API key redacted]"
 
 
-def error_message(exc: openai.APIStatusError, secret: str | None = None) -> str:
-    """The server's own error message, on one line (at most 300 characters), with `secret` (the
-    API key: some servers echo it) replaced by `REDACTED` before the line is cut."""
-    body = exc.body
-    if isinstance(body, dict):
-        body = body.get("error", body)
-        if isinstance(body, dict):
-            body = body.get("message", body)
-    text = redact(str(body if isinstance(body, str) else exc.message), secret)
+def error_message(exc: openai.APIError, secret: str | None = None) -> str:
+    """The server's own reason, on one line (at most 300 characters), with `secret` (the API
+    key: some servers echo it) replaced by `REDACTED` before the line is cut: OpenAI's
+    `{"error": {"message": ...}}`, FastAPI's `{"detail": ...}` (transformers serve), any other
+    JSON as it is, or the body's text.
+
+    >>> from types import SimpleNamespace as NS
+    >>> error_message(NS(body={"detail": "Server is pinned to 'tiny'; requested 'gpt'."}, message="Error code: 400"))
+    "Server is pinned to 'tiny'; requested 'gpt'."
+    >>> error_message(NS(body={"detail": [{"loc": ["body", "x"], "msg": "Field required"}]}, message=""))
+    'body.x: Field required'
+    >>> error_message(NS(body=None, message="Error code: 502"))
+    'Error code: 502'
+    """
+    text = redact(str(_reason(exc.body) or exc.message), secret)
     return " ".join(text.split())[:300]
 
 
@@ -42,6 +50,22 @@ def redact(text: str, secret: str | None) -> str:
     ('Incorrect API key provided: [API key redacted]. Not sk-123.', 'sk-1234')
     """
     return text.replace(secret, REDACTED) if secret else text
+
+
+def _reason(body: Any) -> str:
+    if isinstance(body, dict):
+        for key in ("message", "detail", "error"):
+            value = body.get(key)
+            if isinstance(value, (str, dict, list)) and value:
+                return _reason(value)
+        return json.dumps(body, ensure_ascii=False) if body else ""
+    if isinstance(body, list):  # FastAPI's validation errors
+        parts = [
+            ".".join(map(str, e.get("loc") or ())) + ": " + str(e.get("msg", "")) if isinstance(e, dict) else str(e)
+            for e in body
+        ]
+        return "; ".join(parts)
+    return "" if body is None else str(body)
 
 
 def retry_after(exc: openai.APIStatusError) -> float | None:
@@ -113,3 +137,49 @@ def _int_list(value: Any) -> list[int] | None:
     if isinstance(value, list) and all(isinstance(v, int) for v in value):
         return list(value)
     return None
+
+
+def assemble_stream(chunks: list[Any]) -> Any:
+    """One chat completion from the chunks of a streamed one (text, tool calls, logprobs,
+    vLLM's token ids, finish reason, usage), shaped like the SDK's `ChatCompletion` as far as
+    `parse_completion` reads it."""
+    text: list[str] = []
+    calls: dict[int, dict[str, Any]] = {}
+    logprobs: list[Any] | None = None
+    token_ids: list[int] | None = None
+    prompt_ids, finish, usage = None, None, None
+    for chunk in chunks:
+        usage = getattr(chunk, "usage", None) or usage
+        prompt_ids = getattr(chunk, "prompt_token_ids", None) or prompt_ids
+        for choice in getattr(chunk, "choices", None) or []:
+            if getattr(choice, "index", 0) != 0:
+                continue
+            delta = choice.delta
+            text.append(getattr(delta, "content", None) or "")
+            for call in getattr(delta, "tool_calls", None) or []:
+                slot = calls.setdefault(call.index, {"id": "", "name": "", "arguments": ""})
+                slot["id"] = call.id or slot["id"]
+                if call.function is not None:
+                    slot["name"] += call.function.name or ""
+                    slot["arguments"] += call.function.arguments or ""
+            content = getattr(getattr(choice, "logprobs", None), "content", None)
+            if content is not None:
+                logprobs = (logprobs or []) + list(content)
+            ids = _int_list(getattr(choice, "token_ids", None))
+            if ids is not None:
+                token_ids = (token_ids or []) + ids
+            prompt_ids = getattr(choice, "prompt_token_ids", None) or prompt_ids
+            finish = choice.finish_reason or finish
+    if chunks and finish is None:
+        raise MalformedResponse("the stream ended without a finish reason")
+    tool_calls = [
+        SimpleNamespace(id=c["id"], function=SimpleNamespace(name=c["name"], arguments=c["arguments"]))
+        for _, c in sorted(calls.items())
+    ]
+    choice = SimpleNamespace(
+        message=SimpleNamespace(content="".join(text), tool_calls=tool_calls),
+        finish_reason=finish,
+        logprobs=SimpleNamespace(content=logprobs) if logprobs is not None else None,
+        token_ids=token_ids,
+    )
+    return SimpleNamespace(choices=[choice] if chunks else [], usage=usage, prompt_token_ids=prompt_ids)

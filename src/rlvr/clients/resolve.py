@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ def make_client(
     model: str,
     env: Any = None,
     *,
-    base_url: str | None = None,
+    base_url: str | Sequence[str] | None = None,
     api_key_var: str | None = None,
     timeout_s: float = 120.0,
     max_retries: int = 5,
@@ -21,7 +22,8 @@ def make_client(
     device: str | None = None,
 ) -> ChatClient:
     """`policy:NAME` -> the env's reference player; an existing directory -> `LocalModel`;
-    anything else -> an OpenAI-compatible endpoint (`base_url`, key from `api_key_var`).
+    anything else -> an OpenAI-compatible endpoint (`base_url`, or a list of endpoints serving the
+    same model; key from `api_key_var`).
 
     Without `base_url`, a name that looks like a path (see `looks_like_path`) but is no folder
     is refused: a mistyped model folder must not go to the default API host as a model name.

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rlvr.commands.eval_endpoints import LimitHits, base_urls, print_endpoints
 from rlvr.errors import UsageError
 from rlvr.types import DEFAULT_MAX_TOKENS
 
@@ -52,6 +53,18 @@ def add_parser(sub: Any) -> None:
         "tree, e.g. tictactoe); -n, -r and --split do not apply",
     )
     p.add_argument(
+        "--save-dataset",
+        default=None,
+        metavar="DIR",
+        help="also write the rollouts as a Hugging Face dataset (save_to_disk; the hf extra)",
+    )
+    p.add_argument(
+        "--push-to-hub",
+        default=None,
+        metavar="REPO",
+        help="also upload that dataset to the Hub (private; needs a token)",
+    )
+    p.add_argument(
         "-q",
         "--quiet",
         action="store_true",
@@ -70,7 +83,15 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
         help="policy:NAME (reference player), a local model directory, or an API model name "
         "(default: the environment's own default model)",
     )
-    p.add_argument("-b", "--base-url", default=None, help="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1")
+    p.add_argument(
+        "-b",
+        "--base-url",
+        action="append",
+        default=None,
+        metavar="URL",
+        help="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1; repeat it (or name a file of URLs, one a "
+        "line) to spread the requests over several servers of the same model",
+    )
     p.add_argument(
         "-k", "--api-key-var", default=None, help="environment variable holding the API key (default OPENAI_API_KEY)"
     )
@@ -86,8 +107,7 @@ def add_max_tokens_arg(p: argparse.ArgumentParser) -> None:
         "--max-tokens",
         type=int,
         default=None,
-        help=f"max tokens per model reply (default: the environment's limit; a local model without one gets "
-        f"{DEFAULT_MAX_TOKENS})",
+        help=f"max tokens per model reply (default: the environment's limit, else {DEFAULT_MAX_TOKENS})",
     )
 
 
@@ -117,22 +137,14 @@ def check_run_args(args: argparse.Namespace) -> None:
 
 
 def tasks_and_sampling(args: argparse.Namespace, env: Any, client: ChatClient) -> tuple[list[Any], Any]:
-    """The tasks (-n of --split) and the sampling (env default, -t and -T over it) of a run.
-
-    A client that is not an endpoint (a local model) never runs unbounded: with no limit from
-    the environment or -t it gets `DEFAULT_MAX_TOKENS` a turn."""
-    from rlvr.clients.base import RemoteClient
-
+    """The tasks (-n of --split) and the sampling (env default, -t and -T over it) of a run,
+    with the token limit of `reply_limit`."""
     tasks = env.tasks(args.split)
     if args.num_tasks != -1:
         tasks = tasks[: args.num_tasks]
     if not tasks:
         raise UsageError(f"environment {args.env!r} has no {args.split} tasks")
-    sampling = env.sampling
-    if args.max_tokens is not None:
-        sampling = sampling.replace(max_tokens=args.max_tokens)
-    elif sampling.max_tokens is None and not isinstance(client, RemoteClient):
-        sampling = sampling.replace(max_tokens=DEFAULT_MAX_TOKENS)
+    sampling = env.sampling.replace(max_tokens=reply_limit(args, env, client)[0])
     if args.temperature is not None:
         sampling = sampling.replace(temperature=args.temperature)
     return tasks, sampling
@@ -149,6 +161,24 @@ def run_header(env_name: str, model: str, tasks: int, rollouts: int, sampling: A
     return f"{env_name} / {model}: {tasks} tasks x {rollouts} rollouts, {limit} a turn, temperature {sampling.temperature:g}"
 
 
+def reply_limit(args: argparse.Namespace, env: Any, client: ChatClient) -> tuple[int | None, str]:
+    """The max tokens per reply a run sends, and where it comes from: -t, the environment's
+    sampling, its episode token budget; else `DEFAULT_MAX_TOKENS` for a local model, which never
+    runs unbounded, and None for an endpoint, whose own limit stands (the environment asked for
+    none)."""
+    from rlvr.clients.base import RemoteClient
+
+    if args.max_tokens is not None:
+        return args.max_tokens, "-t"
+    if env.sampling.max_tokens is not None:
+        return env.sampling.max_tokens, "the environment's"
+    if env.max_completion_tokens is not None:
+        return env.max_completion_tokens, "the environment's token budget"
+    if isinstance(client, RemoteClient):
+        return None, "the environment sets none; -t to set one"
+    return DEFAULT_MAX_TOKENS, "rlvr's default for a local model; -t to change"
+
+
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text.rstrip("/").rsplit("/", 1)[-1])[:60]
 
@@ -159,6 +189,7 @@ def load_env_and_client(args: argparse.Namespace, concurrency: int) -> tuple[Any
     from rlvr.clients.resolve import make_client
     from rlvr.registry import load_environment
 
+    args.base_url = base_urls(args.base_url)
     env = load_environment(args.env, **parse_env_args(args.env_args))
     model = args.model or env.default_model()
     if model is None:
@@ -183,6 +214,10 @@ def run(args: argparse.Namespace) -> int:
     from rlvr.summary import Summary, print_summary
 
     check_run_args(args)
+    if args.save_dataset or args.push_to_hub:
+        from rlvr.hf import require
+
+        require(args.push_to_hub)
     if args.exhaustive and args.temperature is None:
         args.temperature = 0.0
     env, client, model = load_env_and_client(args, args.concurrency)
@@ -207,11 +242,12 @@ def run(args: argparse.Namespace) -> int:
     }
     # nothing grows with the number of rollouts but the keys done (to resume) and what the
     # environment's own summary needs (see `Outcomes`)
-    summary, outcomes, done = Summary(args.rollouts, weights), Outcomes(env), set()
+    summary, outcomes, hits, done = Summary(args.rollouts, weights), Outcomes(env), LimitHits(), set()
 
     def count(rollout: Any) -> None:
         summary.add(rollout)
         outcomes.add(rollout)
+        hits.add(rollout)
 
     def count_earlier(rollout: Any) -> None:
         count(rollout)
@@ -224,12 +260,34 @@ def run(args: argparse.Namespace) -> int:
     start = time.monotonic()
     _run_with_progress(env, client, tasks, args, sampling, run_dir, done, total, count, quiet=args.quiet)
     elapsed = time.monotonic() - start
-    run_dir.close(status="complete", rollouts=summary.rollouts, errors=summary.errors, seconds=round(elapsed, 3))
+    run_dir.close(
+        status="complete",
+        rollouts=summary.rollouts,
+        errors=summary.errors,
+        seconds=round(elapsed, 3),
+        **({"endpoints": client.endpoints.stats()} if isinstance(args.base_url, list) else {}),  # type: ignore[attr-defined]
+    )
     print_summary(summary, title=f"{args.env} / {model}", extra=outcomes.summarize(), elapsed_s=elapsed)
+    print(hits.line(*reply_limit(args, env, client)))
+    print_endpoints(client)
     print(
         f"saved {summary.rollouts} rollouts to {run_dir.results_path}"
         + (f" ({earlier} from the earlier run)" if earlier else "")
     )
+    if args.save_dataset or args.push_to_hub:  # read back from the results: the run kept none in memory
+        from rlvr.hf import export
+
+        rollouts = run_dir.read()
+        print(
+            export(
+                rollouts,
+                task=args.env,
+                reward_names=env.rubric.names,
+                model=model,
+                save_dir=args.save_dataset,
+                push_to=args.push_to_hub,
+            )
+        )
     if summary.rollouts and summary.errors == summary.rollouts:
         print(
             f"rlvr eval: error: all {summary.rollouts} rollouts failed; the first: {outcomes.first_error}",

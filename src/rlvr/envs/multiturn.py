@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Generic, TypedDict, TypeVar, final
 
 from rlvr.clients.base import ChatClient
+from rlvr.envs.task_source import TaskSource, task_splits
 from rlvr.errors import EnvError, KeyRefusedError, PromptTooLongError, UsageError, error_summary
 from rlvr.parsers import Parser
 from rlvr.rubric import Rubric
@@ -53,7 +54,8 @@ class EnvOptions(TypedDict, total=False):
     """The keyword options of `MultiTurnEnv.__init__`, for a subclass that passes them all on
     (`**options: Unpack[EnvOptions]`): typed, so a misspelt or ill-typed option is an error."""
 
-    eval_dataset: Sequence[Task | Mapping[str, Any]] | None
+    eval_dataset: TaskSource | None
+    columns: Mapping[str, str] | None
     system_prompt: str | None
     parser: Parser | None
     rubric: Rubric | None
@@ -69,6 +71,10 @@ class MultiTurnEnv(Generic[S]):
     The contract: override `setup_state` and `env_response`, add `@stop` methods; offer tools
     per turn with `tool_schemas`. `rollout` is final: it is the one loop, and the one place
     that turns a failure into an error record.
+
+    Tasks: `dataset` (and `eval_dataset`) may be rows (a list of dicts, a `datasets.Dataset`),
+    splits (a `DatasetDict`: train, and test as the eval tasks) or a JSONL / Parquet file;
+    `columns` renames columns to task fields (`rlvr.envs.task_source`).
 
     Optional lifecycle, each a no-op by default:
         start()             awaited by every rollout before `setup_state`: acquire shared
@@ -106,9 +112,10 @@ class MultiTurnEnv(Generic[S]):
 
     def __init__(
         self,
-        dataset: Sequence[Task | Mapping[str, Any]],
+        dataset: TaskSource,
         *,
-        eval_dataset: Sequence[Task | Mapping[str, Any]] | None = None,
+        eval_dataset: TaskSource | None = None,
+        columns: Mapping[str, str] | None = None,
         system_prompt: str | None = None,
         parser: Parser | None = None,
         rubric: Rubric | None = None,
@@ -122,8 +129,7 @@ class MultiTurnEnv(Generic[S]):
                 raise UsageError(f"{label} must be >= 1 or None, got {value}")
         if timeout_s is not None and timeout_s <= 0:
             raise UsageError(f"timeout_s must be > 0 or None, got {timeout_s}")
-        self.dataset = _as_tasks(dataset)
-        self.eval_dataset = _as_tasks(eval_dataset) if eval_dataset is not None else None
+        self.dataset, self.eval_dataset = task_splits(dataset, eval_dataset, columns)
         self.system_prompt = system_prompt
         self.parser = parser
         self.rubric = rubric if rubric is not None else Rubric(parser=parser)
@@ -218,7 +224,8 @@ class MultiTurnEnv(Generic[S]):
 
     @final
     async def rollout(self, client: ChatClient, task: Task, sampling: SamplingArgs, seed: int) -> S:
-        """Play one episode. Never raises for a failure inside it: the state records it.
+        """Play one episode. Never raises for a failure inside it: the state records it. The
+        one exception is `KeyRefusedError`, a client that can answer no request any more.
 
         `start()`, then `setup_state(task)`, then turns until a stop condition holds; then
         `close_state(state)`, whatever happened after the state was set up."""
@@ -339,12 +346,3 @@ class SingleTurnEnv(MultiTurnEnv[S]):
     @stop(priority=100)
     def answered(self, state: S) -> bool:
         return state.turn >= 1
-
-
-def _as_tasks(rows: Sequence[Task | Mapping[str, Any]]) -> list[Task]:
-    tasks = [r if isinstance(r, Task) else Task.from_row(r, i) for i, r in enumerate(rows)]
-    ids = [t.id for t in tasks]
-    if len(set(ids)) != len(ids):
-        dup = next(i for i in ids if ids.count(i) > 1)
-        raise UsageError(f"task ids must be unique; {dup!r} appears more than once")
-    return tasks

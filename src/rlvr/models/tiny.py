@@ -151,7 +151,6 @@ def init_model(tokenizer: Any, *, preset: str = "tiny", seed: int = 0) -> Any:
     as it was.
     """
     import torch
-    from transformers import GenerationConfig
 
     from rlvr.models.tokenizer import ENDOFTEXT, IM_END
 
@@ -176,8 +175,27 @@ def init_model(tokenizer: Any, *, preset: str = "tiny", seed: int = 0) -> Any:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = model_cls(config)
-    model.generation_config = GenerationConfig(bos_token_id=pad_id, eos_token_id=[eos_id, pad_id], pad_token_id=pad_id)
+    model.generation_config = sampling_generation_config(pad_id=pad_id, eos_ids=[eos_id, pad_id])
     return model
+
+
+def sampling_generation_config(*, pad_id: int, eos_ids: list[int]) -> Any:
+    """The `generation_config.json` of an rlvr-built model: it *samples* (at the request's
+    temperature and top_p) unless a request asks for temperature 0.
+
+    Servers start from this file and override only what a request sends: `transformers serve`
+    sets `temperature` and `top_p` from the request but `do_sample` only for temperature 0, so
+    without `do_sample=True` here it decodes greedily at any temperature and every rollout of
+    a group is the same (no GRPO signal).
+    """
+    from transformers import GenerationConfig
+
+    return GenerationConfig(
+        bos_token_id=pad_id,
+        eos_token_id=eos_ids,
+        pad_token_id=pad_id,
+        do_sample=True,
+    )
 
 
 def count_parameters(model: Any) -> int:
