@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import csv
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -70,7 +71,8 @@ def peaked(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     return path, assistant_texts(rollout.completion)[-1]
 
 
-def train_once(model: Path, greedy: str, out: Path, temperature: float) -> dict[str, float]:
+def train_once(model: Path, greedy: str, out: Path, **changes: Any) -> dict[str, float]:
+    """One training step; the first row of metrics.csv (step 0 when the probe ran)."""
     cfg = TrainConfig(
         env="same_as_greedy",
         model=str(model),
@@ -79,9 +81,9 @@ def train_once(model: Path, greedy: str, out: Path, temperature: float) -> dict[
         batch_size=4,
         group_size=4,
         max_tokens=MAX_TOKENS,
-        temperature=temperature,
         eval_every=None,
         save_every=None,
+        **changes,
     )
     grpo.train(cfg, make_env=lambda **_: make_env(greedy), quiet=True, plots=False)
     with (out / "metrics.csv").open() as f:
@@ -113,21 +115,8 @@ def test_a_model_that_stays_on_its_argmax_gets_no_warning(
 
 def test_probe_tasks_0_skips_the_probe(peaked: tuple[Path, str], tmp_path: Path) -> None:
     model, greedy = peaked
-    cfg = TrainConfig(
-        env="same_as_greedy",
-        model=str(model),
-        output_dir=str(tmp_path),
-        steps=1,
-        batch_size=4,
-        group_size=4,
-        max_tokens=MAX_TOKENS,
-        probe_tasks=0,
-        eval_every=None,
-        save_every=None,
-    )
-    grpo.train(cfg, make_env=lambda **_: make_env(greedy), quiet=True, plots=False)
-    header = (tmp_path / "metrics.csv").read_text().splitlines()[0]
-    assert "probe/" not in header
+    first = train_once(model, greedy, tmp_path, temperature=1.0, probe_tasks=0)
+    assert first["step"] == 1 and not [k for k in first if k.startswith("probe/")]
 
 
 @pytest.mark.parametrize(
