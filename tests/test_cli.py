@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -191,3 +193,24 @@ def test_eval_of_an_endpoint_keeps_the_endpoints_limit(openai_server, capsys, mo
     argv += ["-q", "-o", str(tmp_path / "r")]
     assert main(argv) == 0
     assert "no token limit but the endpoint's a turn" in capsys.readouterr().out.splitlines()[0]
+
+
+@pytest.mark.parametrize(
+    ("argv", "status"),
+    [
+        (["list"], 141),
+        (["--help"], 0),  # argparse swallows its own write errors, then exits 0
+        (["train", "--help"], 0),
+        (["eval", "reverse_text", "-m", "policy:oracle", "-n", "2", "-r", "1", "-q", "-o", "{tmp}/run"], 141),
+    ],
+)
+def test_a_reader_that_closes_early_gets_no_traceback(argv: list[str], status: int, tmp_path) -> None:
+    """`rlvr list | head`: the pipe is closed before the command writes; 141 as for SIGPIPE, stderr empty."""
+    command = [sys.executable, "-m", "rlvr.cli", *(a.format(tmp=tmp_path) for a in argv)]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # the reader is gone before the first line
+    with proc.stderr:
+        err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == status, err
+    assert err == ""

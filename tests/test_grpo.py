@@ -178,7 +178,7 @@ def test_resume_after_a_kill_repeats_the_next_step_exactly(tiny, tmp_path, monke
     assert _same(straight[2], resumed[0]) == []
     assert straight[2]["ratio/max"] != 1.0  # the second minibatch update was off-policy
     rows = list(csv.DictReader((tmp_path / "b" / "metrics.csv").read_text().splitlines()))
-    assert [r["step"] for r in rows] == ["1.0", "2.0", "3.0"]
+    assert [r["step"] for r in rows] == ["0.0", "1.0", "2.0", "3.0"]  # step 0: the probe, not run again
     a = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "a" / "final")
     b = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "b" / "final")
     assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))

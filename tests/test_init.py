@@ -6,33 +6,40 @@ import asyncio
 import doctest
 import importlib
 import importlib.util
+import random
 import sys
 import tomllib
 from collections.abc import Iterator
+from importlib.metadata import EntryPoint
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-from rlvr import check_env
+import rlvr
+from rlvr import Policy, check_env, registry
 from rlvr.cli import main
 from rlvr.commands.init import scaffold
 from rlvr.engine import run_rollouts
 from rlvr.errors import UsageError
 from rlvr.registry import GROUP
 
-NAME = "rlvr_scaffold_probe"
+NAME = "rlvr-scaffold-probe"
+MODULE = "rlvr_scaffold_probe"
+KINDS = ["single", "multi", "tool"]
 
 
-@pytest.fixture
-def scaffolded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Path, ModuleType]]:
-    """Scaffold NAME into tmp_path and import its module from there (no pip install)."""
-    dest = scaffold(NAME, tmp_path)
+@pytest.fixture(params=KINDS)
+def scaffolded(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[Path, ModuleType]]:
+    """Scaffold NAME of each kind into tmp_path and import its module from there (no pip install)."""
+    dest = scaffold(NAME, tmp_path, kind=request.param)
     monkeypatch.syspath_prepend(str(dest))
     try:
-        yield dest, importlib.import_module(NAME)
+        yield dest, importlib.import_module(MODULE)
     finally:
-        for mod in [m for m in sys.modules if m == NAME or m.startswith(NAME + ".") or m == f"test_{NAME}"]:
+        for mod in [m for m in sys.modules if m == MODULE or m.startswith(MODULE + ".") or m == f"test_{MODULE}"]:
             del sys.modules[mod]
 
 
@@ -41,39 +48,87 @@ def test_scaffold_files_and_pyproject(scaffolded: tuple[Path, ModuleType]) -> No
     files = sorted(
         p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file() and "__pycache__" not in p.parts
     )
-    assert files == sorted(["README.md", f"{NAME}/__init__.py", "pyproject.toml", f"tests/test_{NAME}.py"])
+    assert files == sorted(["README.md", f"{MODULE}/__init__.py", "pyproject.toml", f"tests/test_{MODULE}.py"])
     project = tomllib.loads((dest / "pyproject.toml").read_text())
     assert project["project"]["name"] == "rlvr-scaffold-probe"
-    assert project["project"]["entry-points"][GROUP] == {NAME: f"{NAME}:load_environment"}
-    assert "rlvr" in project["project"]["dependencies"]
-    assert project["tool"]["setuptools"]["packages"] == [NAME]
+    assert project["project"]["entry-points"][GROUP] == {NAME: f"{MODULE}:load_environment"}
+    assert project["project"]["dependencies"] == [f"rlvr>={rlvr.__version__}"]  # met by this rlvr
+    assert project["tool"]["setuptools"]["packages"] == [MODULE]
     assert project["build-system"]["build-backend"] == "setuptools.build_meta"
-    assert f"pip install -e {dest.as_posix()}" in (dest / "README.md").read_text()
+    readme = (dest / "README.md").read_text()
+    checkout = Path(__file__).resolve().parents[1]  # this test runs from a source checkout
+    assert f"pip install -e {dest.as_posix()} -e {checkout.as_posix()}" in readme
+    assert f"rlvr eval {NAME} -m policy:" in readme
 
 
-def test_scaffold_env_passes_check_env_and_its_oracle_wins(
+def test_scaffold_env_passes_check_env_and_its_reference_player_wins(
     scaffolded: tuple[Path, ModuleType],
 ) -> None:
     _, module = scaffolded
     env = module.load_environment(num_tasks=4, eval_tasks=4)
     check_env(env)
-    assert env.sampling.max_tokens == 256  # the scaffold shows where a per-turn limit goes
-    rollouts = asyncio.run(run_rollouts(env, env.policies()["oracle"](), env.tasks(), rollouts_per_task=2))
+    assert env.sampling.max_tokens is not None  # the scaffold shows where a per-turn limit goes
+    (player,) = env.policies().values()
+    rollouts = asyncio.run(run_rollouts(env, player(), env.tasks(), rollouts_per_task=2))
     assert [r.reward for r in rollouts] == [1.0] * 8
     assert doctest.testmod(module).failed == 0
 
 
-def test_scaffold_tests_pass(scaffolded: tuple[Path, ModuleType]) -> None:
-    dest, _ = scaffolded
-    spec = importlib.util.spec_from_file_location(f"test_{NAME}", dest / "tests" / f"test_{NAME}.py")
+def scaffold_tests(dest: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"test_{MODULE}", dest / "tests" / f"test_{MODULE}.py")
     assert spec is not None and spec.loader is not None
     tests = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = tests
     spec.loader.exec_module(tests)
+    return tests
+
+
+def test_scaffold_tests_pass(scaffolded: tuple[Path, ModuleType]) -> None:
+    tests = scaffold_tests(scaffolded[0])
     names = [n for n in dir(tests) if n.startswith("test_")]
     assert len(names) == 3
     for name in names:
         getattr(tests, name)()
+
+
+def test_scaffold_test_names_the_player_that_fails(
+    scaffolded: tuple[Path, ModuleType], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The scaffold's player test takes the env's first player, whatever its name, and fails when it loses."""
+    dest, module = scaffolded
+    tests = scaffold_tests(dest)
+    env_class = type(module.load_environment())
+    monkeypatch.setattr(env_class, "policies", lambda self: {"renamed": lambda: Policy(lambda m, rng: "no idea")})
+    with pytest.raises(AssertionError, match="policy:renamed should solve every task"):
+        tests.test_reference_player_solves_every_task()
+
+
+def test_names_with_dashes_load_under_either_spelling(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["init", "guess-it", "--kind", "multi", "-o", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "guess_it/__init__.py" in out and "rlvr eval guess-it -m policy:binary_search" in out
+    monkeypatch.syspath_prepend(str(tmp_path / "guess-it"))
+    module = importlib.import_module("guess_it")
+    try:
+        points = {"guess-it": EntryPoint("guess-it", "guess_it:load_environment", GROUP)}
+        monkeypatch.setattr(registry, "_entry_points", lambda: points)
+        for spelling in ("guess-it", "guess_it"):
+            env = registry.load_environment(spelling, eval_tasks=6)
+            assert env.name == "guess-it"
+        player = env.policies()["binary_search"]()
+        rollouts = asyncio.run(run_rollouts(env, player, env.tasks()))
+        guesses = [r.rewards["num_guesses"] for r in rollouts]  # binary search: at most 7, mostly several
+        assert [r.reward for r in rollouts] == [1.0] * 6 and max(guesses) <= 7 and sum(guesses) > 12
+        question = [{"role": "user", "content": "I am thinking of a whole number between 1 and 100. Guess it."}]
+        history = [{"role": "assistant", "content": "<guess>50</guess>"}, {"role": "user", "content": "Higher."}]
+        history += [{"role": "assistant", "content": "<think>hm</think><guess>75</guess>"}]
+        history += [{"role": "user", "content": "Lower."}]
+        assert module.binary_search_policy(question, random.Random(0)) == "<guess>50</guess>"
+        assert module.binary_search_policy(question + history, random.Random(0)) == "<guess>62</guess>"
+    finally:
+        del sys.modules["guess_it"]
 
 
 def test_cli_creates_and_refuses_to_overwrite(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -90,10 +145,11 @@ def test_cli_creates_and_refuses_to_overwrite(tmp_path: Path, capsys: pytest.Cap
 @pytest.mark.parametrize(
     ("name", "expected"),
     [
-        ("My-Env", "not a valid module name"),
-        ("1env", "not a valid module name"),
-        ("class", "not a valid module name"),
-        ("", "not a valid module name"),
+        ("My-Env", "cannot name a module"),
+        ("1env", "cannot name a module"),
+        ("class", "cannot name a module"),
+        ("", "cannot name a module"),
+        ("my env", "cannot name a module"),
         ("json", "would shadow the module 'json'"),
         ("rlvr", "would shadow"),
         ("pytest", "already importable"),

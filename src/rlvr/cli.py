@@ -7,6 +7,7 @@ import argparse
 import asyncio
 import importlib
 import importlib.util
+import os
 import signal
 import sys
 import threading
@@ -62,6 +63,27 @@ def _raise_terminated() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; its exit status. A reader that stops early (`rlvr list | head`) ends any
+    command quietly with status 141, as a process killed by SIGPIPE would, not a traceback."""
+    try:
+        try:
+            return _main(argv)
+        finally:
+            sys.stdout.flush()  # here rather than at exit, so that a closed pipe is caught below
+    except BrokenPipeError:
+        _discard_stdout()
+        return 128 + signal.SIGPIPE
+
+
+def _discard_stdout() -> None:
+    """Point stdout at /dev/null: what is still buffered must not fail again at exit."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):  # (a stdout with no file descriptor: nothing is flushed at exit)
+        pass
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
     if not getattr(args, "command", None):

@@ -38,8 +38,10 @@ def describe(name: str) -> str:
 
 
 def load_environment(name: str, **env_args: Any) -> MultiTurnEnv[Any]:
-    """Load an installed environment by name with its arguments."""
+    """Load an installed environment by name with its arguments (`my-env` and `my_env` name the
+    same one when only one of them is installed)."""
     eps = _entry_points()
+    name = next((n for n in (name, name.replace("-", "_"), name.replace("_", "-")) if n in eps), name)
     if name not in eps:
         installed = ", ".join(sorted(eps)) or "none"
         close = difflib.get_close_matches(name, list(eps), n=1)

@@ -10,6 +10,11 @@ The run directory gets metrics.csv, tensorboard/, plots/*.png, eval/, checkpoint
 the end, final/ (a plain model folder for `rlvr eval -m`). `--resume` continues a killed run
 from its last checkpoint. Several GPUs: `torchrun --nproc-per-node N -m rlvr.cli train ...`
 (or `accelerate launch -m rlvr.cli train ...`). Full guide: docs/training.md.
+
+The defaults are sized for a GPU: 200 steps x 256 rollouts, 256 tokens a turn, 50 evaluation
+tasks a set: hours to days on a CPU. On a CPU shrink --steps,
+--batch-size, --max-tokens and --eval-tasks first. Before step 1 a probe of 16 tasks checks
+that sampling at -T keeps what the model does greedily (--probe-tasks 0 skips it).
 """
 
 from __future__ import annotations

@@ -30,7 +30,9 @@ CHOICES: dict[str, tuple[str, ...]] = {"loss": tuple(SPECS), "lr_schedule": LR_S
 
 RENAMED = {"rollouts_per_example": "group_size", "num_groups": "num_buckets"}
 """Old field names still accepted (with a DeprecationWarning) in TOML files and flags."""
-RESUME_MAY_CHANGE = frozenset({"steps", "eval_every", "eval_tasks", "eval_exact", "save_every", "output_dir", "device"})
+RESUME_MAY_CHANGE = frozenset(
+    {"steps", "probe_tasks", "eval_every", "eval_tasks", "eval_exact", "save_every", "output_dir", "device"}
+)
 """Fields a resumed run may change; any other difference from the saved config is an error."""
 
 
@@ -100,6 +102,8 @@ class TrainConfig:
     """seed of the sampler, the rollouts, and torch"""
     device: str | None = None
     """cpu, cuda, cuda:1 ...; None = CUDA when available (one GPU per process under torchrun)"""
+    probe_tasks: int = 16
+    """tasks of the step-0 check that sampling at `temperature` keeps the greedy reward and format; 0 = skip"""
     eval_every: int | None = 50
     """evaluate every N steps (and after the last); None = never"""
     eval_tasks: int = 50
@@ -311,6 +315,7 @@ def _check_values(c: TrainConfig) -> None:
         value = getattr(c, name)
         need(value in allowed, f"unknown {name} {value!r}; expected one of {', '.join(allowed)}")
     need(math.isfinite(c.lr) and c.lr > 0, f"lr must be > 0, got {c.lr}")
+    need(c.probe_tasks >= 0, f"probe_tasks must be >= 0 (0 = no step-0 probe), got {c.probe_tasks}")
     need(c.warmup_steps >= 0, f"warmup_steps must be >= 0, got {c.warmup_steps}")
     need(c.max_grad_norm > 0, f"max_grad_norm must be > 0, got {c.max_grad_norm}")
     need(

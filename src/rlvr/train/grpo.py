@@ -6,7 +6,9 @@ Each step: (1) draw a stratified batch of tasks, (2) play `group_size` episodes 
 with the current policy through the ordinary engine and `LocalModel` (every turn, env
 replies included), (3) turn rewards into group advantages, (4) build token sequences from the
 ids that were sampled, (5) take the policy-gradient step(s), (6) log, (7) evaluate now and then,
-(8) checkpoint now and then. Knobs: `rlvr.train.config.TrainConfig`; metrics: docs/training.md.
+(8) checkpoint now and then. Before step 1, a probe warns when sampling at the training
+temperature loses what the model does greedily (`rlvr.train.probe`). Knobs:
+`rlvr.train.config.TrainConfig`; metrics: docs/training.md.
 
 Where the steps live: the loss table `loss_specs`, the losses `losses`, advantages
 `advantages`, token sequences `sequences` (and `chat_tokens`), the update `update`, metrics
@@ -61,6 +63,7 @@ from __future__ import annotations
 
 import functools
 import re
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -100,6 +103,7 @@ from rlvr.train.model import (
     make_optimizer,
     make_scheduler,
 )
+from rlvr.train.probe import collapse_warning, compare, probe, probe_set
 from rlvr.train.sequences import build_sequences
 from rlvr.train.session import EnvFactory, Envs, StepSeeded, event_loop
 from rlvr.train.update import UpdateSettings, update_policy
@@ -225,6 +229,15 @@ def train(
             log.plot_async()
             say(f"evaluation at step {step}:\n{table}")
 
+        if start == 0 and cfg.probe_tasks:  # before any compute is spent: does sampling break the model?
+            played_by = probe_set(env, cfg.probe_tasks, cfg.env_args, rank=dist.rank, world=dist.world)
+            greedy, sampled = run_async(probe(played_by, client, sampling))
+            found = compare(env, dist.gather(greedy), dist.gather(sampled), cfg.temperature)
+            if log is not None:
+                log.write(0, found.metrics())
+                warning = collapse_warning(found)
+                if warning is not None:  # even under -q: it is the most expensive mistake to miss
+                    print(warning, file=sys.stderr, flush=True)
         if start == 0 and cfg.eval_every is not None:
             evaluate_and_log(0)
         for step in range(start, cfg.steps):
