@@ -32,6 +32,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "rlvr.check",
             "rlvr.sampler",
             "rlvr.registry",
+            "rlvr.mixture",
             "rlvr.results",
             "rlvr.summary",
             "rlvr.report",

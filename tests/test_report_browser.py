@@ -54,6 +54,7 @@ CHROMIUM_ARGS = [
 PLAYERS = {
     "double_check": "random",
     "ice_maze": "optimal",
+    "mix": "random+echo",
     "python_math": "oracle",
     "reverse_text": "echo",
     "tictactoe": "random",

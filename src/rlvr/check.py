@@ -61,8 +61,9 @@ def check_env(env: MultiTurnEnv[Any], client: ChatClient | None = None, num_task
 
     rollouts = asyncio.run(play())
     known = set(env.stop_conditions()) | {"timeout", "error", "prompt_too_long"}
+    by_id = {t.id: t for t in tasks}
     for r in rollouts:
-        _check_rollout(r, env, known)
+        _check_rollout(r, env.member(by_id[r.task_id])[0], known)  # a mixture's rollout: its member's rubric
 
 
 def _check_rollout(r: Rollout, env: MultiTurnEnv[Any], known: set[str]) -> None:

@@ -78,7 +78,7 @@ async def run_rollouts(
             groups.release()
 
     async def play_group(task: Task, indices: list[int]) -> None:
-        if env.rubric.has_group_functions:
+        if env.member(task)[0].rubric.has_group_functions:
             states = list(await asyncio.gather(*(play(task, i) for i in indices)))
             await score_and_emit(task, indices, states)
             return
@@ -103,12 +103,14 @@ async def run_rollouts(
 async def score_group(
     env: MultiTurnEnv[Any], task: Task, indices: Sequence[int], states: Sequence[State]
 ) -> list[Rollout]:
-    """Score one group's finished states with the env's rubric and build their records."""
+    """Score one group's finished states with the rubric of the env that played them (in a
+    mixture, the task's member: `env.member(task)`) and build their records, under `task`'s id."""
     t0 = time.monotonic()
-    names = env.rubric.names
+    rubric = env.member(task)[0].rubric
+    names = rubric.names
     ok = [s for s in states if s.error is None]
     try:
-        scores = iter(await env.rubric.score_group(ok) if ok else [])
+        scores = iter(await rubric.score_group(ok) if ok else [])
         failure = None
     except Exception as exc:
         scores, failure = iter(()), "RewardError: " + error_summary(exc)
@@ -121,27 +123,27 @@ async def score_group(
             error = failure
         elif error is None:
             rewards = next(scores)
-        total = env.rubric.total(rewards) if error is None else 0.0
+        total = rubric.total(rewards) if error is None else 0.0
         if not math.isfinite(total):
             error, total = f"RewardError: total reward is {total}", 0.0
-        out.append(_record(state, index, rewards, total, error, score_s))
+        out.append(_record(task, state, index, rewards, total, error, score_s))
     return out
 
 
 def _record(
-    state: State, index: int, rewards: dict[str, float], total: float, error: str | None, score_s: float
+    task: Task, state: State, index: int, rewards: dict[str, float], total: float, error: str | None, score_s: float
 ) -> Rollout:
     timing = {k: round(v, 6) for k, v in state.timing.items()}
     timing["score"] = round(score_s, 6)
     timing["total"] = round(time.monotonic() - state.started_at, 6)
     return Rollout(
-        task_id=state.task.id,
+        task_id=task.id,
         rollout_index=index,
         seed=state.seed,
         prompt=state.prompt,
         turns=state.turns,
-        answer=state.task.answer,
-        info=dict(state.task.info),
+        answer=task.answer,
+        info=dict(task.info),
         rewards=rewards,
         reward=total,
         metrics={

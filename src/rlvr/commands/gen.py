@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     if keep is not None:
         keep.check_names([*env.rubric.names, *METRICS, "reward", "truncated"])
     tasks, sampling = tasks_and_sampling(args, env, client)
-    tools = {t.id: env.tool_schemas(env.setup_state(t)) for t in tasks}
+    tools = {t.id: tools_of(env, t) for t in tasks}
     meta = {"env": args.env, "env_args": env.env_args, "model": model}
     out.parent.mkdir(parents=True, exist_ok=True)
     dropped: Counter[str] = Counter()
@@ -109,6 +109,13 @@ def run(args: argparse.Namespace) -> int:
     for reason, count in dropped.most_common():
         print(f"  dropped {count}: {reason}")
     return 0 if kept else 1
+
+
+def tools_of(env: Any, task: Any) -> Any:
+    """The tools offered on the first turn of `task`, by the env that plays it (in a mixture,
+    its member)."""
+    player, own = env.member(task)
+    return player.tool_schemas(player.setup_state(own))
 
 
 def drop_reason(rollout: Any, keep: Any) -> str | None:

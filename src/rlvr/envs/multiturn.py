@@ -186,6 +186,20 @@ class MultiTurnEnv(Generic[S]):
         each difficulty bucket in every batch."""
         return None
 
+    # ---- optional: a mixture of environments --------------------------------------------
+
+    def member(self, task: Task) -> tuple[MultiTurnEnv[Any], Task]:
+        """The environment that plays and scores `task`, and the task as that env knows it:
+        this env itself, except in a mixture (`rlvr.mixture.EnvGroup`), which names the member
+        the task came from. `rollout` hands such a task to the member's own `rollout`."""
+        return self, task
+
+    def member_play(
+        self, env: MultiTurnEnv[Any], client: ChatClient, sampling: SamplingArgs
+    ) -> tuple[ChatClient, SamplingArgs]:
+        """The client and sampling a member (another env named by `member`) plays with."""
+        return client, sampling
+
     # ---- optional lifecycle -------------------------------------------------------------
 
     async def start(self) -> None:
@@ -228,7 +242,13 @@ class MultiTurnEnv(Generic[S]):
         one exception is `KeyRefusedError`, a client that can answer no request any more.
 
         `start()`, then `setup_state(task)`, then turns until a stop condition holds; then
-        `close_state(state)`, whatever happened after the state was set up."""
+        `close_state(state)`, whatever happened after the state was set up. A task that
+        `member` gives to another environment is that environment's episode, played by its own
+        `rollout` (the state keeps the task as the member knows it)."""
+        env, own = self.member(task)
+        if env is not self:
+            client, sampling = self.member_play(env, client, sampling)
+            return await env.rollout(client, own, sampling, seed)
         try:
             await self.start()
             state = self.setup_state(task)
