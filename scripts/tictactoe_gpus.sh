@@ -40,6 +40,14 @@ job() {  # job GPU NAME "SHARED VARS" "VARIANT VARS" ...: one seed's SFT, then i
   done
 }
 
+four() {  # four "SHARED VARS" VARIANT...: seeds 0, 1, 2 at full scale and the weak start, one GPU each
+  local shared=$1; shift
+  job 0 s0 "SEED=0 $shared" "$@"
+  job 1 s1 "SEED=1 $shared" "$@"
+  job 2 s2 "SEED=2 $shared" "$@"
+  job 3 weak "SEED=0 GAMES=200 SFT_STEPS=60 SFT_BATCH=32 $shared" "$@"
+}
+
 start() {
   mkdir -p "$ROOT"
   local plain="TRAP_PROB=0.0 OPENING_PLIES=0"  # the plans before traps and random starts
@@ -51,28 +59,16 @@ start() {
         "lr1e5 RL_LR=1e-5" "kl RL_LR=1e-5 RL_EXTRA=--kl-coef=0.05" \
         "t07kl RL_LR=1e-5 RL_TEMP=0.7 RL_EXTRA=--kl-coef=0.05" "strong RL_LR=1e-5 RL_MAX_P=0.3 RL_EXTRA=--kl-coef=0.05" ;;
     main)  # four GPUs: three seeds of the full pipeline and the weak start, variants A and B each
-      local a="rl ${VARIANT_A:-RL_LR=3e-5}" b="rlB ${VARIANT_B:-RL_LR=2e-5 RL_TEMP=1.25}"
-      local steps="RL_STEPS=${RL_STEPS:-150} EVAL_EVERY=15 $plain"
-      job 0 s0 "SEED=0 $steps" "$a" "$b"
-      job 1 s1 "SEED=1 $steps" "$a" "$b"
-      job 2 s2 "SEED=2 $steps" "$a" "$b"
-      job 3 weak "SEED=0 GAMES=200 SFT_STEPS=60 SFT_BATCH=32 $steps" "$a" "$b" ;;
+      four "RL_STEPS=${RL_STEPS:-150} EVAL_EVERY=15 $plain" \
+        "rl ${VARIANT_A:-RL_LR=3e-5}" "rlB ${VARIANT_B:-RL_LR=2e-5 RL_TEMP=1.25}" ;;
     trap)  # four GPUs: the main plan's two variants with a trap-setting opponent (trap_prob 1)
-      local a="rlT TRAP_PROB=1.0 RL_LR=3e-5" b="rlT2 TRAP_PROB=1.0 RL_LR=2e-5 RL_TEMP=1.25"
-      local steps="RL_STEPS=${RL_STEPS:-100} EVAL_EVERY=${EVAL_EVERY:-20} OPENING_PLIES=0"
       export FIRST_STAGES=sft LAST_STAGES=""
-      job 0 s0 "SEED=0 $steps" "$a" "$b"
-      job 1 s1 "SEED=1 $steps" "$a" "$b"
-      job 2 s2 "SEED=2 $steps" "$a" "$b"
-      job 3 weak "SEED=0 GAMES=200 SFT_STEPS=60 SFT_BATCH=32 $steps" "$a" "$b" ;;
+      four "RL_STEPS=${RL_STEPS:-100} EVAL_EVERY=${EVAL_EVERY:-20} OPENING_PLIES=0" \
+        "rlT TRAP_PROB=1.0 RL_LR=3e-5" "rlT2 TRAP_PROB=1.0 RL_LR=2e-5 RL_TEMP=1.25" ;;
     explore)  # four GPUs: traps, and training games that start from random positions (group 8 or 16)
-      local a="rlE TRAP_PROB=1.0 OPENING_PLIES=4 RL_LR=2e-5" b="rlE16 TRAP_PROB=1.0 OPENING_PLIES=4 RL_LR=2e-5 GROUP=16"
-      local steps="RL_STEPS=${RL_STEPS:-80} EVAL_EVERY=${EVAL_EVERY:-20}"
       export FIRST_STAGES=sft LAST_STAGES=""
-      job 0 s0 "SEED=0 $steps" "$a" "$b"
-      job 1 s1 "SEED=1 $steps" "$a" "$b"
-      job 2 s2 "SEED=2 $steps" "$a" "$b"
-      job 3 weak "SEED=0 GAMES=200 SFT_STEPS=60 SFT_BATCH=32 $steps" "$a" "$b" ;;
+      four "RL_STEPS=${RL_STEPS:-80} EVAL_EVERY=${EVAL_EVERY:-20}" \
+        "rlE TRAP_PROB=1.0 OPENING_PLIES=4 RL_LR=2e-5" "rlE16 TRAP_PROB=1.0 OPENING_PLIES=4 RL_LR=2e-5 GROUP=16" ;;
     *) echo "unknown plan $1" >&2; exit 2 ;;
   esac
   wait
