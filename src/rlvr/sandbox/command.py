@@ -88,7 +88,10 @@ def bwrap_args(bwrap: str, limits: SandboxLimits, as_root: bool) -> list[str]:
     system = [top for top in ("/lib", "/lib64", "/usr/lib", "/usr/lib64") if os.path.isdir(top)]
     binds, _ = _packages(limits.packages)
     mounted = [*system, "/etc/ld.so.cache", *python, *binds, _RUNNER_INSIDE]
-    parents = {str(parent) for path in mounted for parent in Path(path).parents} - {"/"}
+    # the work dir first: a package or interpreter that lives under it (a checkout in /tmp) is
+    # bound on top of it below instead of being covered by it
+    args += ["--perms", "1777", "--size", str(limits.disk_mb * 1024 * 1024), "--tmpfs", WORKDIR]
+    parents = {str(parent) for path in mounted for parent in Path(path).parents} - {"/", WORKDIR}
     for parent in sorted(parents, key=lambda p: (p.count("/"), p)):  # bwrap would make them 0700
         args += ["--perms", "0755", "--dir", parent]
     for top in system:
@@ -101,7 +104,6 @@ def bwrap_args(bwrap: str, limits: SandboxLimits, as_root: bool) -> list[str]:
     for path in binds:  # a package inside a hidden site-packages comes back on top of it
         args += ["--ro-bind", path, path]
     args += ["--ro-bind", str(RUNNER), _RUNNER_INSIDE, "--proc", "/proc", "--dev", "/dev"]
-    args += ["--perms", "1777", "--size", str(limits.disk_mb * 1024 * 1024), "--tmpfs", WORKDIR]
     args += ["--chdir", WORKDIR, "--remount-ro", "/", "--", exe, "-I", "-B", "-S", _RUNNER_INSIDE]
     return args
 
