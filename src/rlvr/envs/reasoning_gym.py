@@ -15,7 +15,8 @@ dataset's config.
   so the two do not overlap). The few generators that also draw from the module-level
   `random` get it seeded from the dataset and seed while they run, then restored, so the same
   arguments always give the same tasks.
-- Each task carries its dataset's metadata in ``info``: scoring needs nothing but the task.
+- Each task carries its dataset, split, index and metadata in ``info`` (the metadata as plain
+  JSON, for the record); scoring uses the item as the dataset made it.
 
 Reference players (`-m policy:NAME`): `oracle` answers with the dataset's own answer (not
 offered for the few datasets without one); `guess` answers with another task's answer.
@@ -27,6 +28,7 @@ import contextlib
 import dataclasses
 import difflib
 import functools
+import json
 import random
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -93,30 +95,43 @@ def _global_random_seeded(seed: str) -> Iterator[None]:
         random.setstate(saved)
 
 
-def make_tasks(name: str, data: Any, split: str) -> list[Task]:
-    """Every item of a reasoning-gym dataset as a task: its question, its answer (None when the
-    dataset has none) and, in `info`, the dataset name, the item's index and its metadata."""
+def make_tasks(name: str, data: Any, split: str) -> tuple[list[Task], list[dict[str, Any]]]:
+    """Every item of a reasoning-gym dataset as a task (its question, its answer or None when the
+    dataset has none, and in `info` the dataset, split, index and metadata as plain JSON), and
+    the items themselves, which the dataset scores against."""
     with _global_random_seeded(f"reasoning_gym:{name}:{data.seed}"):
         entries = [data[i] for i in range(len(data))]
-    return [
+    tasks = [
         Task(
             id=f"{split}-{i}",
             question=str(entry["question"]),
             answer=None if entry["answer"] is None else str(entry["answer"]),
-            info={"dataset": name, "index": i, "metadata": entry["metadata"]},
+            info={"dataset": name, "split": split, "index": i, "metadata": _plain_json(entry["metadata"])},
             seed=data.seed + i,
         )
         for i, entry in enumerate(entries)
     ]
+    return tasks, entries
 
 
-def make_score(data: Any) -> Callable[..., float]:
-    """The reward function of `data`: its own `score_answer` of the tagged answer."""
+def _plain_json(value: Any) -> Any:
+    """`value` as it reads back from JSON (tuples become lists, other keys and values strings),
+    so that results files hold the metadata as the rollout saw it.
 
-    def score_answer(completion: Messages, task: Task, parser: XMLParser) -> float:
+    >>> _plain_json({"range": (1, 3), 2: {1, 2}.__class__.__name__})
+    {'range': [1, 3], '2': 'set'}
+    """
+    return json.loads(json.dumps(value, default=str))
+
+
+def make_score(data: Any, entries: Mapping[str, Sequence[Mapping[str, Any]]]) -> Callable[..., float]:
+    """The reward function of `data`: its own `score_answer` of the tagged answer, against the
+    item as the dataset made it (`entries` by split; the task's info says which)."""
+
+    def score_answer(completion: Messages, info: Mapping[str, Any], parser: XMLParser) -> float:
         """reasoning-gym's score of the `<answer>` (None when there is no tagged answer). A
         scorer that raises on what the model wrote scores it 0: that answer is not valid."""
-        entry = {"question": task.question, "answer": task.answer, "metadata": task.info["metadata"]}
+        entry = entries[info["split"]][info["index"]]
         try:
             return float(data.score_answer(parser.parse_answer(completion), entry))
         except Exception:
@@ -151,7 +166,7 @@ class ReasoningGymEnv(SingleTurnEnv[State]):
         tasks = [*self.tasks("train"), *self.tasks("eval")]
         answers = {t.question: t.answer for t in tasks if t.question is not None and t.answer is not None}
         guess = functools.partial(guess_policy, answers=sorted(set(answers.values())))
-        players = {"guess": functools.partial(Policy, guess, name="guess")}
+        players: dict[str, Callable[[], ChatClient]] = {"guess": functools.partial(Policy, guess, name="guess")}
         if len(answers) == len({t.question for t in tasks}):
             oracle = functools.partial(oracle_policy, answers=answers)
             players = {"oracle": functools.partial(Policy, oracle, name="oracle"), **players}
@@ -183,10 +198,13 @@ def load_environment(
     train = create_dataset(dataset, size, seed, config)
     held_out = create_dataset(dataset, eval_size, seed + size, config)
     parser = XMLParser(["think", "answer"], optional=["think"])
-    rubric = Rubric([make_score(train), format_reward], weights=[1.0, format_weight], parser=parser)
+    train_tasks, train_entries = make_tasks(dataset, train, "train")
+    eval_tasks, eval_entries = make_tasks(dataset, held_out, "eval")
+    score = make_score(train, {"train": train_entries, "eval": eval_entries})
+    rubric = Rubric([score, format_reward], weights=[1.0, format_weight], parser=parser)
     return ReasoningGymEnv(
-        make_tasks(dataset, train, "train"),
-        eval_dataset=make_tasks(dataset, held_out, "eval"),
+        train_tasks,
+        eval_dataset=eval_tasks,
         system_prompt=SYSTEM_PROMPT,
         parser=parser,
         rubric=rubric,
