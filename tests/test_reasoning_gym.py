@@ -15,6 +15,7 @@ from rlvr import check_env
 from rlvr.engine import run_rollouts
 from rlvr.envs.reasoning_gym import load_environment
 from rlvr.errors import UsageError
+from rlvr.mixture import EnvGroup
 from rlvr.registry import load_environment as load_by_name
 from rlvr.types import Rollout
 
@@ -95,6 +96,7 @@ def test_a_dataset_without_answers_offers_no_oracle_and_still_checks() -> None:
         ({"dataset": "leg_countin"}, "reasoning-gym has no dataset 'leg_countin'; did you mean 'leg_counting'?"),
         ({"dataset": "leg_counting", "max_animal": 3}, "takes no argument 'max_animal'; did you mean 'max_animals'?"),
         ({"dataset": "leg_counting", "min_animals": 0}, "rejected its config {'min_animals': 0}: min_animals must"),
+        ({"dataset": "composite"}, "'composite' dataset is not bridged: mix reasoning_gym environments"),
         ({"dataset": "leg_counting", "size": 0}, "size and eval_size must be >= 1, got 0, 100"),
     ],
 )
@@ -102,3 +104,10 @@ def test_bad_arguments_are_one_line(kwargs: dict[str, object], message: str) -> 
     with pytest.raises(UsageError) as caught:
         load_by_name("reasoning_gym", **kwargs)
     assert message in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_two_datasets_mix_as_an_env_group() -> None:
+    env = EnvGroup({d: load_environment(dataset=d, size=3, eval_size=3) for d in DATASETS[:2]})
+    rollouts = asyncio.run(run_rollouts(env, env.policies()["oracle+oracle"](), env.tasks()))
+    assert sorted(r.task_id.split("/")[0] for r in rollouts) == sorted(DATASETS[:2] * 3)
+    assert [r.reward for r in rollouts] == [1.0] * 6 and all(r.error is None for r in rollouts)

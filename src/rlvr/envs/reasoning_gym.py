@@ -68,6 +68,11 @@ def create_dataset(name: str, size: int, seed: int, config: Mapping[str, Any]) -
         close = difflib.get_close_matches(name, list(datasets), n=1)
         fix = f"did you mean {close[0]!r}?" if close else f"it has {len(datasets)}: {', '.join(sorted(datasets))}"
         raise UsageError(f"reasoning-gym has no dataset {name!r}; {fix}")
+    if name == "composite":
+        raise UsageError(
+            "reasoning-gym's 'composite' dataset is not bridged: mix reasoning_gym environments of one "
+            'dataset each with EnvGroup({"legs": env_a, "words": env_b}) (rlvr.mixture) instead'
+        )
     accepted = [f.name for f in dataclasses.fields(datasets[name][1]) if f.name not in ("seed", "size")]
     unknown = [key for key in config if key not in accepted]
     if unknown:
