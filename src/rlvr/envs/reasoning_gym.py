@@ -19,7 +19,8 @@ dataset's config.
   JSON, for the record); scoring uses the item as the dataset made it.
 
 Reference players (`-m policy:NAME`): `oracle` answers with the dataset's own answer (not
-offered for the few datasets without one); `guess` answers with another task's answer.
+offered for the few datasets without one); `guess` answers with another task's answer. Their
+scores on three datasets, and the arguments, are in docs/environments.md.
 """
 
 from __future__ import annotations
