@@ -56,6 +56,7 @@ PLAYERS = {
     "ice_maze": "optimal",
     "mix": "random+echo",
     "python_math": "oracle",
+    "reasoning_gym": "guess",
     "reverse_text": "echo",
     "tictactoe": "random",
     "wiki_search": "oracle",
