@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# The CPU recipe of docs/training.md ("Train on a CPU"): scaffold the multi-turn guess-the-number
+# env, build a tiny model, evaluate it, SFT it on its binary-search player's games, evaluate,
+# RL it, evaluate. One line per stage with its wall time and the greedy solved rate.
+#
+#   scripts/cpu_recipe.sh [OUT_DIR]      # OUT_DIR defaults to a fresh temporary folder
+#
+# Run it from the checkout's venv (`make install-dev`, then `. .venv/bin/activate`). The env is
+# installed into that venv for the run (pip install -e) and uninstalled at the end. The sizes
+# below are the measured recipe; the environment variables shrink it (tests/test_cpu_recipe.py).
+set -euo pipefail
+
+OUT=${1:-$(mktemp -d -t rlvr-cpu-recipe.XXXXXX)}
+NAME=${RECIPE_ENV:-cpu_guess}
+GEN_TASKS=${GEN_TASKS:-1000}      # binary-search games kept as SFT data
+EVAL_TASKS=${EVAL_TASKS:-100}     # eval-split tasks, one greedy rollout each
+SFT_STEPS=${SFT_STEPS:-400}       # batches of 16 games, lr 2e-3 (the model starts from random weights)
+RL_STEPS=${RL_STEPS:-40}          # batches of 64 rollouts: 8 tasks x 8
+RL_LR=${RL_LR:-3e-5}
+RL_TEMPERATURE=${RL_TEMPERATURE:-0.5}
+
+mkdir -p "$OUT"
+cd "$OUT"
+INSTALL=${RECIPE_INSTALL:-1}      # 0: the caller puts the env on PYTHONPATH itself (the test does)
+if [[ $INSTALL == 1 ]]; then
+    trap 'pip uninstall -y -q "rlvr-${NAME//_/-}" >/dev/null 2>&1 || true' EXIT
+fi
+START=$(date +%s)
+STAGE_START=$START
+
+# stage NAME [EVAL_DIR]: one line with the stage's wall time (and the eval's solved rate).
+stage() {
+    local now result=""
+    now=$(date +%s)
+    if [[ $# -gt 1 ]]; then
+        result=$(python - "$2/results.jsonl" <<'PY'
+import json, statistics, sys
+rows = [json.loads(line) for line in open(sys.argv[1])]
+solved = statistics.fmean(r["rewards"]["solved"] for r in rows)
+fmt = statistics.fmean(r["rewards"]["format_reward"] for r in rows)
+print(f"  solved {100 * solved:.1f}% of {len(rows)} tasks, format {100 * fmt:.1f}%")
+PY
+)
+    fi
+    printf 'stage %-10s %4ds (total %4ds)%s\n' "$1" $((now - STAGE_START)) $((now - START)) "$result"
+    STAGE_START=$now
+}
+
+evaluate() {  # evaluate MODEL DIR: greedy, one rollout per eval task
+    rlvr eval "$NAME" -m "$1" -a "{\"eval_tasks\": $EVAL_TASKS}" -n "$EVAL_TASKS" -r 1 -T 0 -o "$2" -q >/dev/null
+}
+
+rlvr init "$NAME" --kind multi -o envs >/dev/null
+if [[ $INSTALL == 1 ]]; then pip install -q -e "envs/$NAME" 2>/dev/null; fi
+stage install
+rlvr model new --preset tiny --corpus "$NAME" -o base >/dev/null 2>&1
+rlvr gen "$NAME" -m policy:binary_search -a "{\"num_tasks\": $GEN_TASKS}" -f 'solved == 1' -o sft.jsonl -q >/dev/null
+stage model+data
+evaluate base eval/base
+stage eval-base eval/base
+rlvr sft -m base -d sft.jsonl -o sft --max-steps "$SFT_STEPS" --batch-size 16 --lr 2e-3 \
+    --eval-every none --save-every none --device cpu -q
+stage sft
+evaluate sft/final eval/sft
+stage eval-sft eval/sft
+rlvr train "$NAME" -m sft/final -o rl --steps "$RL_STEPS" --batch-size 64 --group-size 8 --max-tokens 16 \
+    -T "$RL_TEMPERATURE" --lr "$RL_LR" --eval-every none --save-every none --device cpu -q
+stage rl
+evaluate rl/final eval/rl
+stage eval-rl eval/rl
+echo "done in $OUT: base/, sft/final, rl/final, eval/{base,sft,rl}/results.jsonl"
