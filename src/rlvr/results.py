@@ -210,7 +210,7 @@ def json_line(record: dict[str, Any]) -> bytes:
         found: dict[str, str] = {}
         clean = _nulled(record, "", found)
         text = json.dumps({**clean, "nonfinite": found}, ensure_ascii=False, allow_nan=False)
-    # UTF-8 has no form for a lone surrogate; JSON has one: the escape `\\udXXX`, which is what
+    # UTF-8 has no form for a lone surrogate; JSON has one: an escape such as `\\udc80`, which is what
     # backslashreplace writes (outside strings JSON text is ASCII, so only strings are touched)
     return (text + "\n").encode("utf-8", "backslashreplace")
 
