@@ -27,6 +27,7 @@ RL2_MIN_P=${RL2_MIN_P:-0.0}; RL2_MAX_P=${RL2_MAX_P:-0.25}; RL2_LR=${RL2_LR:-3e-5
 LOSS_REWARD=${LOSS_REWARD:-0.0}
 TRAP_PROB=${TRAP_PROB:-1.0}   # how often the opponent's best move is a trap (env option trap_prob)
 OPENING_PLIES=${OPENING_PLIES:-4}   # training games may start after up to this many random moves
+OPENING_HISTORY=${OPENING_HISTORY:-false}   # true: such starts are shown as the conversation that led there
 RL_EXTRA=${RL_EXTRA:-}   # more `rlvr train` flags for the RL phases, e.g. "--kl-coef 0.05"
 EXACT=${EXACT:-1}   # 0: no exact evaluation (the smoke scale, where a barely trained model is slow to walk)
 RL_NAME=${RL_NAME:-rl}   # another name runs another RL variant from the same SFT model, side by side
@@ -77,7 +78,7 @@ fi
 rl() {  # rl NAME FROM STEPS MIN_P MAX_P LR TEMPERATURE
   local name=$1 from=$2 steps=$3 low=$4 high=$5 lr=$6 temp=$7
   if [ "$steps" -gt 0 ] && [ -f "$from/config.json" ] && [ ! -f "$OUT/$name/final/config.json" ]; then
-    local env_args="{\"min_random_move_prob\": $low, \"max_random_move_prob\": $high, \"loss_reward\": $LOSS_REWARD, \"trap_prob\": $TRAP_PROB, \"opening_plies\": $OPENING_PLIES}"
+    local env_args="{\"min_random_move_prob\": $low, \"max_random_move_prob\": $high, \"loss_reward\": $LOSS_REWARD, \"trap_prob\": $TRAP_PROB, \"opening_plies\": $OPENING_PLIES, \"opening_history\": $OPENING_HISTORY}"
     log "RL $name ($steps steps, $env_args, lr $lr, T $temp)"; stamp "$name"
     resume=""; [ -d "$OUT/$name/checkpoints" ] && resume="--resume"
     rlvr train tictactoe --model "$from" --output-dir "$OUT/$name" $resume -q \

@@ -17,17 +17,14 @@ same reply. The game ends when it is won, lost or drawn (`game_over`, terminated
 from __future__ import annotations
 
 import functools
-import hashlib
 import math
 import os
-import random
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from rlvr import ChatClient, MultiTurnEnv, SamplingArgs, Task, stop
 from rlvr.deprecation import renamed_arguments
-from rlvr.sampler import bucket_index, bucket_range
 from rlvr.types import Messages
 from rlvr_tictactoe import players, tree
 from rlvr_tictactoe.game import (
@@ -35,14 +32,12 @@ from rlvr_tictactoe.game import (
     EMPTY_BOARD,
     Board,
     apply_move,
-    game_value,
-    legal_moves,
     move_rng,
     opponent_move,
     render,
-    winner,
 )
 from rlvr_tictactoe.rewards import PARSER, GameState, make_rubric, parse, summarize
+from rlvr_tictactoe.tasks import board_view, game_outcome, make_task, opening_task
 
 OPPONENTS = {"optimal": (0.0, 0.0), "random": (1.0, 1.0)}
 STARTS = ("random", "always", "never")
@@ -61,14 +56,6 @@ HumanMove = Callable[[GameState], "int | Awaitable[int]"]
 
 
 # ---- texts ----------------------------------------------------------------------------------
-
-
-def board_view(status: str, board: Board, *, over: bool = False) -> str:
-    """A user turn: the status line, the board and (while the game runs) the free cells."""
-    text = f"{status}\n\n{render(board)}"
-    if not over:
-        text += "\nAvailable positions: " + ", ".join(map(str, legal_moves(board)))
-    return text
 
 
 def read_move(text: str, board: Board) -> tuple[int | None, str | None]:
@@ -92,90 +79,7 @@ def read_move(text: str, board: Board) -> tuple[int | None, str | None]:
     return cell, None
 
 
-def _outcome(board: Board) -> str | None:
-    w = winner(board)
-    if w is not None:
-        return "win" if w == "X" else "loss"
-    return "draw" if EMPTY not in board else None
-
-
 _ENDINGS = {"win": "you win.", "loss": "you lose.", "draw": "the board is full: a draw."}
-
-
-# ---- dataset --------------------------------------------------------------------------------
-
-
-def task_seed(split: str, seed: int, index: int) -> int:
-    """A 48-bit seed for task `index` of `split`; train seeds are even, eval seeds odd."""
-    digest = hashlib.blake2b(f"rlvr-tictactoe/{split}/{seed}/{index}".encode(), digest_size=6).digest()
-    return (int.from_bytes(digest, "big") & ~1) | (split == "eval")
-
-
-def make_task(
-    split: str,
-    index: int,
-    seed: int,
-    low: float,
-    high: float,
-    num_buckets: int,
-    model_starts: str,
-    trap_prob: float = 0.0,
-    opening_plies: int = 0,
-) -> Task:
-    """Task `index` of a split (see the module docstring). With `opening_plies` > 0 the game
-    may start from a position after up to that many uniformly random moves (`random_opening`)."""
-    tseed = task_seed(split, seed, index)
-    rng = random.Random(tseed)
-    a, b = bucket_range(index % num_buckets, low, high, num_buckets)
-    p = min(max(a + rng.random() * (b - a), low), high)
-    starts = {"always": True, "never": False}.get(model_starts, rng.random() < 0.5)
-    bucket = bucket_index(p, low, high, num_buckets)
-    if opening_plies > 0:  # its own RNG: the tasks of opening_plies = 0 stay as they were
-        moves = random_opening(random.Random(tseed ^ 0x5EED), starts, opening_plies)
-        if len(moves) > 1:
-            return position_task(f"{split}-{index}", tseed, p, moves, starts, bucket)
-    first = None if starts else opponent_move(EMPTY_BOARD, "O", p, move_rng(tseed, EMPTY_BOARD), trap_prob)
-    return opening_task(f"{split}-{index}", tseed, p, first, bucket=bucket)
-
-
-def random_opening(rng: random.Random, model_starts: bool, max_plies: int) -> list[int]:
-    """Uniformly random moves from the empty board, X first when the model starts, else O:
-    a count drawn from 0..max_plies (rounded down to leave X to move), redrawn until the game
-    is not over and X is not lost against perfect play (a lost start teaches nothing)."""
-    while True:
-        plies = rng.randint(0, max_plies)
-        plies -= (plies % 2) != (0 if model_starts else 1)
-        if plies <= 0:
-            return []
-        board, mark, moves = EMPTY_BOARD, "X" if model_starts else "O", []
-        for _ in range(plies):
-            cell = rng.choice(legal_moves(board))
-            board, mark, moves = apply_move(board, cell, mark), "O" if mark == "X" else "X", [*moves, cell]
-        if _outcome(board) is None and game_value(board, "X") >= 0:
-            return moves
-
-
-def position_task(task_id: str, seed: int, p: float, moves: list[int], model_starts: bool, bucket: int) -> Task:
-    """A game that starts after `moves` (X's then O's last), shown as an ordinary turn."""
-    board, mark = EMPTY_BOARD, "X" if model_starts else "O"
-    for cell in moves:
-        board, mark = apply_move(board, cell, mark), "O" if mark == "X" else "X"
-    status = f"You took {moves[-2]}; O took {moves[-1]}. Your move."
-    info = {"random_move_prob": p, "bucket": bucket, "model_starts": model_starts, "board": "".join(board)}
-    info["opening"] = list(moves)
-    return Task(id=task_id, prompt=({"role": "user", "content": board_view(status, board)},), info=info, seed=seed)
-
-
-def opening_task(task_id: str, seed: int, p: float, first: int | None, bucket: int = 0) -> Task:
-    """A game's task: the model moves first (`first` None), or O has already taken `first`."""
-    if first is None:
-        board, status = EMPTY_BOARD, "New game. You are X and you move first."
-    else:
-        board = apply_move(EMPTY_BOARD, first, "O")
-        status = f"New game. You are X; O moved first and took {first}. Your move."
-    info = {"random_move_prob": p, "bucket": bucket, "model_starts": first is None, "board": "".join(board)}
-    prompt = ({"role": "user", "content": board_view(status, board)},)
-    return Task(id=task_id, prompt=prompt, info=info, seed=seed)
 
 
 # ---- environment ----------------------------------------------------------------------------
@@ -226,7 +130,7 @@ class TicTacToeEnv(MultiTurnEnv[GameState]):
             return [_user(board_view(f"Invalid move: {error}. Try again.", state.board))]
         state.board = apply_move(state.board, cell, "X")
         state.moves.append(cell)
-        if (outcome := _outcome(state.board)) is not None:
+        if (outcome := game_outcome(state.board)) is not None:
             state.outcome = outcome
             status = f"You took {cell}; {_ENDINGS[outcome]} Game over."
             return [_user(board_view(status, state.board, over=True))]
@@ -236,7 +140,7 @@ class TicTacToeEnv(MultiTurnEnv[GameState]):
             return []
         state.board = apply_move(state.board, reply, "O")
         state.moves.append(reply)
-        if (outcome := _outcome(state.board)) is not None:
+        if (outcome := game_outcome(state.board)) is not None:
             state.outcome = outcome
             status = f"You took {cell}; O took {reply}; {_ENDINGS[outcome]} Game over."
             return [_user(board_view(status, state.board, over=True))]
@@ -344,6 +248,7 @@ def load_environment(
     loss_reward: float = 0.0,
     trap_prob: float = 0.0,
     opening_plies: int = 0,
+    opening_history: bool = False,
 ) -> TicTacToeEnv:
     """Build the environment; every argument is documented in the package README.
 
@@ -365,6 +270,8 @@ def load_environment(
         raise ValueError(f"model_starts must be one of {', '.join(STARTS)}; got {model_starts!r}")
     if isinstance(opening_plies, bool) or not isinstance(opening_plies, int) or not 0 <= opening_plies <= 7:
         raise ValueError(f"opening_plies must be an integer from 0 to 7, got {opening_plies!r}")
+    if not isinstance(opening_history, bool):
+        raise ValueError(f"opening_history must be true or false, got {opening_history!r}")
     counts = {"num_tasks": num_tasks, "eval_tasks": eval_tasks, "num_buckets": num_buckets}
     for name, value in counts.items():
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -375,7 +282,10 @@ def load_environment(
 
     def split(name: str, n: int, s: int) -> list[Task]:
         plies = opening_plies if name == "train" else 0  # evaluation starts from the empty board
-        return [make_task(name, i, s, low, high, buckets, model_starts, float(trap_prob), plies) for i in range(n)]
+        return [
+            make_task(name, i, s, low, high, buckets, model_starts, float(trap_prob), plies, opening_history)
+            for i in range(n)
+        ]
 
     return TicTacToeEnv(
         split("train", num_tasks, seed),

@@ -9,6 +9,7 @@ from collections import Counter
 import pytest
 from rlvr_tictactoe import GameState, load_environment
 from rlvr_tictactoe.env import make_task, read_move
+from rlvr_tictactoe.tasks import opening_task
 from rlvr_tictactoe.game import EMPTY_BOARD, apply_move, game_value, parse_board, winner
 from rlvr_tictactoe.rewards import PARSER, format_reward, is_formatted
 
@@ -157,6 +158,27 @@ def test_opening_plies_start_training_games_from_random_positions_x_can_hold():
     assert sum(r.rewards["win"] + r.rewards["draw"] + r.rewards["loss"] for r in rollouts) == 30
     with pytest.raises(ValueError, match="opening_plies"):
         load_environment(opening_plies=9)
+
+
+def test_opening_history_shows_the_conversation_a_real_game_has_at_that_position():
+    env = load_environment(opening_plies=7, opening_history=True)
+    started = [t for t in env.tasks("train") if "opening" in t.info]
+    assert 400 < len(started) < 900 and {len(t.info["opening"]) for t in started} == {2, 3, 4, 5, 6, 7}
+    for task in started[:60]:  # replay the opening through the env: the same messages, in order
+        opening, starts = task.info["opening"], task.info["model_starts"]
+        xs, os_ = (opening[0::2], opening[1::2]) if starts else (opening[1::2], opening[2::2])
+        replies = [m["content"] for m in task.prompt if m["role"] == "assistant"]
+        assert [read_move(r, EMPTY_BOARD)[0] for r in replies] == xs
+        assert all(is_formatted(r) for r in replies)  # the teacher's own replies, reasons included
+        root = opening_task("root", task.seed, 0.0, None if starts else opening[0])
+        line = Task(id="line", prompt=root.prompt, info={**root.info, "line": os_, "line_weights": {}}, seed=task.seed)
+        script = Policy(lambda messages, rng: ([*replies, "<move>9</move>"])[sum(m["role"] == "assistant" for m in messages)])
+        [rollout] = play(env, script, [line])
+        assert rollout.messages[1 : 1 + len(task.prompt)] == list(task.prompt), task.info
+        assert "".join(parse_board(task.prompt[-1]["content"])) == task.info["board"]
+        assert game_value(task.info["board"], "X") >= 0 and winner(task.info["board"]) is None
+    with pytest.raises(ValueError, match="opening_history"):
+        load_environment(opening_history="yes")
 
 
 def test_rollouts_of_a_group_share_opponent_replies():
