@@ -26,15 +26,12 @@ import asyncio
 import base64
 import json
 import pickle
-import socket
-import threading
 import time
 from pathlib import Path
-from typing import Any, Self
+from typing import Any
 
 import torch
-import uvicorn
-from openai_wire import error, send_json
+from openai_wire import ThreadedServer, error, read_body, send_json
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -52,7 +49,7 @@ DEV_ROUTES = (
 )
 
 
-class VLLMServer:
+class VLLMServer(ThreadedServer):
     """A fake vLLM server of the tiny model in `model_dir` (see the module docstring)."""
 
     def __init__(
@@ -78,9 +75,6 @@ class VLLMServer:
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self.sampled: list[list[int]] = []
         self.init_info: dict[str, Any] | None = None
-        self.port = 0
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
 
     def _load(self) -> Any:
         return AutoModelForCausalLM.from_pretrained(self.root, dtype=torch.float32).to(self.device).eval()
@@ -94,45 +88,12 @@ class VLLMServer:
 
     # ---- lifecycle ------------------------------------------------------------------------
 
-    def start(self) -> Self:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))
-        self.port = sock.getsockname()[1]
-        config = uvicorn.Config(self, lifespan="off", ws="none", http="h11", log_level="error", access_log=False)
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]}, daemon=True)
-        self._thread.start()
-        deadline = time.monotonic() + 10
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("the fake vLLM server did not start")
-            time.sleep(0.005)
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None and self._thread is not None:
-            self._server.should_exit = True
-            self._thread.join(timeout=10)
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
     # ---- ASGI -----------------------------------------------------------------------------
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
-        chunks = []
-        while True:
-            message = await receive()
-            chunks.append(message.get("body", b""))
-            if not message.get("more_body"):
-                break
-        raw = b"".join(chunks)
+        raw = await read_body(receive)
         body = json.loads(raw) if raw else {}
         route = scope["path"]
         if route == "/v1/chat/completions":

@@ -117,7 +117,7 @@ class TrainConfig:
     vllm_url: str | None = None
     """generate rollouts on the running vLLM server at this URL (http://host:8000) and push the weights to it after every step; None = in process"""
     weight_sync: str | None = None
-    """how weights reach the vLLM server: lora (adapter folders it loads), ipc (CUDA IPC, trainer on its GPU) or nccl (not available yet); None = lora with lora_rank > 0, else ipc"""
+    """how weights reach the vLLM server: lora (adapter folders it loads), ipc (CUDA IPC, trainer on its GPU), nccl (stops with an error: rlvr has no NCCL sender); None = lora with lora_rank > 0, else ipc"""
 
     def __post_init__(self) -> None:
         _check_types(self)
