@@ -29,19 +29,18 @@ import contextlib
 import hashlib
 import json
 import random
-import socket
 import threading
-import time
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import Any
 
-import uvicorn
 from openai_wire import (
+    ThreadedServer,
     context_error,
     error,
     logprob_content,
+    read_body,
     reasoning_refusal,
     send_json,
     send_stream,
@@ -104,20 +103,19 @@ def render_prompt(messages: Messages) -> str:
     return "".join(f"<{m.get('role')}>{m.get('content') or ''}\n" for m in messages) + "<assistant>"
 
 
-class OpenAIServer:
+class OpenAIServer(ThreadedServer):
     """An OpenAI-compatible endpoint on a free port of 127.0.0.1 (see the module docstring)."""
+
+    SETTINGS = {"timeout_graceful_shutdown": 2, "backlog": 4096}
 
     def __init__(self, model: ModelFn = echo_model, **settings: Any) -> None:
         self.counts: Counter[str] = Counter()
         self.bodies: list[dict[str, Any]] = []
         self.in_flight = 0
-        self.port = 0
         self._forced: deque[str] = deque()
         self._seen: Counter[str] = Counter()
         self._lock = threading.Lock()
-        self._server: uvicorn.Server | None = None
         self._one_at_a_time: asyncio.Lock | None = None
-        self._thread: threading.Thread | None = None
         self.reset(model, **settings)
 
     def reset(
@@ -179,67 +177,17 @@ class OpenAIServer:
 
     # ---- lifecycle ------------------------------------------------------------------------
 
-    def start(self) -> OpenAIServer:
-        # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only then (else +40 ms a request)
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))
-        self.port = sock.getsockname()[1]
-        config = uvicorn.Config(
-            self,
-            lifespan="off",
-            ws="none",
-            http="h11",
-            log_level="error",
-            access_log=False,
-            timeout_graceful_shutdown=2,
-            backlog=4096,
-        )
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._serve, args=(sock,), daemon=True)
-        self._thread.start()
-        deadline = time.monotonic() + 10
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("the test OpenAI server did not start")
-            time.sleep(0.005)
-        return self
-
-    def _serve(self, sock: socket.socket) -> None:
-        assert self._server is not None
-        try:
-            self._server.run(sockets=[sock])
-        finally:
-            sock.close()
-
-    def stop(self) -> None:
-        if self._server is not None and self._thread is not None:
-            self._server.should_exit = True
-            self._thread.join(timeout=10)
-            self._server = self._thread = None
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
     # ---- ASGI -----------------------------------------------------------------------------
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
-        chunks = []
-        while True:
-            message = await receive()
-            chunks.append(message.get("body", b""))
-            if not message.get("more_body"):
-                break
+        raw = await read_body(receive)
         if scope["path"] != "/v1/chat/completions" or scope["method"] != "POST":
             await send_json(send, 404, error(f"no route {scope['method']} {scope['path']}", "NotFound"))
             return
         try:
-            body = json.loads(b"".join(chunks))
+            body = json.loads(raw)
         except json.JSONDecodeError as exc:
             await send_json(send, 400, error(f"request body is not JSON: {exc}", "BadRequestError"))
             return

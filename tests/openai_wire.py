@@ -1,10 +1,79 @@
-"""How tests/openai_server.py writes its answers: JSON bodies, server-sent-event streams of
-chat-completion chunks, and OpenAI's error objects."""
+"""How tests/openai_server.py and tests/vllm_server.py serve: uvicorn on a free port in a
+thread, request bodies read, JSON bodies, server-sent-event streams of chat-completion chunks,
+and OpenAI's error objects."""
 
 from __future__ import annotations
 
 import json
+import socket
+import threading
+import time
 from typing import Any
+
+import uvicorn
+
+
+def serve_in_thread(app: Any, **settings: Any) -> tuple[uvicorn.Server, threading.Thread, int]:
+    """Run ASGI `app` with uvicorn on a free port of 127.0.0.1 in a daemon thread; returns once
+    it accepts connections: (server, thread, port). Stop it with `server.should_exit = True`."""
+    # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only then (else +40 ms a request)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(app, lifespan="off", ws="none", http="h11", log_level="error", access_log=False, **settings)
+    server = uvicorn.Server(config)
+
+    def serve() -> None:
+        try:
+            server.run(sockets=[sock])
+        finally:
+            sock.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError(f"the test server {type(app).__name__} did not start")
+        time.sleep(0.005)
+    return server, thread, port
+
+
+class ThreadedServer:
+    """Base of the test servers: an ASGI app (the subclass's `__call__`) that `start` serves with
+    `serve_in_thread` (uvicorn settings from `SETTINGS`) and `stop` stops; `with` does both."""
+
+    SETTINGS: dict[str, Any] = {}
+    port = 0
+    _server: uvicorn.Server | None = None
+    _thread: threading.Thread | None = None
+
+    def start(self) -> Any:
+        self._server, self._thread, self.port = serve_in_thread(self, **self.SETTINGS)
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None and self._thread is not None:
+            self._server.should_exit = True
+            self._thread.join(timeout=10)
+            self._server = self._thread = None
+
+    def __enter__(self) -> Any:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+async def read_body(receive: Any) -> bytes:
+    """The whole body of an ASGI HTTP request."""
+    chunks = []
+    while True:
+        message = await receive()
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body"):
+            return b"".join(chunks)
 
 
 def reasoning_refusal(body: dict[str, Any]) -> dict[str, Any] | None:

@@ -117,7 +117,7 @@ class OpenAIClient:
         self.backoff_s = backoff_s
         self.max_backoff_s = max_backoff_s
         self.api_key_var = api_key_var
-        self.api_key = _api_key(api_key_var, urls)
+        self.api_key = api_key_for(api_key_var, urls)
         self._secret = os.environ.get(api_key_var) or None  # (not the placeholder of a local server)
         self._refusals = 0  # 401/403 answers since the last success
         self.endpoints = EndpointPool(urls, concurrency)
@@ -385,7 +385,9 @@ class OpenAIClient:
         return self._rng.uniform(0.0, min(self.max_backoff_s, self.backoff_s * 2 ** (attempt - 1)))
 
 
-def _api_key(var: str, base_urls: Sequence[str | None]) -> str:
+def api_key_for(var: str, base_urls: Sequence[str | None]) -> str:
+    """The API key in environment variable `var`; "EMPTY" when unset and every URL is on this
+    machine (local servers usually need no key); `ClientError` otherwise."""
     key = os.environ.get(var)
     if key:
         return key

@@ -25,13 +25,15 @@ from rlvr.train import fields
 from rlvr.train.fields import LR_SCHEDULES, LoraSpec
 from rlvr.train.loss_specs import SPECS, LossSpec
 
-CHOICES: dict[str, tuple[str, ...]] = {"loss": tuple(SPECS), "lr_schedule": LR_SCHEDULES}
+WEIGHT_SYNCS = ("lora", "ipc", "nccl")
+"""How weights reach a vLLM server (`rlvr.train.weight_sync`)."""
+CHOICES: dict[str, tuple[str, ...]] = {"loss": tuple(SPECS), "lr_schedule": LR_SCHEDULES, "weight_sync": WEIGHT_SYNCS}
 """The values a string field may take (`--help` lists them)."""
 
 RENAMED = {"rollouts_per_example": "group_size", "num_groups": "num_buckets"}
 """Old field names still accepted (with a DeprecationWarning) in TOML files and flags."""
 RESUME_MAY_CHANGE = frozenset(
-    {"steps", "probe_tasks", "eval_every", "eval_tasks", "eval_exact", "save_every", "output_dir", "device"}
+    {"steps", "probe_tasks", "eval_every", "eval_tasks", "eval_exact", "save_every", "output_dir", "device", "vllm_url"}
 )
 """Fields a resumed run may change; any other difference from the saved config is an error."""
 
@@ -112,6 +114,10 @@ class TrainConfig:
     """at every evaluation also play greedily over the env's whole game tree (envs that offer one, e.g. tictactoe): exact rates, no sampling"""
     save_every: int | None = 50
     """checkpoint every N steps (and after the last); None = only after the last"""
+    vllm_url: str | None = None
+    """generate rollouts on the running vLLM server at this URL (http://host:8000) and push the weights to it after every step; None = in process"""
+    weight_sync: str | None = None
+    """how weights reach the vLLM server: lora (adapter folders it loads), ipc (CUDA IPC, trainer on its GPU), nccl (stops with an error: rlvr has no NCCL sender); None = lora with lora_rank > 0, else ipc"""
 
     def __post_init__(self) -> None:
         _check_types(self)
@@ -132,6 +138,11 @@ class TrainConfig:
     @property
     def advantage_std_scaling(self) -> bool:
         return self.scale_std if self.scale_std is not None else self.loss_spec.scale_std
+
+    @property
+    def sync(self) -> str:
+        """How weights reach the vLLM server (weight_sync, or its default)."""
+        return self.weight_sync or ("lora" if self.lora_rank else "ipc")
 
     @property
     def lora(self) -> LoraSpec | None:
@@ -313,7 +324,10 @@ def _check_values(c: TrainConfig) -> None:
     )
     for name, allowed in CHOICES.items():
         value = getattr(c, name)
-        need(value in allowed, f"unknown {name} {value!r}; expected one of {', '.join(allowed)}")
+        need(
+            value in allowed or (name == "weight_sync" and value is None),
+            f"unknown {name} {value!r}; expected one of {', '.join(allowed)}",
+        )
     need(math.isfinite(c.lr) and c.lr > 0, f"lr must be > 0, got {c.lr}")
     need(c.probe_tasks >= 0, f"probe_tasks must be >= 0 (0 = no step-0 probe), got {c.probe_tasks}")
     need(c.warmup_steps >= 0, f"warmup_steps must be >= 0, got {c.warmup_steps}")
@@ -331,3 +345,9 @@ def _check_values(c: TrainConfig) -> None:
     need(c.lora_rank >= 0, f"lora_rank must be >= 0 (0 = full fine-tuning), got {c.lora_rank}")
     need(c.lora_alpha is None or c.lora_alpha > 0, f"lora_alpha must be > 0 or None, got {c.lora_alpha}")
     need(c.lora_alpha is None or c.lora_rank > 0, "lora_alpha is set but lora_rank is 0 (full fine-tuning)")
+    need(c.weight_sync is None or c.vllm_url is not None, "weight_sync is set but vllm_url is not (no server to sync)")
+    need(
+        (c.sync == "lora") == (c.lora_rank > 0),
+        f"weight_sync = {c.sync} does not fit lora_rank = {c.lora_rank}: LoRA training syncs adapters "
+        "(weight_sync = lora), full fine-tuning syncs full weights (ipc or nccl)",
+    )

@@ -3,8 +3,8 @@
     rlvr train tictactoe --model runs/sft/final --config train.toml
 
 Each step: (1) draw a stratified batch of tasks, (2) play `group_size` episodes of each
-with the current policy through the ordinary engine and `LocalModel` (every turn, env
-replies included), (3) turn rewards into group advantages, (4) build token sequences from the
+with the current policy through the ordinary engine and `LocalModel`, or on a vLLM server
+(`rlvr.train.generation`; every turn, env replies included), (3) turn rewards into group advantages, (4) build token sequences from the
 ids that were sampled, (5) take the policy-gradient step(s), (6) log, (7) evaluate now and then,
 (8) checkpoint now and then. Before step 1, a probe warns when sampling at the training
 temperature loses what the model does greedily (`rlvr.train.probe`). Knobs:
@@ -71,7 +71,6 @@ from typing import Any
 
 import torch
 
-from rlvr.clients.local import LocalModel
 from rlvr.engine import run_rollouts
 from rlvr.envs.multiturn import MultiTurnEnv
 from rlvr.errors import TrainingError, UsageError
@@ -91,6 +90,7 @@ from rlvr.train.evaluation import (
     save_eval,
     save_exact,
 )
+from rlvr.train.generation import open_generation
 from rlvr.train.logging import MetricsLog
 from rlvr.train.metrics import rollout_metrics, step_line, timing_metrics
 from rlvr.train.model import (
@@ -183,13 +183,6 @@ def train(
         from torch.nn.parallel import DistributedDataParallel
 
         policy = DistributedDataParallel(model, device_ids=[dist.device.index] if dist.device.type == "cuda" else None)
-    client = LocalModel(  # generates with the very model being trained: no copy, no weight sync
-        cfg.model,
-        model=model,
-        tokenizer=tokenizer,
-        max_batch_size=max(cfg.batch_size // dist.world, cfg.eval_tasks),
-        autocast="bfloat16" if cfg.bf16 else None,
-    )
     sampling = SamplingArgs(
         max_tokens=cfg.max_tokens, temperature=cfg.temperature, top_p=cfg.top_p, stop=env.sampling.stop, logprobs=True
     )
@@ -207,6 +200,9 @@ def train(
 
     history: list[dict[str, float]] = []
     with event_loop(envs, log) as run_async:
+        # in process (LocalModel, the model being trained) or on a vLLM server given its weights
+        generation = open_generation(cfg, model, tokenizer, run_dir=run_dir, step=start, dist=dist, run_async=run_async)
+        client = generation.client
 
         def evaluate_and_log(step: int) -> None:
             """Play the evaluation sets; rank 0 saves their rollouts, logs and prints them."""
@@ -279,8 +275,9 @@ def train(
             except TrainingError as exc:
                 raise TrainingError(f"step {step + 1}: {exc}; {_last_good(run_dir)}") from None
             scheduler.step()
-            client.clear_cache()  # the kept KV caches belong to the old weights
-            t_train = time.monotonic() - t0
+            t_train, t0 = time.monotonic() - t0, time.monotonic()
+            generation.after_step(model, step + 1, run_async, dist)  # the next rollouts use the new weights
+            t_sync = time.monotonic() - t0
 
             # ---- 6. log --------------------------------------------------------------------------
             everyone = dist.gather(rollouts)
@@ -289,6 +286,7 @@ def train(
             metrics["rollout/split_frac"] = dist.sum([split])[0] / max(len(everyone), 1)
             metrics["batch/kept_groups_frac"] = kept_groups
             metrics["optim/lr"] = lr
+            metrics["time/weight_sync"] = t_sync
             metrics.update(
                 timing_metrics(
                     everyone,

@@ -68,7 +68,8 @@ def rollout_sequences(rollout: Rollout) -> list[tuple[list[int], list[int], list
         if c.token_ids is None or c.prompt_token_ids is None:
             raise UsageError(
                 f"rollout {rollout.task_id}/{rollout.rollout_index} turn {number} has no token ids; "
-                "training needs a backend that returns the prompt and sampled ids (LocalModel)"
+                "training needs a backend that returns the prompt and sampled ids "
+                "(LocalModel, or vLLM with return_token_ids)"
             )
         sampled = list(c.token_ids)
         lps = list(c.logprobs) if c.logprobs and len(c.logprobs) == len(sampled) else [math.nan] * len(sampled)
