@@ -177,3 +177,11 @@ def test_training_flops_count_tied_embeddings_once(model) -> None:
     untied = type(model)(model.config.__class__(**{**model.config.to_dict(), "tie_word_embeddings": False}))
     embed = untied.get_input_embeddings().weight.numel()
     assert training_flops_per_token(untied) == 6 * (sum(p.numel() for p in untied.parameters()) - embed)
+
+
+def test_the_step_line_shows_mfu_where_the_update_measured_it() -> None:
+    from rlvr.train.metrics import step_line
+
+    m = {"reward/mean": 0.5, "rollout/turn_tokens": 10, "time/step": 2.0, "time/rollouts": 1.0, "time/train": 1.0}
+    assert step_line(1, 2, m).endswith("train 1.0s)")
+    assert step_line(1, 2, {**m, "throughput/train_mfu": 0.412}).endswith("train 1.0s, MFU 41%)")
