@@ -16,9 +16,10 @@ rlvr's small test tokenizer: ids it does not know decode to nothing, which is fi
 For each size, every phase in its own process (an out-of-memory error or a hang costs that
 phase only; each reports its own peak memory):
 
-    decode   LocalModel, 256 single-turn requests of 128 sampled tokens, bf16: tokens/s
-             and ms per decode step against the bandwidth floor (bf16 weights + the rows' KV
-             cache read once per step, at the GPU's peak bandwidth); second of two runs
+    decode   LocalModel, 256 single-turn requests of 128 sampled tokens, bf16, after a warm-up
+             run: tokens/s (prefill included), and ms per decode step (the run less one of a
+             single token, over the steps between them) against the bandwidth floor (bf16
+             weights + the rows' KV cache read once per step, at the GPU's peak bandwidth)
     prefill  one no-grad bf16 forward of 8 x 512 tokens: tokens/s and MFU (2 x params)
     update   rlvr's `update_policy` on 64 synthetic sequences (128 prompt + 32-256 trained
              tokens; float32 weights, bf16 autocast, AdamW): tokens/s, MFU (6 x params) and
@@ -41,6 +42,7 @@ import argparse
 import importlib.util
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -101,6 +103,8 @@ def main() -> None:
     p.add_argument("--out", default="benchmarks/results/scale.json", help="JSON results (sizes merged into it)")
     args = p.parse_args()
     start = time.time()
+    if importlib.util.find_spec("rlvr") is None:
+        raise SystemExit("rlvr is not importable: pip install -e . (or PYTHONPATH=src) from the repository root")
     import torch
 
     args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -109,7 +113,10 @@ def main() -> None:
     if unknown:
         raise SystemExit(f"unknown size {unknown[0]!r}; expected one of {', '.join(SHAPES)}")
     out = Path(args.out)
-    results: dict[str, Any] = json.loads(out.read_text()) if out.exists() else {}
+    try:  # the sizes of an earlier command on the same GPU are kept
+        results: dict[str, Any] = json.loads(out.read_text()) if out.exists() else {}
+    except ValueError:
+        results = {}
     results.setdefault("sizes", {})
     trl = not args.skip_trl and all(importlib.util.find_spec(m) for m in ("trl", "datasets"))
     if not args.skip_trl and not trl:
@@ -142,7 +149,7 @@ def main() -> None:
                 print(f"{size} {who}: {json.dumps(r['train'][who][-1], default=str)[:400]}", flush=True)
             r["train"]["trl_over_rlvr_seconds"] = ratio_spread(r["train"]["rlvr"], r["train"]["trl"])
             save()
-        subprocess.run(["rm", "-rf", str(work)], check=False)
+        shutil.rmtree(work, ignore_errors=True)
     print(table(results))
     print(f"wrote {out} ({time.time() - start:.0f} s)")
 

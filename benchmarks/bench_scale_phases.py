@@ -78,7 +78,6 @@ def phase_build(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
 
 def phase_decode(args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    import torch
     from bench_local_model import play
 
     from rlvr.clients.local import LocalModel
@@ -86,41 +85,54 @@ def phase_decode(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
     w = workload(args.size, args.device)
     lm = LocalModel(str(work / "model"), device=args.device, max_batch_size=w["games"])
-    ns = argparse.Namespace(max_turns=1, max_tokens=w["max_tokens"], temperature=1.0)
     out: dict[str, Any] = {"dtype": str(lm.model.dtype), "games": w["games"], "max_tokens": w["max_tokens"]}
-    play(lm, w["games"], ns)  # warm-up at full size: kernels, CUDA graphs for every slot count
-    lm.clear_cache()
-    before = (lm.stats.decode_steps, lm.stats.prompt_tokens)
-    run = play(lm, w["games"], ns)
-    steps, prompt = lm.stats.decode_steps - before[0], lm.stats.prompt_tokens - before[1]
+
+    def timed(max_tokens: int) -> tuple[dict[str, Any], int, int]:
+        lm.clear_cache()  # every run prefills its prompts
+        before = (lm.stats.decode_steps, lm.stats.prompt_tokens)
+        run = play(lm, w["games"], argparse.Namespace(max_turns=1, max_tokens=max_tokens, temperature=1.0))
+        return run, lm.stats.decode_steps - before[0], lm.stats.prompt_tokens - before[1]
+
+    timed(w["max_tokens"])  # warm-up at full size: kernels, CUDA graphs for every slot count
+    short, short_steps, _ = timed(1)  # prefill and one token: what the decode steps are not
+    run, steps, prompt = timed(w["max_tokens"])
     s = SHAPES[args.size]
     kv_per_token = 2 * s.layers * s.kv_heads * s.head_dim * lm.model.dtype.itemsize
     weights = sum(p.numel() * p.element_size() for p in lm.model.parameters())
-    rows = run["tokens"] / max(steps, 1)
+    rows = (run["tokens"] - short["tokens"]) / max(steps - short_steps, 1)
     context = prompt / max(run["requests"], 1) + w["max_tokens"] / 2
     out.update(tokens_per_s=run["tokens_per_s"], tokens=run["tokens"], decode_steps=steps, rows_per_step=rows)
-    out["ms_per_step"] = 1e3 * run["seconds"] / max(steps, 1)
+    out["prefill_and_first_token_s"] = short["seconds"]
+    out["ms_per_step"] = 1e3 * (run["seconds"] - short["seconds"]) / max(steps - short_steps, 1)
     out["bytes_per_step"] = weights + rows * context * kv_per_token
     peak = device_peak(lm.device)
     if peak is not None:
         out["floor_ms_per_step"] = 1e3 * out["bytes_per_step"] / peak.bandwidth
         out["floor_share"] = out["floor_ms_per_step"] / out["ms_per_step"]
-    # ---- prefill: one no-grad forward, only the last position's logits ----
-    batch, length = w["prefill"]
-    ids = torch.randint(0, VOCAB, (batch, length), device=lm.device)
+    try:
+        out["prefill"] = prefill(lm.model, lm.device, *w["prefill"], peak=peak)
+    except Exception as exc:  # e.g. a transformers without logits_to_keep
+        out["prefill"] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+    return out
+
+
+def prefill(model: Any, device: Any, batch: int, length: int, *, peak: Any) -> dict[str, Any]:
+    """One no-grad forward of `batch` x `length` random ids, the last position's logits only."""
+    import torch
+
+    ids = torch.randint(0, VOCAB, (batch, length), device=device)
     seconds = []
     with torch.no_grad():
-        for _ in range(4):
-            sync(lm.device)
+        for _ in range(4):  # the first is a warm-up
+            sync(device)
             t0 = time.perf_counter()
-            lm.model(input_ids=ids, logits_to_keep=1, use_cache=False)
-            sync(lm.device)
+            model(input_ids=ids, logits_to_keep=1, use_cache=False)
+            sync(device)
             seconds.append(time.perf_counter() - t0)
     best = statistics.median(seconds[1:])
-    n = sum(p.numel() for p in lm.model.parameters())
-    out["prefill"] = {"batch": batch, "length": length, "tokens_per_s": batch * length / best}
+    out = {"batch": batch, "length": length, "tokens_per_s": batch * length / best}
     if peak is not None:
-        out["prefill"]["mfu"] = 2 * n * batch * length / best / peak.flops
+        out["mfu"] = 2 * sum(p.numel() for p in model.parameters()) * batch * length / best / peak.flops
     return out
 
 
