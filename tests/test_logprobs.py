@@ -98,6 +98,12 @@ def test_full_logits_path_matches_the_chunked_one(model) -> None:
     torch.testing.assert_close(chunked, full, rtol=2e-6, atol=1e-6)
 
 
+def test_models_that_rescale_their_logits_take_the_full_logits_path(model, monkeypatch) -> None:
+    assert lp._head(model) is model.lm_head
+    monkeypatch.setattr(model.config, "final_logit_softcapping", 30.0, raising=False)
+    assert lp._head(model) is None
+
+
 def test_a_micro_batch_with_nothing_to_train_still_reaches_every_weight(model) -> None:
     """(DDP all-reduces every parameter's gradient: each must have one, here zero.)"""
     seqs = sequences(model.config.vocab_size, n=2)

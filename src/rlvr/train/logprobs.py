@@ -11,8 +11,9 @@
   The hidden states come from the model's own forward (a hook on its output head hands them
   over and gives the head nothing to do), so DDP and LoRA wrappers work unchanged. Elsewhere
   (mask 0) log-probs and entropy are 0: no loss or statistic reads them.
-- Models whose logits are not just the head's output (Gemma's soft-capping, Cohere's scale)
-  take the full-logits path, as do models without an output embedding.
+- Models whose logits are not just the head's output (`LOGIT_KNOBS`: Gemma's soft-capping,
+  Cohere's scale, Granite's divisor) take the full-logits path, as do models without an
+  output embedding.
 - A packed micro-batch (`MicroBatch.positions`) is one row of several sequences, positions
   restarting at each; the attention kernel keeps them apart (`packing_unsupported` says where
   the installed transformers cannot).
@@ -38,6 +39,10 @@ CHUNK_ELEMENTS = 2**26
 
 VARLEN_ATTENTION = ("flash_attention_2", "flash_attention_3", "flash_paged")
 """Attention implementations that run packed rows as separate sequences (cu_seqlens), no mask."""
+
+LOGIT_KNOBS = ("final_logit_softcapping", "logit_scale", "logits_scaling", "output_multiplier_scale")
+"""Config fields of architectures that change the logits after the head (Gemma 2/3, Cohere,
+Granite...): those models take the full-logits path."""
 
 MASK_ATTENTION = ("sdpa", "eager", "flex_attention")
 """Attention implementations that keep packed sequences apart with a block-diagonal mask."""
@@ -90,7 +95,7 @@ def _head(model: Any) -> nn.Module | None:
     """The output head, when the logits are its output and nothing more."""
     inner = getattr(model, "module", model)  # DDP
     config = getattr(inner, "config", None)
-    if getattr(config, "final_logit_softcapping", None) or getattr(config, "logit_scale", None) not in (None, 1.0):
+    if any(getattr(config, knob, None) not in (None, 1.0, 0.0) for knob in LOGIT_KNOBS):
         return None
     get = getattr(inner, "get_output_embeddings", None)
     head = get() if get is not None else None
