@@ -4,7 +4,7 @@ head against full logits, CPU, each variant in a fresh process (its peak residen
     python benchmarks/bench_logprobs_memory.py                 # 8 x 512 tokens, 448 trained each
     python benchmarks/bench_logprobs_memory.py --rows 4 --prompt 64 --reply 192
 
-The model is a 2-layer, 64-wide Qwen3 with the real vocabulary (9.8M parameters, nearly all
+The model is bench_scale.py's `tiny`: a 2-layer, 64-wide Qwen3 with the real vocabulary (9.8M parameters, nearly all
 of them the tied embedding), so the logits dominate: one forward and backward of
 `rlvr.train.logprobs.micro_batch_logprobs` (with entropy, as the update asks for it).
 """
@@ -18,26 +18,16 @@ import subprocess
 import sys
 import time
 
-VOCAB = 151_936
-
 
 def measure(chunk_elements: int, rows: int, prompt: int, reply: int) -> str:
     import torch
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+    from bench_scale_phases import VOCAB, qwen3_config
+    from transformers import Qwen3ForCausalLM
 
     from rlvr.train.logprobs import micro_batch_logprobs
     from rlvr.train.sequences import TrainSequence, micro_batches
 
-    config = Qwen3Config(
-        vocab_size=VOCAB,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=32,
-        tie_word_embeddings=True,
-    )
+    config = qwen3_config("tiny")
     torch.manual_seed(0)
     model = Qwen3ForCausalLM(config).eval()
     rng = random.Random(0)

@@ -44,15 +44,32 @@ GPU = {"games": 256, "max_tokens": 128, "prefill": (8, 512), "seqs": 64, "prompt
 
 def phase_build(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     import torch
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+    from transformers import Qwen3ForCausalLM
 
     from rlvr.models.tiny import default_corpus, sampling_generation_config
     from rlvr.models.tokenizer import ENDOFTEXT, IM_END, train_tokenizer
 
-    s = SHAPES[args.size]
     tokenizer = train_tokenizer(default_corpus(), vocab_size=4096, model_max_length=4096)
     pad, eos = tokenizer.convert_tokens_to_ids(ENDOFTEXT), tokenizer.convert_tokens_to_ids(IM_END)
-    config = Qwen3Config(
+    config = qwen3_config(args.size, bos_token_id=pad, eos_token_id=eos, pad_token_id=pad)
+    torch.manual_seed(0)
+    torch.set_default_dtype(torch.bfloat16)  # built in bf16 on the device: 4B is 8 GB, seconds on a GPU
+    with torch.device(args.device):
+        model = Qwen3ForCausalLM(config).to(torch.bfloat16)
+    torch.set_default_dtype(torch.float32)
+    model.generation_config = sampling_generation_config(pad_id=pad, eos_ids=[eos, pad])
+    model.save_pretrained(work / "model")
+    tokenizer.save_pretrained(work / "model")
+    shape = asdict(SHAPES[args.size])
+    return {"params": sum(p.numel() for p in model.parameters()), "shape": shape, **environment(args.device)}
+
+
+def qwen3_config(size: str, **ids: int) -> Any:
+    """The transformers config of a size: Qwen3, the real vocabulary, tied embeddings."""
+    from transformers import Qwen3Config
+
+    s = SHAPES[size]
+    return Qwen3Config(
         vocab_size=VOCAB,
         hidden_size=s.hidden,
         intermediate_size=s.intermediate,
@@ -62,19 +79,8 @@ def phase_build(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         head_dim=s.head_dim,
         max_position_embeddings=4096,
         tie_word_embeddings=True,
-        bos_token_id=pad,
-        eos_token_id=eos,
-        pad_token_id=pad,
+        **ids,
     )
-    torch.manual_seed(0)
-    torch.set_default_dtype(torch.bfloat16)  # built in bf16 on the device: 4B is 8 GB, seconds on a GPU
-    with torch.device(args.device):
-        model = Qwen3ForCausalLM(config).to(torch.bfloat16)
-    torch.set_default_dtype(torch.float32)
-    model.generation_config = sampling_generation_config(pad_id=pad, eos_ids=[eos, pad])
-    model.save_pretrained(work / "model")
-    tokenizer.save_pretrained(work / "model")
-    return {"params": sum(p.numel() for p in model.parameters()), "shape": asdict(s), **environment(args.device)}
 
 
 def phase_decode(args: argparse.Namespace, work: Path) -> dict[str, Any]:

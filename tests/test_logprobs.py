@@ -191,3 +191,12 @@ def test_the_step_line_shows_mfu_where_the_update_measured_it() -> None:
     m = {"reward/mean": 0.5, "rollout/turn_tokens": 10, "time/step": 2.0, "time/rollouts": 1.0, "time/train": 1.0}
     assert step_line(1, 2, m).endswith("train 1.0s)")
     assert step_line(1, 2, {**m, "throughput/train_mfu": 0.412}).endswith("train 1.0s, MFU 41%)")
+
+
+def test_the_config_fields_reach_the_update() -> None:
+    from rlvr.train.config import TrainConfig
+
+    cfg = TrainConfig(env="e", model="m", pack_sequences=True, gradient_checkpointing=True)
+    how = update.UpdateSettings.from_config(cfg, pad_id=0)
+    assert how.pack_sequences is True and how.gradient_checkpointing is True
+    assert update.UpdateSettings.from_config(TrainConfig(env="e", model="m"), pad_id=0).pack_sequences is None
