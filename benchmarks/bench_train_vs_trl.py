@@ -51,7 +51,10 @@ def vowel_share_text(text: str) -> float:
 # ---- rlvr ------------------------------------------------------------------------------------
 
 
-def run_rlvr(model_dir: Path, args: argparse.Namespace, work: Path, static_cache: bool | None = None) -> dict[str, Any]:
+def run_rlvr(
+    model_dir: Path, args: argparse.Namespace, work: Path, static_cache: bool | None = None, **overrides: Any
+) -> dict[str, Any]:
+    """rlvr's trainer on the vowel task (`overrides`: more `TrainConfig` fields)."""
     import rlvr.train.grpo
     from rlvr import Rubric, SingleTurnEnv
     from rlvr.clients.local import LocalModel
@@ -80,6 +83,7 @@ def run_rlvr(model_dir: Path, args: argparse.Namespace, work: Path, static_cache
         eval_every=None,
         save_every=None,
         seed=0,
+        **overrides,
     )
     if static_cache is False:  # the trainer's LocalModel over transformers' DynamicCache
         rlvr.train.grpo.LocalModel = functools.partial(LocalModel, static_cache=False)  # type: ignore[misc]
@@ -99,6 +103,12 @@ def run_rlvr(model_dir: Path, args: argparse.Namespace, work: Path, static_cache
         phases={
             "rollouts_s": statistics.fmean(m["time/rollouts"] for m in timed),
             "train_s": statistics.fmean(m["time/train"] for m in timed),
+            "train_tokens_per_s": statistics.fmean(m["throughput/train_tokens_per_s"] for m in timed),
+            **(
+                {"train_mfu": statistics.fmean(m["throughput/train_mfu"] for m in timed)}
+                if "throughput/train_mfu" in timed[0]
+                else {}
+            ),
         },
     )
 
@@ -155,7 +165,7 @@ def run_trl(model_dir: Path, args: argparse.Namespace, work: Path) -> dict[str, 
         "save_strategy": "no",
         "disable_dropout": True,
         "seed": 0,
-        "gradient_checkpointing": False,
+        "gradient_checkpointing": getattr(args, "gradient_checkpointing", False),
         "lr_scheduler_type": "constant",
         "max_grad_norm": 1.0,
         "weight_decay": 0.0,

@@ -33,7 +33,19 @@ CHOICES: dict[str, tuple[str, ...]] = {"loss": tuple(SPECS), "lr_schedule": LR_S
 RENAMED = {"rollouts_per_example": "group_size", "num_groups": "num_buckets"}
 """Old field names still accepted (with a DeprecationWarning) in TOML files and flags."""
 RESUME_MAY_CHANGE = frozenset(
-    {"steps", "probe_tasks", "eval_every", "eval_tasks", "eval_exact", "save_every", "output_dir", "device", "vllm_url"}
+    {
+        "steps",
+        "probe_tasks",
+        "eval_every",
+        "eval_tasks",
+        "eval_exact",
+        "save_every",
+        "output_dir",
+        "device",
+        "vllm_url",
+        "pack_sequences",
+        "gradient_checkpointing",
+    }
 )
 """Fields a resumed run may change; any other difference from the saved config is an error."""
 
@@ -100,6 +112,10 @@ class TrainConfig:
     """LoRA scale numerator; None = 2 * lora_rank"""
     bf16: bool = False
     """run forward and backward passes under bfloat16 autocast (weights stay float32)"""
+    pack_sequences: bool | None = None
+    """pack each micro-batch into one row without padding; None = only where attention is varlen (flash_attention_2)"""
+    gradient_checkpointing: bool = False
+    """recompute each transformer block's activations in the backward pass (less memory, ~1/3 more compute)"""
     seed: int = 0
     """seed of the sampler, the rollouts, and torch"""
     device: str | None = None

@@ -81,5 +81,6 @@ def step_line(step: int, steps: int, m: dict[str, float]) -> str:
         + (f"[{outcome}]  " if outcome else "")
         + f"loss {m.get('loss/total', math.nan):+.4f}  entropy {m.get('entropy/mean', math.nan):.3f}  "
         f"tokens/turn {m['rollout/turn_tokens']:.0f}  {m['time/step']:.1f}s "
-        f"(rollouts {m['time/rollouts']:.1f}s, train {m['time/train']:.1f}s)"
+        f"(rollouts {m['time/rollouts']:.1f}s, train {m['time/train']:.1f}s"
+        + (f", MFU {m['throughput/train_mfu']:.0%})" if "throughput/train_mfu" in m else ")")
     )

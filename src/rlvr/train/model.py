@@ -1,12 +1,10 @@
 """The model being trained, shared by `rlvr train` and `rlvr sft`: loading (full or LoRA), the
-LR schedule, token log-probs, and the final export.
+LR schedule, and the final export (its log-probs: `rlvr.train.logprobs`).
 
 - Weights are loaded and trained in float32; `bf16` only autocasts the forward/backward pass,
   so optimizer state and checkpoints stay exact.
 - LoRA targets every `nn.Linear` of the architecture except the output head (for Qwen/Llama:
   q/k/v/o and the MLP projections), found by walking the model, not from a per-model list.
-- Log-probs divide the logits by the sampling temperature: the policy trained is the one the
-  rollouts were sampled from (LocalModel reports logprobs of `log_softmax(logits / T)` too).
 - `final/` is a plain model folder: LoRA adapters are merged into a copy before saving.
 """
 
@@ -188,24 +186,7 @@ def exported(path: Path) -> bool:
         return False
 
 
-# ---- log-probs -----------------------------------------------------------------------------
-
-
-def token_logprobs(
-    model: Any, ids: torch.Tensor, attention: torch.Tensor, temperature: float, *, entropy: bool = False
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """log pi(ids[:, t+1] | ids[:, :t+1]) for every t: (B, T-1); and the entropy (B, T-1),
-    without gradient, when asked."""
-    logits = model(input_ids=ids, attention_mask=attention).logits[:, :-1].float()  # (B, T-1, V)
-    if temperature != 1.0:
-        logits = logits / temperature
-    logz = torch.logsumexp(logits, dim=-1)  # (B, T-1)
-    logp = logits.gather(-1, ids[:, 1:, None]).squeeze(-1) - logz  # (B, T-1)
-    ent = None
-    if entropy:
-        with torch.no_grad():
-            ent = logz - (logits.softmax(-1) * logits).sum(-1)  # (B, T-1)
-    return logp, ent
+# ---- wrappers ------------------------------------------------------------------------------
 
 
 def unwrap(model: Any) -> Any:

@@ -15,7 +15,9 @@ rendered (`Completion.prompt_token_ids`) and the ids it sampled (`Completion.tok
 Never re-tokenise completion text: the ids trained on are the ids sampled.
 
 Micro-batching: sequences are sorted by length (less padding), cut into micro-batches and
-right-padded. The policy losses normalise *within* the tensors they get (`rlvr.train.losses`),
+right-padded; or, with `pack`, concatenated into one row (positions restarting at each
+sequence, no padding tokens; the loss's tensors stay one row per sequence, and
+`MicroBatch.positions` maps them to the packed row). The policy losses normalise *within* the tensors they get (`rlvr.train.losses`),
 so a micro-batch loss is rescaled to its share of the whole (mini-)batch loss, by the
 normalisation of the loss's row in `rlvr.train.loss_specs.SPECS`:
 
@@ -30,6 +32,7 @@ rank's sequences and the factor is multiplied by the world size, since DDP avera
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -113,6 +116,8 @@ class MicroBatch:
     """Right-padded tensors of a few sequences, already on the training device.
 
     Targets are shifted: position t of `mask`, `gen_logp` is the token at t + 1 of `ids`.
+    Packed (`positions` set): `ids` is one row (1, N) of all the sequences; the target at
+    (b, t) of `mask` is the id after input `positions[b, t]` of that row.
     """
 
     ids: torch.Tensor  # (B, T) long
@@ -122,6 +127,8 @@ class MicroBatch:
     gen_logp: torch.Tensor  # (B, T-1) float, nan where unknown
     host_mask: torch.Tensor | None = None  # `mask` on the CPU (counts without a GPU wait)
     n_tokens: int | None = None  # real tokens in `ids`
+    positions: torch.Tensor | None = None  # (B, T-1) long: packed only, see above
+    position_ids: torch.Tensor | None = None  # (1, N) long: packed only, restarting at each sequence
 
     @property
     def tokens(self) -> int:
@@ -132,19 +139,32 @@ class MicroBatch:
         return self.mask.cpu() if self.host_mask is None else self.host_mask
 
 
-def micro_batches(seqs: Sequence[TrainSequence], size: int, pad_id: int, device: torch.device) -> list[MicroBatch]:
-    """Sort by length (longest first), cut into micro-batches of `size`, pad on the right."""
+def micro_batches(
+    seqs: Sequence[TrainSequence], size: int, pad_id: int, device: torch.device, *, pack: bool = False
+) -> list[MicroBatch]:
+    """Sort by length (longest first), cut into micro-batches of `size`, pad on the right (or,
+    with `pack`, concatenate each micro-batch into one row)."""
     order = sorted(range(len(seqs)), key=lambda i: (-len(seqs[i].ids), i))
     out = []
     for start in range(0, len(order), size):
         chunk = [seqs[i] for i in order[start : start + size]]
         width = max(2, max(len(s.ids) for s in chunk))
         pads = [width - len(s.ids) for s in chunk]  # one tensor per field, built from lists
-        ids = torch.tensor([s.ids + [pad_id] * p for s, p in zip(chunk, pads)], dtype=torch.long)
-        attention = torch.tensor([[1] * len(s.ids) + [0] * p for s, p in zip(chunk, pads)], dtype=torch.long)
         mask = torch.tensor([list(s.mask) + [0] * p for s, p in zip(chunk, pads)], dtype=torch.float32)
         gen = torch.tensor([list(s.gen_logprobs) + [math.nan] * p for s, p in zip(chunk, pads)], dtype=torch.float32)
         adv = torch.tensor([s.advantage for s in chunk], dtype=torch.float32)
+        n_tokens = sum(len(s.ids) for s in chunk)
+        packed: dict[str, torch.Tensor] = {}
+        if pack:
+            offsets = list(itertools.accumulate((len(s.ids) for s in chunk), initial=0))
+            ids = torch.tensor([[t for s in chunk for t in s.ids]], dtype=torch.long)
+            attention = torch.ones_like(ids)
+            at = [[o + t if t < len(s.ids) - 1 else 0 for t in range(width - 1)] for s, o in zip(chunk, offsets)]
+            packed["positions"] = torch.tensor(at, dtype=torch.long).to(device)
+            packed["position_ids"] = torch.tensor([[t for s in chunk for t in range(len(s.ids))]]).to(device)
+        else:
+            ids = torch.tensor([s.ids + [pad_id] * p for s, p in zip(chunk, pads)], dtype=torch.long)
+            attention = torch.tensor([[1] * len(s.ids) + [0] * p for s, p in zip(chunk, pads)], dtype=torch.long)
         out.append(
             MicroBatch(
                 ids.to(device),
@@ -153,7 +173,8 @@ def micro_batches(seqs: Sequence[TrainSequence], size: int, pad_id: int, device:
                 adv.to(device),
                 gen[:, 1:].to(device),
                 host_mask=mask[:, 1:],
-                n_tokens=sum(len(s.ids) for s in chunk),
+                n_tokens=n_tokens,
+                **packed,
             )
         )
     return out

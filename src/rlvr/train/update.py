@@ -14,12 +14,19 @@
   others), since DDP all-reduces on the last one.
 - The losses and the gradient norm are read from the device once per update; a non-finite
   one stops every rank together, before the optimizer step.
+- Near the hardware (`rlvr.train.logprobs`): the output head runs in chunks, only on trained
+  targets; `pack_sequences` packs each micro-batch into one row (None: where attention is
+  varlen, else padded rows); `gradient_checkpointing` recomputes each block's activations in
+  the backward pass. `throughput/train_mfu` is 6 x parameters x tokens processed / the
+  update's seconds / the GPU's bf16 peak (`rlvr.train.hardware`), where that peak is known.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
+import time
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,10 +35,12 @@ import torch
 from rlvr.errors import TrainingError
 from rlvr.train.config import TrainConfig
 from rlvr.train.distributed import Dist
-from rlvr.train.loss_specs import SPECS
+from rlvr.train.hardware import device_peak, training_flops_per_token
+from rlvr.train.logprobs import activation_checkpointing, micro_batch_logprobs, packing_unsupported, packs_by_default
+from rlvr.train.loss_specs import SPECS, Normalisation
 from rlvr.train.loss_stats import LossStats
 from rlvr.train.losses import LOSSES, LossConfig
-from rlvr.train.model import token_logprobs, unwrap
+from rlvr.train.model import unwrap
 from rlvr.train.sequences import MicroBatch, TrainSequence, empty_micro_batch, micro_batches, normaliser
 
 Plan = list[list[MicroBatch]]
@@ -50,6 +59,8 @@ class UpdateSettings:
     bf16: bool
     max_grad_norm: float
     pad_id: int
+    pack_sequences: bool | None = None
+    gradient_checkpointing: bool = False
 
     @classmethod
     def from_config(cls, cfg: TrainConfig, pad_id: int) -> UpdateSettings:
@@ -69,6 +80,8 @@ class UpdateSettings:
             bf16=cfg.bf16,
             max_grad_norm=cfg.max_grad_norm,
             pad_id=pad_id,
+            pack_sequences=cfg.pack_sequences,
+            gradient_checkpointing=cfg.gradient_checkpointing,
         )
 
 
@@ -84,11 +97,36 @@ def update_policy(
     """`how.minibatches` optimizer steps on this rank's sequences (of `n_rollouts` rollouts);
     returns the loss statistics of all ranks. `ref` is the frozen reference model of the KL
     term (None: none, or LoRA's adapters disabled)."""
+    t0 = time.perf_counter()
     kind = SPECS[how.loss].normalisation
-    plans = _plan(seqs, n_rollouts, how, dist.device)
+    plans = _plan(seqs, n_rollouts, how, dist.device, pack=should_pack(policy, how.pack_sequences))
     old = _frozen_logprobs(policy, plans, how, dist.device) if how.minibatches > 1 else {}
     stats = LossStats()
     params = [p for p in policy.parameters() if p.requires_grad]
+    with activation_checkpointing(policy, how.gradient_checkpointing):
+        _steps(policy, ref, plans, old, kind, how, optimizer, dist, stats, params)
+    out = stats.result(dist)
+    peak = device_peak(dist.device)
+    if peak is not None:
+        seconds = time.perf_counter() - t0
+        flops = training_flops_per_token(policy) * out["tokens/processed"]
+        out["throughput/train_mfu"] = flops / max(seconds, 1e-9) / (peak.flops * dist.world)
+    return out
+
+
+def _steps(
+    policy: Any,
+    ref: Any,
+    plans: Plan,
+    old: dict[tuple[int, int], torch.Tensor],
+    kind: Normalisation,
+    how: UpdateSettings,
+    optimizer: torch.optim.Optimizer,
+    dist: Dist,
+    stats: LossStats,
+    params: list[torch.nn.Parameter],
+) -> None:
+    """One optimizer step per minibatch of `plans`."""
     for m, plan in enumerate(plans):
         total = dist.sum([sum(normaliser(kind, mb.cpu_mask) for mb in plan)])[0]
         if total == 0:
@@ -105,14 +143,28 @@ def update_policy(
         stats.grad_norms.append(_finite_or_stop(losses, grad_norm, m, optimizer, dist))
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-    return stats.result(dist)
 
 
-def _plan(seqs: list[TrainSequence], n_rollouts: int, how: UpdateSettings, device: torch.device) -> Plan:
+_WARNED: set[str] = set()
+
+
+def should_pack(policy: Any, pack_sequences: bool | None) -> bool:
+    """Whether micro-batches are packed: `pack_sequences`, or by the attention kernel when None;
+    padded rows, with a warning once, where packing was asked for but cannot work."""
+    if pack_sequences is None:
+        return packs_by_default(policy)
+    why = packing_unsupported(policy) if pack_sequences else None
+    if why is not None and why not in _WARNED:
+        _WARNED.add(why)
+        warnings.warn(f"pack_sequences: {why}; training on padded micro-batches instead", RuntimeWarning, stacklevel=3)
+    return pack_sequences and why is None
+
+
+def _plan(seqs: list[TrainSequence], n_rollouts: int, how: UpdateSettings, device: torch.device, *, pack: bool) -> Plan:
     """Minibatches by rollout index (whole groups each), cut into micro-batches."""
     per = max(1, n_rollouts // how.minibatches)
     return [
-        micro_batches([s for s in seqs if s.rollout // per == m], how.micro_batch_size, how.pad_id, device)
+        micro_batches([s for s in seqs if s.rollout // per == m], how.micro_batch_size, how.pad_id, device, pack=pack)
         for m in range(how.minibatches)
     ]
 
@@ -130,7 +182,7 @@ def _frozen_logprobs(
     with torch.no_grad(), _autocast(how, device):
         for m, plan in enumerate(plans):
             for u, mb in enumerate(plan):
-                old[m, u] = token_logprobs(policy, mb.ids, mb.attention, how.temperature)[0].float()
+                old[m, u] = micro_batch_logprobs(policy, mb, how.temperature)[0].float()
     return old
 
 
@@ -149,7 +201,7 @@ def _backward(
     minibatch loss (DDP all-reduces only when `sync`); returns its loss, detached."""
     with contextlib.nullcontext() if sync else policy.no_sync():
         with _autocast(how, dist.device):
-            logp, ent = token_logprobs(policy, mb.ids, mb.attention, how.temperature, entropy=True)
+            logp, ent = micro_batch_logprobs(policy, mb, how.temperature, entropy=True)
         ref_logp = _reference_logprobs(policy, ref, mb, how, dist.device)
         old_logp = logp.detach() if old_logp is None else old_logp
         loss, loss_stats = LOSSES[how.loss](logp, old_logp, mb.adv, mb.mask, how.loss_cfg, ref_logp=ref_logp)
@@ -165,9 +217,9 @@ def _reference_logprobs(
         return None
     with torch.no_grad(), _autocast(how, device):
         if ref is not None:
-            return token_logprobs(ref, mb.ids, mb.attention, how.temperature)[0].float()
+            return micro_batch_logprobs(ref, mb, how.temperature)[0].float()
         with unwrap(policy).disable_adapter():
-            return token_logprobs(policy, mb.ids, mb.attention, how.temperature)[0].float()
+            return micro_batch_logprobs(policy, mb, how.temperature)[0].float()
 
 
 def _finite_or_stop(

@@ -1,0 +1,316 @@
+"""The measurements of `bench_scale.py`, one phase per process (run by it, not by hand):
+
+    python benchmarks/bench_scale_phases.py --phase decode --size 0.5b --work DIR --phase-out OUT.json
+
+`build` writes the random model to DIR/model; the other phases read it. Each writes its
+results as JSON to OUT.json. Shapes, workloads and what each phase measures: bench_scale.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import resource
+import statistics
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+VOCAB = 151_936
+
+
+@dataclass(frozen=True)
+class Shape:
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+
+
+SHAPES = {
+    "tiny": Shape(64, 2, 2, 1, 32, 128),  # CPU smoke check, real vocabulary
+    "0.5b": Shape(1024, 28, 16, 8, 128, 3072),  # Qwen3-0.6B
+    "1.7b": Shape(2048, 28, 16, 8, 128, 6144),  # Qwen3-1.7B
+    "4b": Shape(2560, 36, 32, 8, 128, 9728),  # Qwen3-4B
+}
+SMALL = {"games": 8, "max_tokens": 8, "prefill": (2, 64), "seqs": 8, "prompt": 32, "reply": (64, 128), "micro": 4}
+GPU = {"games": 256, "max_tokens": 128, "prefill": (8, 512), "seqs": 64, "prompt": 128, "reply": (32, 256), "micro": 8}
+
+
+def phase_build(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    import torch
+    from transformers import Qwen3ForCausalLM
+
+    from rlvr.models.tiny import default_corpus, sampling_generation_config
+    from rlvr.models.tokenizer import ENDOFTEXT, IM_END, train_tokenizer
+
+    tokenizer = train_tokenizer(default_corpus(), vocab_size=4096, model_max_length=4096)
+    pad, eos = tokenizer.convert_tokens_to_ids(ENDOFTEXT), tokenizer.convert_tokens_to_ids(IM_END)
+    config = qwen3_config(args.size, bos_token_id=pad, eos_token_id=eos, pad_token_id=pad)
+    torch.manual_seed(0)
+    torch.set_default_dtype(torch.bfloat16)  # built in bf16 on the device: 4B is 8 GB, seconds on a GPU
+    with torch.device(args.device):
+        model = Qwen3ForCausalLM(config).to(torch.bfloat16)
+    torch.set_default_dtype(torch.float32)
+    model.generation_config = sampling_generation_config(pad_id=pad, eos_ids=[eos, pad])
+    model.save_pretrained(work / "model")
+    tokenizer.save_pretrained(work / "model")
+    shape = asdict(SHAPES[args.size])
+    return {"params": sum(p.numel() for p in model.parameters()), "shape": shape, **environment(args.device)}
+
+
+def qwen3_config(size: str, **ids: int) -> Any:
+    """The transformers config of a size: Qwen3, the real vocabulary, tied embeddings."""
+    from transformers import Qwen3Config
+
+    s = SHAPES[size]
+    return Qwen3Config(
+        vocab_size=VOCAB,
+        hidden_size=s.hidden,
+        intermediate_size=s.intermediate,
+        num_hidden_layers=s.layers,
+        num_attention_heads=s.heads,
+        num_key_value_heads=s.kv_heads,
+        head_dim=s.head_dim,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        **ids,
+    )
+
+
+def phase_decode(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    from bench_local_model import play
+
+    from rlvr.clients.local import LocalModel
+    from rlvr.train.hardware import device_peak
+
+    w = workload(args.size, args.device)
+    lm = LocalModel(str(work / "model"), device=args.device, max_batch_size=w["games"])
+    out: dict[str, Any] = {"dtype": str(lm.model.dtype), "games": w["games"], "max_tokens": w["max_tokens"]}
+
+    def timed(max_tokens: int) -> tuple[dict[str, Any], int, int]:
+        lm.clear_cache()  # every run prefills its prompts
+        before = (lm.stats.decode_steps, lm.stats.prompt_tokens)
+        run = play(lm, w["games"], argparse.Namespace(max_turns=1, max_tokens=max_tokens, temperature=1.0))
+        return run, lm.stats.decode_steps - before[0], lm.stats.prompt_tokens - before[1]
+
+    timed(w["max_tokens"])  # warm-up at full size: kernels, CUDA graphs for every slot count
+    short, short_steps, _ = timed(1)  # prefill and one token: what the decode steps are not
+    run, steps, prompt = timed(w["max_tokens"])
+    s = SHAPES[args.size]
+    kv_per_token = 2 * s.layers * s.kv_heads * s.head_dim * lm.model.dtype.itemsize
+    weights = sum(p.numel() * p.element_size() for p in lm.model.parameters())
+    rows = (run["tokens"] - short["tokens"]) / max(steps - short_steps, 1)
+    context = prompt / max(run["requests"], 1) + w["max_tokens"] / 2
+    out.update(tokens_per_s=run["tokens_per_s"], tokens=run["tokens"], decode_steps=steps, rows_per_step=rows)
+    out["prefill_and_first_token_s"] = short["seconds"]
+    out["ms_per_step"] = 1e3 * (run["seconds"] - short["seconds"]) / max(steps - short_steps, 1)
+    out["bytes_per_step"] = weights + rows * context * kv_per_token
+    peak = device_peak(lm.device)
+    if peak is not None:
+        out["floor_ms_per_step"] = 1e3 * out["bytes_per_step"] / peak.bandwidth
+        out["floor_share"] = out["floor_ms_per_step"] / out["ms_per_step"]
+    try:
+        out["prefill"] = prefill(lm.model, lm.device, *w["prefill"], peak=peak)
+    except Exception as exc:  # e.g. a transformers without logits_to_keep
+        out["prefill"] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+    return out
+
+
+def prefill(model: Any, device: Any, batch: int, length: int, *, peak: Any) -> dict[str, Any]:
+    """One no-grad forward of `batch` x `length` random ids, the last position's logits only."""
+    import torch
+
+    ids = torch.randint(0, VOCAB, (batch, length), device=device)
+    seconds = []
+    with torch.no_grad():
+        for _ in range(4):  # the first is a warm-up
+            sync(device)
+            t0 = time.perf_counter()
+            model(input_ids=ids, logits_to_keep=1, use_cache=False)
+            sync(device)
+            seconds.append(time.perf_counter() - t0)
+    best = statistics.median(seconds[1:])
+    out = {"batch": batch, "length": length, "tokens_per_s": batch * length / best}
+    if peak is not None:
+        out["mfu"] = 2 * sum(p.numel() for p in model.parameters()) * batch * length / best / peak.flops
+    return out
+
+
+def phase_update(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    import random
+
+    import torch
+
+    from rlvr.train import logprobs
+    from rlvr.train.distributed import Dist
+    from rlvr.train.losses import LossConfig
+    from rlvr.train.model import load_trainable, make_optimizer
+    from rlvr.train.sequences import TrainSequence
+    from rlvr.train.update import UpdateSettings, update_policy
+
+    w, device = workload(args.size, args.device), torch.device(args.device)
+    model = load_trainable(str(work / "model"), lora=None, device=device).eval()
+    optimizer = make_optimizer(model, 1e-7)
+    rng = random.Random(0)
+    seqs = []
+    for i in range(w["seqs"]):
+        reply = rng.randint(*w["reply"])
+        ids = [rng.randrange(VOCAB) for _ in range(w["prompt"] + reply)]
+        mask = [0] * w["prompt"] + [1] * reply
+        seqs.append(TrainSequence(ids, mask, rng.uniform(-1, 1), [float("nan")] * len(ids), i))
+    micro = args.micro_batch_size or (4 if args.size == "4b" else w["micro"])
+    variants: dict[str, dict[str, Any]] = {
+        "padded": {},
+        "packed": {"pack_sequences": True},
+        "padded+checkpointing": {"gradient_checkpointing": True},
+        "full-logits": {"chunk": 0},
+    }
+    if importlib.util.find_spec("flash_attn") is not None:
+        variants["packed+flash_attention_2"] = {"pack_sequences": True, "attn": "flash_attention_2"}
+    out: dict[str, Any] = {"sequences": len(seqs), "tokens": sum(len(s.ids) for s in seqs), "micro_batch": micro}
+    out["attn_implementation"] = model.config._attn_implementation
+    for name, v in variants.items():
+        if time.time() > args.deadline - 30:
+            out[name] = {"skipped": "budget"}
+            continue
+        how = UpdateSettings(
+            "grpo", LossConfig(), 1, micro, 1.0, device.type == "cuda", 1.0, 0,
+            pack_sequences=v.get("pack_sequences", False), gradient_checkpointing=v.get("gradient_checkpointing", False),
+        )  # fmt: skip
+        saved_chunk, saved_attn = logprobs.CHUNK_ELEMENTS, model.config._attn_implementation
+        try:
+            logprobs.CHUNK_ELEMENTS = v.get("chunk", saved_chunk)
+            if "attn" in v:
+                model.set_attn_implementation(v["attn"])
+            runs, seconds = [], []
+            with PeakMemory(device) as memory:
+                for _ in range(3):  # the first is a warm-up
+                    sync(device)
+                    t0 = time.perf_counter()
+                    runs.append(update_policy(model, None, seqs, len(seqs), how, optimizer, Dist(device=device)))
+                    seconds.append(time.perf_counter() - t0)
+            t = runs[1:]
+            out[name] = {
+                "tokens_per_s": out["tokens"] / statistics.fmean(seconds[1:]),
+                **({"mfu": statistics.fmean(r["throughput/train_mfu"] for r in t)} if "throughput/train_mfu" in t[0] else {}),
+                "peak_memory_gb": memory.peak,
+                "above_start_gb": None if memory.peak is None else memory.peak - memory.start,
+            }  # fmt: skip
+        except Exception as exc:  # out of memory, a missing kernel: this variant only
+            out[name] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+        finally:
+            logprobs.CHUNK_ELEMENTS = saved_chunk
+            if model.config._attn_implementation != saved_attn:
+                model.set_attn_implementation(saved_attn)
+            optimizer.zero_grad(set_to_none=True)
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+        print(f"  update {name}: {out[name]}", flush=True)
+    return out
+
+
+def phase_train(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    import torch
+    from bench_train_vs_trl import run_rlvr, run_trl
+
+    w = workload(args.size, args.device)
+    tokens = 4 if args.size == "tiny" else w["max_tokens"]
+    batch = 8 if args.size == "tiny" else 64
+    micro = args.micro_batch_size or (4 if args.size in ("tiny", "4b") else 16)
+    ns = argparse.Namespace(
+        warmup=1, steps=args.steps, batch_size=batch, group_size=4 if args.size == "tiny" else 8, lr=1e-6,
+        max_tokens=tokens, micro_batch_size=micro, device=args.device, gradient_checkpointing=args.size == "4b",
+    )  # fmt: skip  # 4b: float32 weights + AdamW are 64 GB before activations, for both trainers
+    here = Path(tempfile.mkdtemp(dir=work, prefix=args.phase))
+    if args.phase == "rlvr":
+        run = run_rlvr(work / "model", ns, here, probe_tasks=0, gradient_checkpointing=ns.gradient_checkpointing)
+    else:
+        run = run_trl(work / "model", ns, here)
+    run["peak_memory_gb"] = peak_memory(torch.device(args.device)) / 1e9
+    return run
+
+
+PHASES = {"build": phase_build, "decode": phase_decode, "update": phase_update, "rlvr": phase_train, "trl": phase_train}
+
+
+def workload(size: str, device: str) -> dict[str, Any]:
+    """The work each phase does: the GPU's, or a small one for the tiny model or a CPU."""
+    return SMALL if size == "tiny" or device == "cpu" else GPU
+
+
+def sync(device: Any) -> None:
+    import torch
+
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class PeakMemory:
+    """The most the CUDA allocator held within the block (None on a CPU: the resident set of
+    one process never shrinks back, see bench_logprobs_memory.py for CPU measurements)."""
+
+    def __init__(self, device: Any) -> None:
+        self.device, self.peak, self.start = device, None, None
+
+    def __enter__(self) -> PeakMemory:
+        import torch
+
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+            self.start = torch.cuda.memory_allocated(self.device) / 1e9
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.device.type == "cuda":
+            self.peak = peak_memory(self.device) / 1e9
+
+
+def peak_memory(device: Any) -> float:
+    """Bytes: the most the CUDA allocator held, or this process's peak resident set on a CPU."""
+    import torch
+
+    if device.type == "cuda":
+        return float(torch.cuda.max_memory_allocated(device))
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024.0
+
+
+def environment(device: str) -> dict[str, Any]:
+    import torch
+    import transformers
+
+    from rlvr.train.hardware import peak_for
+
+    name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
+    peak = peak_for(name)
+    versions = {"torch": torch.__version__, "transformers": transformers.__version__}
+    for extra in ("trl", "flash_attn"):
+        versions[extra] = getattr(__import__(extra), "__version__", "?") if importlib.util.find_spec(extra) else None
+    return {"device": name, "peak": asdict(peak) if peak else None, "versions": versions}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--phase", choices=sorted(PHASES), required=True)
+    p.add_argument("--size", choices=sorted(SHAPES), required=True)
+    p.add_argument("--work", required=True, help="folder of the model (build writes it)")
+    p.add_argument("--phase-out", required=True, help="JSON results of the phase")
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--steps", type=int, default=3, help="timed optimizer steps per training run")
+    p.add_argument("--micro-batch-size", type=int, default=None)
+    p.add_argument("--deadline", type=float, default=float("inf"), help="epoch seconds: skip what would run past")
+    args = p.parse_args()
+    import torch
+
+    torch.manual_seed(0)
+    result = PHASES[args.phase](args, Path(args.work))
+    Path(args.phase_out).write_text(json.dumps(result, default=str))
+
+
+if __name__ == "__main__":
+    main()
