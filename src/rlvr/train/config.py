@@ -25,7 +25,8 @@ from rlvr.train import fields
 from rlvr.train.fields import LR_SCHEDULES, LoraSpec
 from rlvr.train.loss_specs import SPECS, LossSpec
 
-CHOICES: dict[str, tuple[str, ...]] = {"loss": tuple(SPECS), "lr_schedule": LR_SCHEDULES}
+SHARDINGS = ("ddp", "fsdp")
+CHOICES: dict[str, tuple[str, ...]] = {"loss": tuple(SPECS), "lr_schedule": LR_SCHEDULES, "sharding": SHARDINGS}
 """The values a string field may take (`--help` lists them)."""
 
 RENAMED = {"rollouts_per_example": "group_size", "num_groups": "num_buckets"}
@@ -102,6 +103,8 @@ class TrainConfig:
     """seed of the sampler, the rollouts, and torch"""
     device: str | None = None
     """cpu, cuda, cuda:1 ...; None = CUDA when available (one GPU per process under torchrun)"""
+    sharding: str = "ddp"
+    """several processes: ddp = the whole model on each; fsdp = weights, gradients and AdamW state sharded (FSDP2)"""
     probe_tasks: int = 16
     """tasks of the step-0 check that sampling at `temperature` keeps the greedy reward and format; 0 = skip"""
     eval_every: int | None = 50
@@ -331,3 +334,8 @@ def _check_values(c: TrainConfig) -> None:
     need(c.lora_rank >= 0, f"lora_rank must be >= 0 (0 = full fine-tuning), got {c.lora_rank}")
     need(c.lora_alpha is None or c.lora_alpha > 0, f"lora_alpha must be > 0 or None, got {c.lora_alpha}")
     need(c.lora_alpha is None or c.lora_rank > 0, "lora_alpha is set but lora_rank is 0 (full fine-tuning)")
+    need(
+        c.sharding == "ddp" or c.lora_rank == 0,
+        "sharding = fsdp shards full fine-tuning; LoRA's trainable weights are small, so use sharding = ddp "
+        "(or lora_rank = 0)",
+    )
