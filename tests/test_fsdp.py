@@ -4,11 +4,6 @@ gradients and AdamW state train like one process, write whole model folders, and
 from __future__ import annotations
 
 import json
-import math
-import os
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -16,46 +11,13 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from vowel_training import alone, assert_same_metrics, run, torchrun, write_script
+
 from rlvr.errors import UsageError
 from rlvr.models import build_tiny_model
 from rlvr.train.config import TrainConfig
 
-SCRIPT = textwrap.dedent("""
-    import json, os, sys
-    import torch
-    from rlvr import Rubric, SingleTurnEnv
-    from rlvr.train.config import TrainConfig
-    from rlvr.train.grpo import train
-
-    torch.set_num_threads(1)
-
-    def vowel_share(completion) -> float:
-        text = completion[-1]["content"] if completion else ""
-        return sum(ch in "aeiou" for ch in text) / max(len(text), 1)
-
-    def vowel_env(**_):
-        tasks = [{"id": str(i), "question": f"Write vowels, number {i}."} for i in range(8)]
-        return SingleTurnEnv(tasks, rubric=Rubric([vowel_share]))
-
-    model, out, result, steps, resume = sys.argv[1:6]
-    cfg = TrainConfig(env="vowels", model=model, output_dir=out, steps=int(steps), batch_size=16,
-                      group_size=4, lr=1e-2, max_tokens=6, loss="cispo", eval_every=3, eval_tasks=4,
-                      save_every=None, micro_batch_size=3, probe_tasks=4, sharding="fsdp")
-    history = train(cfg, make_env=vowel_env, resume=resume == "resume", quiet=True, plots=False)
-    if int(os.environ.get("RANK", "0")) == 0:
-        with open(result, "w") as f:
-            json.dump(history, f)
-""")
-
-
-def _run(argv: list[str], cwd: Path) -> None:
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=240, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-
-
-def _torchrun(*args: str) -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", *args]
+SHARDED = json.dumps({"sharding": "fsdp", "save_every": None, "probe_tasks": 4, "eval_every": 3, "eval_tasks": 4})
 
 
 def _weights(path: Path) -> dict[str, torch.Tensor]:
@@ -67,34 +29,25 @@ def _weights(path: Path) -> dict[str, torch.Tensor]:
 @pytest.mark.slow
 def test_fsdp_on_two_processes_matches_one_process_and_resumes(tmp_path) -> None:
     model = build_tiny_model(tmp_path / "tiny", preset="tiny", seed=0)
-    script = tmp_path / "train_vowels.py"
-    script.write_text(SCRIPT)
+    script = str(write_script(tmp_path))
     one, two = tmp_path / "one", tmp_path / "two"
     # one process (nothing to shard: the plain model), 3 steps
-    _run([sys.executable, str(script), str(model), str(one), str(tmp_path / "one.json"), "3", "new"], tmp_path)
+    run(alone(script, str(model), str(one), str(tmp_path / "one.json"), SHARDED), tmp_path)
     # two processes, sharded: 2 steps, then a second launch resumes from the step-2 checkpoint
-    _run(_torchrun(str(script), str(model), str(two), str(tmp_path / "a.json"), "2", "new"), tmp_path)
+    two_steps = json.dumps({**json.loads(SHARDED), "steps": 2})
+    run(torchrun(script, str(model), str(two), str(tmp_path / "a.json"), two_steps), tmp_path)
     assert sorted(p.name for p in (two / "checkpoints" / "step_000002").iterdir()) == [
         "model",
         "optimizer",
         "rng_rank1.pt",
         "trainer.pt",
     ]
-    _run(_torchrun(str(script), str(model), str(two), str(tmp_path / "b.json"), "3", "resume"), tmp_path)
+    run(torchrun(script, str(model), str(two), str(tmp_path / "b.json"), SHARDED, "resume"), tmp_path)
 
     reference = json.loads((tmp_path / "one.json").read_text())
     sharded = json.loads((tmp_path / "a.json").read_text()) + json.loads((tmp_path / "b.json").read_text())
     assert len(reference) == len(sharded) == 3
-    for step, (a, b) in enumerate(zip(reference, sharded), start=1):
-        assert set(a) == set(b)
-        for name in a:
-            if name.startswith(("time/", "throughput/")) or name == "logprob/gen_mismatch":
-                continue  # timings; and a measure of float noise itself (~1e-7)
-            # gradients reduce-scattered in another order: float noise only (measured: 6e-5
-            # relative at most); a different sampled token would move the rewards by far more
-            tol = 1e-4 if name in ("grad/norm", "loss/policy", "loss/total") else 1e-6
-            same = math.isclose(a[name], b[name], rel_tol=tol, abs_tol=1e-9)
-            assert same, (step, name, a[name], b[name])
+    assert_same_metrics(reference, sharded)  # (measured: losses within 6e-5 relative)
 
     # the final folders are ordinary models; the sharded run's update is the one-process update
     # up to float noise that Adam's division amplifies on small gradients (measured: 0.5% of
