@@ -6,6 +6,7 @@
 #   scripts/multigpu_bench.sh scaling OUT      # DDP: 1 vs 2 GPUs, same per-GPU batch, 0.6B, 3 repeats
 #   scripts/multigpu_bench.sh fsdp-speed OUT   # 2 GPUs: DDP vs FSDP2 throughput, 0.6B, 2 repeats
 #   scripts/multigpu_bench.sh check-1.7b OUT   # FSDP2 x2 vs DDP x2 vs 1 GPU, first 5 steps' loss
+#   scripts/multigpu_bench.sh build-4b OUT     # only build the 4B model (so check-4b has its 9 minutes)
 #   scripts/multigpu_bench.sh check-4b OUT     # FSDP2 x2 vs 1 GPU (may not fit: reported), 4B
 #
 # OUT receives the printed table (OUT/NAME.txt) and every number as JSON (OUT/NAME.json).
@@ -13,7 +14,7 @@
 # machine stays up. Install first: python3 -m pip install --no-deps -e . -e environments/tictactoe
 set -euo pipefail
 
-what=${1:?usage: scripts/multigpu_bench.sh scaling|fsdp-speed|check-1.7b|check-4b OUT}
+what=${1:?usage: scripts/multigpu_bench.sh scaling|fsdp-speed|check-1.7b|build-4b|check-4b OUT}
 OUT=${2:?usage: scripts/multigpu_bench.sh $what OUT}
 MODELS=${MODELS:-/tmp/rlvr-multigpu-models}
 BENCH="python3 benchmarks/bench_multigpu.py"
@@ -41,6 +42,8 @@ case $what in
     m=$(model 1.7b)
     $BENCH fsdp-check --model "$m" --ddp --one-gpu --budget "$(budget)" --json "$OUT/$what.json" \
       | tee "$OUT/$what.txt" ;;
+  build-4b)
+    model 4b > /dev/null ;;
   check-4b)
     m=$(model 4b)
     $BENCH fsdp-check --model "$m" --one-gpu --timeout 330 --budget "$(budget)" --json "$OUT/$what.json" \
