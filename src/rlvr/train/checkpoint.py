@@ -8,6 +8,11 @@ Layout of `RUN_DIR/checkpoints/step_000050/`:
     trainer.pt    step, optimizer, LR scheduler, sampler position, the config, the model
                   fingerprint, and rank 0's RNG states (python, numpy, torch, CUDA)
     rng_rank{r}.pt   RNG states of the other ranks (multi-GPU)
+    optimizer/    with sharding = fsdp only: the sharded optimizer state, each rank's part
+                  (torch.distributed.checkpoint); trainer.pt's optimizer is then None
+
+Under FSDP the model folder is still whole: the weights are gathered to rank 0 to be saved
+(`rlvr.train.sharding`).
 
 A checkpoint is written to `step_N.tmp/` and renamed when complete, so a kill mid-write never
 leaves a half checkpoint that resume would pick; the newest `KEEP` complete ones are kept.
@@ -218,11 +223,16 @@ def _newest_readable(run_dir: Path, say: Callable[[str], None]) -> tuple[Checkpo
 
 
 def restore_training(
-    checkpoint: Checkpoint, state: Mapping[str, Any], *, optimizer: Any, scheduler: Any, rank: int
+    checkpoint: Checkpoint, state: Mapping[str, Any], *, optimizer: Any, scheduler: Any, rank: int, model: Any = None
 ) -> int:
     """Put the optimizer, the LR schedule and this rank's RNGs back where `checkpoint` left
-    them; returns its step."""
-    optimizer.load_state_dict(state["optimizer"])
+    them; returns its step. `model` (the trained one) is needed for a sharded optimizer state."""
+    if state["optimizer"] is None:  # written sharded, each rank its part (sharding = fsdp)
+        from rlvr.train.sharding import load_optimizer
+
+        load_optimizer(model, optimizer, checkpoint.path / "optimizer")
+    else:
+        optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
     restore_rng(checkpoint, state, rank)
     return int(state["step"])
@@ -264,15 +274,19 @@ def save_checkpoint(
     *,
     model: Any,
     tokenizer: Any,
+    optimizer: Any,
     trainer_state: dict[str, Any],
     rank: int = 0,
     barrier: Callable[[], None] = lambda: None,
 ) -> Path:
-    """Write checkpoint `step` (every rank calls this; rank 0 writes the shared files).
+    """Write checkpoint `step` (every rank calls this; rank 0 writes the shared files, and
+    with a sharded model every rank writes its part of the optimizer state).
 
-    `trainer_state` holds what `trainer.pt` stores besides the RNG states (step, optimizer,
-    scheduler, sampler, config, fingerprint).
+    `trainer_state` holds what `trainer.pt` stores besides the optimizer and the RNG states
+    (step, scheduler, sampler, config, fingerprint).
     """
+    from rlvr.train.sharding import full_state_dict, is_sharded, save_optimizer
+
     root = checkpoints_dir(run_dir)
     final = root / f"step_{step:06d}"
     tmp = root / f"step_{step:06d}.tmp"
@@ -284,11 +298,16 @@ def save_checkpoint(
     barrier()
     if rank != 0:
         torch.save(rng_state(), tmp / f"rng_rank{rank}.pt")
+    sharded = is_sharded(model)
+    weights = full_state_dict(model)  # sharded: gathered to rank 0 (every rank takes part)
+    if sharded:
+        save_optimizer(model, optimizer, tmp / "optimizer")
     barrier()
     if rank == 0:
-        model.save_pretrained(tmp / "model")
+        model.save_pretrained(tmp / "model", **({} if weights is None else {"state_dict": weights}))
         tokenizer.save_pretrained(tmp / "model")
-        torch.save({**trainer_state, "rng": rng_state()}, tmp / "trainer.pt")
+        optimizer_state = None if sharded else optimizer.state_dict()
+        torch.save({**trainer_state, "optimizer": optimizer_state, "rng": rng_state()}, tmp / "trainer.pt")
         if final.exists():  # the same step saved again (e.g. a resumed run): replace it
             shutil.rmtree(final)
         tmp.rename(final)

@@ -27,7 +27,13 @@ from rlvr.train.loss_specs import SPECS, LossSpec
 
 WEIGHT_SYNCS = ("lora", "ipc", "nccl")
 """How weights reach a vLLM server (`rlvr.train.weight_sync`)."""
-CHOICES: dict[str, tuple[str, ...]] = {"loss": tuple(SPECS), "lr_schedule": LR_SCHEDULES, "weight_sync": WEIGHT_SYNCS}
+SHARDINGS = ("ddp", "fsdp")
+CHOICES: dict[str, tuple[str, ...]] = {
+    "loss": tuple(SPECS),
+    "lr_schedule": LR_SCHEDULES,
+    "weight_sync": WEIGHT_SYNCS,
+    "sharding": SHARDINGS,
+}
 """The values a string field may take (`--help` lists them)."""
 
 RENAMED = {"rollouts_per_example": "group_size", "num_groups": "num_buckets"}
@@ -120,6 +126,8 @@ class TrainConfig:
     """seed of the sampler, the rollouts, and torch"""
     device: str | None = None
     """cpu, cuda, cuda:1 ...; None = CUDA when available (one GPU per process under torchrun)"""
+    sharding: str = "ddp"
+    """several processes: ddp = the whole model on each; fsdp = weights, gradients and AdamW state sharded (FSDP2)"""
     probe_tasks: int = 16
     """tasks of the step-0 check that sampling at `temperature` keeps the greedy reward and format; 0 = skip"""
     eval_every: int | None = 50
@@ -366,4 +374,14 @@ def _check_values(c: TrainConfig) -> None:
         (c.sync == "lora") == (c.lora_rank > 0),
         f"weight_sync = {c.sync} does not fit lora_rank = {c.lora_rank}: LoRA training syncs adapters "
         "(weight_sync = lora), full fine-tuning syncs full weights (ipc or nccl)",
+    )
+    need(
+        c.sharding == "ddp" or c.lora_rank == 0,
+        "sharding = fsdp shards full fine-tuning; LoRA's trainable weights are small, so use sharding = ddp "
+        "(or lora_rank = 0)",
+    )
+    need(
+        c.sharding == "ddp" or c.vllm_url is None,
+        "sharding = fsdp with vllm_url is not supported yet (the weight push reads whole tensors); "
+        "use sharding = ddp with a vLLM server",
     )

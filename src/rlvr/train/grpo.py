@@ -13,7 +13,8 @@ temperature loses what the model does greedily (`rlvr.train.probe`). Knobs:
 Where the steps live: the loss table `loss_specs`, the losses `losses`, advantages
 `advantages`, token sequences `sequences` (and `chat_tokens`), the update `update`, metrics
 `metrics`, `loss_stats` and `evaluation`, the model `model`, checkpoints `checkpoint`,
-environments and the event loop `session`, several GPUs `distributed` (all `rlvr.train.*`).
+environments and the event loop `session`, several GPUs `distributed` and `sharding` (all
+`rlvr.train.*`).
 
 Algorithmic choices
 -------------------
@@ -54,7 +55,9 @@ Algorithmic choices
   same model with adapters disabled for LoRA.
 - Several GPUs (torchrun / accelerate launch): each rank plays its contiguous share of the
   batch's tasks (whole groups), DDP all-reduces gradients, normalisers count every rank's
-  tokens; rank 0 logs and writes checkpoints.
+  tokens; rank 0 logs and writes checkpoints. `sharding = fsdp` shards weights, gradients and
+  AdamW state instead (FSDP2); each generation then runs on weights gathered whole for its
+  duration (`full_weights`), and checkpoints are still whole model folders.
 - A non-finite loss or gradient norm stops the run before the optimizer step, leaving the last
   checkpoint as the last good state.
 """
@@ -106,6 +109,7 @@ from rlvr.train.model import (
 from rlvr.train.probe import collapse_warning, compare, probe, probe_set
 from rlvr.train.sequences import build_sequences
 from rlvr.train.session import EnvFactory, Envs, StepSeeded, event_loop
+from rlvr.train.sharding import full_state_dict, full_weights, wrap
 from rlvr.train.update import UpdateSettings, update_policy
 from rlvr.types import SamplingArgs
 
@@ -168,21 +172,23 @@ def train(
         barrier=dist.barrier,
         main=dist.main,
     )
-    model = load_trainable(cfg.model, lora=cfg.lora, device=dist.device, checkpoint=ckpt.model_dir if ckpt else None)
+    # (sharded: loaded on the CPU, each process then moves only its shard to its GPU)
+    sharded = cfg.sharding == "fsdp" and dist.active
+    load_on = torch.device("cpu") if sharded else dist.device
+    model = load_trainable(cfg.model, lora=cfg.lora, device=load_on, checkpoint=ckpt.model_dir if ckpt else None)
     model.eval()  # no dropout anywhere: generation, old and new log-probs see the same network
-    ref = load_reference(cfg.model, dist.device) if cfg.kl_coef > 0 and cfg.lora is None else None
+    policy = wrap(model, dist, cfg.sharding, bf16=cfg.bf16)  # DDP, FSDP2 (in place) or the model alone
+    ref = load_reference(cfg.model, load_on) if cfg.kl_coef > 0 and cfg.lora is None else None
+    ref = wrap(ref, dist, cfg.sharding, bf16=cfg.bf16, trainable=False) if ref is not None else None
     optimizer = make_optimizer(model, cfg.lr)
     scheduler = make_scheduler(optimizer, schedule=cfg.lr_schedule, warmup=cfg.warmup_steps, total=cfg.steps)
     start = 0
     if ckpt is not None and state is not None:
         sampler.load_state_dict(state["sampler"])
-        start = ckpt_io.restore_training(ckpt, state, optimizer=optimizer, scheduler=scheduler, rank=dist.rank)
+        start = ckpt_io.restore_training(
+            ckpt, state, optimizer=optimizer, scheduler=scheduler, rank=dist.rank, model=model
+        )
         say(f"resuming {run_dir} from step {start} ({ckpt.path})")
-    policy = model
-    if dist.active:
-        from torch.nn.parallel import DistributedDataParallel
-
-        policy = DistributedDataParallel(model, device_ids=[dist.device.index] if dist.device.type == "cuda" else None)
     sampling = SamplingArgs(
         max_tokens=cfg.max_tokens, temperature=cfg.temperature, top_p=cfg.top_p, stop=env.sampling.stop, logprobs=True
     )
@@ -192,7 +198,7 @@ def train(
         f"training {cfg.model} on {cfg.env}: {cfg.steps} steps x {cfg.batch_size} rollouts "
         f"({cfg.tasks_per_batch} tasks x {cfg.group_size}), loss {cfg.loss}, "
         f"{'LoRA r=' + str(cfg.lora_rank) if cfg.lora_rank else 'full fine-tuning'}, "
-        f"{dist.world} process(es) on {dist.device.type}; run dir {run_dir}"
+        f"{dist.world} process(es) on {dist.device.type}{' (FSDP2)' if sharded else ''}; run dir {run_dir}"
     )
 
     # ---- evaluation sets: fixed tasks and seeds, played at step 0 and every eval_every steps ----
@@ -205,6 +211,10 @@ def train(
         client = generation.client
 
         def evaluate_and_log(step: int) -> None:
+            with full_weights(model):  # sharded: gathered whole (rank 0's exact evaluation too)
+                play_and_log(step)
+
+        def play_and_log(step: int) -> None:
             """Play the evaluation sets; rank 0 saves their rollouts, logs and prints them."""
             t0 = time.monotonic()
             played = {label: dist.gather(r) for label, r in run_async(evaluate(sets, client, sampling)).items()}
@@ -227,7 +237,8 @@ def train(
 
         if start == 0 and cfg.probe_tasks:  # before any compute is spent: does sampling break the model?
             played_by = probe_set(env, cfg.probe_tasks, cfg.env_args, rank=dist.rank, world=dist.world)
-            greedy, sampled = run_async(probe(played_by, client, sampling))
+            with full_weights(model):
+                greedy, sampled = run_async(probe(played_by, client, sampling))
             found = compare(env, dist.gather(greedy), dist.gather(sampled), cfg.temperature)
             if log is not None:
                 log.write(0, found.metrics())
@@ -243,16 +254,17 @@ def train(
 
             # ---- 2. rollouts with the current policy (multi-turn, env replies included) ----------
             t0 = time.monotonic()
-            rollouts = run_async(
-                run_rollouts(
-                    env,
-                    StepSeeded(client, cfg.seed, step),
-                    tasks,
-                    sampling=sampling,
-                    rollouts_per_task=cfg.group_size,
-                    concurrency=len(tasks) * cfg.group_size,
+            with full_weights(model):  # sharded: gathered whole for the generation, then freed
+                rollouts = run_async(
+                    run_rollouts(
+                        env,
+                        StepSeeded(client, cfg.seed, step),
+                        tasks,
+                        sampling=sampling,
+                        rollouts_per_task=cfg.group_size,
+                        concurrency=len(tasks) * cfg.group_size,
+                    )
                 )
-            )
             t_rollouts = time.monotonic() - t0
 
             # ---- 3. group advantages -------------------------------------------------------------
@@ -313,7 +325,6 @@ def train(
                 t0 = time.monotonic()
                 trainer_state = {
                     "step": step + 1,
-                    "optimizer": optimizer.state_dict(),
                     "scheduler": scheduler.state_dict(),
                     "sampler": sampler.state_dict(),
                     "config": cfg.to_dict(),
@@ -324,6 +335,7 @@ def train(
                     step + 1,
                     model=model,
                     tokenizer=tokenizer,
+                    optimizer=optimizer,
                     trainer_state=trainer_state,
                     rank=dist.rank,
                     barrier=dist.barrier,
@@ -332,9 +344,12 @@ def train(
                     log.write(step + 1, {"time/checkpoint": time.monotonic() - t0})
 
         # ---- the end: a plain model folder anyone can load ---------------------------------------
-        if dist.main and (start < cfg.steps or not exported(run_dir / "final")):  # (a kill mid-export)
-            export_final(model, tokenizer, run_dir / "final")
-            say(f"done: final model in {run_dir / 'final'}, metrics in {run_dir / 'metrics.csv'}")
+        # (rank 0 decides, since every rank gathers a sharded model's weights)
+        if dist.max(int(dist.main and (start < cfg.steps or not exported(run_dir / "final")))):  # (a kill mid-export)
+            weights = full_state_dict(model)
+            if dist.main:
+                export_final(model, tokenizer, run_dir / "final", state_dict=weights)
+                say(f"done: final model in {run_dir / 'final'}, metrics in {run_dir / 'metrics.csv'}")
         if log is not None:
             log.final_plots()
     dist.barrier()

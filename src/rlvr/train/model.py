@@ -157,9 +157,11 @@ def make_scheduler(optimizer: torch.optim.Optimizer, *, schedule: str, warmup: i
 # ---- the end of a run ----------------------------------------------------------------------
 
 
-def export_final(model: Any, tokenizer: Any, path: Path) -> None:
+def export_final(model: Any, tokenizer: Any, path: Path, *, state_dict: dict[str, Any] | None = None) -> None:
     """Save the trained model as a plain model folder (LoRA merged into a copy), loadable with
-    `from_pretrained`; an older folder at `path` is replaced.
+    `from_pretrained`; an older folder at `path` is replaced. `state_dict`: the weights to
+    write instead of the model's own (a sharded model's, gathered by
+    `rlvr.train.sharding.full_state_dict`).
 
     The folder is written as `path.tmp` and renamed when complete, so a kill mid-export never
     leaves a `path` that looks like a model but is not (`exported` tells whether it is there).
@@ -170,7 +172,7 @@ def export_final(model: Any, tokenizer: Any, path: Path) -> None:
     if hasattr(model, "merge_and_unload"):
         with quiet_peft():
             model = copy.deepcopy(model).merge_and_unload()
-    model.save_pretrained(tmp)
+    model.save_pretrained(tmp, **({} if state_dict is None else {"state_dict": state_dict}))
     tokenizer.save_pretrained(tmp)
     if path.exists():
         shutil.rmtree(path)

@@ -221,9 +221,9 @@ def train_sft(cfg: SFTConfig, *, resume: bool = False, quiet: bool = False) -> S
                     step,
                     model=model,
                     tokenizer=tokenizer,
+                    optimizer=optimizer,
                     trainer_state={
                         "step": step,
-                        "optimizer": optimizer.state_dict(),
                         "scheduler": scheduler.state_dict(),
                         "config": cfg.to_dict(),
                         "fingerprint": fingerprint,

@@ -10,8 +10,8 @@
   the world size, since DDP averages.
 - Old log-probs: with one minibatch, the new ones detached (ratio exactly 1); with several,
   frozen by one no-grad pass before the first update (the later updates are off-policy).
-- Every rank runs as many backward passes as the busiest one (empty micro-batches pad the
-  others), since DDP all-reduces on the last one.
+- Every rank runs as many forward and backward passes as the busiest one (empty micro-batches
+  pad the others), since DDP all-reduces on the last one and FSDP gathers weights in each.
 - The losses and the gradient norm are read from the device once per update; a non-finite
   one stops every rank together, before the optimizer step.
 - Near the hardware (`rlvr.train.logprobs`): the output head runs in chunks, only on trained
@@ -42,6 +42,7 @@ from rlvr.train.loss_stats import LossStats
 from rlvr.train.losses import LOSSES, LossConfig
 from rlvr.train.model import unwrap
 from rlvr.train.sequences import MicroBatch, TrainSequence, empty_micro_batch, micro_batches, normaliser
+from rlvr.train.sharding import clip_grad_norm, no_sync
 
 Plan = list[list[MicroBatch]]
 """The micro-batches of each minibatch."""
@@ -99,7 +100,7 @@ def update_policy(
     term (None: none, or LoRA's adapters disabled)."""
     t0 = time.perf_counter()
     kind = SPECS[how.loss].normalisation
-    plans = _plan(seqs, n_rollouts, how, dist.device, pack=should_pack(policy, how.pack_sequences))
+    plans = _plan(seqs, n_rollouts, how, dist, pack=should_pack(policy, how.pack_sequences))
     old = _frozen_logprobs(policy, plans, how, dist.device) if how.minibatches > 1 else {}
     stats = LossStats()
     params = [p for p in policy.parameters() if p.requires_grad]
@@ -131,15 +132,14 @@ def _steps(
         total = dist.sum([sum(normaliser(kind, mb.cpu_mask) for mb in plan)])[0]
         if total == 0:
             continue  # nothing to train on anywhere: no optimizer step (Adam would still move)
-        count = dist.max(len(plan))
-        plan = plan + [empty_micro_batch(how.pad_id, dist.device)] * (count - len(plan))
+        count = len(plan)  # the same on every rank (`_plan` pads)
         losses = []
         for u, mb in enumerate(plan):
             host = mb.cpu_mask
             share = normaliser(kind, host) / total if host.numel() and host.any() else 0.0
             sync = u == count - 1 or not dist.active
             losses.append(_backward(policy, ref, mb, old.get((m, u)), share, sync, how, dist, stats))
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, how.max_grad_norm)
+        grad_norm = clip_grad_norm(params, how.max_grad_norm)
         stats.grad_norms.append(_finite_or_stop(losses, grad_norm, m, optimizer, dist))
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -160,13 +160,16 @@ def should_pack(policy: Any, pack_sequences: bool | None) -> bool:
     return pack_sequences and why is None
 
 
-def _plan(seqs: list[TrainSequence], n_rollouts: int, how: UpdateSettings, device: torch.device, *, pack: bool) -> Plan:
-    """Minibatches by rollout index (whole groups each), cut into micro-batches."""
+def _plan(seqs: list[TrainSequence], n_rollouts: int, how: UpdateSettings, dist: Dist, *, pack: bool) -> Plan:
+    """Minibatches by rollout index (whole groups each), cut into micro-batches, each padded with
+    empty ones to the most micro-batches any rank has."""
     per = max(1, n_rollouts // how.minibatches)
-    return [
-        micro_batches([s for s in seqs if s.rollout // per == m], how.micro_batch_size, how.pad_id, device, pack=pack)
-        for m in range(how.minibatches)
-    ]
+    plans = []
+    for m in range(how.minibatches):
+        mine = [s for s in seqs if s.rollout // per == m]
+        plan = micro_batches(mine, how.micro_batch_size, how.pad_id, dist.device, pack=pack)
+        plans.append(plan + [empty_micro_batch(how.pad_id, dist.device)] * (dist.max(len(plan)) - len(plan)))
+    return plans
 
 
 def _autocast(how: UpdateSettings, device: torch.device) -> torch.autocast:
@@ -199,7 +202,7 @@ def _backward(
 ) -> torch.Tensor:
     """Forward and backward of one micro-batch, its gradient scaled to its `share` of the
     minibatch loss (DDP all-reduces only when `sync`); returns its loss, detached."""
-    with contextlib.nullcontext() if sync else policy.no_sync():
+    with contextlib.nullcontext() if sync else no_sync(policy):
         with _autocast(how, dist.device):
             logp, ent = micro_batch_logprobs(policy, mb, how.temperature, entropy=True)
         ref_logp = _reference_logprobs(policy, ref, mb, how, dist.device)
