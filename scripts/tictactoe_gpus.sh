@@ -16,9 +16,8 @@
 #          variant A (lr 3e-5) and B (lr 2e-5 at T 1.25) from the same SFT model
 #   trap   four GPUs: as main, 100 RL steps, against an opponent whose best moves are traps
 #   explore four GPUs: traps, and training games from random positions (up to 4 random moves)
-#   history two GPUs: seeds 0, 1 (GPU 0), 2 and the weak start (GPU 1); longer RL from random
-#          starts shown as the conversation that led there (opening_history, up to 6 plies)
-#          beside the explore recipe run as long, from the same SFT model
+#   history two GPUs: seeds 0, 1 (GPU 0), 2 and the weak start (GPU 1); 100 RL steps from
+#          random starts shown as the conversation that led there (opening_history, 6 plies)
 set -uo pipefail
 ROOT=${RUNS:-runs/gpus}
 
@@ -72,13 +71,13 @@ start() {
       export FIRST_STAGES=sft LAST_STAGES=""
       four "RL_STEPS=${RL_STEPS:-80} EVAL_EVERY=${EVAL_EVERY:-20}" \
         "rlE TRAP_PROB=1.0 OPENING_PLIES=4 RL_LR=2e-5" "rlE16 TRAP_PROB=1.0 OPENING_PLIES=4 RL_LR=2e-5 GROUP=16" ;;
-    history)  # two GPUs: variant H (conversation starts, 6 plies) and E (explore's recipe), as long
+    history)  # two GPUs, two jobs each (four RL processes of 16-21 GB do not fit one 80 GB H100)
       export FIRST_STAGES=sft LAST_STAGES=""
-      local shared="RL_STEPS=${RL_STEPS:-120} EVAL_EVERY=${EVAL_EVERY:-30} TRAP_PROB=1.0 RL_LR=2e-5"
-      local h="rlH OPENING_PLIES=6 OPENING_HISTORY=true" e="rlE OPENING_PLIES=4 OPENING_HISTORY=false"
-      job 0 s0 "SEED=0 $shared" "$h" "$e"
-      job 0 s1 "SEED=1 $shared" "$h" "$e"
-      job 1 s2 "SEED=2 $shared" "$h" "$e"
+      local shared="RL_STEPS=${RL_STEPS:-100} EVAL_EVERY=${EVAL_EVERY:-25} TRAP_PROB=1.0 RL_LR=2e-5"
+      local h="rlH OPENING_PLIES=6 OPENING_HISTORY=true"
+      job 0 s0 "SEED=0 $shared" "$h"
+      job 0 s1 "SEED=1 $shared" "$h"
+      job 1 s2 "SEED=2 $shared" "$h"
       job 1 weak "SEED=0 GAMES=200 SFT_STEPS=60 SFT_BATCH=32 $shared" "$h" ;;
     *) echo "unknown plan $1" >&2; exit 2 ;;
   esac

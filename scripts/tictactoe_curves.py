@@ -1,0 +1,82 @@
+"""Exact curves of RL runs: lost games over the whole tree at each exact evaluation.
+
+    python scripts/tictactoe_curves.py add CSV RUN_DIR SEED OPPONENT VARIANT   # append a run's points
+    python scripts/tictactoe_curves.py plot CSV PNG                             # draw every run
+
+`add` reads RUN_DIR/metrics.csv (written by `rlvr train --eval-exact`); `plot` draws one panel
+per seed, one line per (opponent, variant), lost games on a log scale for the weak start.
+"""
+
+from __future__ import annotations
+
+import csv
+import sys
+from pathlib import Path
+
+FIELDS = ["seed", "opponent", "variant", "step", "lost_games", "rejected_move_games", "random_win_pct",
+          "random_loss_pct", "optimal_draw_pct", "optimal_loss_pct"]  # fmt: skip
+SOURCE = {"lost_games": "exact/beaten_games", "rejected_move_games": "exact/rejected_move_games",
+          "random_win_pct": "exact/random/win_pct", "random_loss_pct": "exact/random/loss_pct",
+          "optimal_draw_pct": "exact/optimal/draw_pct", "optimal_loss_pct": "exact/optimal/loss_pct"}  # fmt: skip
+
+
+def add(table: Path, run: Path, seed: str, opponent: str, variant: str) -> int:
+    rows = []
+    with (run / "metrics.csv").open() as f:
+        for r in csv.DictReader(f):
+            if r.get("exact/beaten_games"):
+                row = {"seed": seed, "opponent": opponent, "variant": variant, "step": int(float(r["step"]))}
+                for name, key in SOURCE.items():
+                    value = float(r[key])
+                    row[name] = int(value) if name.endswith("games") else round(value, 2)
+                rows.append(row)
+    new = not table.exists()
+    with table.open("a", newline="") as f:
+        writer = csv.DictWriter(f, FIELDS)
+        if new:
+            writer.writeheader()
+        writer.writerows(rows)
+    return len(rows)
+
+
+def plot(table: Path, out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    with table.open() as f:
+        rows = list(csv.DictReader(f))
+    seeds = sorted({r["seed"] for r in rows}, key=lambda s: (s == "weak", s))
+    lines = sorted({(r["opponent"], r["variant"]) for r in rows})
+    colours = {line: plt.get_cmap("tab10")(i % 10) for i, line in enumerate(lines)}
+    fig, axes = plt.subplots(1, len(seeds), figsize=(4.2 * len(seeds), 3.8), squeeze=False)
+    for ax, seed in zip(axes[0], seeds, strict=True):
+        for line in lines:
+            points = sorted(
+                (int(r["step"]), int(r["lost_games"]))
+                for r in rows
+                if (r["opponent"], r["variant"]) == line and r["seed"] == seed
+            )
+            if points:
+                ax.plot(
+                    *zip(*points, strict=True), marker="o", ms=3, color=colours[line], label=f"{line[0]}, {line[1]}"
+                )
+        ax.set_title("weak start (200 games)" if seed == "weak" else f"seed {seed[1:]}")
+        ax.set_xlabel("RL step (0 = SFT model)")
+        ax.set_yscale("log" if seed == "weak" else "linear")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("lost games over the whole tree")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.05 + 0.035 * ((len(lines) + 1) // 2), 1, 1))
+    fig.savefig(out, dpi=120)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 7 and sys.argv[1] == "add":
+        print(f"{add(Path(sys.argv[2]), Path(sys.argv[3]), *sys.argv[4:])} points added")
+    elif len(sys.argv) == 4 and sys.argv[1] == "plot":
+        plot(Path(sys.argv[2]), Path(sys.argv[3]))
+    else:
+        sys.exit(__doc__)
