@@ -13,7 +13,8 @@
   (mask 0) log-probs and entropy are 0: no loss or statistic reads them.
 - Models whose logits are not just the head's output (`LOGIT_KNOBS`: Gemma's soft-capping,
   Cohere's scale, Granite's divisor) take the full-logits path, as do models without an
-  output embedding.
+  output embedding and models sharded by FSDP2 (the head's weight is a shard outside the
+  model's own forward).
 - A packed micro-batch (`MicroBatch.positions`) is one row of several sequences, positions
   restarting at each; the attention kernel keeps them apart (`packing_unsupported` says where
   the installed transformers cannot).
@@ -30,6 +31,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.distributed.tensor import DTensor
 from torch.utils.checkpoint import checkpoint
 
 from rlvr.train.sequences import MicroBatch
@@ -99,7 +101,12 @@ def _head(model: Any) -> nn.Module | None:
         return None
     get = getattr(inner, "get_output_embeddings", None)
     head = get() if get is not None else None
-    return head if isinstance(head, nn.Module) and isinstance(getattr(head, "weight", None), torch.Tensor) else None
+    weight = getattr(head, "weight", None)
+    if not isinstance(head, nn.Module) or not isinstance(weight, torch.Tensor):
+        return None
+    # FSDP2 (`sharding = fsdp`): the head's weight is a shard, whole only inside the model's own
+    # forward; calling the head outside it would mix shards and tensors, so take full logits
+    return None if isinstance(weight, DTensor) else head
 
 
 def _hidden_states(model: Any, mb: MicroBatch, head: nn.Module) -> torch.Tensor:
