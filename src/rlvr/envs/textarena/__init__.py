@@ -2,7 +2,7 @@
 
 TextArena (https://github.com/LeonGuertler/TextArena) is a collection of ~100 text games,
 single-player puzzles and two-player (or more) games. The `textarena` environment plays one
-of them: ``rlvr eval textarena -a '{"game": "KuhnPoker-v0", "opponent": "equilibrium"}'``.
+of them: ``rlvr eval textarena -a '{"game": "KuhnPoker-v0", "opponent": "never_fold"}'``.
 
 - Task i is the game reset with seed ``mix_seed(seed, i)`` (TextArena seeds the module-level
   `random`; each rollout draws from a `random` state of its own, seeded from the task for the
@@ -21,7 +21,7 @@ of them: ``rlvr eval textarena -a '{"game": "KuhnPoker-v0", "opponent": "equilib
   closeness), `invalid_moves` the refused moves; both weight 0 (metrics).
 
 Reference players (`-m policy:NAME`, or `opponent=NAME`): `random` for every game, GuessTheNumber
-`bisect`, TicTacToe `optimal`, KuhnPoker `equilibrium` (`rlvr.envs.textarena.players`). Their
+`bisect`, TicTacToe `optimal`, KuhnPoker `never_fold` (`rlvr.envs.textarena.players`). Their
 measured scores are in docs/environments.md.
 """
 

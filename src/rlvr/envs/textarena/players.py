@@ -7,8 +7,9 @@ the game's own format, a move in square brackets:
   where none are listed, a number in the range the rules state ("between 1 and 20").
 - GuessTheNumber `bisect`: halves the range left by its guesses and the game's hints.
 - TicTacToe `optimal`: minimax on the board of the last message (never loses).
-- KuhnPoker `equilibrium`: the Nash equilibrium of one Kuhn poker hand (alpha = 1/6: bluff
-  with J 1/6 of the time, bet K half of the time, call with Q 1/3 or 1/2 of the time).
+- KuhnPoker `never_fold`: bets when it may and calls a bet. TextArena's KuhnPoker (0.7.4)
+  puts only the antes in the pot, so folding can only lose and betting can only win a fold:
+  this strategy is dominant there (the textbook equilibrium is not).
 
 A conversation a player cannot read raises ValueError, so a changed game text fails loudly.
 """
@@ -35,7 +36,7 @@ def assistant_texts(messages: Messages) -> list[str]:
 
 
 def listed_moves(text: str) -> list[str]:
-    """The moves the last line of `text` that lists any lists, in its order.
+    r"""The moves the last line of `text` that lists any lists, in its order.
 
     >>> listed_moves("Available Moves: '[0]', '[4]'\nPlayer 1: [0]\nAvailable Moves: '[4]'")
     ['4']
@@ -131,34 +132,22 @@ def tictactoe_optimal(messages: Messages, rng: random.Random) -> str:
 
 # ---- KuhnPoker --------------------------------------------------------------------------------
 
-_CARD = re.compile(r"Your card is: '([JQK])'")
-_SUBMITTED = re.compile(r"Player \d+, submitted move: '\[(\w+)\]'")
-ALPHA = 1 / 6
-"""The equilibrium family's free parameter (any value in [0, 1/3] is an equilibrium)."""
 
-
-def kuhn_equilibrium(messages: Messages, rng: random.Random) -> str:
-    """The equilibrium action for this seat's card, its legal actions and the round so far."""
-    conversation = "\n".join(user_texts(messages))
-    rounds = conversation.split("### Starting round")
-    cards = _CARD.findall(rounds[-1])
-    legal = listed_moves(rounds[-1].rsplit("Your available actions are:", 1)[-1])
-    if not cards or not legal:
-        raise ValueError("the last round shows no card or no available actions")
-    card, history = cards[-1], _SUBMITTED.findall(rounds[-1])
-    if "check" in legal:  # nobody bet yet: first to act, or second after a check
-        first = not history
-        chance = {"J": ALPHA, "Q": 0.0, "K": 3 * ALPHA} if first else {"J": 1 / 3, "Q": 0.0, "K": 1.0}
-        return "[bet]" if rng.random() < chance[card] else "[check]"
-    # facing a bet: the first actor after checking calls Q with alpha + 1/3, the second with 1/3
-    call_q = ALPHA + 1 / 3 if history[:1] == ["check"] else 1 / 3
-    chance = {"J": 0.0, "Q": call_q, "K": 1.0}
-    return "[call]" if rng.random() < chance[card] else "[fold]"
+def kuhn_never_fold(messages: Messages, rng: random.Random) -> str:
+    """Bet when it may, call a bet, never check or fold: dominant in TextArena's KuhnPoker,
+    whose bets and calls do not enter the pot (textarena 0.7.4), so that a fold only loses
+    and a bet only offers the opponent the chance to fold."""
+    texts = user_texts(messages)
+    legal = listed_moves(texts[-1].rsplit("Your available actions are:", 1)[-1]) if texts else []
+    for move in ("bet", "call"):
+        if move in legal:
+            return f"[{move}]"
+    raise ValueError("the last message offers neither [bet] nor [call]")
 
 
 PLAYERS = {
     "GuessTheNumber": {"bisect": guess_bisect},
     "TicTacToe": {"optimal": tictactoe_optimal},
-    "KuhnPoker": {"equilibrium": kuhn_equilibrium},
+    "KuhnPoker": {"never_fold": kuhn_never_fold},
 }
 """The game-specific players, by the game's name (its id up to the first '-')."""
