@@ -70,7 +70,7 @@ def test_self_play_answers_the_other_seat_with_the_same_client() -> None:
 
     def player(messages: Messages, rng: object) -> str:
         seen.append(str(messages[1]["content"]).splitlines()[0])
-        return env.policies()["optimal"]().fn(messages, rng)  # type: ignore[attr-defined,no-any-return]
+        return env.policies()["optimal"]().fn(messages, rng)  # type: ignore[attr-defined]
 
     env = load_environment(game="TicTacToe-v0", num_tasks=3, opponent="self")
     rollouts = asyncio.run(run_rollouts(env, Policy(player, name="both"), env.tasks()))
