@@ -18,7 +18,7 @@ install: $(BIN)/python
 
 install-dev: $(BIN)/python
 	$(BIN)/pip install -q $(TORCH)
-	$(BIN)/pip install -q -e '.[train,plot,gym,reasoning_gym,mcp,sandbox,test]' $(ENV_PKGS)
+	$(BIN)/pip install -q -e '.[train,plot,gym,reasoning_gym,textarena,mcp,sandbox,test]' $(ENV_PKGS)
 
 # The main job: the shipped tic-tac-toe model (models/tictactoe-tiny, the env's default when no -m
 # is given) plays 200 greedy games against each opponent on the CPU, then the table.

@@ -79,6 +79,9 @@ class MultiTurnEnv(Generic[S]):
     Optional lifecycle, each a no-op by default:
         start()             awaited by every rollout before `setup_state`: acquire shared
                             things (servers) on the first call, return at once after that
+        begin(state, client, sampling)
+                            awaited once the prompt is set, before the first model turn:
+                            keep the client (self-play) or play others' opening moves
         close_state(state)  awaited at the end of every rollout whose state was set up,
                             however it ended: release what `setup_state` opened
         aclose()            release what `start` acquired; called once at the end of a run
@@ -207,6 +210,11 @@ class MultiTurnEnv(Generic[S]):
         every rollout, so it must return at once when already started; call it yourself to
         fail fast with a clear error."""
 
+    async def begin(self, state: S, client: ChatClient, sampling: SamplingArgs) -> None:
+        """Awaited once `state.prompt` and `state.messages` are set, before the first model turn:
+        an env whose opponent is the model itself keeps `client` here, and one whose opponent
+        moves first plays those moves here (extending `state.prompt` and `state.messages`)."""
+
     async def close_state(self, state: S) -> None:
         """Release what `setup_state` opened for this episode; awaited however it ended."""
 
@@ -274,6 +282,7 @@ class MultiTurnEnv(Generic[S]):
             state.prompt = self.initial_prompt(state.task)
             state.messages = list(state.prompt)
             async with deadline:
+                await self.begin(state, client, sampling)
                 await self._loop(client, state, sampling)
         except TimeoutError as exc:
             if deadline.expired():

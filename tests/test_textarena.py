@@ -1,0 +1,98 @@
+"""The TextArena bridge, against the real textarena (no mocks): its games played through the
+engine by the reference players, the game's own handling of an illegal move, self-play, and
+its errors in one line."""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+
+import pytest
+
+pytest.importorskip("textarena")
+
+from rlvr import check_env
+from rlvr.clients.policy import Policy
+from rlvr.engine import run_rollouts
+from rlvr.envs.textarena import load_environment
+from rlvr.errors import UsageError
+from rlvr.registry import load_environment as load_by_name
+from rlvr.types import Messages, Rollout
+
+
+def _play(game: str, player: str, opponent: str = "random", n: int = 8, **args: object) -> list[Rollout]:
+    env = load_environment(game=game, num_tasks=n, opponent=opponent, **args)  # type: ignore[arg-type]
+    rollouts = asyncio.run(run_rollouts(env, env.policies()[player](), env.tasks()))
+    assert len(rollouts) == n and [r.error for r in rollouts] == [None] * n
+    assert {r.stop_reason for r in rollouts} == {"game_over"}
+    return rollouts
+
+
+def test_guess_the_number_bisect_always_wins_and_random_rarely() -> None:
+    assert [r.reward for r in _play("GuessTheNumber-v0", "bisect")] == [1.0] * 8
+    assert statistics.fmean(r.reward for r in _play("GuessTheNumber-v0", "random")) < 1.0
+
+
+def test_tictactoe_optimal_never_loses_to_random_and_draws_itself() -> None:
+    assert min(r.reward for r in _play("TicTacToe-v0", "optimal")) >= 0.5
+    assert {r.reward for r in _play("TicTacToe-v0", "optimal", opponent="optimal")} == {0.5}
+    assert {r.rewards["game_reward"] for r in _play("TicTacToe-v0", "optimal", opponent="optimal")} == {0.0}
+
+
+def test_kuhn_poker_never_fold_plays_whole_games_from_either_seat() -> None:
+    for seat in (0, 1):
+        rollouts = _play("KuhnPoker-v0", "never_fold", opponent="random", seat=seat)
+        assert {r.rewards["game_reward"] for r in rollouts} <= {-1.0, 0.0, 1.0}
+        assert all(r.turns for r in rollouts)
+    against_random = _play("KuhnPoker-v0", "never_fold", n=24)
+    assert statistics.fmean(r.rewards["game_reward"] for r in against_random) > 0.2
+
+
+def test_the_same_arguments_give_the_same_tasks_and_games() -> None:
+    first = _play("KuhnPoker-v0", "never_fold", n=4)
+    again = _play("KuhnPoker-v0", "never_fold", n=4)
+    assert [r.messages for r in first] == [r.messages for r in again]
+    assert len({str(r.messages[1]["content"]) for r in first}) > 1  # the deal depends on the seed
+
+
+def test_an_illegal_move_gets_the_games_own_warning_then_loses() -> None:
+    env = load_environment(game="TicTacToe-v0", num_tasks=1)
+    stubborn = Policy(lambda messages, rng: "[4]", name="stubborn")  # legal once, then taken
+    (rollout,) = asyncio.run(run_rollouts(env, stubborn, env.tasks()))
+    warning = str(rollout.messages[-3]["content"])
+    assert "attempted an invalid move" in warning and "cell 4 is already occupied" in warning
+    assert rollout.reward == 0.0 and rollout.rewards["invalid_moves"] == 2.0
+    assert rollout.rewards["game_reward"] == -1.0 and "Result: loss" in str(rollout.messages[-1]["content"])
+
+
+def test_self_play_answers_the_other_seat_with_the_same_client() -> None:
+    seen: list[str] = []
+
+    def player(messages: Messages, rng: object) -> str:
+        seen.append(str(messages[1]["content"]).splitlines()[0])
+        return env.policies()["optimal"]().fn(messages, rng)  # type: ignore[attr-defined]
+
+    env = load_environment(game="TicTacToe-v0", num_tasks=3, opponent="self")
+    rollouts = asyncio.run(run_rollouts(env, Policy(player, name="both"), env.tasks()))
+    assert [r.reward for r in rollouts] == [0.5] * 3  # optimal against itself: draws
+    assert {"You are Player 0 in Tic Tac Toe.", "You are Player 1 in Tic Tac Toe."} == set(seen)
+
+
+def test_a_second_model_plays_the_opponent_seat() -> None:
+    env = load_environment(game="TicTacToe-v0", num_tasks=2, opponent_model="policy:optimal")
+    rollouts = asyncio.run(run_rollouts(env, env.policies()["random"](), env.tasks()))
+    assert max(r.reward for r in rollouts) <= 0.5  # random never beats the optimal player
+
+
+def test_check_env_entry_point_and_errors() -> None:
+    check_env(load_environment(game="GuessTheNumber-v0", num_tasks=3))
+    env = load_by_name("textarena", game="KuhnPoker-v0", num_tasks=2, opponent="never_fold")
+    assert set(env.policies()) == {"random", "never_fold"}
+    for args, words in [
+        ({"game": "TicTacToe-v1"}, "did you mean 'TicTacToe-v0'"),
+        ({"game": "TicTacToe-v0", "seat": 2}, "seat must be one of 0..1"),
+        ({"game": "TicTacToe-v0", "opponent": "bisect"}, "no opponent 'bisect'"),
+        ({"num_tasks": 0}, "num_tasks must be >= 1"),
+    ]:
+        with pytest.raises(UsageError, match=words):
+            load_environment(**args)  # type: ignore[arg-type]
