@@ -9,9 +9,9 @@ from collections import Counter
 import pytest
 from rlvr_tictactoe import GameState, load_environment
 from rlvr_tictactoe.env import make_task, read_move
-from rlvr_tictactoe.tasks import opening_task
 from rlvr_tictactoe.game import EMPTY_BOARD, apply_move, game_value, parse_board, winner
 from rlvr_tictactoe.rewards import PARSER, format_reward, is_formatted
+from rlvr_tictactoe.tasks import opening_task
 
 from rlvr import Policy, Task, check_env
 from rlvr.engine import run_rollouts
@@ -172,7 +172,9 @@ def test_opening_history_shows_the_conversation_a_real_game_has_at_that_position
         assert all(is_formatted(r) for r in replies)  # the teacher's own replies, reasons included
         root = opening_task("root", task.seed, 0.0, None if starts else opening[0])
         line = Task(id="line", prompt=root.prompt, info={**root.info, "line": os_, "line_weights": {}}, seed=task.seed)
-        script = Policy(lambda messages, rng: ([*replies, "<move>9</move>"])[sum(m["role"] == "assistant" for m in messages)])
+        script = Policy(
+            lambda messages, rng: ([*replies, "<move>9</move>"])[sum(m["role"] == "assistant" for m in messages)]
+        )
         [rollout] = play(env, script, [line])
         assert rollout.messages[1 : 1 + len(task.prompt)] == list(task.prompt), task.info
         assert "".join(parse_board(task.prompt[-1]["content"])) == task.info["board"]
