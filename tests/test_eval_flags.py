@@ -10,6 +10,7 @@ from importlib.metadata import EntryPoint
 from pathlib import Path
 
 import pytest
+from test_cli import _err  # one line on stderr, non-zero exit
 
 from rlvr import registry
 from rlvr.cli import main
@@ -18,14 +19,6 @@ from rlvr.registry import GROUP
 pytest.importorskip("reverse_text")
 
 ORACLE = ["eval", "reverse_text", "-m", "policy:oracle", "-q"]
-
-
-def _err(capsys, argv) -> str:
-    code = main(argv)
-    out = capsys.readouterr()
-    assert code != 0, out
-    assert "Traceback" not in out.err and out.err.count("\n") == 1, out.err
-    return out.err
 
 
 def _meta(run: Path) -> dict:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import json
 import math
 import re
 import sys
@@ -25,7 +24,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlvr.commands.eval_endpoints import LimitHits, base_urls, print_endpoints
-from rlvr.commands.sampling import add_sampling_args, parse_sampling_args, reply_limit, tasks_and_sampling
+from rlvr.commands.sampling import (
+    add_sampling_args,
+    json_object,
+    parse_sampling_args,
+    reply_limit,
+    tasks_and_sampling,
+)
 from rlvr.errors import RlvrError, UsageError
 
 if TYPE_CHECKING:
@@ -113,13 +118,7 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
 
 
 def parse_env_args(text: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"-a must be a JSON object, got {text!r} ({exc.msg} at column {exc.colno})") from None
-    if not isinstance(value, dict):
-        raise UsageError(f"-a must be a JSON object like '{{\"seed\": 1}}', got {type(value).__name__}")
-    return value
+    return json_object("-a", text, '{"seed": 1}')
 
 
 def check_positive(name: str, value: int | float | None, *, allow: tuple[Any, ...] = ()) -> None:

@@ -57,15 +57,18 @@ def parse_sampling_args(text: str | None) -> dict[str, Any]:
     ...
     rlvr.errors.UsageError: -S: unknown sampling key 'top_k'; valid keys: max_tokens, temperature, top_p, stop
     """
-    if text is None:
-        return {}
+    return {} if text is None else check_sampling_values(json_object("-S", text, '{"top_p": 0.9}'), "-S")
+
+
+def json_object(flag: str, text: str, example: str) -> dict[str, Any]:
+    """The JSON object given to `flag`; a `UsageError` in one line (with `example`) otherwise."""
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise UsageError(f"-S must be a JSON object, got {text!r} ({exc.msg} at column {exc.colno})") from None
+        raise UsageError(f"{flag} must be a JSON object, got {text!r} ({exc.msg} at column {exc.colno})") from None
     if not isinstance(value, dict):
-        raise UsageError(f"-S must be a JSON object like '{{\"top_p\": 0.9}}', got {type(value).__name__}")
-    return check_sampling_values(value, "-S")
+        raise UsageError(f"{flag} must be a JSON object like '{example}', got {type(value).__name__}")
+    return value
 
 
 def check_sampling_values(values: dict[str, Any], source: str) -> dict[str, Any]:
