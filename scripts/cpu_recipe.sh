@@ -58,7 +58,7 @@ rlvr gen "$NAME" -m policy:binary_search -a "{\"num_tasks\": $GEN_TASKS}" -f 'so
 stage model+data
 evaluate base eval/base
 stage eval-base eval/base
-rlvr sft -m base -d sft.jsonl -o sft --max-steps "$SFT_STEPS" --batch-size 16 --lr 2e-3 \
+rlvr sft -m base -d sft.jsonl -o sft --max-steps "$SFT_STEPS" --batch-size 16 --lr 2e-3 --lr-schedule cosine \
     --eval-every none --save-every none --device cpu -q
 stage sft
 evaluate sft/final eval/sft

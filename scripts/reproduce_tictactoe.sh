@@ -41,6 +41,7 @@ else
   BATCH=${BATCH:-256}; GROUP=${GROUP:-8}; BUCKETS=${BUCKETS:-8}
   EVAL_GAMES=${EVAL_GAMES:-200}; EVAL_TASKS=${EVAL_TASKS:-64}; EVAL_EVERY=${EVAL_EVERY:-20}
 fi
+RL_DEVICE_FLAGS=${DEVICE_FLAGS:---no-bf16}   # rlvr train's bf16 is automatic (on with a CUDA GPU); no flags kept it off
 mkdir -p "$OUT"
 log() { printf '\n== %s [%s]\n' "$*" "$(date +%H:%M:%S)"; }
 stamp() { date +%s > "$OUT/$1.start"; }
@@ -85,7 +86,7 @@ rl() {  # rl NAME FROM STEPS MIN_P MAX_P LR TEMPERATURE
       --steps "$steps" --batch-size "$BATCH" --group-size "$GROUP" --num-buckets "$BUCKETS" --loss cispo \
       --max-tokens 48 --micro-batch-size "${MICRO:-64}" --seed "$SEED" --env-args "$env_args" --lr "$lr" --temperature "$temp" \
       --eval-env-args '[{"opponent": "random"}, {"opponent": "optimal"}]' $([ "$EXACT" = 1 ] && echo --eval-exact) \
-      --eval-every "$EVAL_EVERY" --eval-tasks "$EVAL_TASKS" --save-every "$EVAL_EVERY" $DEVICE_FLAGS $RL_EXTRA
+      --eval-every "$EVAL_EVERY" --eval-tasks "$EVAL_TASKS" --save-every "$EVAL_EVERY" $RL_DEVICE_FLAGS $RL_EXTRA
     done_in "$name"
   fi
 }

@@ -114,7 +114,7 @@ def test_unreachable_endpoint_fails_fast_and_writes_nothing(capsys, tmp_path) ->
 def test_eval_of_a_local_model_defaults_to_a_token_limit_and_prints_it(capsys, monkeypatch, tmp_path, scramble) -> None:
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
-    import rlvr.commands.eval
+    import rlvr.commands.sampling
     import rlvr.registry
     from rlvr import SingleTurnEnv
     from rlvr.models import build_tiny_model
@@ -130,7 +130,7 @@ def test_eval_of_a_local_model_defaults_to_a_token_limit_and_prints_it(capsys, m
         return env
 
     monkeypatch.setattr(rlvr.registry, "load_environment", load)
-    monkeypatch.setattr(rlvr.commands.eval, "DEFAULT_MAX_TOKENS", 12)
+    monkeypatch.setattr(rlvr.commands.sampling, "DEFAULT_MAX_TOKENS", 12)
     saved = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

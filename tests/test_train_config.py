@@ -368,9 +368,35 @@ def test_lr_schedules() -> None:
 
 def test_default_output_dir_names_the_env_and_the_model() -> None:
     pytest.importorskip("torch")
-    from rlvr.train.grpo import default_output_dir
+    from rlvr.train.checkpoint import default_output_dir
 
-    assert default_output_dir(TrainConfig(env="tictactoe", model="runs/sft/small/final")) == (
-        "runs/train/tictactoe--small-final"
-    )
-    assert default_output_dir(TrainConfig(env="x", model="Qwen/Qwen3-0.6B")) == "runs/train/x--Qwen3-0.6B"
+    assert default_output_dir("tictactoe", "runs/sft/small/final") == ("runs/train/tictactoe--small-final")
+    assert default_output_dir("x", "Qwen/Qwen3-0.6B") == "runs/train/x--Qwen3-0.6B"
+
+
+def test_sft_and_train_share_the_bf16_and_lr_schedule_flags_and_defaults(monkeypatch) -> None:
+    """Issue 19: the same concept gets the same flag and default everywhere."""
+    from rlvr.cli import main
+    from rlvr.train import grpo, sft_config
+    from rlvr.train.config import field_docs as train_docs
+    from rlvr.train.sft_config import SFTConfig
+
+    train = TrainConfig(env="e", model="m")
+    sft = SFTConfig(model="m", data="d", output_dir="o")
+    assert (train.bf16, train.lr_schedule) == (sft.bf16, sft.lr_schedule) == (None, "constant")
+    for name in ("bf16", "lr_schedule"):
+        assert train_docs()[name] == sft_config.field_docs()[name]
+    seen: list = []
+    monkeypatch.setattr(grpo, "train", lambda cfg, **kw: seen.append(cfg))
+    for flag, value in (("--bf16", True), ("--no-bf16", False)):
+        assert main(["train", "e", "-m", "m", flag]) == 0
+        assert seen[-1].bf16 is value
+    assert main(["train", "e", "-m", "m"]) == 0 and seen[-1].bf16 is None
+
+
+def test_bf16_unset_is_off_on_a_cpu_and_a_given_value_stands() -> None:
+    torch = pytest.importorskip("torch")
+    from rlvr.train.model import use_bf16
+
+    cpu = torch.device("cpu")
+    assert (use_bf16(None, cpu), use_bf16(True, cpu), use_bf16(False, cpu)) == (False, True, False)

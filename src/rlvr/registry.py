@@ -37,11 +37,19 @@ def describe(name: str) -> str:
     return text[len(prefix) :].strip() if text.lower().startswith(prefix) else text
 
 
+def entry_point(name: str) -> EntryPoint | None:
+    """The entry point of an installed environment (`my-env` and `my_env` name the same one
+    when only one of them is installed); None when none is."""
+    eps = _entry_points()
+    return next((eps[n] for n in (name, name.replace("-", "_"), name.replace("_", "-")) if n in eps), None)
+
+
 def load_environment(name: str, **env_args: Any) -> MultiTurnEnv[Any]:
     """Load an installed environment by name with its arguments (`my-env` and `my_env` name the
     same one when only one of them is installed)."""
     eps = _entry_points()
-    name = next((n for n in (name, name.replace("-", "_"), name.replace("_", "-")) if n in eps), name)
+    found = entry_point(name)
+    name = found.name if found is not None else name
     if name not in eps:
         installed = ", ".join(sorted(eps)) or "none"
         close = difflib.get_close_matches(name, list(eps), n=1)

@@ -3,7 +3,9 @@
 
 A run directory survives a crash: each line is flushed as written, a torn last line (the
 process died mid-write) is cut on resume, and a resumed run refuses a directory that holds
-another run's results.
+another run's results. A resumed run may grow (`GROWS`: more tasks, more rollouts a task), the
+metadata then records the new size; it may not change what makes its rollouts comparable
+(`IDENTITY`).
 
 Each line is strict JSON in UTF-8, whatever a model, a tool or an environment produced
 (`json_line`): a lone surrogate (`"\\ud800"`, which a model may well send) is written as that
@@ -28,8 +30,10 @@ from rlvr.types import Rollout
 RESULTS = "results.jsonl"
 METADATA = "metadata.json"
 FORMAT = "rlvr.results/1"
-IDENTITY = ("env", "env_args", "model", "num_tasks", "rollouts_per_task", "sampling")
+IDENTITY = ("env", "env_args", "model", "sampling", "split")
 """Metadata keys that must match for `--resume` to continue a run."""
+GROWS = ("num_tasks", "rollouts_per_task")
+"""Metadata keys a resumed run may raise (never lower): it plays only the missing rollouts."""
 
 
 @dataclass
@@ -189,10 +193,31 @@ class RunDir:
 def _check_same_run(old: dict[str, Any], new: dict[str, Any], path: Path) -> None:
     for key in IDENTITY:
         if key in old and key in new and old[key] != new[key]:
+            name, was, now = _first_difference(key, old[key], new[key])
             raise ResultsError(
-                f"{path} holds another run: {key} was {old[key]!r}, now {new[key]!r}; "
-                "resume with the same arguments or choose another output directory"
+                f"{path} holds another run: {name} was {was!r}, now {now!r}; its rollouts would not compare; "
+                "resume with the same value or choose another output directory"
             )
+    for key in GROWS:
+        was, now = old.get(key), new.get(key)
+        if isinstance(was, int) and isinstance(now, int) and now < was:
+            raise ResultsError(
+                f"{path} holds a run with {key} {was}, now {now}; a resumed run can add tasks or rollouts, "
+                f"not drop them: pass {was} or more, or choose another output directory"
+            )
+
+
+def _first_difference(name: str, old: Any, new: Any) -> tuple[str, Any, Any]:
+    """The first differing member of two values, named with dots (`sampling.top_p`).
+
+    >>> _first_difference("sampling", {"top_p": 1.0, "stop": None}, {"top_p": 0.9, "stop": None})
+    ('sampling.top_p', 1.0, 0.9)
+    """
+    if isinstance(old, dict) and isinstance(new, dict):
+        for key in [*old, *(k for k in new if k not in old)]:
+            if old.get(key) != new.get(key):
+                return _first_difference(f"{name}.{key}", old.get(key), new.get(key))
+    return name, old, new
 
 
 # ---- one line of JSON ---------------------------------------------------------------------------

@@ -1,7 +1,13 @@
 """`rlvr eval ENV -m MODEL`: run an environment against a model, save and summarise the results.
 
 Each finished rollout is appended to RUN_DIR/results.jsonl at once; `--resume` continues an
-interrupted run (same arguments) without losing or repeating rollouts.
+interrupted run without losing or repeating rollouts, and extends a finished one: a larger -n
+or -r plays only the missing (task, rollout) pairs. Without -o, `--resume` picks the newest
+unfinished run of ENV and MODEL under runs/eval (else the newest). A change that would make
+the old rollouts incomparable (model, env args, sampling, split) is refused.
+
+Sampling: the environment's own, under `[tool.rlvr.eval]` of its pyproject.toml (defaults for
+-n, -r, -c, --split and sampling keys), under -S JSON, under -t and -T.
 """
 
 from __future__ import annotations
@@ -9,7 +15,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import json
 import math
 import re
 import sys
@@ -19,8 +24,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlvr.commands.eval_endpoints import LimitHits, base_urls, print_endpoints
-from rlvr.errors import UsageError
-from rlvr.types import DEFAULT_MAX_TOKENS
+from rlvr.commands.sampling import (
+    add_sampling_args,
+    json_object,
+    parse_sampling_args,
+    reply_limit,
+    tasks_and_sampling,
+)
+from rlvr.errors import RlvrError, UsageError
 
 if TYPE_CHECKING:
     from rlvr.clients.base import ChatClient
@@ -35,17 +46,22 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("env", help="environment name (see `rlvr list`)")
     add_model_args(p)
-    p.add_argument("-n", "--num-tasks", type=int, default=5, help="tasks to evaluate (default 5; -1 = all)")
-    p.add_argument("-r", "--rollouts", type=int, default=3, help="rollouts per task (default 3)")
-    p.add_argument("-c", "--concurrency", type=int, default=32, help="rollouts in flight at once (default 32)")
-    add_max_tokens_arg(p)
-    p.add_argument("-T", "--temperature", type=float, default=None, help="sampling temperature")
+    own = "or the env's [tool.rlvr.eval]"
+    p.add_argument("-n", "--num-tasks", type=int, default=None, help=f"tasks to evaluate (default 5 {own}; -1 = all)")
+    p.add_argument("-r", "--rollouts", type=int, default=None, help=f"rollouts per task (default 3 {own})")
+    p.add_argument("-c", "--concurrency", type=int, default=None, help=f"rollouts in flight at once (default 32 {own})")
+    add_sampling_args(p)
     p.add_argument("-a", "--env-args", default="{}", metavar="JSON", help="environment arguments as a JSON object")
     p.add_argument(
         "-o", "--output", default=None, metavar="DIR", help="results directory (default runs/eval/ENV--MODEL--TIME)"
     )
-    p.add_argument("--resume", action="store_true", help="continue the run already in --output")
-    p.add_argument("--split", choices=["eval", "train"], default="eval", help="which task split (default eval)")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue or extend (larger -n or -r) the run in --output; without -o, the newest unfinished run of "
+        "ENV and MODEL under runs/eval, else the newest",
+    )
+    p.add_argument("--split", choices=["eval", "train"], default=None, help=f"which task split (default eval {own})")
     p.add_argument(
         "--exhaustive",
         action="store_true",
@@ -101,24 +117,8 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-retries", type=int, default=5, help="retries per request on 429/5xx/timeouts (default 5)")
 
 
-def add_max_tokens_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "-t",
-        "--max-tokens",
-        type=int,
-        default=None,
-        help=f"max tokens per model reply (default: the environment's limit, else {DEFAULT_MAX_TOKENS})",
-    )
-
-
 def parse_env_args(text: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"-a must be a JSON object, got {text!r} ({exc.msg} at column {exc.colno})") from None
-    if not isinstance(value, dict):
-        raise UsageError(f"-a must be a JSON object like '{{\"seed\": 1}}', got {type(value).__name__}")
-    return value
+    return json_object("-a", text, '{"seed": 1}')
 
 
 def check_positive(name: str, value: int | float | None, *, allow: tuple[Any, ...] = ()) -> None:
@@ -127,27 +127,14 @@ def check_positive(name: str, value: int | float | None, *, allow: tuple[Any, ..
 
 
 def check_run_args(args: argparse.Namespace) -> None:
-    """The numeric flags shared by eval and gen: -n, -r, -c, -t, -T."""
+    """The flags shared by eval and gen: -n, -r, -c, -t, -T, and -S (parsed into `sampling_json`)."""
+    args.sampling_json = parse_sampling_args(args.sampling_args)
     check_positive("-n", args.num_tasks, allow=(-1,))
     check_positive("-r", args.rollouts)
     check_positive("-c", args.concurrency)
     check_positive("-t", args.max_tokens)
     if args.temperature is not None and not (math.isfinite(args.temperature) and args.temperature >= 0):
         raise UsageError(f"-T must be a finite number >= 0, got {args.temperature}")
-
-
-def tasks_and_sampling(args: argparse.Namespace, env: Any, client: ChatClient) -> tuple[list[Any], Any]:
-    """The tasks (-n of --split) and the sampling (env default, -t and -T over it) of a run,
-    with the token limit of `reply_limit`."""
-    tasks = env.tasks(args.split)
-    if args.num_tasks != -1:
-        tasks = tasks[: args.num_tasks]
-    if not tasks:
-        raise UsageError(f"environment {args.env!r} has no {args.split} tasks")
-    sampling = env.sampling.replace(max_tokens=reply_limit(args, env, client)[0])
-    if args.temperature is not None:
-        sampling = sampling.replace(temperature=args.temperature)
-    return tasks, sampling
 
 
 def run_header(env_name: str, model: str, tasks: int, rollouts: int, sampling: Any) -> str:
@@ -161,22 +148,39 @@ def run_header(env_name: str, model: str, tasks: int, rollouts: int, sampling: A
     return f"{env_name} / {model}: {tasks} tasks x {rollouts} rollouts, {limit} a turn, temperature {sampling.temperature:g}"
 
 
-def reply_limit(args: argparse.Namespace, env: Any, client: ChatClient) -> tuple[int | None, str]:
-    """The max tokens per reply a run sends, and where it comes from: -t, the environment's
-    sampling, its episode token budget; else `DEFAULT_MAX_TOKENS` for a local model, which never
-    runs unbounded, and None for an endpoint, whose own limit stands (the environment asked for
-    none)."""
-    from rlvr.clients.base import RemoteClient
+def apply_env_defaults(args: argparse.Namespace) -> None:
+    """Fill -n, -r, -c and --split not given from the env's `[tool.rlvr.eval]`, else rlvr's
+    defaults; keep its sampling keys for `rlvr.commands.sampling`."""
+    from rlvr.commands.env_defaults import RUN_KEYS, eval_defaults
 
-    if args.max_tokens is not None:
-        return args.max_tokens, "-t"
-    if env.sampling.max_tokens is not None:
-        return env.sampling.max_tokens, "the environment's"
-    if env.max_completion_tokens is not None:
-        return env.max_completion_tokens, "the environment's token budget"
-    if isinstance(client, RemoteClient):
-        return None, "the environment sets none; -t to set one"
-    return DEFAULT_MAX_TOKENS, "rlvr's default for a local model; -t to change"
+    table, path = eval_defaults(args.env)
+    builtin = {"num_tasks": 5, "rollouts": 3, "concurrency": 32, "split": "eval"}
+    for key in RUN_KEYS:
+        if getattr(args, key) is None:
+            setattr(args, key, table.get(key, builtin[key]))
+    args.env_sampling = {k: v for k, v in table.items() if k not in RUN_KEYS}
+    if table:
+        print(f"defaults from {path}: {', '.join(f'{k}={v}' for k, v in table.items())}", flush=True)
+
+
+def latest_run(root: Path, env: str, model: str) -> Path:
+    """The run of `env` and `model` (slug) under `root` that `--resume` without -o continues:
+    the newest unfinished one, else the newest (names end with their start time)."""
+    from rlvr.results import RunDir
+
+    runs = sorted(root.glob(f"{env}--{model}--*"), reverse=True)
+    status = {}
+    for run in runs:
+        try:
+            status[run] = RunDir.open(run).metadata.get("status")
+        except RlvrError:
+            continue  # not a results folder
+    if not status:
+        raise UsageError(
+            f"no earlier run of {env} / {model} under {root} to resume; "
+            "run without --resume to start one, or name its folder with -o"
+        )
+    return next((run for run in status if status[run] != "complete"), next(iter(status)))
 
 
 def _slug(text: str) -> str:
@@ -213,6 +217,7 @@ def run(args: argparse.Namespace) -> int:
     from rlvr.results import RunDir
     from rlvr.summary import Summary, print_summary
 
+    apply_env_defaults(args)
     check_run_args(args)
     if args.save_dataset or args.push_to_hub:
         from rlvr.hf import require
@@ -223,6 +228,9 @@ def run(args: argparse.Namespace) -> int:
     env, client, model = load_env_and_client(args, args.concurrency)
     tasks, sampling = tasks_and_sampling(args, env, client)
     out = Path(args.output or f"runs/eval/{args.env}--{_slug(model)}--{time.strftime('%Y%m%d-%H%M%S')}")
+    if args.resume and args.output is None:
+        out = latest_run(Path("runs/eval"), args.env, _slug(model))
+        print(f"resuming {out}", flush=True)
     if args.exhaustive:
         from rlvr.commands import exact
 

@@ -9,7 +9,8 @@ Each kept rollout becomes one JSONL line, written as soon as it finishes:
 (`tools` only for environments that offer tools.) `--filter` keeps the rollouts for which an
 expression over reward and metric names holds, e.g. `--filter 'win_reward > 0 and
 format_reward == 1'` (see `rlvr.filters`); rollouts that errored are always dropped. The
-summary says how many were kept and why the others were not.
+summary says how many were kept and why the others were not. Sampling: the environment's own,
+under `-S JSON` (keys max_tokens, temperature, top_p, stop), under -t and -T.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ METRICS = ("turns", "completion_tokens")
 
 
 def add_parser(sub: Any) -> None:
-    from rlvr.commands.eval import add_max_tokens_arg, add_model_args
+    from rlvr.commands.eval import add_model_args
+    from rlvr.commands.sampling import add_sampling_args
 
     p = sub.add_parser(
         "gen",
@@ -50,8 +52,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="JSONL file to write")
     p.add_argument("--overwrite", action="store_true", help="replace FILE if it exists")
     p.add_argument("-c", "--concurrency", type=int, default=64, help="rollouts in flight at once (default 64)")
-    add_max_tokens_arg(p)
-    p.add_argument("-T", "--temperature", type=float, default=None, help="sampling temperature")
+    add_sampling_args(p)
     p.add_argument(
         "-a",
         "--env-args",
@@ -70,7 +71,8 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rlvr.commands.eval import check_run_args, load_env_and_client, tasks_and_sampling
+    from rlvr.commands.eval import check_run_args, load_env_and_client
+    from rlvr.commands.sampling import tasks_and_sampling
     from rlvr.filters import Filter
     from rlvr.results import json_line
 

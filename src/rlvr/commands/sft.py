@@ -15,7 +15,7 @@ import typing
 from typing import Any
 
 from rlvr.errors import UsageError
-from rlvr.train.fields import none_or
+from rlvr.train.fields import LR_SCHEDULES, none_or
 
 _SHORT = {"model": ["-m"], "data": ["-d"], "output_dir": ["-o"]}
 _METAVAR = {"model": "PATH", "data": "FILE", "output_dir": "DIR", "device": "DEVICE", "lr_schedule": "NAME"}
@@ -36,6 +36,8 @@ def add_parser(sub: Any) -> None:
         flags = ["--" + f.name.replace("_", "-"), *_SHORT.get(f.name, [])]
         required = f.default is dataclasses.MISSING
         shown = "required" if required else "default: unset" if f.default is None else f"default {f.default}"
+        if f.name == "lr_schedule":  # listed as `rlvr train --help` lists it
+            shown = f"one of {', '.join(LR_SCHEDULES)}; {shown}"
         help_text = f"{docs.get(f.name, '')} ({shown})"
         base, optional = _base_type(hints[f.name])
         if base is bool:

@@ -8,7 +8,8 @@ Every field of the training config is a flag (`--batch-size 256`) and a TOML key
 
 The run directory gets metrics.csv, tensorboard/, plots/*.png, eval/, checkpoints/ and, at
 the end, final/ (a plain model folder for `rlvr eval -m`). `--resume` continues a killed run
-from its last checkpoint. Several GPUs: `torchrun --nproc-per-node N -m rlvr.cli train ...`
+from its last checkpoint; without -o, the default output dir of ENV and MODEL, and a larger
+--steps trains a finished run further. Several GPUs: `torchrun --nproc-per-node N -m rlvr.cli train ...`
 (or `accelerate launch -m rlvr.cli train ...`). Full guide: docs/training.md.
 
 The defaults are sized for a GPU: 200 steps x 256 rollouts, 256 tokens a turn, 50 evaluation
@@ -32,6 +33,8 @@ from rlvr.train.fields import none_or
 
 SHORT = {"model": ["-m"], "output_dir": ["-o"], "env_args": ["-a"], "temperature": ["-T"]}
 """Short flags, the same letters as `rlvr eval`, `gen` and `sft` use for the same things."""
+SWITCHES = ("bf16",)
+"""Optional booleans given as `--bf16` / `--no-bf16` (unset: automatic), as in `rlvr sft`."""
 
 
 def add_parser(sub: Any) -> None:
@@ -65,7 +68,7 @@ def add_parser(sub: Any) -> None:
             shown = f"one of {', '.join(CHOICES[f.name])}; {shown}"
         flags = ["--" + f.name.replace("_", "-"), *SHORT.get(f.name, [])]
         kind, metavar = _parser_for(f.name, hints[f.name])
-        if kind is bool:
+        if kind is bool or f.name in SWITCHES:
             p.add_argument(
                 *flags, dest=f.name, action=argparse.BooleanOptionalAction, help=f"{docs.get(f.name, '')} ({shown})"
             )

@@ -140,6 +140,18 @@ def check_fingerprint(checkpoint: Checkpoint, saved: str, current: str, model: s
 # ---- starting and resuming a run ------------------------------------------------------------
 
 
+def default_output_dir(env: str, model: str) -> str:
+    """`runs/train/ENV--MODEL`, MODEL from the model path (`runs/sft/x/final` -> `x-final`):
+    where `rlvr train` writes, and what `--resume` without -o continues.
+
+    >>> default_output_dir("tictactoe", "runs/sft/small/final")
+    'runs/train/tictactoe--small-final'
+    """
+    parts = [p for p in model.split("/") if p]
+    name = "-".join(parts[-2:]) if parts[-1] in ("final", "model") and len(parts) > 1 else parts[-1]
+    return f"runs/train/{env}--{re.sub(r'[^A-Za-z0-9._-]+', '_', name)[:60]}"
+
+
 def open_run_dir(
     run_dir: Path,
     config: dict[str, Any],

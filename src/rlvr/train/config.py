@@ -81,7 +81,7 @@ class TrainConfig:
     lr: float = 3e-5
     """peak learning rate (AdamW, no weight decay)"""
     lr_schedule: str = "constant"
-    """learning-rate schedule after warm-up (linear and cosine decay to 0)"""
+    """learning rate after warm-up: constant, or a linear or cosine decay to 0 at the last step"""
     warmup_steps: int = 0
     """steps of linear learning-rate warm-up from 0"""
     max_grad_norm: float = 1.0
@@ -116,8 +116,8 @@ class TrainConfig:
     """LoRA rank; 0 = full fine-tuning"""
     lora_alpha: float | None = None
     """LoRA scale numerator; None = 2 * lora_rank"""
-    bf16: bool = False
-    """run forward and backward passes under bfloat16 autocast (weights stay float32)"""
+    bf16: bool | None = None
+    """bfloat16 autocast of forward and backward passes (weights stay float32); unset = on for a CUDA GPU with bf16, off on CPU"""
     pack_sequences: bool | None = None
     """pack each micro-batch into one row without padding; None = only where attention is varlen (flash_attention_2)"""
     gradient_checkpointing: bool = False

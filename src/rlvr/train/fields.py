@@ -16,7 +16,8 @@ from rlvr.errors import UsageError
 
 LR_SCHEDULES = ("constant", "linear", "cosine")
 """Learning rate after warm-up: constant, or a linear or cosine decay to 0 at the last step
-(`rlvr.train.model.lr_factor`)."""
+(`rlvr.train.model.lr_factor`). `rlvr train` and `rlvr sft` default to constant: a resumed run
+given more steps then keeps the learning rate it had (a decay would be stretched)."""
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from rlvr.clients.vllm import VLLMServer
 from rlvr.errors import UsageError
 from rlvr.train.config import TrainConfig
 from rlvr.train.distributed import Dist
+from rlvr.train.model import use_bf16
 from rlvr.train.session import RunAsync
 from rlvr.train.weight_sync import TRANSPORTS, LoraSync, TransferSync, WeightSync
 from rlvr.types import SamplingArgs
@@ -62,11 +63,16 @@ def open_generation(
     dist: Dist,
     run_async: RunAsync[Any],
 ) -> Generation:
-    """The generation backend of `cfg`; on a vLLM server, checked and given the weights of `step`."""
+    """The generation backend of `cfg` (local: under bf16 autocast where `use_bf16`); on a vLLM
+    server, checked and given the weights of `step`."""
     batch = max(cfg.batch_size // dist.world, cfg.eval_tasks)
     if cfg.vllm_url is None:
         local = LocalModel(
-            cfg.model, model=model, tokenizer=tokenizer, max_batch_size=batch, autocast="bfloat16" if cfg.bf16 else None
+            cfg.model,
+            model=model,
+            tokenizer=tokenizer,
+            max_batch_size=batch,
+            autocast="bfloat16" if use_bf16(cfg.bf16, dist.device) else None,
         )
         return Generation(local)
     server = VLLMServer(cfg.vllm_url)

@@ -65,7 +65,6 @@ Algorithmic choices
 from __future__ import annotations
 
 import functools
-import re
 import sys
 import time
 from collections.abc import Callable
@@ -105,6 +104,7 @@ from rlvr.train.model import (
     load_trainable,
     make_optimizer,
     make_scheduler,
+    use_bf16,
 )
 from rlvr.train.probe import collapse_warning, compare, probe, probe_set
 from rlvr.train.sequences import build_sequences
@@ -136,7 +136,7 @@ def train(
     say: Callable[..., None] = (
         functools.partial(print, flush=True) if dist.main and not quiet else (lambda *a, **k: None)
     )
-    run_dir = Path(cfg.output_dir or default_output_dir(cfg))
+    run_dir = Path(cfg.output_dir or ckpt_io.default_output_dir(cfg.env, cfg.model))
     torch.manual_seed(cfg.seed + dist.rank)
     if dist.device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
@@ -177,9 +177,10 @@ def train(
     load_on = torch.device("cpu") if sharded else dist.device
     model = load_trainable(cfg.model, lora=cfg.lora, device=load_on, checkpoint=ckpt.model_dir if ckpt else None)
     model.eval()  # no dropout anywhere: generation, old and new log-probs see the same network
-    policy = wrap(model, dist, cfg.sharding, bf16=cfg.bf16)  # DDP, FSDP2 (in place) or the model alone
+    bf16 = use_bf16(cfg.bf16, dist.device)
+    policy = wrap(model, dist, cfg.sharding, bf16=bf16)  # DDP, FSDP2 (in place) or the model alone
     ref = load_reference(cfg.model, load_on) if cfg.kl_coef > 0 and cfg.lora is None else None
-    ref = wrap(ref, dist, cfg.sharding, bf16=cfg.bf16, trainable=False) if ref is not None else None
+    ref = wrap(ref, dist, cfg.sharding, bf16=bf16, trainable=False) if ref is not None else None
     optimizer = make_optimizer(model, cfg.lr)
     scheduler = make_scheduler(optimizer, schedule=cfg.lr_schedule, warmup=cfg.warmup_steps, total=cfg.steps)
     start = 0
@@ -192,13 +193,14 @@ def train(
     sampling = SamplingArgs(
         max_tokens=cfg.max_tokens, temperature=cfg.temperature, top_p=cfg.top_p, stop=env.sampling.stop, logprobs=True
     )
-    how = UpdateSettings.from_config(cfg, pad_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0)
+    how = UpdateSettings.from_config(cfg, pad_id=tokenizer.pad_token_id or 0, bf16=bf16)
     log = MetricsLog(run_dir, resume_step=start, plots=plots) if dist.main else None
     say(
         f"training {cfg.model} on {cfg.env}: {cfg.steps} steps x {cfg.batch_size} rollouts "
         f"({cfg.tasks_per_batch} tasks x {cfg.group_size}), loss {cfg.loss}, "
         f"{'LoRA r=' + str(cfg.lora_rank) if cfg.lora_rank else 'full fine-tuning'}, "
-        f"{dist.world} process(es) on {dist.device.type}{' (FSDP2)' if sharded else ''}; run dir {run_dir}"
+        f"{dist.world} process(es) on {dist.device.type}{' (FSDP2)' if sharded else ''}{', bf16' if bf16 else ''}; "
+        f"run dir {run_dir}"
     )
 
     # ---- evaluation sets: fixed tasks and seeds, played at step 0 and every eval_every steps ----
@@ -358,17 +360,6 @@ def train(
 
 
 # ==== setup ==================================================================================
-
-
-def default_output_dir(cfg: TrainConfig) -> str:
-    """`runs/train/ENV--MODEL`, MODEL from the model path (`runs/sft/x/final` -> `x-final`).
-
-    >>> default_output_dir(TrainConfig(env="tictactoe", model="runs/sft/small/final"))
-    'runs/train/tictactoe--small-final'
-    """
-    parts = [p for p in cfg.model.split("/") if p]
-    name = "-".join(parts[-2:]) if parts[-1] in ("final", "model") and len(parts) > 1 else parts[-1]
-    return f"runs/train/{cfg.env}--{re.sub(r'[^A-Za-z0-9._-]+', '_', name)[:60]}"
 
 
 def make_sampler(env: MultiTurnEnv[Any], cfg: TrainConfig) -> StratifiedSampler:

@@ -194,3 +194,18 @@ def exported(path: Path) -> bool:
 def unwrap(model: Any) -> Any:
     """The model inside a DistributedDataParallel wrapper (or the model itself)."""
     return getattr(model, "module", model)
+
+
+def use_bf16(setting: bool | None, device: Any) -> bool:
+    """Whether to autocast to bfloat16 on `device` (a torch.device): `setting` when given;
+    unset (the default of `rlvr train` and `rlvr sft`), on for a CUDA GPU that supports bf16
+    and off elsewhere (a CPU: slower there, and no gain in memory).
+
+    >>> use_bf16(None, type("D", (), {"type": "cpu"})()), use_bf16(True, None)
+    (False, True)
+    """
+    if setting is not None:
+        return setting
+    if getattr(device, "type", None) != "cuda":
+        return False
+    return bool(torch.cuda.is_bf16_supported())

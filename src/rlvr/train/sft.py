@@ -14,7 +14,7 @@ Choices:
   so a resumed run continues with exactly the batches it would have seen.
 - **Eval**: a seeded `eval_fraction` of the conversations is held out; `loss/eval` is the
   token-mean loss over all of it, before the first step, every `eval_every` steps, at the end.
-- **Precision**: weights and optimizer in float32; bf16 autocast on CUDA (`bf16`).
+- **Precision**: weights and optimizer in float32; bf16 autocast on a CUDA GPU with bf16 (`bf16`).
 - **LoRA** (`lora_rank > 0`): adapters on every Linear layer but the output head (found by
   walking the model); `final/` holds the merged model, loadable with `from_pretrained`.
 - **Checkpoints** (`rlvr.train.checkpoint` layout): `checkpoints/step_N/` with the model (or
@@ -132,7 +132,14 @@ def train_sft(cfg: SFTConfig, *, resume: bool = False, quiet: bool = False) -> S
     """Fine-tune `cfg.model` on `cfg.data`; the final model lands in `OUTPUT_DIR/final`."""
     from rlvr.train.checkpoint import model_fingerprint, open_run_dir, restore_training, save_checkpoint
     from rlvr.train.logging import MetricsLog
-    from rlvr.train.model import export_final, load_model_config, load_tokenizer, load_trainable, make_scheduler
+    from rlvr.train.model import (
+        export_final,
+        load_model_config,
+        load_tokenizer,
+        load_trainable,
+        make_scheduler,
+        use_bf16,
+    )
 
     run_dir = Path(cfg.output_dir)
     tokenizer = load_tokenizer(cfg.model)
@@ -146,7 +153,7 @@ def train_sft(cfg: SFTConfig, *, resume: bool = False, quiet: bool = False) -> S
         fingerprint=fingerprint,
     )
     device = torch.device(cfg.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    autocast = cfg.bf16 if cfg.bf16 is not None else device.type == "cuda"
+    autocast = use_bf16(cfg.bf16, device)
     torch.manual_seed(cfg.seed)
 
     # ---- data: read, tokenise, hold out the eval split ----

@@ -40,8 +40,8 @@ class SFTConfig:
     """conversations per forward/backward pass (gradients accumulate over a batch)"""
     lr: float = 2e-5
     """peak learning rate (LoRA usually wants about 10x more)"""
-    lr_schedule: str = "cosine"
-    """learning rate after warm-up: constant, linear or cosine (both decay to 0 at the last step)"""
+    lr_schedule: str = "constant"
+    """learning rate after warm-up: constant, or a linear or cosine decay to 0 at the last step"""
     warmup_steps: int = 0
     """steps of linear learning-rate warm-up from 0"""
     weight_decay: float = 0.0
@@ -57,7 +57,7 @@ class SFTConfig:
     lora_dropout: float = 0.0
     """dropout on the LoRA inputs during training"""
     bf16: bool | None = None
-    """bfloat16 autocast for forward/backward (weights stay float32); None = on with CUDA"""
+    """bfloat16 autocast of forward and backward passes (weights stay float32); unset = on for a CUDA GPU with bf16, off on CPU"""
     eval_fraction: float = 0.05
     """share of conversations held out for the eval loss (at least one when > 0)"""
     eval_every: int | None = 20

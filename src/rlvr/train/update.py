@@ -64,7 +64,9 @@ class UpdateSettings:
     gradient_checkpointing: bool = False
 
     @classmethod
-    def from_config(cls, cfg: TrainConfig, pad_id: int) -> UpdateSettings:
+    def from_config(cls, cfg: TrainConfig, pad_id: int, *, bf16: bool | None = None) -> UpdateSettings:
+        """The settings of `cfg`; `bf16` as resolved for the device (`use_bf16`), else `cfg.bf16`
+        as given (unset: off)."""
         loss_cfg = LossConfig(
             clip_eps=cfg.clip_eps,
             clip_eps_high=cfg.clip_eps_high,
@@ -78,7 +80,7 @@ class UpdateSettings:
             minibatches=cfg.minibatches,
             micro_batch_size=cfg.micro_batch_size,
             temperature=cfg.temperature,
-            bf16=cfg.bf16,
+            bf16=bool(cfg.bf16) if bf16 is None else bf16,
             max_grad_norm=cfg.max_grad_norm,
             pad_id=pad_id,
             pack_sequences=cfg.pack_sequences,
