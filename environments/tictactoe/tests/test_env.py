@@ -9,9 +9,9 @@ from collections import Counter
 import pytest
 from rlvr_tictactoe import GameState, load_environment
 from rlvr_tictactoe.env import make_task, read_move
-from rlvr_tictactoe.tasks import opening_task
 from rlvr_tictactoe.game import EMPTY_BOARD, apply_move, game_value, parse_board, winner
 from rlvr_tictactoe.rewards import PARSER, format_reward, is_formatted
+from rlvr_tictactoe.tasks import opening_task
 
 from rlvr import Policy, Task, check_env
 from rlvr.engine import run_rollouts
