@@ -1,0 +1,123 @@
+"""`rlvr play ENV` as a text conversation: a person (a script here) types the model's turns."""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+
+from rlvr import Rubric, SamplingArgs, ToolEnv
+from rlvr.cli import main
+from rlvr.commands.play import Terminal
+from rlvr.commands.play_text import Person, play_episode
+from rlvr.registry import load_environment
+
+
+def feed(monkeypatch, lines):
+    """Answer input() from `lines`; an exception in the list is raised instead; then EOF."""
+    it = iter(lines)
+
+    def fake_input(prompt: str = "") -> str:
+        item = next(it, EOFError())
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    monkeypatch.setattr(builtins, "input", fake_input)
+
+
+def eval_task(env_name: str, index: int = 0):
+    return load_environment(env_name).tasks("eval")[index]
+
+
+def test_single_turn_env_multi_line_reply_is_scored(monkeypatch, capsys):
+    task = eval_task("reverse_text")
+    reversed_text = task.answer
+    feed(
+        monkeypatch,
+        ["<think>", "read it backwards", "</think>", f"<reversed_text>{reversed_text}</reversed_text>", "."],
+    )
+    code = main(["play", "reverse_text", "--task", task.id, "--games", "1"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "Reverse the text the user sends" in out  # the system prompt is shown
+    assert "reward 1.000 (answered, terminated)" in out
+    assert "format_reward  1.000  x 0 (a metric, not in the total)" in out
+    assert "episodes 1, mean reward 1.000" in out
+
+
+def test_multi_turn_env_with_show_and_ctrl_d_ending_a_reply(monkeypatch, capsys):
+    task = eval_task("double_check", 3)
+    answer = f"<answer>{task.answer}</answer>"
+    wrong = f"<answer>{int(task.answer) + 1}</answer>"
+    # First reply ends with ".", then /show, then the second reply ends at end of input.
+    feed(monkeypatch, [answer, ".", "/show", wrong, EOFError()])
+    code = main(["play", "double_check", "--task", task.id, "--games", "1"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "Are you sure?" in out and "the conversation so far" in out
+    assert answer in out.split("the conversation so far", 1)[1]  # /show includes the person's reply
+    assert "reward 0.000 (second_answer, terminated)" in out  # talked out of the right answer
+    assert "first_answer_correct  1.000" in out and "changed_answer        1.000" in out
+
+
+def test_watching_a_model_play(monkeypatch, capsys):
+    task = eval_task("double_check")
+    feed(monkeypatch, ["", "/show", ""])
+    code = main(["play", "double_check", "-m", "policy:oracle", "--task", task.id, "--games", "1"])
+    out = capsys.readouterr().out
+    assert code == 0 and "policy:oracle plays" in out
+    assert out.count("─ assistant ─") >= 3  # two turns, and the first again in /show
+    assert "reward 1.000 (second_answer, terminated)" in out
+
+
+def test_quit_and_end_of_input_exit_cleanly(monkeypatch, capsys):
+    for lines in (["/quit"], [], [KeyboardInterrupt()]):
+        feed(monkeypatch, lines)
+        assert main(["play", "reverse_text", "--seed", "0"]) == 0
+        out = capsys.readouterr().out
+        assert "bye" in out and "reward" not in out
+
+
+def test_unknown_task_is_one_line(capsys):
+    assert main(["play", "reverse_text", "--task", "nope"]) == 1
+    assert "no eval task with id 'nope'" in capsys.readouterr().err
+
+
+def add(a: int, b: int) -> int:
+    """Add two numbers.
+
+    Args:
+        a: first
+        b: second
+    """
+    return a + b
+
+
+def said_five(completion) -> float:
+    return float(completion[-1]["content"].strip() == "5")
+
+
+def test_tool_env_shows_schemas_and_takes_typed_calls(monkeypatch, capsys):
+    from rich.console import Console
+
+    env = ToolEnv([{"question": "What is 2 + 3? Use the tool."}], tools=[add], rubric=Rubric([said_five]))
+    feed(
+        monkeypatch,
+        [
+            '{"name": "add", "arguments": {"a": 2, "b": "x"}}',  # a bad argument: the env says so
+            ".",
+            '<tool_call>{"name": "add", "arguments": {"a": 2, "b": 3}}</tool_call>',
+            ".",
+            "5",
+            ".",
+        ],
+    )
+    terminal = Terminal(Console(width=200, highlight=False))
+    task = env.tasks()[0]
+    rollout = asyncio.run(play_episode(env, Person(terminal), task, 0, SamplingArgs()))
+    out = capsys.readouterr().out
+    assert "add(a: integer, b: integer)  Add two numbers." in out
+    assert '<tool_call>{"name": "add", "arguments": {"a": "...", "b": "..."}}</tool_call>' in out
+    assert "─ tool (call_1_0) ─" in out and "Error:" in out  # the first call's error, then 5
+    assert rollout.reward == 1.0 and [len(t.completion.tool_calls) for t in rollout.turns] == [1, 1, 0]
+    assert "reward 1.000 (no_tool_call, terminated)" in out
