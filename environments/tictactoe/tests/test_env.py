@@ -172,7 +172,9 @@ def test_opening_history_shows_the_conversation_a_real_game_has_at_that_position
         assert all(is_formatted(r) for r in replies)  # the teacher's own replies, reasons included
         root = opening_task("root", task.seed, 0.0, None if starts else opening[0])
         line = Task(id="line", prompt=root.prompt, info={**root.info, "line": os_, "line_weights": {}}, seed=task.seed)
-        script = Policy(lambda messages, rng: ([*replies, "<move>9</move>"])[sum(m["role"] == "assistant" for m in messages)])
+        script = Policy(
+            lambda messages, rng: ([*replies, "<move>9</move>"])[sum(m["role"] == "assistant" for m in messages)]
+        )
         [rollout] = play(env, script, [line])
         assert rollout.messages[1 : 1 + len(task.prompt)] == list(task.prompt), task.info
         assert "".join(parse_board(task.prompt[-1]["content"])) == task.info["board"]
