@@ -121,3 +121,22 @@ def test_tool_env_shows_schemas_and_takes_typed_calls(monkeypatch, capsys):
     assert "─ tool (call_1_0) ─" in out and "Error:" in out  # the first call's error, then 5
     assert rollout.reward == 1.0 and [len(t.completion.tool_calls) for t in rollout.turns] == [1, 1, 0]
     assert "reward 1.000 (no_tool_call, terminated)" in out
+
+
+def test_a_person_has_no_deadline(monkeypatch, capsys):
+    import time
+
+    import rlvr.registry
+
+    # The tool runs in a thread: the first await after a slow reply, where a deadline would fire.
+    env = ToolEnv([{"question": "2 + 3?"}], tools=[add], rubric=Rubric([said_five]), timeout_s=0.001)
+    monkeypatch.setattr(rlvr.registry, "load_environment", lambda name, **kw: env)
+    replies = iter(['{"name": "add", "arguments": {"a": 2, "b": 3}}', ".", "5", "."])
+
+    def slow_input(prompt: str = "") -> str:
+        time.sleep(0.01)  # ten times the env's timeout_s
+        return next(replies)
+
+    monkeypatch.setattr(builtins, "input", slow_input)
+    assert main(["play", "sum", "--games", "1"]) == 0
+    assert "reward 1.000 (no_tool_call, terminated)" in capsys.readouterr().out

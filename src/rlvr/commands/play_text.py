@@ -222,7 +222,6 @@ def run(args: argparse.Namespace, env: Any, client: ChatClient | None, sampling:
     rng = random.Random(args.seed)
     terminal = Terminal()
     if client is None:
-        env.timeout_s = None  # a person's typing is not a model's latency
         how = (
             "You play the model's side: type each assistant reply and end it with a line holding only '.' "
             "(or Ctrl-D). /show prints the conversation so far, /quit quits."
@@ -234,6 +233,8 @@ def run(args: argparse.Namespace, env: Any, client: ChatClient | None, sampling:
     try:
         while True:
             task = pick_task(tasks, args.task, rng)
+            if client is None:  # a person's typing is not a model's latency (a mixture: its member's too)
+                env.timeout_s = env.member(task)[0].timeout_s = None
             terminal.say(f"{args.env}, task {task.id}", how)
             player = Person(terminal) if client is None else Watched(client, terminal)
             rollout = loop.run_until_complete(play_episode(env, player, task, rng.randrange(2**31), sampling))
