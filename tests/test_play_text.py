@@ -140,3 +140,22 @@ def test_a_person_has_no_deadline(monkeypatch, capsys):
     monkeypatch.setattr(builtins, "input", slow_input)
     assert main(["play", "sum", "--games", "1"]) == 0
     assert "reward 1.000 (no_tool_call, terminated)" in capsys.readouterr().out
+
+
+def test_real_stdin_in_a_subprocess():
+    import subprocess
+    import sys
+
+    task = eval_task("reverse_text", 2)
+    reply = f"<reversed_text>{task.answer}</reversed_text>\n.\n"
+    proc = subprocess.run(
+        [sys.executable, "-m", "rlvr.cli", "play", "reverse_text", "--task", task.id],
+        check=False,
+        input=reply,  # then end of input at "Play again?": quits
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "reward 1.000 (answered, terminated)" in proc.stdout and "bye" in proc.stdout
+    assert "Traceback" not in proc.stderr
