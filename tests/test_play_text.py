@@ -159,3 +159,13 @@ def test_real_stdin_in_a_subprocess():
     assert proc.returncode == 0, proc.stderr
     assert "reward 1.000 (answered, terminated)" in proc.stdout and "bye" in proc.stdout
     assert "Traceback" not in proc.stderr
+
+
+def test_message_text_and_titles_are_shown_literally():
+    import io
+
+    from rich.console import Console
+
+    out = io.StringIO()
+    Terminal(Console(file=out, width=80)).say("task [b]1[/b]", "a list [1, 2] and [red]x[/red]")
+    assert "task [b]1[/b]" in out.getvalue() and "a list [1, 2] and [red]x[/red]" in out.getvalue()

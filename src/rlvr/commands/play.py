@@ -110,7 +110,7 @@ class Terminal:
         from rich.panel import Panel
         from rich.text import Text
 
-        self.console.print(Panel(Text(body), title=title, title_align="left"))
+        self.console.print(Panel(Text(body), title=Text(title), title_align="left"))  # no markup: ids may hold [ ]
 
     def read_block(self, prompt: str, commands: tuple[str, ...] = ()) -> str | None:
         """Lines up to one holding only `.` (or the end of input); None for end of input at
