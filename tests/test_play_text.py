@@ -7,8 +7,8 @@ import builtins
 
 from rlvr import Rubric, SamplingArgs, ToolEnv
 from rlvr.cli import main
-from rlvr.commands.play import Terminal
 from rlvr.commands.play_text import Person, play_episode
+from rlvr.commands.terminal import Terminal
 from rlvr.registry import load_environment
 
 

@@ -20,7 +20,7 @@ from rlvr_tictactoe.game import optimal_player, parse_board
 
 from rlvr import Policy
 from rlvr.cli import main
-from rlvr.commands.play import Terminal
+from rlvr.commands.terminal import Terminal
 
 
 def feed(monkeypatch, lines):

@@ -29,7 +29,7 @@ from typing import Any
 
 from rlvr.clients.base import ChatClient
 from rlvr.clients.tool_calls import parse_tool_calls
-from rlvr.commands.play import Terminal, close_loop, yes_no
+from rlvr.commands.terminal import Terminal, close_loop, yes_no
 from rlvr.engine import score_group
 from rlvr.errors import UsageError
 from rlvr.types import Completion, Message, Messages, Rollout, SamplingArgs, Task
