@@ -323,14 +323,14 @@ async def test_a_closed_client_raises_instead_of_reopening(openai_server) -> Non
 def test_an_unclosed_client_is_closed_by_a_loop_shut_down_by_hand(openai_server) -> None:
     """`rlvr play` runs its own loop and ends it by cancelling the tasks left and closing it
     (no `asyncio.run`, no shutdown of async generators): the connections close all the same."""
-    from rlvr.commands.play import _close
+    from rlvr.commands.terminal import close_loop
 
     client = client_for(openai_server)
     loop = asyncio.new_event_loop()
     try:
         assert loop.run_until_complete(client.chat(HI, SamplingArgs())).text == "echo: hi"
     finally:
-        _close(loop)
+        close_loop(loop)
     assert asyncio.run(client.chat(HI, SamplingArgs())).text == "echo: hi"  # a new loop: new connections
     gc.collect()  # an unclosed connection would be a ResourceWarning here, an error under pytest
 

@@ -282,7 +282,9 @@ def print_summary(
 
     console = console or Console(emoji=False)
     s = summary.result()
-    table = Table(title=escape(f"{title}: {s['rollouts']} rollouts of {s['tasks']} tasks"), title_justify="left")
+    # The title is a line of its own: as a table title it wraps at the table's width.
+    console.print(escape(f"{title}: {s['rollouts']} rollouts of {s['tasks']} tasks"), soft_wrap=True)
+    table = Table()
     table.add_column("metric")
     table.add_column("mean", justify="right")
     table.add_column("std", justify="right")
@@ -294,9 +296,8 @@ def print_summary(
             table.add_row(f"  {name} {k}", f"{v:.4f}", "")
     table.add_row("model turns", f"{s['turns']['mean']:.2f}", f"{s['turns']['std']:.2f}")
     table.add_row("completion tokens", f"{s['completion_tokens']['mean']:.1f}", f"{s['completion_tokens']['std']:.1f}")
-    table.add_row(
-        "seconds / rollout", f"{s['seconds_per_rollout']['mean']:.3f}", f"{s['seconds_per_rollout']['std']:.3f}"
-    )
+    seconds = s["seconds_per_rollout"]  # wall time from start to end, rollouts overlapping: not a cost
+    table.add_row("wall seconds per rollout (overlapping)", f"{seconds['mean']:.3f}", f"{seconds['std']:.3f}")
     for name, value in (extra or {}).items():
         table.add_row(escape(name), f"{value:.1f}" if name.endswith("%") else f"{value:.3f}", "")
     console.print(table)
@@ -305,6 +306,7 @@ def print_summary(
     errors = ", ".join(f"{k} {v}" for k, v in s["errors_by_kind"].items()) or "none"
     console.print(
         escape(f"errors: {s['errors']} ({errors})" + (f"   time: {elapsed_s:.1f} s" if elapsed_s is not None else ""))
+        + (f" ({s['rollouts'] / elapsed_s:.2f} rollouts/s)" if elapsed_s and s["rollouts"] else "")
     )
     lines = histogram(summary.scored_rewards)
     if lines:

@@ -4,7 +4,7 @@ The model sees exactly what it sees in training and evaluation (it plays X, its 
 same prompts, same rules for invalid moves); only the opponent's moves come from the person
 instead of minimax. On screen the person may be X: the marks are then swapped for display.
 
-`terminal` is duck-typed (see `rlvr.commands.play`): `show(title, body)` redraws the screen,
+`terminal` is duck-typed (see `rlvr.commands.terminal`): `show(title, body)` redraws the screen,
 `ask(prompt, parse)` reads a line and re-prompts until `parse` stops raising ValueError.
 """
 

@@ -20,8 +20,7 @@ from rlvr_tictactoe.game import optimal_player, parse_board
 
 from rlvr import Policy
 from rlvr.cli import main
-from rlvr.commands.play import Terminal
-from rlvr.envs import MultiTurnEnv
+from rlvr.commands.terminal import Terminal
 
 
 def feed(monkeypatch, lines):
@@ -95,25 +94,13 @@ def test_play_again_prompt(monkeypatch, capsys):
     assert code == 0 and "answer y or n" in out and out.count("you won") == 2
 
 
-def test_an_env_without_play_support_gets_one_line(monkeypatch, capsys):
-    import rlvr.commands.eval as eval_cmd
-
-    monkeypatch.setattr(
-        eval_cmd, "load_env_and_client", lambda args, concurrency: (MultiTurnEnv([{"question": "?"}]), None, "m")
-    )
-    assert main(["play", "whatever", "-m", "policy:x"]) == 1
-    assert "does not support play" in capsys.readouterr().err
-
-    # Without -m the model lookup fails first; the missing hook is still what gets reported.
-    import rlvr.registry
-
-    def no_model(args, concurrency):
-        raise eval_cmd.UsageError("environment 'whatever' has no default model; pass -m")
-
-    monkeypatch.setattr(eval_cmd, "load_env_and_client", no_model)
-    monkeypatch.setattr(rlvr.registry, "load_environment", lambda name, **kw: MultiTurnEnv([{"question": "?"}]))
-    assert main(["play", "whatever"]) == 1
-    assert "does not support play" in capsys.readouterr().err
+def test_text_play_of_tictactoe_watches_the_model(monkeypatch, capsys):
+    # --text: the generic conversation even though tic-tac-toe has a game screen.
+    feed(monkeypatch, itertools.repeat(""))
+    code = main(["play", "tictactoe", "-m", "policy:optimal", "--text", "--games", "1", "--seed", "0"])
+    out = capsys.readouterr().out
+    assert code == 0 and "policy:optimal plays" in out and "─ assistant ─" in out
+    assert "reward " in out and "episodes 1, mean reward" in out
 
 
 def test_terminal_reprompts_until_parse_accepts(monkeypatch):

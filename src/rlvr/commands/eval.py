@@ -189,12 +189,19 @@ def _slug(text: str) -> str:
 
 def load_env_and_client(args: argparse.Namespace, concurrency: int) -> tuple[Any, ChatClient, str]:
     """The environment, the client and the model name, from the shared flags."""
-    from rlvr.clients.base import RemoteClient
-    from rlvr.clients.resolve import make_client
     from rlvr.registry import load_environment
 
-    args.base_url = base_urls(args.base_url)
     env = load_environment(args.env, **parse_env_args(args.env_args))
+    client, model = client_for(args, env, concurrency)
+    return env, client, model
+
+
+def client_for(args: argparse.Namespace, env: Any, concurrency: int) -> tuple[ChatClient, str]:
+    """The client and the model name for `env`, from the shared model flags."""
+    from rlvr.clients.base import RemoteClient
+    from rlvr.clients.resolve import make_client
+
+    args.base_url = base_urls(args.base_url)
     model = args.model or env.default_model()
     if model is None:
         names = ", ".join(f"policy:{n}" for n in env.policies()) or "an API model or a local model directory"
@@ -210,7 +217,7 @@ def load_env_and_client(args: argparse.Namespace, concurrency: int) -> tuple[Any
     )
     if isinstance(client, RemoteClient):  # an unreachable endpoint fails here, before anything is written
         asyncio.run(client.check())
-    return env, client, model
+    return client, model
 
 
 def run(args: argparse.Namespace) -> int:

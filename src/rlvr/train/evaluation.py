@@ -141,12 +141,21 @@ def eval_label(extra: dict[str, Any]) -> str:
 
 
 def format_table(rows: list[tuple[str, dict[str, float]]]) -> str:
-    """A plain-text table: one row per evaluation set, one column per number."""
+    """A plain-text table: one row per evaluation set, one column per number, each column as
+    wide as its header (or its numbers) and two spaces between columns, so long names never
+    run together.
+
+    >>> print(format_table([("opponent=random", {"reward": 0.5, "first_answer_correct_pct": 75.0})]))
+    set              reward  first_answer_correct_pct
+    opponent=random   0.500                    75.000
+    """
     columns = list(dict.fromkeys(k for _, row in rows for k in row))
-    width = max([len(label) for label, _ in rows] + [8])
-    lines = [" " * width + "".join(f"{c:>14}" for c in columns)]
-    for label, row in rows:
-        lines.append(f"{label:<{width}}" + "".join(f"{row.get(c, math.nan):>14.3f}" for c in columns))
+    cells = [[f"{row.get(c, math.nan):.3f}" for c in columns] for _, row in rows]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+    label_width = max([len(label) for label, _ in rows] + [len("set")])
+    lines = ["  ".join([f"{'set':<{label_width}}", *(f"{c:>{w}}" for c, w in zip(columns, widths))])]
+    for (label, _), row_cells in zip(rows, cells):
+        lines.append("  ".join([f"{label:<{label_width}}", *(f"{v:>{w}}" for v, w in zip(row_cells, widths))]))
     return "\n".join(lines)
 
 

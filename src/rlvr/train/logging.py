@@ -200,15 +200,7 @@ def _figure(rows: Sequence[Row], names: Sequence[str], path: Path, title: str) -
     FigureCanvasAgg(fig)
     for i, name in enumerate(names):
         ax = fig.add_subplot(n_rows, cols, i + 1)
-        points = [(r["step"], r[name]) for r in rows if name in r and math.isfinite(r[name])]
-        if points:
-            xs, ys = zip(*points)
-            ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, markersize=3, linewidth=1)
-            if len(ys) >= 20:
-                ax.plot(xs, _ema(ys, 0.9), linewidth=1.6)
-        ax.set_title(name, fontsize=9)
-        ax.tick_params(labelsize=7)
-        ax.grid(alpha=0.3)
+        _panel(ax, name, [(r["step"], r[name]) for r in rows if name in r and math.isfinite(r[name])])
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     tmp = path.with_suffix(".tmp.png")
@@ -229,12 +221,42 @@ def _matches(pattern: str, name: str) -> bool:
     return len(p) == len(n) and all(a in ("*", b) for a, b in zip(p, n))
 
 
-def _ema(values: Sequence[float], beta: float) -> list[float]:
-    out, acc = [], values[0]
+def _panel(ax: Any, name: str, points: Sequence[tuple[float, float]]) -> None:
+    """One metric: the logged values and, from 20 points on, their centred moving mean, labelled."""
+    if points:
+        xs, ys = zip(*points)
+        ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, markersize=3, linewidth=1, label="logged")
+        if len(ys) >= 20:
+            smooth, window = centred_mean(ys)
+            ax.plot(xs, smooth, linewidth=1.6, label=f"centred mean of {window}")
+            ax.legend(fontsize=6, loc="best")
+    ax.set_title(name, fontsize=9)
+    ax.tick_params(labelsize=7)
+    ax.grid(alpha=0.3)
+
+
+def centred_mean(values: Sequence[float]) -> tuple[list[float], int]:
+    """Each value averaged with its neighbours, `window // 2` on each side (fewer near the ends,
+    the same number on both sides), where `window` is about a tenth of the points and odd.
+
+    A centred window does not lag: a straight line comes back unchanged (an EMA of the same
+    width trails a falling loss by about `window` steps). Returns the curve and the window.
+
+    >>> centred_mean([0.0, 1.0, 2.0, 3.0, 10.0, 5.0, 6.0, 7.0, 8.0, 9.0] * 2)[1]
+    3
+    >>> [round(v, 3) for v in centred_mean([float(i) for i in range(30)])[0]] == list(range(30))
+    True
+    """
+    n = len(values)
+    window = max(3, n // 10) | 1
+    prefix = [0.0]
     for v in values:
-        acc = beta * acc + (1 - beta) * v
-        out.append(acc)
-    return out
+        prefix.append(prefix[-1] + v)
+    out = []
+    for i in range(n):
+        half = min(window // 2, i, n - 1 - i)
+        out.append((prefix[i + half + 1] - prefix[i - half]) / (2 * half + 1))
+    return out, window
 
 
 def _load_csv(path: Path) -> tuple[list[dict[str, float]], list[str]]:

@@ -1,0 +1,79 @@
+"""The terminal of `rlvr play`: panels on screen, lines and blocks of lines from the keyboard."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+class Terminal:
+    """Screen and keyboard through rich: a clean redraw per move, re-prompts on bad input.
+    End of input (Ctrl-D, or a closed stdin) counts as quitting."""
+
+    def __init__(self, console: Any = None) -> None:
+        from rich.console import Console
+
+        self.console = console or Console(highlight=False)
+
+    def show(self, title: str, body: str) -> None:
+        from rich.panel import Panel
+        from rich.text import Text
+
+        self.console.clear()
+        self.console.print(Panel(Text(body), title=title, title_align="left", expand=False))
+
+    def say(self, title: str, body: str) -> None:
+        """Print a panel below what is on screen (a conversation grows; a board is redrawn)."""
+        from rich.panel import Panel
+        from rich.text import Text
+
+        self.console.print(Panel(Text(body), title=Text(title), title_align="left"))  # no markup: ids may hold [ ]
+
+    def read_block(self, prompt: str, commands: tuple[str, ...] = ()) -> str | None:
+        """Lines up to one holding only `.` (or the end of input); None for end of input at
+        once. A first line that is one of `commands` (e.g. `/quit`) comes back on its own."""
+        self.console.print(prompt)
+        lines: list[str] = []
+        while True:
+            try:
+                line = self.console.input("")
+            except EOFError:
+                return "\n".join(lines) if lines else None
+            if not lines and line.strip() in commands:
+                return line.strip()
+            if line.strip() == ".":
+                return "\n".join(lines)
+            lines.append(line)
+
+    def ask(self, prompt: str, parse: Callable[[str], T]) -> T:
+        while True:
+            try:
+                line = self.console.input(f"{prompt}: ")
+            except EOFError:
+                raise KeyboardInterrupt from None
+            try:
+                return parse(line)
+            except ValueError as exc:
+                self.console.print(f"[red]{exc}[/red]")
+
+
+def close_loop(loop: asyncio.AbstractEventLoop) -> None:
+    """Cancel what an interrupt left running (e.g. a model request), then close the loop."""
+    pending = asyncio.all_tasks(loop)
+    for task in pending:
+        task.cancel()
+    if pending:
+        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+    loop.close()
+
+
+def yes_no(text: str) -> bool:
+    answer = text.strip().lower()
+    if answer in ("y", "yes", ""):
+        return True
+    if answer in ("n", "no", "q", "quit"):
+        return False
+    raise ValueError("answer y or n")
