@@ -11,10 +11,10 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import rlvr.envs.textarena.players as players
 from rlvr.clients.base import ChatClient
 from rlvr.clients.policy import Policy
 from rlvr.envs.multiturn import MultiTurnEnv, stop
-from rlvr.envs.textarena import players
 from rlvr.errors import UsageError
 from rlvr.rubric import Rubric
 from rlvr.seeding import mix_seed
