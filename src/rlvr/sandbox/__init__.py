@@ -37,8 +37,12 @@ stdout and stderr are captured and cut to `output_limit` bytes each. `python_too
 failure (time or CPU limit, memory, a denied operation, an exception, a non-zero exit) into a
 `SandboxError`, which a `ToolEnv` shows the model as an `Error: ...` tool message.
 
+`SandboxSession` keeps one sandboxed program running and talks to it in JSON lines over its
+stdin and stdout (a REPL whose variables last across requests: environments/rlm).
+
 The package: `limits` (what a run may use), `command` (the bwrap command and the runner's
-settings), `isolation` (what this machine allows); this module starts a run and reads its end.
+settings), `isolation` (what this machine allows), `session` (a program that keeps running);
+this module starts a run and reads its end.
 """
 
 from __future__ import annotations
@@ -59,6 +63,7 @@ from rlvr.envs.tools import ToolCallError
 from rlvr.sandbox.command import ENV, ROOT_UID_BASE, RUNNER, bwrap_args, settings
 from rlvr.sandbox.isolation import Isolation, SandboxUnavailableError, check, isolation
 from rlvr.sandbox.limits import SandboxLimits
+from rlvr.sandbox.session import SandboxSession
 
 __all__ = [
     "CPU_EXIT",
@@ -66,6 +71,7 @@ __all__ = [
     "SandboxError",
     "SandboxLimits",
     "SandboxResult",
+    "SandboxSession",
     "SandboxUnavailableError",
     "explain",
     "isolation",

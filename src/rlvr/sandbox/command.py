@@ -108,7 +108,10 @@ def bwrap_args(bwrap: str, limits: SandboxLimits, as_root: bool) -> list[str]:
     return args
 
 
-def settings(code: str, limits: SandboxLimits, uid: int | None, *, hooks: bool, isolated: bool = True) -> bytes:
+def settings(
+    code: str, limits: SandboxLimits, uid: int | None, *, hooks: bool, isolated: bool = True, stdin: bool = False
+) -> bytes:
+    """The runner's settings: one JSON line (`stdin`: the code keeps reading the caller's lines after it)."""
     # RLIMIT_NPROC counts per user (per user namespace): as root the run's uid has only the runner;
     # in a user namespace bwrap's init process counts too; unisolated, root is exempt anyway.
     own = 1 if uid is not None or not isolated else 2
@@ -120,5 +123,6 @@ def settings(code: str, limits: SandboxLimits, uid: int | None, *, hooks: bool, 
         "hooks": hooks,
         "processes": limits.max_processes > 0,
         "path": path,
+        "stdin": stdin,
     }
-    return json.dumps(settings).encode()
+    return json.dumps(settings).encode() + b"\n"
