@@ -216,6 +216,7 @@ SMALL_ARGS: dict[str, dict[str, Any]] = {
     "tictactoe": {},
     "gym": {"env_id": "FrozenLake-v1", "num_tasks": 2},
     "wiki_search": {"size": "small", "num_tasks": 2, "eval_tasks": 2},
+    "rlm": {"size": "small", "num_tasks": 2, "eval_tasks": 2},
 }
 
 

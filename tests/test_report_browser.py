@@ -58,6 +58,7 @@ PLAYERS = {
     "python_math": "oracle",
     "reasoning_gym": "guess",
     "reverse_text": "echo",
+    "rlm": "oracle",
     "tictactoe": "random",
     "wiki_search": "oracle",
 }

@@ -40,6 +40,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Unpack
 
+from wiki_search.questions import normalize
+from wiki_search.world import SIZES
+
 from rlm.corpus import build_context, questions
 from rlm.players import guess_policy, oracle_policy
 from rlm.repl import Repl, SubCallRefused
@@ -51,8 +54,6 @@ from rlvr.sandbox import SandboxLimits
 from rlvr.sandbox.isolation import check, isolation
 from rlvr.seeding import mix_seed
 from rlvr.types import Messages, Rollout, SamplingArgs, Usage
-from wiki_search.questions import normalize
-from wiki_search.world import SIZES
 
 __all__ = ["RLMEnv", "RLMState", "exact_match", "final_answer", "load_environment"]
 
@@ -206,15 +207,22 @@ class RLMEnv(MultiTurnEnv[RLMState]):
             raise SubCallRefused(f"llm_query refused: the sub-model cannot read a prompt this long ({exc})") from None
         state.sub_usage.add(reply.usage)
         state.usage.add(reply.usage)
-        kept = prompt[:TRANSCRIPT_CHARS] + (f"[... {len(prompt) - TRANSCRIPT_CHARS} more]" if len(prompt) > TRANSCRIPT_CHARS else "")
-        done.append({
-            "depth": 1,
-            "prompt": kept,
-            "prompt_chars": len(prompt),
-            "reply": reply.text,
-            "usage": {"prompt_tokens": reply.usage.prompt_tokens, "completion_tokens": reply.usage.completion_tokens},
-            "seconds": round(time.monotonic() - t0, 4),
-        })
+        kept = prompt[:TRANSCRIPT_CHARS] + (
+            f"[... {len(prompt) - TRANSCRIPT_CHARS} more]" if len(prompt) > TRANSCRIPT_CHARS else ""
+        )
+        done.append(
+            {
+                "depth": 1,
+                "prompt": kept,
+                "prompt_chars": len(prompt),
+                "reply": reply.text,
+                "usage": {
+                    "prompt_tokens": reply.usage.prompt_tokens,
+                    "completion_tokens": reply.usage.completion_tokens,
+                },
+                "seconds": round(time.monotonic() - t0, 4),
+            }
+        )
         return reply.text
 
     async def close_state(self, state: RLMState) -> None:

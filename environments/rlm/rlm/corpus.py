@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import functools
 
-from rlvr.types import Task
 from wiki_search.articles import Page, pages
 from wiki_search.questions import make_tasks
 from wiki_search.world import World
+
+from rlvr.types import Task
 
 
 def render(page: Page) -> str:

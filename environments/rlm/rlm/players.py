@@ -16,12 +16,15 @@ import json
 import random
 import re
 
-from rlm.corpus import page_text
-from rlvr.types import Messages
 from wiki_search.articles import FACTS
 from wiki_search.questions import fact_pattern, parse_question
 
-SUB_QUERY = re.compile(r"^Reply with only the (?P<field>\w+) that completes this sentence of the page: (?P<fact>\".+?\")\n")
+from rlm.corpus import page_text
+from rlvr.types import Messages
+
+SUB_QUERY = re.compile(
+    r"^Reply with only the (?P<field>\w+) that completes this sentence of the page: (?P<fact>\".+?\")\n"
+)
 _QUESTION = re.compile(r"^Question: (?P<q>.+)$", re.MULTILINE)
 
 CELL = """\

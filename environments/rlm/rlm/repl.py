@@ -94,8 +94,11 @@ class Repl:
 
     async def _lost(self, why: str) -> Cell:
         await self.close()
-        return Cell("", f"{why}; the REPL was restarted for the next cell (`context` is loaded again, "
-                        "other variables are lost)", restarted=True)
+        return Cell(
+            "",
+            f"{why}; the REPL was restarted for the next cell (`context` is loaded again, other variables are lost)",
+            restarted=True,
+        )
 
     async def close(self) -> None:
         """Kill the REPL process (and everything it started)."""

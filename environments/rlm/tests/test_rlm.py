@@ -84,7 +84,9 @@ async def test_variables_last_across_turns_and_no_process_outlives_the_rollout(m
 
 async def test_sub_calls_are_budgeted_counted_and_their_usage_added() -> None:
     def sub(messages: Messages, rng: random.Random) -> Completion:
-        return Completion(text=f"read {len(messages[0]['content'])}", usage=Usage(prompt_tokens=10, completion_tokens=5))
+        return Completion(
+            text=f"read {len(messages[0]['content'])}", usage=Usage(prompt_tokens=10, completion_tokens=5)
+        )
 
     env = load_environment(**SMALL, max_sub_calls=2)
     env.sub_client = Policy(sub, name="sub")
@@ -127,7 +129,9 @@ async def test_the_repl_sees_neither_host_files_nor_the_network(code: str, expec
 
 async def test_a_hanging_cell_is_killed_and_the_next_cell_gets_a_new_repl() -> None:
     env = load_environment(**SMALL, cell_timeout_s=1.0)
-    player = scripted(cell("x = 1"), cell("while True:\n    pass"), cell("print(len(context), 'x' in globals())"), "FINAL(x)")
+    player = scripted(
+        cell("x = 1"), cell("while True:\n    pass"), cell("print(len(context), 'x' in globals())"), "FINAL(x)"
+    )
     [r] = await run_rollouts(env, player, env.tasks()[:1])
     said = outputs(r)
     assert "time limit exceeded: the cell ran for more than 1 s" in said[1] and "restarted" in said[1]
@@ -149,4 +153,3 @@ def test_check_env_and_clear_refusals() -> None:
     with pytest.raises(UsageError, match="mode one of"):
         load_environment(**SMALL, mode="chunked")
     assert isinstance(load_environment(**SMALL, sub_model="policy:oracle"), RLMEnv)
-
