@@ -60,7 +60,7 @@ from dataclasses import dataclass
 
 from rlvr._sandbox_runner import CPU_EXIT
 from rlvr.envs.tools import ToolCallError
-from rlvr.sandbox.command import ENV, ROOT_UID_BASE, RUNNER, bwrap_args, settings
+from rlvr.sandbox.command import ROOT_UID_BASE, RUNNER, bwrap_args, settings, spawn
 from rlvr.sandbox.isolation import Isolation, SandboxUnavailableError, check, isolation
 from rlvr.sandbox.limits import SandboxLimits
 from rlvr.sandbox.session import SandboxSession
@@ -149,17 +149,8 @@ async def _run(
     workdir: str | None = None,
 ) -> SandboxResult:
     """One run: `as_root` None = unisolated, in `workdir` on the host."""
-    env = {**ENV, "HOME": workdir, "TMPDIR": workdir} if workdir else {}
     t0 = time.monotonic()
-    proc = await asyncio.create_subprocess_exec(
-        *args,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        cwd=workdir,
-        env=env,
-        start_new_session=True,
-    )
+    proc = await spawn(args, workdir)
     readers = asyncio.gather(
         _drain(proc.stdout, limits.output_limit),  # type: ignore[arg-type]
         _drain(proc.stderr, limits.output_limit),  # type: ignore[arg-type]

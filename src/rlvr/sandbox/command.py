@@ -3,6 +3,7 @@ sets, and the settings the runner (rlvr/_sandbox_runner.py) reads on its stdin."
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import json
 import os
@@ -73,6 +74,21 @@ def _packages(names: tuple[str, ...]) -> tuple[list[str], list[str]]:
                 binds.append(libs)
             path.append(os.path.dirname(location))
     return binds, list(dict.fromkeys(path))
+
+
+async def spawn(args: list[str], workdir: str | None, *, line_limit: int = 2**16) -> asyncio.subprocess.Process:
+    """Start a run's process (bwrap, or the runner itself when `workdir` is given: unisolated, in
+    that directory of the host) in a new session, with pipes for stdin, stdout and stderr."""
+    return await asyncio.create_subprocess_exec(
+        *args,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        cwd=workdir,
+        env={**ENV, "HOME": workdir, "TMPDIR": workdir} if workdir else {},
+        start_new_session=True,
+        limit=line_limit,
+    )
 
 
 def bwrap_args(bwrap: str, limits: SandboxLimits, as_root: bool) -> list[str]:

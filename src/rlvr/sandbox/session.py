@@ -26,7 +26,7 @@ import sys
 import tempfile
 from typing import Any
 
-from rlvr.sandbox.command import ENV, ROOT_UID_BASE, RUNNER, bwrap_args, settings
+from rlvr.sandbox.command import ROOT_UID_BASE, RUNNER, bwrap_args, settings, spawn
 from rlvr.sandbox.isolation import check, isolation
 from rlvr.sandbox.limits import SandboxLimits
 
@@ -52,20 +52,11 @@ class SandboxSession:
         check(limits, found)
         workdir: str | None = None
         if found.available and found.bwrap:
-            args, env = bwrap_args(found.bwrap, limits, found.as_root), {}
+            args = bwrap_args(found.bwrap, limits, found.as_root)
         else:
             workdir = tempfile.mkdtemp(prefix="rlvr-session-")
-            args, env = [sys.executable, "-I", "-B", "-S", str(RUNNER)], {**ENV, "HOME": workdir, "TMPDIR": workdir}
-        proc = await asyncio.create_subprocess_exec(
-            *args,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            cwd=workdir,
-            env=env,
-            start_new_session=True,
-            limit=LINE_LIMIT,
-        )
+            args = [sys.executable, "-I", "-B", "-S", str(RUNNER)]
+        proc = await spawn(args, workdir, line_limit=LINE_LIMIT)
         uid = ROOT_UID_BASE + proc.pid if found.available and found.as_root else None
         session = cls(proc, limits, workdir)
         assert proc.stdin is not None
