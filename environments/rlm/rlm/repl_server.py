@@ -22,10 +22,8 @@ import traceback
 
 OUTPUT_LIMIT = 4000
 
-_channel = os.fdopen(os.dup(1), "w", encoding="utf-8")
-_requests = sys.stdin
-# a stray os.write(1, ...) goes to a file of the working directory, not into the channel
-os.dup2(os.open("fd1-output", os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 1)
+_channel = sys.stdout
+"""Where messages to the environment go (stdout's own descriptor once `main` has started)."""
 
 
 def _send(message):
@@ -34,7 +32,7 @@ def _send(message):
 
 
 def _receive():
-    line = _requests.readline()
+    line = sys.stdin.readline()
     if not line:
         raise SystemExit(0)
     return json.loads(line)
@@ -68,6 +66,10 @@ def _run(code, namespace):
 
 
 def main():
+    global _channel
+    _channel = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    # a stray os.write(1, ...) goes to a file of the working directory, not into the channel
+    os.dup2(os.open("fd1-output", os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 1)
     namespace = {"__name__": "__repl__", "llm_query": llm_query}
     while True:
         message = _receive()
@@ -78,4 +80,5 @@ def main():
             _send(_run(message["code"], namespace))
 
 
-main()
+if __name__ == "__main__":  # the sandbox's runner runs it as __main__; importing it does nothing
+    main()
