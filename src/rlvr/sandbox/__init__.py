@@ -60,7 +60,7 @@ from dataclasses import dataclass
 
 from rlvr._sandbox_runner import CPU_EXIT
 from rlvr.envs.tools import ToolCallError
-from rlvr.sandbox.command import ROOT_UID_BASE, RUNNER, bwrap_args, settings, spawn
+from rlvr.sandbox.command import ROOT_UID_BASE, RUNNER, bwrap_args, kill_group, settings, spawn
 from rlvr.sandbox.isolation import Isolation, SandboxUnavailableError, check, isolation
 from rlvr.sandbox.limits import SandboxLimits
 from rlvr.sandbox.session import SandboxSession
@@ -114,13 +114,6 @@ async def _drain(stream: asyncio.StreamReader, limit: int) -> tuple[bytes, int]:
     return bytes(kept), dropped
 
 
-def _kill_group(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
 async def run_python(code: str, limits: SandboxLimits | None = None, *, audit_hooks: bool = True) -> SandboxResult:
     """Run `code` in a sandbox (see the module docstring); never raises for what the code does.
 
@@ -171,7 +164,7 @@ async def _run(
         except TimeoutError:
             timed_out = True
         finally:  # also on cancellation: bwrap dies, and its PID namespace with it
-            _kill_group(proc.pid)
+            kill_group(proc.pid)
         try:
             async with asyncio.timeout(5.0):  # a straggler holding the pipes cannot hang us
                 await proc.wait()

@@ -7,6 +7,7 @@ import asyncio
 import importlib.util
 import json
 import os
+import signal
 import sys
 import sysconfig
 from pathlib import Path
@@ -89,6 +90,14 @@ async def spawn(args: list[str], workdir: str | None, *, line_limit: int = 2**16
         start_new_session=True,
         limit=line_limit,
     )
+
+
+def kill_group(pid: int) -> None:
+    """SIGKILL a run's process group (bwrap dies, and its PID namespace with it)."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def bwrap_args(bwrap: str, limits: SandboxLimits, as_root: bool) -> list[str]:

@@ -26,7 +26,7 @@ import sys
 import tempfile
 from typing import Any
 
-from rlvr.sandbox.command import ROOT_UID_BASE, RUNNER, bwrap_args, settings, spawn
+from rlvr.sandbox.command import ROOT_UID_BASE, RUNNER, bwrap_args, kill_group, settings, spawn
 from rlvr.sandbox.isolation import check, isolation
 from rlvr.sandbox.limits import SandboxLimits
 
@@ -116,9 +116,7 @@ class SandboxSession:
 
     async def close(self) -> int | None:
         """Kill the process tree and wait for it; returns its exit status. Safe to call twice."""
-        from rlvr.sandbox import _kill_group  # the one-shot runner's; imported late (a cycle)
-
-        _kill_group(self.proc.pid)
+        kill_group(self.proc.pid)
         try:
             async with asyncio.timeout(5.0):
                 await self.proc.wait()
