@@ -216,6 +216,7 @@ SMALL_ARGS: dict[str, dict[str, Any]] = {
     "tictactoe": {},
     "gym": {"env_id": "FrozenLake-v1", "num_tasks": 2},
     "wiki_search": {"size": "small", "num_tasks": 2, "eval_tasks": 2},
+    "rlm": {"size": "small", "num_tasks": 2, "eval_tasks": 2},
 }
 
 
@@ -236,3 +237,23 @@ def test_an_env_without_sampling_gets_the_default_limit_and_one_with_a_limit_kee
 
     assert SingleTurnEnv([{"question": "q"}]).sampling.max_tokens == DEFAULT_MAX_TOKENS == 512
     assert SingleTurnEnv([{"question": "q"}], sampling=SamplingArgs(max_tokens=64)).sampling.max_tokens == 64
+
+
+# ---- what an environment may reach from inside a rollout -----------------------------------
+
+
+def test_an_env_reaches_the_client_playing_its_rollout_and_adds_to_its_info() -> None:
+    from rlvr.engine import run_rollouts
+    from rlvr.envs.multiturn import rollout_client
+
+    class Asks(MultiTurnEnv[State]):
+        async def env_response(self, messages: Messages, state: State) -> Messages:
+            reply = await rollout_client().chat([{"role": "user", "content": "again?"}], SamplingArgs())
+            state.info["asked"] = reply.text
+            return [{"role": "user", "content": reply.text}]
+
+    env = Asks([{"question": "q", "info": {"kept": 1}}], max_turns=2, rubric=Rubric([turns_taken]))
+    [rollout] = asyncio.run(run_rollouts(env, SAY, env.tasks()))
+    assert rollout.info == {"kept": 1, "asked": "ok"} and rollout.turns[0].env_messages[0]["content"] == "ok"
+    with pytest.raises(EnvError, match="only available inside"):
+        rollout_client()

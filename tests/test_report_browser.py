@@ -59,6 +59,7 @@ PLAYERS = {
     "reasoning_gym": "guess",
     "reverse_text": "echo",
     "textarena": "optimal",
+    "rlm": "oracle",
     "tictactoe": "random",
     "wiki_search": "oracle",
 }

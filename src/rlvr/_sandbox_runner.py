@@ -1,10 +1,11 @@
 """The first program of every sandboxed run: `rlvr.sandbox` starts it as `python -I -B -S <this file>`.
 
-It reads one JSON object from stdin (the code and the run's settings), then, in this order:
+It reads one JSON line from stdin (the code and the run's settings), then, in this order:
 switches to the run's own user id when it was started as root (bubblewrap leaves it only the
 capabilities to do so), sets the resource limits, writes the code to `main.py` in the working
 directory, installs the audit hook, and runs the code as `__main__`. A traceback leaves out the
-runner's frames.
+runner's frames. The code's stdin is empty, unless the settings ask to keep it (`stdin`: a
+`SandboxSession`, whose program talks to the caller in lines over stdin and stdout).
 
 The audit hook is an extra layer, not the isolation: it turns common mistakes (a socket, a
 subprocess, a write outside the working directory) into a clear `PermissionError`, and code that
@@ -122,8 +123,9 @@ def audit_hook(workdir: str, processes: bool, raw_memory: bool) -> Callable[[str
 
 def main() -> None:
     signal.signal(signal.SIGXCPU, on_xcpu)
-    config = json.loads(sys.stdin.buffer.read())
-    os.dup2(os.open(os.devnull, os.O_RDONLY), 0)  # the code's stdin is empty
+    config = json.loads(sys.stdin.buffer.readline())
+    if not config.get("stdin"):
+        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)  # the code's stdin is empty
     if config["uid"] is not None:
         become(config["uid"])
     set_limits(config["limits"])

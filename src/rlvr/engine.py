@@ -143,7 +143,7 @@ def _record(
         prompt=state.prompt,
         turns=state.turns,
         answer=task.answer,
-        info=dict(task.info),
+        info={**task.info, **state.info},
         rewards=rewards,
         reward=total,
         metrics={

@@ -332,8 +332,11 @@ class State:
     truncated: bool = False
     error: str | None = None
     usage: Usage = field(default_factory=Usage)
+    """Tokens of the model's turns, plus any model calls the environment makes for it (sub-calls)."""
     timing: dict[str, float] = field(default_factory=dict)
     """Seconds spent so far: `generate`, `env`."""
+    info: dict[str, Any] = field(default_factory=dict)
+    """What the environment adds to the rollout's `info` (JSON values; e.g. sub-call transcripts)."""
 
     @property
     def turn(self) -> int:

@@ -19,6 +19,7 @@ move still counts), `timeout` (wall clock), `prompt_too_long` and `error` (any e
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -34,6 +35,18 @@ from rlvr.types import DEFAULT_MAX_TOKENS, Messages, SamplingArgs, State, Task, 
 
 S = TypeVar("S", bound=State)
 StopFn = Callable[[Any, Any], bool]
+
+
+_CLIENT: contextvars.ContextVar[ChatClient] = contextvars.ContextVar("rlvr_rollout_client")
+
+
+def rollout_client() -> ChatClient:
+    """The client playing the rollout in progress (for an environment that asks the same model
+    something itself, e.g. a sub-call); `EnvError` outside a rollout."""
+    try:
+        return _CLIENT.get()
+    except LookupError:
+        raise EnvError("rollout_client() is only available inside MultiTurnEnv.rollout") from None
 
 
 def stop(fn: StopFn | None = None, *, priority: int = 0, truncated: bool = False) -> Any:
@@ -264,9 +277,11 @@ class MultiTurnEnv(Generic[S]):
             failed = State(task=task, seed=seed, started_at=time.monotonic())
             self._failed(failed, exc)
             return failed  # type: ignore[return-value]
+        token = _CLIENT.set(client)
         try:
             await self._play(client, state, sampling, seed)
         finally:
+            _CLIENT.reset(token)
             try:
                 await self.close_state(state)
             except Exception as exc:  # a failed release spoils the record, not the run

@@ -37,8 +37,12 @@ stdout and stderr are captured and cut to `output_limit` bytes each. `python_too
 failure (time or CPU limit, memory, a denied operation, an exception, a non-zero exit) into a
 `SandboxError`, which a `ToolEnv` shows the model as an `Error: ...` tool message.
 
+`SandboxSession` keeps one sandboxed program running and talks to it in JSON lines over its
+stdin and stdout (a REPL whose variables last across requests: environments/rlm).
+
 The package: `limits` (what a run may use), `command` (the bwrap command and the runner's
-settings), `isolation` (what this machine allows); this module starts a run and reads its end.
+settings), `isolation` (what this machine allows), `session` (a program that keeps running);
+this module starts a run and reads its end.
 """
 
 from __future__ import annotations
@@ -56,9 +60,10 @@ from dataclasses import dataclass
 
 from rlvr._sandbox_runner import CPU_EXIT
 from rlvr.envs.tools import ToolCallError
-from rlvr.sandbox.command import ENV, ROOT_UID_BASE, RUNNER, bwrap_args, settings
+from rlvr.sandbox.command import ROOT_UID_BASE, RUNNER, bwrap_args, kill_group, settings, spawn
 from rlvr.sandbox.isolation import Isolation, SandboxUnavailableError, check, isolation
 from rlvr.sandbox.limits import SandboxLimits
+from rlvr.sandbox.session import SandboxSession
 
 __all__ = [
     "CPU_EXIT",
@@ -66,6 +71,7 @@ __all__ = [
     "SandboxError",
     "SandboxLimits",
     "SandboxResult",
+    "SandboxSession",
     "SandboxUnavailableError",
     "explain",
     "isolation",
@@ -108,13 +114,6 @@ async def _drain(stream: asyncio.StreamReader, limit: int) -> tuple[bytes, int]:
     return bytes(kept), dropped
 
 
-def _kill_group(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
 async def run_python(code: str, limits: SandboxLimits | None = None, *, audit_hooks: bool = True) -> SandboxResult:
     """Run `code` in a sandbox (see the module docstring); never raises for what the code does.
 
@@ -143,17 +142,8 @@ async def _run(
     workdir: str | None = None,
 ) -> SandboxResult:
     """One run: `as_root` None = unisolated, in `workdir` on the host."""
-    env = {**ENV, "HOME": workdir, "TMPDIR": workdir} if workdir else {}
     t0 = time.monotonic()
-    proc = await asyncio.create_subprocess_exec(
-        *args,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        cwd=workdir,
-        env=env,
-        start_new_session=True,
-    )
+    proc = await spawn(args, workdir)
     readers = asyncio.gather(
         _drain(proc.stdout, limits.output_limit),  # type: ignore[arg-type]
         _drain(proc.stderr, limits.output_limit),  # type: ignore[arg-type]
@@ -174,7 +164,7 @@ async def _run(
         except TimeoutError:
             timed_out = True
         finally:  # also on cancellation: bwrap dies, and its PID namespace with it
-            _kill_group(proc.pid)
+            kill_group(proc.pid)
         try:
             async with asyncio.timeout(5.0):  # a straggler holding the pipes cannot hang us
                 await proc.wait()

@@ -3,9 +3,11 @@ sets, and the settings the runner (rlvr/_sandbox_runner.py) reads on its stdin."
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import json
 import os
+import signal
 import sys
 import sysconfig
 from pathlib import Path
@@ -75,6 +77,29 @@ def _packages(names: tuple[str, ...]) -> tuple[list[str], list[str]]:
     return binds, list(dict.fromkeys(path))
 
 
+async def spawn(args: list[str], workdir: str | None, *, line_limit: int = 2**16) -> asyncio.subprocess.Process:
+    """Start a run's process (bwrap, or the runner itself when `workdir` is given: unisolated, in
+    that directory of the host) in a new session, with pipes for stdin, stdout and stderr."""
+    return await asyncio.create_subprocess_exec(
+        *args,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        cwd=workdir,
+        env={**ENV, "HOME": workdir, "TMPDIR": workdir} if workdir else {},
+        start_new_session=True,
+        limit=line_limit,
+    )
+
+
+def kill_group(pid: int) -> None:
+    """SIGKILL a run's process group (bwrap dies, and its PID namespace with it)."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 def bwrap_args(bwrap: str, limits: SandboxLimits, as_root: bool) -> list[str]:
     exe, python = _interpreter()
     args = [bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
@@ -108,7 +133,10 @@ def bwrap_args(bwrap: str, limits: SandboxLimits, as_root: bool) -> list[str]:
     return args
 
 
-def settings(code: str, limits: SandboxLimits, uid: int | None, *, hooks: bool, isolated: bool = True) -> bytes:
+def settings(
+    code: str, limits: SandboxLimits, uid: int | None, *, hooks: bool, isolated: bool = True, stdin: bool = False
+) -> bytes:
+    """The runner's settings: one JSON line (`stdin`: the code keeps reading the caller's lines after it)."""
     # RLIMIT_NPROC counts per user (per user namespace): as root the run's uid has only the runner;
     # in a user namespace bwrap's init process counts too; unisolated, root is exempt anyway.
     own = 1 if uid is not None or not isolated else 2
@@ -120,5 +148,6 @@ def settings(code: str, limits: SandboxLimits, uid: int | None, *, hooks: bool, 
         "hooks": hooks,
         "processes": limits.max_processes > 0,
         "path": path,
+        "stdin": stdin,
     }
-    return json.dumps(settings).encode()
+    return json.dumps(settings).encode() + b"\n"
