@@ -13,7 +13,8 @@ Sub-calls: `llm_query(prompt)` goes to the sub-model (`sub_model`, by default th
 plays the rollout) as one user message, within budgets per rollout: `max_sub_calls` calls and
 `max_sub_tokens` tokens (prompt + completion, as the sub-model reports them); a refused call
 raises `RuntimeError` in the cell with the reason. Depth: a sub-call is a plain model call
-(depth 1); `max_depth > 1` (a sub-call that is itself an RLM episode) is refused. Every
+(depth 1) unless `max_depth` > 1: then a sub-call above the last level is itself an RLM
+episode whose REPL holds the prompt as `context` (`rlm.recursion`), with the same budgets. Every
 sub-call is kept in the rollout's `info["sub_calls"]` (prompt, reply, usage, seconds) and its
 usage is added to the rollout's.
 
@@ -45,7 +46,8 @@ from wiki_search.world import SIZES
 
 from rlm.corpus import build_context, questions
 from rlm.players import guess_policy, oracle_policy
-from rlm.repl import Repl, SubCallRefused
+from rlm.recursion import nested_episode
+from rlm.repl import CODE, Repl, SubCallRefused
 from rlvr import MultiTurnEnv, Policy, Rubric, State, Task
 from rlvr.clients.base import ChatClient
 from rlvr.envs.multiturn import EnvOptions, rollout_client, stop
@@ -73,7 +75,6 @@ LONG_PROMPT = (
     "Answer the question about the encyclopedia below. Reply FINAL(answer): a name or a number, exactly as "
     "the encyclopedia writes it."
 )
-_CODE = re.compile(r"```(?:python|py|repl)?[ \t]*\n(.*?)```", re.DOTALL)
 _FINAL = (re.compile(r"<final>(.*?)</final>", re.DOTALL), re.compile(r"FINAL\((.*)\)"))
 
 
@@ -83,7 +84,7 @@ def final_answer(text: str) -> str | None:
     >>> final_answer("done: FINAL('Ostva River')"), final_answer("```python\\nFINAL(x)\\n```")
     ('Ostva River', None)
     """
-    prose = _CODE.sub("", text)
+    prose = CODE.sub("", text)
     for pattern in _FINAL:
         found = pattern.findall(prose)
         if found:
@@ -146,12 +147,13 @@ class RLMEnv(MultiTurnEnv[RLMState]):
         max_sub_calls: int = 16,
         max_sub_tokens: int = 200_000,
         sub_max_tokens: int = 256,
+        max_depth: int = 1,
         **options: Unpack[EnvOptions],
     ) -> None:
         super().__init__(dataset, **options)
         self.context, self.mode, self.limits = context, mode, limits or SandboxLimits()
         self.cell_timeout_s, self.max_sub_calls = cell_timeout_s, max_sub_calls
-        self.max_sub_tokens, self.sub_max_tokens = max_sub_tokens, sub_max_tokens
+        self.max_sub_tokens, self.sub_max_tokens, self.max_depth = max_sub_tokens, sub_max_tokens, max_depth
         self.sub_client: ChatClient | None = None
         """The sub-model; None: the client playing the rollout."""
 
@@ -176,7 +178,7 @@ class RLMEnv(MultiTurnEnv[RLMState]):
         text = str(messages[-1].get("content") or "")
         if state.repl is None:
             return [{"role": "user", "content": "There is no REPL in this mode: reply FINAL(answer)."}]
-        blocks = _CODE.findall(text)
+        blocks = CODE.findall(text)
         if not blocks:
             hint = "No ```python code block and no FINAL(answer): write code to run in the REPL, or answer."
             return [{"role": "user", "content": hint}]
@@ -190,8 +192,10 @@ class RLMEnv(MultiTurnEnv[RLMState]):
                 parts.append(f"[cell {i} error]\n{cell.error}")
         return [{"role": "user", "content": "\n".join(parts)}]
 
-    async def _ask(self, state: RLMState, prompt: str) -> str:
-        """One budgeted sub-call (depth 1); its transcript and usage go into the rollout."""
+    async def _ask(self, state: RLMState, prompt: str, depth: int = 1) -> str:
+        """One budgeted sub-call at `depth`: a plain model call at `max_depth`, a nested RLM
+        episode above it (`rlm.recursion`). Budgets are the rollout's, whatever the depth; the
+        transcript and usage go into the rollout."""
         done: list[dict[str, Any]] = state.info.setdefault("sub_calls", [])
         if len(done) >= self.max_sub_calls:
             raise SubCallRefused(f"llm_query refused: all {self.max_sub_calls} calls of this episode are used")
@@ -200,30 +204,36 @@ class RLMEnv(MultiTurnEnv[RLMState]):
             raise SubCallRefused(f"llm_query refused: {spent} of {self.max_sub_tokens} sub-call tokens are used")
         client = self.sub_client or rollout_client()
         sampling = self.sampling.replace(max_tokens=self.sub_max_tokens, seed=mix_seed(state.seed, 7919, len(done)))
-        t0 = time.monotonic()
+        t0, used = time.monotonic(), Usage()
+        record: dict[str, Any] = {"depth": depth, "prompt": _kept(prompt), "prompt_chars": len(prompt)}
         try:
-            reply = await client.chat([{"role": "user", "content": prompt}], sampling)
+            if depth < self.max_depth:
+                text, record["transcript"] = await nested_episode(
+                    prompt,
+                    client=client,
+                    system=RLM_PROMPT.format(calls=self.max_sub_calls),
+                    sampling=sampling,
+                    repl=Repl(prompt, self.limits, self.cell_timeout_s),
+                    ask=functools.partial(self._ask, state, depth=depth + 1),
+                    final_answer=final_answer,
+                    max_turns=self.max_turns or 12,
+                    usage=used,
+                    keep=_kept,
+                )
+            else:
+                reply = await client.chat([{"role": "user", "content": prompt}], sampling)
+                text = reply.text
+                used.add(reply.usage)
         except PromptTooLongError as exc:
             raise SubCallRefused(f"llm_query refused: the sub-model cannot read a prompt this long ({exc})") from None
-        state.sub_usage.add(reply.usage)
-        state.usage.add(reply.usage)
-        kept = prompt[:TRANSCRIPT_CHARS] + (
-            f"[... {len(prompt) - TRANSCRIPT_CHARS} more]" if len(prompt) > TRANSCRIPT_CHARS else ""
-        )
-        done.append(
-            {
-                "depth": 1,
-                "prompt": kept,
-                "prompt_chars": len(prompt),
-                "reply": reply.text,
-                "usage": {
-                    "prompt_tokens": reply.usage.prompt_tokens,
-                    "completion_tokens": reply.usage.completion_tokens,
-                },
-                "seconds": round(time.monotonic() - t0, 4),
-            }
-        )
-        return reply.text
+        finally:
+            state.sub_usage.add(used)
+            state.usage.add(used)
+        record["reply"] = text
+        record["usage"] = {"prompt_tokens": used.prompt_tokens, "completion_tokens": used.completion_tokens}
+        record["seconds"] = round(time.monotonic() - t0, 4)
+        done.append(record)
+        return text
 
     async def close_state(self, state: RLMState) -> None:
         if state.repl is not None:
@@ -283,7 +293,8 @@ def load_environment(
         max_sub_calls: llm_query calls per rollout.
         max_sub_tokens: sub-call tokens (prompt + completion) per rollout; the call that crosses it is the last.
         sub_max_tokens: most tokens of one sub-call's reply.
-        max_depth: sub-call depth; only 1 (a plain model call) is implemented.
+        max_depth: sub-call levels: 1, llm_query is a plain model call; d > 1, a call above level d is
+            itself an RLM episode over its prompt (`rlm.recursion`).
         cell_timeout_s: wall-clock seconds one cell may run (its sub-calls not counted).
         cpu_s: CPU seconds of one rollout's REPL process, all cells together.
         memory_mb: address-space limit of the REPL process, in MiB.
@@ -295,11 +306,8 @@ def load_environment(
         raise UsageError(f"need 1 <= min_hops <= max_hops <= 3, got min_hops={min_hops}, max_hops={max_hops}")
     if num_tasks < 1 or eval_tasks < 1 or max_sub_calls < 0 or max_sub_tokens < 1 or sub_max_tokens < 1:
         raise UsageError("num_tasks, eval_tasks, max_sub_tokens and sub_max_tokens must be >= 1, max_sub_calls >= 0")
-    if max_depth != 1:
-        raise UsageError(
-            f"max_depth={max_depth}: only depth 1 is implemented (llm_query asks the sub-model directly; a sub-call "
-            "that is itself an RLM episode is not); use max_depth=1"
-        )
+    if isinstance(max_depth, bool) or not isinstance(max_depth, int) or max_depth < 1:
+        raise UsageError(f"max_depth must be an integer >= 1 (1: llm_query is a plain model call), got {max_depth!r}")
     limits = SandboxLimits(timeout_s=cell_timeout_s, cpu_s=cpu_s, memory_mb=memory_mb, unsafe=unsafe_sandbox)
     if mode == "rlm":
         check(limits, isolation())  # a machine that cannot isolate the REPL fails now, not in a rollout
@@ -314,6 +322,7 @@ def load_environment(
         max_sub_calls=max_sub_calls,
         max_sub_tokens=max_sub_tokens,
         sub_max_tokens=sub_max_tokens,
+        max_depth=max_depth,
         rubric=rubric,
         sampling=SamplingArgs(max_tokens=1024),
         max_turns=max_turns,
@@ -323,3 +332,10 @@ def load_environment(
 
         env.sub_client = make_client(sub_model, env, base_url=sub_base_url)
     return env
+
+
+def _kept(text: str) -> str:
+    """`text` cut to TRANSCRIPT_CHARS for the rollout's record, saying how much was left out."""
+    if len(text) <= TRANSCRIPT_CHARS:
+        return text
+    return text[:TRANSCRIPT_CHARS] + f"[... {len(text) - TRANSCRIPT_CHARS} more]"

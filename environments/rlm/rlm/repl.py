@@ -12,6 +12,7 @@ variables lost, and the cell's output says so.
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -39,6 +40,10 @@ class Cell:
     """The exception's last traceback lines, or what ended the REPL."""
     restarted: bool = False
     """The REPL process ended during this cell: the next one starts afresh."""
+
+
+CODE = re.compile(r"```(?:python|py|repl)?[ \t]*\n(.*?)```", re.DOTALL)
+"""A ```python (or py, repl) block of a model turn: one REPL cell."""
 
 
 class Repl:

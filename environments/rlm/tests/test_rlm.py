@@ -107,6 +107,38 @@ async def test_sub_calls_are_budgeted_counted_and_their_usage_added() -> None:
     assert outputs(r)[0].splitlines()[3] == "llm_query refused: 15 of 15 sub-call tokens are used"
 
 
+async def test_above_the_last_level_a_sub_call_is_an_rlm_episode_over_its_prompt() -> None:
+    """max_depth 3: the top cell asks level 1, an episode whose REPL holds the prompt; its cell asks
+    level 2, another episode; its cell asks level 3, a plain call. Each answer climbs back up."""
+
+    def sub(messages: Messages, rng: random.Random) -> Completion:
+        if messages[0]["role"] == "user":  # the last level: one plain user message
+            return Completion(text=f"plain:{messages[0]['content']}", usage=Usage(prompt_tokens=3, completion_tokens=1))
+        said = [m["content"] for m in messages if m["role"] == "user"]
+        if len(said) == 1:  # a nested episode's first turn: look into `context`, ask one level down
+            text = cell("print(llm_query(context[:6] + '|' + str(len(context))))")
+        else:  # the cell's output came back: answer with it
+            text = "FINAL(" + said[-1].splitlines()[1] + ")"
+        return Completion(text=text, usage=Usage(prompt_tokens=2, completion_tokens=2))
+
+    env = load_environment(**SMALL, max_depth=3, max_turns=3)
+    env.sub_client = Policy(sub, name="sub")
+    [r] = await run_rollouts(env, scripted(cell("print(llm_query('abcdefghij'))"), "FINAL(x)"), env.tasks()[:1])
+    assert outputs(r)[0] == "[cell 1 output]\nplain:abcdef|9\n"  # level 2 cut level 1's context, level 3 answered
+    calls = r.info["sub_calls"]
+    assert [c["depth"] for c in calls] == [3, 2, 1]  # each call is recorded once it has returned
+    assert [c["reply"] for c in calls] == ["plain:abcdef|9"] * 3
+    assert "transcript" in calls[1] and "transcript" in calls[2] and "transcript" not in calls[0]
+    assert calls[2]["transcript"][-1] == {"role": "assistant", "content": "FINAL(plain:abcdef|9)"}
+    assert r.usage == Usage(prompt_tokens=3 + 4 * 2, completion_tokens=1 + 4 * 2)  # 4 nested turns, 1 plain call
+    assert r.rewards["sub_calls"] == 3
+
+    env = load_environment(**SMALL, max_depth=2, max_turns=2)  # an episode that never answers is refused
+    env.sub_client = Policy(lambda messages, rng: "thinking", name="sub")
+    [r] = await run_rollouts(env, scripted(cell("print(llm_query('q'))"), "FINAL(x)"), env.tasks()[:1])
+    assert "gave no FINAL(answer) in 2 turns" in outputs(r)[0]
+
+
 async def test_by_default_the_sub_model_is_the_client_playing_the_rollout() -> None:
     env = load_environment(**SMALL)
     [r] = await run_rollouts(env, scripted(cell("print(llm_query('hi'))"), "FINAL(x)"), env.tasks()[:1])
@@ -148,8 +180,8 @@ async def test_a_turn_without_code_or_answer_is_told_so_and_final_ends_it() -> N
 
 def test_check_env_and_clear_refusals() -> None:
     check_env(load_environment(**SMALL))
-    with pytest.raises(UsageError, match="only depth 1 is implemented"):
-        load_environment(**SMALL, max_depth=2)
+    with pytest.raises(UsageError, match="max_depth must be an integer >= 1"):
+        load_environment(**SMALL, max_depth=0)
     with pytest.raises(UsageError, match="mode one of"):
         load_environment(**SMALL, mode="chunked")
     assert isinstance(load_environment(**SMALL, sub_model="policy:oracle"), RLMEnv)
