@@ -34,7 +34,6 @@ Reference players: `oracle` (solves every question in both modes: `rlm.players`)
 from __future__ import annotations
 
 import functools
-import re
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -75,21 +74,33 @@ LONG_PROMPT = (
     "Answer the question about the encyclopedia below. Reply FINAL(answer): a name or a number, exactly as "
     "the encyclopedia writes it."
 )
-_FINAL = (re.compile(r"<final>(.*?)</final>", re.DOTALL), re.compile(r"FINAL\((.*)\)"))
 
 
 def final_answer(text: str) -> str | None:
-    """The answer of `FINAL(answer)` or `<final>answer</final>` outside code blocks, or None.
+    """The answer of the last `<final>answer</final>`, else of the last line's `FINAL(answer)`
+    (up to that line's last ")"), outside code blocks; or None. Found by plain string search, in
+    time linear in the text: a regex over a degenerate reply ("FINAL(" or "<final>" repeated)
+    took seconds of backtracking per turn.
 
     >>> final_answer("done: FINAL('Ostva River')"), final_answer("```python\\nFINAL(x)\\n```")
     ('Ostva River', None)
+    >>> final_answer("<final>a</final> then <final>b</final>"), final_answer("FINAL(" * 3)
+    ('b', None)
     """
     prose = CODE.sub("", text)
-    for pattern in _FINAL:
-        found = pattern.findall(prose)
-        if found:
-            return found[-1].strip().strip("\"'`").strip()
+    end = prose.rfind("</final>")
+    start = prose.rfind("<final>", 0, end) if end >= 0 else -1
+    if start >= 0:
+        return _clean(prose[start + len("<final>") : end])
+    for line in reversed(prose.split("\n")):
+        start, end = line.find("FINAL("), line.rfind(")")
+        if 0 <= start and start + len("FINAL(") <= end:
+            return _clean(line[start + len("FINAL(") : end])
     return None
+
+
+def _clean(answer: str) -> str:
+    return answer.strip().strip("\"'`").strip()
 
 
 def exact_match(completion: Messages, answer: str | None) -> float:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import time
 from typing import Any
 
 import pytest
@@ -176,6 +177,9 @@ async def test_a_turn_without_code_or_answer_is_told_so_and_final_ends_it() -> N
     [r] = await run_rollouts(env, scripted("hmm", "<final>Holm</final>"), env.tasks()[:1])
     assert "No ```python code block" in outputs(r)[0] and r.stop_reason == "answered"
     assert final_answer("x = 1\nFINAL(`Holm`)") == "Holm" and final_answer("FINAL") is None
+    started = time.perf_counter()  # degenerate replies: linear time (a regex took 40 s on the first)
+    assert final_answer("FINAL(" * 50_000) is None and final_answer("<final>" * 50_000) is None
+    assert time.perf_counter() - started < 2.0
 
 
 def test_check_env_and_clear_refusals() -> None:
