@@ -36,7 +36,9 @@ Two helpers put an exception on one line: `first_line` (the message a user reads
 
 from __future__ import annotations
 
+import importlib
 import traceback
+from typing import Any
 
 
 class RlvrError(Exception):
@@ -126,3 +128,19 @@ def error_summary(exc: BaseException, frames: int = 3) -> str:
     tb = traceback.extract_tb(exc.__traceback__)[-frames:] if frames > 0 else []
     where = " <- ".join(f"{f.filename.rsplit('/', 1)[-1]}:{f.lineno} {f.name}" for f in reversed(tb))
     return f"{type(exc).__name__}: {exc}" + (f" [at {where}]" if where else "")
+
+
+def import_extra(module: str, extra: str, what: str, package: str | None = None) -> Any:
+    """Import the optional `module`, or raise a UsageError saying which extra installs it:
+    "{what} need {package}: pip install 'rlvr[{extra}]'".
+
+    >>> import_extra("json", "none", "tests").__name__
+    'json'
+    >>> import_extra("no_such_module_rlvr", "gym", "Gymnasium environments", "gymnasium")
+    Traceback (most recent call last):
+    rlvr.errors.UsageError: Gymnasium environments need gymnasium: pip install 'rlvr[gym]'
+    """
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise UsageError(f"{what} need {package or module}: pip install 'rlvr[{extra}]'") from None

@@ -23,7 +23,7 @@ from collections import Counter
 from typing import Any, Protocol, cast, runtime_checkable
 
 from rlvr.clients.base import ChatClient
-from rlvr.commands.terminal import Terminal, close_loop, yes_no
+from rlvr.commands.terminal import Terminal, close_loop, play_again
 from rlvr.errors import UsageError
 from rlvr.types import SamplingArgs
 
@@ -133,10 +133,7 @@ def run(args: argparse.Namespace) -> int:
                 f"vs {model}: you won {tally['win']}, drew {tally['draw']}, lost {tally['loss']}"
                 + (f", unfinished {tally['unfinished']}" if tally["unfinished"] else "")
             )
-            if args.games is not None:
-                if tally.total() >= args.games:
-                    return 0
-            elif not terminal.ask("Play again? [y/n]", yes_no):
+            if not play_again(terminal, args.games, tally.total()):
                 return 0
     except KeyboardInterrupt:
         terminal.console.print("\nbye")

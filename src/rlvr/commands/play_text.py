@@ -29,7 +29,7 @@ from typing import Any
 
 from rlvr.clients.base import ChatClient
 from rlvr.clients.tool_calls import parse_tool_calls
-from rlvr.commands.terminal import Terminal, close_loop, yes_no
+from rlvr.commands.terminal import Terminal, close_loop, play_again
 from rlvr.engine import score_group
 from rlvr.errors import UsageError
 from rlvr.types import Completion, Message, Messages, Rollout, SamplingArgs, Task
@@ -240,10 +240,7 @@ def run(args: argparse.Namespace, env: Any, client: ChatClient | None, sampling:
             rollout = loop.run_until_complete(play_episode(env, player, task, rng.randrange(2**31), sampling))
             rewards.append(rollout.reward)
             terminal.console.print(f"episodes {len(rewards)}, mean reward {sum(rewards) / len(rewards):.3f}")
-            if args.games is not None:
-                if len(rewards) >= args.games:
-                    return 0
-            elif not terminal.ask("Play again? [y/n]", yes_no):
+            if not play_again(terminal, args.games, len(rewards)):
                 return 0
     except KeyboardInterrupt:
         terminal.console.print("\nbye")

@@ -77,3 +77,10 @@ def yes_no(text: str) -> bool:
     if answer in ("n", "no", "q", "quit"):
         return False
     raise ValueError("answer y or n")
+
+
+def play_again(terminal: Terminal, games: int | None, played: int) -> bool:
+    """After a game: with `--games N`, whether fewer than N were played; else ask the person."""
+    if games is not None:
+        return played < games
+    return terminal.ask("Play again? [y/n]", yes_no)

@@ -37,7 +37,7 @@ from typing import Any
 from rlvr.clients.base import ChatClient
 from rlvr.clients.policy import Policy
 from rlvr.envs.multiturn import SingleTurnEnv
-from rlvr.errors import UsageError
+from rlvr.errors import UsageError, import_extra
 from rlvr.parsers import XMLParser
 from rlvr.rubric import Rubric
 from rlvr.types import Messages, SamplingArgs, State, Task
@@ -53,11 +53,7 @@ SYSTEM_PROMPT = (
 
 def reasoning_gym_module() -> Any:
     """Import reasoning_gym, or say which extra to install."""
-    try:
-        import reasoning_gym
-    except ImportError:
-        raise UsageError("reasoning-gym environments need reasoning-gym: pip install 'rlvr[reasoning_gym]'") from None
-    return reasoning_gym
+    return import_extra("reasoning_gym", "reasoning_gym", "reasoning-gym environments", "reasoning-gym")
 
 
 def create_dataset(name: str, size: int, seed: int, config: Mapping[str, Any]) -> Any:

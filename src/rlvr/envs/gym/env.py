@@ -40,7 +40,7 @@ from rlvr.clients.policy import Policy
 from rlvr.deprecation import renamed_arguments
 from rlvr.envs.gym.toy_text import KNOWN_ACTIONS
 from rlvr.envs.multiturn import MultiTurnEnv, stop
-from rlvr.errors import EnvError, UsageError
+from rlvr.errors import EnvError, UsageError, import_extra
 from rlvr.parsers import Parser, XMLParser
 from rlvr.rubric import Rubric
 from rlvr.seeding import mix_seed
@@ -56,11 +56,7 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 def gymnasium_module() -> Any:
     """Import gymnasium, or say which extra to install."""
-    try:
-        import gymnasium
-    except ImportError:
-        raise UsageError("Gymnasium environments need gymnasium: pip install 'rlvr[gym]'") from None
-    return gymnasium
+    return import_extra("gymnasium", "gym", "Gymnasium environments")
 
 
 @dataclass(kw_only=True)

@@ -15,7 +15,7 @@ import rlvr.envs.textarena.players as players
 from rlvr.clients.base import ChatClient
 from rlvr.clients.policy import Policy
 from rlvr.envs.multiturn import MultiTurnEnv, stop
-from rlvr.errors import UsageError
+from rlvr.errors import UsageError, import_extra
 from rlvr.rubric import Rubric
 from rlvr.seeding import mix_seed
 from rlvr.types import Messages, SamplingArgs, State, Task
@@ -30,11 +30,7 @@ _THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
 
 def textarena_module() -> Any:
     """Import textarena, or say which extra to install."""
-    try:
-        import textarena
-    except ImportError:
-        raise UsageError("TextArena environments need textarena: pip install 'rlvr[textarena]'") from None
-    return textarena
+    return import_extra("textarena", "textarena", "TextArena environments")
 
 
 @dataclass(kw_only=True)
