@@ -196,3 +196,18 @@ def test_weight_sync_must_fit_the_run(tiny, tmp_path) -> None:
         config(tiny, tmp_path, vllm_url="http://localhost:8000", weight_sync="ipc", lora_rank=4)
     with pytest.raises(UsageError, match="unknown weight_sync 'disk'"):
         config(tiny, tmp_path, vllm_url="http://localhost:8000", weight_sync="disk")
+
+
+def test_local_training_needs_no_openai_client() -> None:
+    """The trainer loads the server path's modules (openai, weight sync) only when a server is
+    named: on a GPU machine without the openai package, local training ran into an ImportError."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['openai'] = None\n"
+        "import rlvr.train.grpo, rlvr.train.generation\n"
+        "print(sorted(m for m in ('rlvr.clients.openai', 'rlvr.train.weight_sync') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -17,21 +17,22 @@ sampling temperature, so at a temperature other than 1 the metric is only meanin
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
 from rlvr.clients.base import ChatClient
 from rlvr.clients.local import LocalModel
-from rlvr.clients.openai import OpenAIClient
-from rlvr.clients.vllm import VLLMServer
 from rlvr.errors import UsageError
 from rlvr.train.config import TrainConfig
 from rlvr.train.distributed import Dist
 from rlvr.train.model import use_bf16
 from rlvr.train.session import RunAsync
-from rlvr.train.weight_sync import TRANSPORTS, LoraSync, TransferSync, WeightSync
 from rlvr.types import SamplingArgs
+
+if TYPE_CHECKING:  # the server path's modules import openai: loaded only when a server is named
+    from rlvr.clients.openai import OpenAIClient
+    from rlvr.train.weight_sync import WeightSync
 
 REQUEST_TIMEOUT_S = 600.0
 """Deadline of one generation request to the server (a turn of a large batch may queue)."""
@@ -75,6 +76,10 @@ def open_generation(
             autocast="bfloat16" if use_bf16(cfg.bf16, dist.device) else None,
         )
         return Generation(local)
+    from rlvr.clients.openai import OpenAIClient
+    from rlvr.clients.vllm import VLLMServer
+    from rlvr.train.weight_sync import TRANSPORTS, LoraSync, TransferSync
+
     server = VLLMServer(cfg.vllm_url)
     name = run_async(server.served_name(cfg.model))
     client = OpenAIClient(name, base_url=server.openai_url, timeout_s=REQUEST_TIMEOUT_S, concurrency=batch)
