@@ -4,6 +4,7 @@
 # needs nothing from the internet: the models are random, of Qwen3 shapes, built here.
 #
 #   scripts/multigpu_bench.sh scaling OUT      # DDP: 1 vs 2 GPUs, same per-GPU batch, 0.6B, 3 repeats
+#   GPUS="1 2 4" REPEATS=2 scripts/multigpu_bench.sh scaling OUT   # the same on a 4-GPU host
 #   scripts/multigpu_bench.sh fsdp-speed OUT   # 2 GPUs: DDP vs FSDP2 throughput, 0.6B, 2 repeats
 #   scripts/multigpu_bench.sh check-1.7b OUT   # FSDP2 x2 vs DDP x2 vs 1 GPU, first 5 steps' loss
 #   scripts/multigpu_bench.sh build-4b OUT     # only build the 4B model (so check-4b has its 9 minutes)
@@ -32,7 +33,7 @@ nvidia-smi --query-gpu=name,memory.total --format=csv,noheader > "$OUT/$what.gpu
 case $what in
   scaling)
     m=$(model 0.6b)
-    $BENCH scaling --model "$m" --gpus 1 2 --repeats 3 --budget "$(budget)" --json "$OUT/$what.json" \
+    $BENCH scaling --model "$m" --gpus ${GPUS:-1 2} --repeats "${REPEATS:-3}" --budget "$(budget)" --json "$OUT/$what.json" \
       | tee "$OUT/$what.txt" ;;
   fsdp-speed)
     m=$(model 0.6b)

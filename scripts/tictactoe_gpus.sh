@@ -18,6 +18,8 @@
 #   explore four GPUs: traps, and training games from random positions (up to 4 random moves)
 #   history two GPUs: seeds 0, 1 (GPU 0), 2 and the weak start (GPU 1); 100 RL steps from
 #          random starts shown as the conversation that led there (opening_history, 6 plies)
+#   long   three GPUs (0-2): seeds 0, 1, 2; the explore recipe for 120 steps, and the same with
+#          loss_reward = -1 (a lost game scores below a draw by 1.5 instead of 0.5)
 set -uo pipefail
 ROOT=${RUNS:-runs/gpus}
 
@@ -79,6 +81,12 @@ start() {
       job 0 s1 "SEED=1 $shared" "$h"
       job 1 s2 "SEED=2 $shared" "$h"
       job 1 weak "SEED=0 GAMES=200 SFT_STEPS=60 SFT_BATCH=32 $shared" "$h" ;;
+    long)  # three GPUs: explore for longer, and explore with a lost game costing more
+      export FIRST_STAGES=sft LAST_STAGES=""
+      local shared="RL_STEPS=${RL_STEPS:-120} EVAL_EVERY=${EVAL_EVERY:-20} TRAP_PROB=1.0 OPENING_PLIES=4 RL_LR=2e-5"
+      for seed in 0 1 2; do
+        job "$seed" "s$seed" "SEED=$seed $shared" "rlE" "rlL LOSS_REWARD=-1.0"
+      done ;;
     *) echo "unknown plan $1" >&2; exit 2 ;;
   esac
   wait
