@@ -4,7 +4,8 @@
     python scripts/tictactoe_curves.py plot CSV PNG                             # draw every run
 
 `add` reads RUN_DIR/metrics.csv (written by `rlvr train --eval-exact`); `plot` draws one panel
-per seed, one line per (opponent, variant), lost games on a log scale for the weak start.
+per seed, one line per (opponent, variant); a panel whose counts span more than 10x (the weak
+start, or one run's collapse) is drawn linear up to 10 and logarithmic above, so 0 stays visible.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import csv
 import sys
 from pathlib import Path
+from typing import Any
 
 FIELDS = ["seed", "opponent", "variant", "step", "lost_games", "rejected_move_games", "random_win_pct",
           "random_loss_pct", "optimal_draw_pct", "optimal_loss_pct"]  # fmt: skip
@@ -51,7 +53,9 @@ def plot(table: Path, out: Path) -> None:
     lines = sorted({(r["opponent"], r["variant"]) for r in rows})
     colours = {line: plt.get_cmap("tab10")(i % 10) for i, line in enumerate(lines)}
     fig, axes = plt.subplots(1, len(seeds), figsize=(4.2 * len(seeds), 3.8), squeeze=False)
+    handles: dict[str, Any] = {}
     for ax, seed in zip(axes[0], seeds, strict=True):
+        counts = [int(r["lost_games"]) for r in rows if r["seed"] == seed]
         for line in lines:
             points = sorted(
                 (int(r["step"]), int(r["lost_games"]))
@@ -59,16 +63,16 @@ def plot(table: Path, out: Path) -> None:
                 if (r["opponent"], r["variant"]) == line and r["seed"] == seed
             )
             if points:
-                ax.plot(
-                    *zip(*points, strict=True), marker="o", ms=3, color=colours[line], label=f"{line[0]}, {line[1]}"
-                )
+                label = f"{line[0]}, {line[1]}"
+                (handles[label],) = ax.plot(*zip(*points, strict=True), marker="o", ms=3, color=colours[line])
         ax.set_title("weak start (200 games)" if seed == "weak" else f"seed {seed[1:]}")
         ax.set_xlabel("RL step (0 = SFT model)")
-        ax.set_yscale("log" if seed == "weak" else "linear")
+        if max(counts) > 10 * max(min(counts), 1):
+            ax.set_yscale("symlog", linthresh=10)
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("lost games over the whole tree")
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=8, frameon=False)
+    labels = sorted(handles)
+    fig.legend([handles[k] for k in labels], labels, loc="lower center", ncol=2, fontsize=8, frameon=False)
     fig.tight_layout(rect=(0, 0.05 + 0.035 * ((len(lines) + 1) // 2), 1, 1))
     fig.savefig(out, dpi=120)
 
