@@ -511,3 +511,28 @@ def test_changed_weights_never_use_a_kept_cache(lm) -> None:
         _wait_idle(reuse, *fresh_clients)
         with torch.no_grad():
             head.copy_(saved)
+
+
+def test_a_failed_admission_fails_its_requests_instead_of_hanging_them(lm, monkeypatch) -> None:
+    """A prefill that raises (e.g. out of GPU memory) must reach the requests it was admitting:
+    they had left the queue and were not yet rows of the batch, and waited forever."""
+    client = like(lm)
+    greedy = SamplingArgs(max_tokens=4, temperature=0.0)
+    calls = []
+
+    def broken_prefill(self, joiners):
+        calls.append(len(joiners))
+        raise RuntimeError("CUDA out of memory (simulated)")
+
+    from rlvr.clients.local_batch import Batch
+
+    monkeypatch.setattr(Batch, "_prefill", broken_prefill)
+
+    async def main():
+        tasks = [asyncio.create_task(client.chat(ask(i), greedy)) for i in range(3)]
+        return await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), timeout=30)
+
+    results = run(main())
+    assert calls and all(isinstance(r, RuntimeError) and "out of memory" in str(r) for r in results), results
+    monkeypatch.undo()
+    assert len(run(client.chat(ask(1), greedy)).token_ids) >= 1  # the next request starts a fresh worker

@@ -267,6 +267,7 @@ class LocalModel:
 
     def _serve(self) -> None:
         batch: Batch | None = None
+        joiners: list[Request] | None = None  # out of the queue, maybe not yet rows of the batch
         try:
             batch = self._new_batch()
             if self.device.type == "cuda":  # this thread's current device: graphs capture and
@@ -290,11 +291,13 @@ class LocalModel:
                         batch.admit(joiners)
                     else:
                         batch.step()
+                joiners = None
                 self._deliver(batch.pop_finished())
-        except BaseException as exc:  # a failed step fails its requests, never hangs them
+        except BaseException as exc:  # a failed step or admission fails its requests, never hangs them
             with self._lock:
                 rows = batch.rows if batch is not None else []
-                failed, self._pending, self._thread = rows + self._pending, [], None
+                admitting = [r for r in joiners or [] if all(r is not row for row in rows)]
+                failed, self._pending, self._thread = rows + admitting + self._pending, [], None
             for request in failed:
                 _resolve(request, exc)
 
