@@ -19,7 +19,9 @@ phase only; each reports its own peak memory):
     decode   LocalModel, 256 single-turn requests of 128 sampled tokens, bf16, after a warm-up
              run: tokens/s (prefill included), and ms per decode step (the run less one of a
              single token, over the steps between them) against the bandwidth floor (bf16
-             weights + the rows' KV cache read once per step, at the GPU's peak bandwidth)
+             weights + the rows' KV cache read once per step, at the GPU's peak bandwidth);
+             with static slots (CUDA), the step split: the captured step replayed back to back
+             (the device's time), its sampling alone and its forward run eagerly
     prefill  one no-grad bf16 forward of 8 x 512 tokens: tokens/s and MFU (2 x params)
     update   rlvr's `update_policy` on 64 synthetic sequences (128 prompt + 32-256 trained
              tokens; float32 weights, bf16 autocast, AdamW): tokens/s, MFU (6 x params) and
@@ -179,6 +181,14 @@ def table(results: dict[str, Any]) -> str:
             f"{f(statistics.median(rl) if rl else None, '.2f')} | {f(statistics.median(tr) if tr else None, '.2f')} | "
             + (f"{q['median']:.2f}x [{q['min']:.2f}-{q['max']:.2f}] |" if q else "- |")
         )
+    for size, r in results["sizes"].items():
+        d = r.get("decode", {})
+        if split := d.get("step_split"):
+            lines.append(
+                f"{size} decode step of {split['rows']:.0f} rows: {f(d.get('ms_per_step'), '.1f')} ms, of which the "
+                f"captured step alone {split['device_ms']:.1f} ms (its sampling alone {split['sampling_ms']:.1f}, "
+                f"its forward run eagerly {split['forward_eager_ms']:.1f}); the rest is the host's"
+            )
     return "\n".join(lines)
 
 

@@ -115,11 +115,47 @@ def phase_decode(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     if peak is not None:
         out["floor_ms_per_step"] = 1e3 * out["bytes_per_step"] / peak.bandwidth
         out["floor_share"] = out["floor_ms_per_step"] / out["ms_per_step"]
+    if lm.static_cache:
+        out["step_split"] = step_split(lm, w["games"])
     try:
         out["prefill"] = prefill(lm.model, lm.device, *w["prefill"], peak=peak)
     except Exception as exc:  # e.g. a transformers without logits_to_keep
         out["prefill"] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
     return out
+
+
+def step_split(lm: Any, rows: int, repeats: int = 30) -> dict[str, float]:
+    """Where a decode step's time goes: the captured step alone (forward and sampling, replayed
+    back to back: the device's time, no host work between steps), its sampling alone (`draw` on
+    (rows, vocab) float32 logits) and its forward alone (eager). `ms_per_step` less `device_ms`
+    is what the host adds per step (reading tokens back, per-row bookkeeping, scheduling)."""
+    import torch
+
+    from rlvr.clients.local_sampling import draw
+
+    decoder = lm.slot_decoder()
+    n = min(rows, decoder.slots)
+
+    def per_call(fn: Any) -> float:
+        fn()  # warm-up (and the graph capture of this bucket, if it was not captured)
+        sync(lm.device)
+        t0 = time.perf_counter()
+        for _ in range(repeats):
+            fn()
+        sync(lm.device)
+        return 1e3 * (time.perf_counter() - t0) / repeats
+
+    logits = torch.randn(n, lm.model.config.vocab_size, device=lm.device)
+    temps = torch.ones(n, device=lm.device)
+    keys = torch.arange(n, device=lm.device, dtype=torch.long)
+    with torch.inference_mode():
+        split = {
+            "rows": float(n),
+            "device_ms": per_call(lambda: decoder.step(n)),
+            "sampling_ms": per_call(lambda: draw(logits, temps, keys)),
+            "forward_eager_ms": per_call(lambda: decoder.forward(n)),
+        }
+    return split
 
 
 def prefill(model: Any, device: Any, batch: int, length: int, *, peak: Any) -> dict[str, Any]:

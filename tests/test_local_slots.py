@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from rlvr.clients.local import LocalModel
-from rlvr.clients.local_sampling import _gumbel, draw, row_key, sample_tokens
+from rlvr.clients.local_sampling import draw, row_key, sample_tokens
 from rlvr.clients.local_slots import MIN_LENGTH, MIN_SLOTS, _rms_norm, supported
 from rlvr.errors import UsageError
 from rlvr.models import build_tiny_model
@@ -113,17 +113,20 @@ def test_autocast_is_checked_and_runs(tiny) -> None:
     assert client._decoder is not None and client._decoder.keys.dtype == torch.bfloat16
 
 
-def test_draw_samples_from_hashed_gumbel_noise() -> None:
-    """`draw`, the sampler inside the CUDA graph, by hand: argmax of logits / T plus the rows'
-    Gumbel noise (argmax of the logits for T = 0), logprob under log_softmax(logits / T)."""
+def test_draw_inverts_each_rows_cdf_at_its_hashed_uniform() -> None:
+    """`draw`, the sampler inside the CUDA graph, by hand: the first token whose cumulative
+    softmax(logits / T) reaches the row's uniform (argmax of the logits for T = 0), logprob
+    under log_softmax(logits / T)."""
     logits = torch.randn(7, 50, generator=torch.Generator().manual_seed(0))
     temps = torch.tensor([0.0, 1.0, 0.7, 1.3, 0.0, 1.0, 2.0])
     keys = row_key(torch.arange(1000, 1007), torch.arange(7))
     assert keys.tolist() == [row_key(1000 + i, i) for i in range(7)]  # ints hash the same
     choice, logp = draw(logits, temps, keys)
     scaled = logits / torch.where(temps > 0, temps, 1.0)[:, None]
-    noisy = (scaled + _gumbel(keys, 50)).argmax(-1)
-    want = torch.where(temps > 0, noisy, logits.argmax(-1))
+    cdf = scaled.double().softmax(-1).cumsum(-1)
+    u = (keys.double() + 0.5) / 2**32
+    by_hand = [int((cdf[r] < u[r] * cdf[r, -1]).sum()) for r in range(7)]
+    want = torch.where(temps > 0, torch.tensor(by_hand), logits.argmax(-1))
     assert choice.tolist() == want.tolist()
     assert torch.allclose(logp, scaled.log_softmax(-1).gather(1, want[:, None]).squeeze(1))
     # the list front end gives the same tokens, and top-p restricts them
@@ -131,6 +134,22 @@ def test_draw_samples_from_hashed_gumbel_noise() -> None:
     assert same.tolist() == want.tolist()
     tight, _ = sample_tokens(logits, temperatures=temps.tolist(), top_ps=[1e-6] * 7, keys=keys.tolist())
     assert tight.tolist() == scaled.argmax(-1).tolist()  # the top token only
+
+
+def test_draw_follows_the_distribution_and_never_draws_a_masked_token() -> None:
+    """20,000 rows of one distribution, each with its own key: the counts match the
+    probabilities within 5 standard deviations, a token of probability 1e-3 included, and a
+    -inf token (what top-p masks) is never drawn."""
+    probs = torch.tensor([0.5, 0.3, 0.149, 0.001, 0.05, 0.0])
+    rows = 20_000
+    logits = probs.log().expand(rows, -1).contiguous()
+    keys = row_key(torch.arange(rows), torch.zeros(rows, dtype=torch.long))
+    choice, _ = draw(logits, torch.ones(rows), keys)
+    counts = torch.bincount(choice, minlength=6).double()
+    expected = probs.double() * rows
+    sd = (expected * (1 - probs.double())).sqrt()
+    assert counts[5] == 0 and ((counts - expected).abs()[:5] <= 5 * sd[:5]).all(), counts.tolist()
+    assert counts[3] > 0
 
 
 def test_fused_rms_norm_matches_the_module(tiny) -> None:

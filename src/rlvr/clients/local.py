@@ -11,9 +11,9 @@ loop over a KV cache:
   Models whose cache is not a plain `DynamicCache` (sliding-window or hybrid layers) fall back
   to waves: new requests wait until the batch is empty. See `rlvr.clients.local_batch`.
 - **Per request**: max_tokens, EOS (the tokenizer's and the generation config's), stop
-  strings, temperature (0 = greedy), top_p and seed. Sampling draws Gumbel noise from a hash
-  of (seed, step, token id), so a seeded request gives the same tokens whatever else shares
-  its batch.
+  strings, temperature (0 = greedy), top_p and seed. Sampling inverts each row's cumulative
+  distribution at a uniform hashed from (seed, step), so a seeded request gives the same
+  tokens whatever else shares its batch.
 - **Logprobs** (always returned): `log_softmax(logits / temperature)` of each sampled token
   (plain `log_softmax(logits)` for greedy requests), *before* top-p truncation. With
   top_p = 1 this is exactly the distribution the token was drawn from; a trainer reproduces
