@@ -20,6 +20,8 @@
 #          random starts shown as the conversation that led there (opening_history, 6 plies)
 #   long   three GPUs (0-2): seeds 0, 1, 2; the explore recipe for 120 steps, and the same with
 #          loss_reward = -1 (a lost game scores below a draw by 1.5 instead of 0.5)
+#   safety four GPUs (not run yet): seeds 0, 1, 2 with random starts against the p = 0 and
+#          trap opponents alone (rlS), or p <= 0.3 (rlS3); the weak start with 300 SFT steps
 set -uo pipefail
 ROOT=${RUNS:-runs/gpus}
 
@@ -87,6 +89,13 @@ start() {
       for seed in 0 1 2; do
         job "$seed" "s$seed" "SEED=$seed $shared" "rlE" "rlL LOSS_REWARD=-1.0"
       done ;;
+    safety)  # four GPUs: RL that sees mostly safety-deciding games; the weak start with longer SFT
+      export FIRST_STAGES=sft LAST_STAGES=""
+      local shared="RL_STEPS=${RL_STEPS:-80} EVAL_EVERY=${EVAL_EVERY:-20} TRAP_PROB=1.0 OPENING_PLIES=4 RL_LR=2e-5"
+      for seed in 0 1 2; do
+        job "$seed" "s$seed" "SEED=$seed $shared" "rlS RL_MAX_P=0.0 BUCKETS=1" "rlS3 RL_MAX_P=0.3"
+      done
+      job 3 weak "SEED=0 GAMES=200 SFT_STEPS=300 SFT_BATCH=32 $shared" "rlS3 RL_MAX_P=0.3" ;;
     *) echo "unknown plan $1" >&2; exit 2 ;;
   esac
   wait
