@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from rlvr.clients.local import LocalModel
-from rlvr.clients.local_sampling import draw, row_key, sample_tokens
+from rlvr.clients.local_sampling import draw, inverse_cdf, row_key, sample_tokens
 from rlvr.clients.local_slots import MIN_LENGTH, MIN_SLOTS, _rms_norm, supported
 from rlvr.errors import UsageError
 from rlvr.models import build_tiny_model
@@ -150,6 +150,38 @@ def test_draw_follows_the_distribution_and_never_draws_a_masked_token() -> None:
     sd = (expected * (1 - probs.double())).sqrt()
     assert counts[5] == 0 and ((counts - expected).abs()[:5] <= 5 * sd[:5]).all(), counts.tolist()
     assert counts[3] > 0
+
+
+def test_inverse_cdf_gives_each_token_exactly_its_share_of_the_uniforms() -> None:
+    """No sampling: 20,000 evenly spaced uniforms over one distribution; each token gets its
+    probability's share of them to within one, and a token of 1e-7 at the end of a 151,936-token
+    vocabulary owns the uniforms of its own interval (the float64 running sum)."""
+    probs = torch.tensor([0.5, 0.001, 0.2, 0.0, 0.299])
+    n = 20_000
+    u = (torch.arange(n, dtype=torch.float64) + 0.5) / n
+    index, total = inverse_cdf(probs.log().expand(n, -1), u)
+    counts = torch.bincount(index, minlength=5).double()
+    assert ((counts - probs.double() * n).abs() <= 1).all(), counts.tolist()
+    assert torch.allclose(total, torch.full((n,), 2.0, dtype=torch.float64))  # exp(scores - max), max 0.5
+    vocab, rare = 151_936, 1e-7
+    big = torch.full((1, vocab), (1 - rare) / (vocab - 1), dtype=torch.float64)
+    big[0, -1] = rare
+    for at, want in ((1 - rare / 2, vocab - 1), (1 - 3 * rare / 2, vocab - 2)):
+        assert inverse_cdf(big.log().float(), torch.tensor([at]))[0].item() == want
+
+
+def test_draw_survives_nan_and_infinite_logits() -> None:
+    """A NaN or +inf logit (a diverged or overflowing model) or a row masked down to one token:
+    the draw stays a valid index, the argmax (the +inf token takes all the weight)."""
+    logits = torch.randn(4, 10, generator=torch.Generator().manual_seed(1))
+    logits[0, 3] = float("nan")
+    logits[1] = float("nan")
+    logits[2, 5] = float("inf")
+    logits[3] = float("-inf")
+    logits[3, 2] = 0.0
+    keys = row_key(torch.arange(4), torch.zeros(4, dtype=torch.long))
+    choice, logp = draw(logits, torch.ones(4), keys)
+    assert choice.tolist() == [3, 0, 5, 2] and logp[3].item() == 0.0
 
 
 def test_fused_rms_norm_matches_the_module(tiny) -> None:

@@ -296,7 +296,8 @@ class LocalModel:
         except BaseException as exc:  # a failed step or admission fails its requests, never hangs them
             with self._lock:
                 rows = batch.rows if batch is not None else []
-                admitting = [r for r in joiners or [] if all(r is not row for row in rows)]
+                held = {id(r) for r in rows}
+                admitting = [r for r in joiners or [] if id(r) not in held]
                 failed, self._pending, self._thread = rows + admitting + self._pending, [], None
             for request in failed:
                 _resolve(request, exc)

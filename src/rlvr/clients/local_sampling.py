@@ -4,7 +4,7 @@ The randomness of a row comes only from its own key, hashed from (request seed, 
 a seeded request draws the same tokens whatever else shares its batch. A token is drawn by
 inverting the row's cumulative distribution (float64) at one uniform made from that key: a few
 passes over the vocabulary. The sampler before this one added Gumbel noise hashed per (row,
-token), some twenty int64 passes over (rows, vocabulary), 4.4x slower on a 2-core CPU at 64 rows
+token), some twenty int64 passes over (rows, vocabulary), 4.6x slower on a 2-core CPU at 64 rows
 of a 151,936-token vocabulary (`benchmarks/bench_sampling.py`).
 """
 
@@ -48,20 +48,22 @@ def draw(
     scaled = logits / torch.where(temps > 0, temps, 1.0)[:, None]  # (B, V)
     lse = torch.logsumexp(scaled, dim=-1, keepdim=True)
     candidates = _top_p(scaled, cut) if cut else scaled
-    sampled = inverse_cdf(candidates, uniform(keys))
-    choice = torch.where(temps > 0, sampled, logits.argmax(dim=-1))  # (B,)
+    sampled, total = inverse_cdf(candidates, uniform(keys))
+    # greedy rows, and rows whose weights do not sum to a finite number (a NaN or +inf logit):
+    # the argmax, the token holding all the weight
+    choice = torch.where((temps > 0) & torch.isfinite(total), sampled, logits.argmax(dim=-1))  # (B,)
     return choice, (scaled.gather(1, choice[:, None]) - lse).squeeze(1)
 
 
-def inverse_cdf(scores: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+def inverse_cdf(scores: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(B,) for each row of `scores` (B, V) the token i with cdf[i - 1] < u * total <= cdf[i],
-    cdf the running sum of exp(scores - max) in float64: a draw from softmax(scores) (-inf never
-    drawn). float64, because a float32 running sum over 10^5 tokens may carry errors larger than
-    a rare token's probability."""
-    weights = (scores - scores.amax(dim=-1, keepdim=True)).double().exp_()
-    cdf = weights.cumsum_(dim=-1)
-    index = torch.searchsorted(cdf, u.double()[:, None] * cdf[:, -1:]).squeeze(1)
-    return index.clamp_(max=scores.shape[-1] - 1)
+    and (B,) the total; cdf the running sum of exp(scores - max) (each term float32, the sum
+    float64): a draw from softmax(scores), -inf never drawn. A float64 sum, because a float32
+    running sum over 10^5 tokens may carry errors larger than a rare token's probability."""
+    cdf = (scores - scores.amax(dim=-1, keepdim=True)).exp_().double().cumsum_(dim=-1)
+    total = cdf[:, -1]
+    index = torch.searchsorted(cdf, u.double()[:, None] * total[:, None]).squeeze(1)
+    return index.clamp_(max=scores.shape[-1] - 1), total
 
 
 def uniform(keys: torch.Tensor) -> torch.Tensor:
