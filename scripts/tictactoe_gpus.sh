@@ -20,8 +20,9 @@
 #          random starts shown as the conversation that led there (opening_history, 6 plies)
 #   long   three GPUs (0-2): seeds 0, 1, 2; the explore recipe for 120 steps, and the same with
 #          loss_reward = -1 (a lost game scores below a draw by 1.5 instead of 0.5)
-#   safety four GPUs (not run yet): seeds 0, 1, 2 with random starts against the p = 0 and
-#          trap opponents alone (rlS), or p <= 0.3 (rlS3); the weak start with 300 SFT steps
+#   replies four GPUs: seeds 0, 1, 2; RL games from the empty board whose opponent's first k
+#          moves (k up to 4) are random, then perfect with traps (rlR: p = 0; rlR3: p <= 0.3).
+#          GPU 3: the weak start (300 SFT steps on 200 games) and the shipped model, rlR each
 set -uo pipefail
 ROOT=${RUNS:-runs/gpus}
 
@@ -89,13 +90,15 @@ start() {
       for seed in 0 1 2; do
         job "$seed" "s$seed" "SEED=$seed $shared" "rlE" "rlL LOSS_REWARD=-1.0"
       done ;;
-    safety)  # four GPUs: RL that sees mostly safety-deciding games; the weak start with longer SFT
+    replies)  # four GPUs: random lines of replies, then an opponent that punishes mistakes
       export FIRST_STAGES=sft LAST_STAGES=""
-      local shared="RL_STEPS=${RL_STEPS:-80} EVAL_EVERY=${EVAL_EVERY:-20} TRAP_PROB=1.0 OPENING_PLIES=4 RL_LR=2e-5"
+      local shared="RL_STEPS=${RL_STEPS:-100} EVAL_EVERY=${EVAL_EVERY:-20} TRAP_PROB=1.0 OPENING_PLIES=0 RANDOM_REPLIES=4 RL_LR=2e-5"
       for seed in 0 1 2; do
-        job "$seed" "s$seed" "SEED=$seed $shared" "rlS RL_MAX_P=0.0 BUCKETS=1" "rlS3 RL_MAX_P=0.3"
+        job "$seed" "s$seed" "SEED=$seed $shared" "rlR RL_MAX_P=0.0 BUCKETS=1" "rlR3 RL_MAX_P=0.3"
       done
-      job 3 weak "SEED=0 GAMES=200 SFT_STEPS=300 SFT_BATCH=32 $shared" "rlS3 RL_MAX_P=0.3" ;;
+      job 3 weak "SEED=0 GAMES=200 SFT_STEPS=300 SFT_BATCH=32 $shared" "rlR RL_MAX_P=0.0 BUCKETS=1"
+      mkdir -p "$ROOT/shipped/sft"; [ -d "$ROOT/shipped/sft/final" ] || cp -r models/tictactoe-tiny "$ROOT/shipped/sft/final"
+      job 3 shipped "SEED=0 $shared" "rlR RL_MAX_P=0.0 BUCKETS=1" ;;
     *) echo "unknown plan $1" >&2; exit 2 ;;
   esac
   wait

@@ -154,7 +154,8 @@ class TicTacToeEnv(MultiTurnEnv[GameState]):
             return line[played] if played < len(line) else None
         if self.human is None:
             rng = move_rng(state.task.seed, state.board)
-            return opponent_move(state.board, "O", state.random_move_prob, rng, self.trap_prob)
+            random_now = state.board.count("O") < state.task.info.get("random_replies", 0)
+            return opponent_move(state.board, "O", 1.0 if random_now else state.random_move_prob, rng, self.trap_prob)
         cell = self.human(state)
         return cell if isinstance(cell, int) else await cell
 
@@ -249,6 +250,7 @@ def load_environment(
     trap_prob: float = 0.0,
     opening_plies: int = 0,
     opening_history: bool = False,
+    random_replies: int = 0,
 ) -> TicTacToeEnv:
     """Build the environment; every argument is documented in the package README.
 
@@ -272,6 +274,8 @@ def load_environment(
         raise ValueError(f"opening_plies must be an integer from 0 to 7, got {opening_plies!r}")
     if not isinstance(opening_history, bool):
         raise ValueError(f"opening_history must be true or false, got {opening_history!r}")
+    if isinstance(random_replies, bool) or not isinstance(random_replies, int) or not 0 <= random_replies <= 5:
+        raise ValueError(f"random_replies must be an integer from 0 to 5, got {random_replies!r}")
     counts = {"num_tasks": num_tasks, "eval_tasks": eval_tasks, "num_buckets": num_buckets}
     for name, value in counts.items():
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -281,9 +285,10 @@ def load_environment(
         raise ValueError(f"num_buckets ({buckets}) must not exceed num_tasks ({num_tasks})")
 
     def split(name: str, n: int, s: int) -> list[Task]:
-        plies = opening_plies if name == "train" else 0  # evaluation starts from the empty board
+        train = name == "train"  # evaluation starts from the empty board, against the plain opponent
+        plies, replies = (opening_plies, random_replies) if train else (0, 0)
         return [
-            make_task(name, i, s, low, high, buckets, model_starts, float(trap_prob), plies, opening_history)
+            make_task(name, i, s, low, high, buckets, model_starts, float(trap_prob), plies, opening_history, replies)
             for i in range(n)
         ]
 

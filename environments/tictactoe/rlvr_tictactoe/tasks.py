@@ -6,6 +6,7 @@ A task is a pure function of (split, seed, index) and the arguments; see `rlvr_t
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import random
 from typing import Any
@@ -64,10 +65,13 @@ def make_task(
     trap_prob: float = 0.0,
     opening_plies: int = 0,
     opening_history: bool = False,
+    random_replies: int = 0,
 ) -> Task:
     """Task `index` of a split (see the module docstring). With `opening_plies` > 0 the game
     may start from a position after up to that many random moves (`random_opening`), shown as
-    one turn, or with `opening_history` as the whole conversation that led there."""
+    one turn, or with `opening_history` as the whole conversation that led there. With
+    `random_replies` > 0 the opponent's first k moves are uniformly random, k drawn from
+    0..random_replies (`info["random_replies"]`, read by the env's `opponent_cell`)."""
     tseed = task_seed(split, seed, index)
     rng = random.Random(tseed)
     a, b = bucket_range(index % num_buckets, low, high, num_buckets)
@@ -78,9 +82,24 @@ def make_task(
         opening = random_opening(random.Random(tseed ^ 0x5EED), starts, opening_plies, teacher_x=opening_history)
         if len(opening) > 1:
             build = history_task if opening_history else position_task
-            return build(f"{split}-{index}", tseed, p, opening, starts, bucket)
-    first = None if starts else opponent_move(EMPTY_BOARD, "O", p, move_rng(tseed, EMPTY_BOARD), trap_prob)
-    return opening_task(f"{split}-{index}", tseed, p, first, bucket=bucket)
+            task = build(f"{split}-{index}", tseed, p, opening, starts, bucket)
+            return with_random_replies(task, tseed, random_replies)
+    random_first = random_replies > 0 and random.Random(tseed ^ 0xFAC7).randint(0, random_replies) > 0
+    first_p = 1.0 if random_first else p
+    first = None if starts else opponent_move(EMPTY_BOARD, "O", first_p, move_rng(tseed, EMPTY_BOARD), trap_prob)
+    return with_random_replies(opening_task(f"{split}-{index}", tseed, p, first, bucket=bucket), tseed, random_replies)
+
+
+def with_random_replies(task: Task, seed: int, random_replies: int) -> Task:
+    """`task` with `info["random_replies"]` = k, drawn from 0..random_replies by its own RNG
+    (the same draw that decided a random first move): the opponent plays uniformly at random
+    while it has fewer than k marks on the board, then with the task's p. Every line of O's
+    replies can so be followed by an opponent that punishes the model's mistakes, which is what
+    exact evaluation counts. Unchanged when random_replies is 0."""
+    if random_replies <= 0:
+        return task
+    k = random.Random(seed ^ 0xFAC7).randint(0, random_replies)
+    return dataclasses.replace(task, info={**task.info, "random_replies": k})
 
 
 def random_opening(rng: random.Random, model_starts: bool, max_plies: int, *, teacher_x: bool = False) -> list[Move]:

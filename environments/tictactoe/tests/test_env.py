@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 from rlvr_tictactoe import GameState, load_environment
 from rlvr_tictactoe.env import make_task, read_move
-from rlvr_tictactoe.game import EMPTY_BOARD, apply_move, game_value, parse_board, winner
+from rlvr_tictactoe.game import EMPTY_BOARD, apply_move, best_moves, game_value, legal_moves, parse_board, winner
 from rlvr_tictactoe.rewards import PARSER, format_reward, is_formatted
 from rlvr_tictactoe.tasks import opening_task
 
@@ -158,6 +158,37 @@ def test_opening_plies_start_training_games_from_random_positions_x_can_hold():
     assert sum(r.rewards["win"] + r.rewards["draw"] + r.rewards["loss"] for r in rollouts) == 30
     with pytest.raises(ValueError, match="opening_plies"):
         load_environment(opening_plies=9)
+
+
+def test_random_replies_open_random_lines_that_a_perfect_opponent_then_punishes():
+    plain = load_environment(opponent="optimal", trap_prob=1.0)
+    env = load_environment(opponent="optimal", trap_prob=1.0, random_replies=4)
+    assert env.tasks("eval") == plain.tasks("eval")  # evaluation plays the plain opponent
+    ks = Counter(t.info["random_replies"] for t in env.tasks("train"))
+    assert set(ks) == {0, 1, 2, 3, 4} and min(ks.values()) > 150, ks  # k uniform over 0..4 (1000 tasks)
+    tasks = env.tasks("train")[:200]
+    rollouts = play(env, scripted(lambda board, rng: f"<move>{rng.choice(legal_moves(board))}</move>"), tasks)
+    early = late = off_best = 0
+    for task, rollout in zip(tasks, rollouts, strict=True):
+        assert rollout.error is None and rollout.stop_reason == "game_over"
+        board, replies = EMPTY_BOARD, 0
+        for m in rollout.messages:  # replay: each O reply from the board it was made on
+            if m["role"] == "assistant":
+                board = apply_move(board, read_move(m["content"], board)[0], "X")
+            elif o := re.search(r"O (?:took|moved first and took) (\d)", m["content"]):
+                before, cell, replies = board, int(o.group(1)), replies + 1
+                if before.count("O") < task.info["random_replies"]:
+                    early += 1
+                    off_best += cell not in best_moves(before, "O")
+                else:
+                    late += 1
+                    assert cell in best_moves(before, "O"), (task.info, rollout.messages)
+                board = apply_move(before, cell, "O")
+        assert replies >= 1
+    assert early > 100 and late > 100 and off_best > 20, (early, late, off_best)
+    for bad in (-1, 6, True, 2.0):
+        with pytest.raises(ValueError, match="random_replies"):
+            load_environment(random_replies=bad)
 
 
 def test_opening_history_shows_the_conversation_a_real_game_has_at_that_position():
