@@ -7,11 +7,14 @@
 #   GAMES=200 SFT_STEPS=60 SFT_BATCH=32 scripts/reproduce_tictactoe.sh   # the weak start
 #   PRESET=tiny SCALE=smoke scripts/reproduce_tictactoe.sh  # a few minutes on a CPU
 #
-# RL runs in one phase (RL_STEPS) against opponents whose random-move probability p is drawn
-# from [RL_MIN_P, RL_MAX_P] (8 buckets, one slice each per batch), with the env's reward
-# (LOSS_REWARD sets the value of a lost game; 0 = the reference rubric); TRAP_PROB > 0 makes the
-# opponent's best moves traps that often (the env's trap_prob). Why that range and the traps:
-# docs/RESULTS.md. RL2_STEPS > 0 adds a second phase (RL2_MIN_P..RL2_MAX_P, RL2_TEMP).
+# RL runs in two phases, the recipe of models/tictactoe-tiny (docs/RESULTS.md says why):
+# 1. RL_STEPS against opponents whose random-move probability p is drawn from
+#    [RL_MIN_P, RL_MAX_P] (BUCKETS buckets, one slice each per batch), whose best moves are traps
+#    (TRAP_PROB, the env's trap_prob), in games that may start after up to OPENING_PLIES random
+#    moves; LOSS_REWARD sets the value of a lost game (0 = the reference rubric).
+# 2. RL2_STEPS (0 skips it) from the empty board against an opponent whose first k moves are
+#    random (k up to RL2_RANDOM_REPLIES, the env's random_replies) and whose later ones are
+#    perfect (p in [RL2_MIN_P, RL2_MAX_P], RL2_BUCKETS buckets), at RL2_LR and RL2_TEMP.
 #
 # Every stage is skipped when its output exists and resumes from its last checkpoint when it
 # was cut short, so the script can be re-run across machine sessions until it completes.
@@ -23,7 +26,8 @@ PRESET=${PRESET:-small}
 SCALE=${SCALE:-full}
 DEVICE_FLAGS=${DEVICE_FLAGS:---bf16}
 RL_MIN_P=${RL_MIN_P:-0.0}; RL_MAX_P=${RL_MAX_P:-0.7}; RL_LR=${RL_LR:-2e-5}; RL_TEMP=${RL_TEMP:-1.0}
-RL2_MIN_P=${RL2_MIN_P:-0.0}; RL2_MAX_P=${RL2_MAX_P:-0.25}; RL2_LR=${RL2_LR:-3e-5}; RL2_TEMP=${RL2_TEMP:-1.25}
+RL2_MIN_P=${RL2_MIN_P:-0.0}; RL2_MAX_P=${RL2_MAX_P:-0.0}; RL2_LR=${RL2_LR:-2e-5}; RL2_TEMP=${RL2_TEMP:-1.0}
+RL2_OPENING_PLIES=${RL2_OPENING_PLIES:-0}; RL2_RANDOM_REPLIES=${RL2_RANDOM_REPLIES:-4}
 LOSS_REWARD=${LOSS_REWARD:-0.0}
 TRAP_PROB=${TRAP_PROB:-1.0}   # how often the opponent's best move is a trap (env option trap_prob)
 OPENING_PLIES=${OPENING_PLIES:-4}   # training games may start after up to this many random moves
@@ -34,12 +38,12 @@ EXACT=${EXACT:-1}   # 0: no exact evaluation (the smoke scale, where a barely tr
 RL_NAME=${RL_NAME:-rl}   # another name runs another RL variant from the same SFT model, side by side
 EVAL_STAGES=${EVAL_STAGES:-base sft $RL_NAME ${RL_NAME}2 teacher}
 if [ "$SCALE" = smoke ]; then
-  GAMES=300; SFT_STEPS=10; SFT_BATCH=16; RL_STEPS=2; RL2_STEPS=0; BATCH=16; GROUP=4; BUCKETS=4
+  GAMES=300; SFT_STEPS=10; SFT_BATCH=16; RL_STEPS=2; RL2_STEPS=${RL2_STEPS:-1}; BATCH=16; GROUP=4; BUCKETS=4; RL2_BUCKETS=1
   EVAL_GAMES=10; EVAL_TASKS=4; EVAL_EVERY=2; DEVICE_FLAGS=""; EXACT=0
 else
   GAMES=${GAMES:-20000}; SFT_STEPS=${SFT_STEPS:-1000}; SFT_BATCH=${SFT_BATCH:-64}
-  RL_STEPS=${RL_STEPS:-80}; RL2_STEPS=${RL2_STEPS:-0}
-  BATCH=${BATCH:-256}; GROUP=${GROUP:-8}; BUCKETS=${BUCKETS:-8}
+  RL_STEPS=${RL_STEPS:-80}; RL2_STEPS=${RL2_STEPS:-100}
+  BATCH=${BATCH:-256}; GROUP=${GROUP:-8}; BUCKETS=${BUCKETS:-8}; RL2_BUCKETS=${RL2_BUCKETS:-1}
   EVAL_GAMES=${EVAL_GAMES:-200}; EVAL_TASKS=${EVAL_TASKS:-64}; EVAL_EVERY=${EVAL_EVERY:-20}
 fi
 RL_DEVICE_FLAGS=${DEVICE_FLAGS:---no-bf16}   # rlvr train's bf16 is automatic (on with a CUDA GPU); no flags kept it off
@@ -77,22 +81,23 @@ if [ ! -f "$OUT/sft/final/config.json" ]; then
 fi
 
 # 4. RL: opponents of mixed strength, stratified batches, exact evaluation every EVAL_EVERY steps
-rl() {  # rl NAME FROM STEPS MIN_P MAX_P LR TEMPERATURE
-  local name=$1 from=$2 steps=$3 low=$4 high=$5 lr=$6 temp=$7
+rl() {  # rl NAME FROM STEPS MIN_P MAX_P LR TEMPERATURE BUCKETS OPENING_PLIES RANDOM_REPLIES
+  local name=$1 from=$2 steps=$3 low=$4 high=$5 lr=$6 temp=$7 buckets=$8 plies=$9 replies=${10}
   if [ "$steps" -gt 0 ] && [ -f "$from/config.json" ] && [ ! -f "$OUT/$name/final/config.json" ]; then
-    local env_args="{\"min_random_move_prob\": $low, \"max_random_move_prob\": $high, \"loss_reward\": $LOSS_REWARD, \"trap_prob\": $TRAP_PROB, \"opening_plies\": $OPENING_PLIES, \"opening_history\": $OPENING_HISTORY, \"random_replies\": $RANDOM_REPLIES}"
+    local env_args="{\"min_random_move_prob\": $low, \"max_random_move_prob\": $high, \"loss_reward\": $LOSS_REWARD, \"trap_prob\": $TRAP_PROB, \"opening_plies\": $plies, \"opening_history\": $OPENING_HISTORY, \"random_replies\": $replies}"
     log "RL $name ($steps steps, $env_args, lr $lr, T $temp)"; stamp "$name"
     resume=""; [ -d "$OUT/$name/checkpoints" ] && resume="--resume"
     rlvr train tictactoe --model "$from" --output-dir "$OUT/$name" $resume -q \
-      --steps "$steps" --batch-size "$BATCH" --group-size "$GROUP" --num-buckets "$BUCKETS" --loss cispo \
+      --steps "$steps" --batch-size "$BATCH" --group-size "$GROUP" --num-buckets "$buckets" --loss cispo \
       --max-tokens 48 --micro-batch-size "${MICRO:-64}" --seed "$SEED" --env-args "$env_args" --lr "$lr" --temperature "$temp" \
       --eval-env-args '[{"opponent": "random"}, {"opponent": "optimal"}]' $([ "$EXACT" = 1 ] && echo --eval-exact) \
       --eval-every "$EVAL_EVERY" --eval-tasks "$EVAL_TASKS" --save-every "$EVAL_EVERY" $RL_DEVICE_FLAGS $RL_EXTRA
     done_in "$name"
   fi
 }
-rl "$RL_NAME" "$OUT/sft/final" "$RL_STEPS" "$RL_MIN_P" "$RL_MAX_P" "$RL_LR" "$RL_TEMP"
-rl "${RL_NAME}2" "$OUT/$RL_NAME/final" "$RL2_STEPS" "$RL2_MIN_P" "$RL2_MAX_P" "$RL2_LR" "$RL2_TEMP"
+rl "$RL_NAME" "$OUT/sft/final" "$RL_STEPS" "$RL_MIN_P" "$RL_MAX_P" "$RL_LR" "$RL_TEMP" "$BUCKETS" "$OPENING_PLIES" "$RANDOM_REPLIES"
+rl "${RL_NAME}2" "$OUT/$RL_NAME/final" "$RL2_STEPS" "$RL2_MIN_P" "$RL2_MAX_P" "$RL2_LR" "$RL2_TEMP" "$RL2_BUCKETS" \
+  "$RL2_OPENING_PLIES" "$RL2_RANDOM_REPLIES"
 
 # 5. evaluation of every stage: exact (the whole game tree, greedy), and 200-game greedy samples
 #    on held-out seeds against the random and the optimal opponent (the reference's columns).

@@ -21,6 +21,9 @@ SOURCE = {"lost_games": "exact/beaten_games", "rejected_move_games": "exact/reje
           "random_win_pct": "exact/random/win_pct", "random_loss_pct": "exact/random/loss_pct",
           "optimal_draw_pct": "exact/optimal/draw_pct", "optimal_loss_pct": "exact/optimal/loss_pct"}  # fmt: skip
 
+CURRENT = "random replies, then p = 0"  # the current recipe's opponent: drawn in black
+TITLES = {"weak": "weak start (200 games)", "shipped": "RL 2 of the shipped model"}
+
 
 def add(table: Path, run: Path, seed: str, opponent: str, variant: str) -> int:
     rows = []
@@ -49,9 +52,11 @@ def plot(table: Path, out: Path) -> None:
 
     with table.open() as f:
         rows = list(csv.DictReader(f))
-    seeds = sorted({r["seed"] for r in rows}, key=lambda s: (s == "weak", s))
+    seeds = sorted({r["seed"] for r in rows}, key=lambda s: (s == "shipped", s == "weak", s))
     lines = sorted({(r["opponent"], r["variant"]) for r in rows})
-    colours = {line: plt.get_cmap("tab10")(i % 10) for i, line in enumerate(lines)}
+    colours = {line: plt.get_cmap("tab20")(i % 20) for i, line in enumerate(lines)}
+    current = [line for line in lines if line[0] == CURRENT]
+    styles = {line: ("-", "--", ":")[i % 3] for i, line in enumerate(current)}
     fig, axes = plt.subplots(1, len(seeds), figsize=(4.2 * len(seeds), 3.8), squeeze=False)
     handles: dict[str, Any] = {}
     for ax, seed in zip(axes[0], seeds, strict=True):
@@ -64,8 +69,11 @@ def plot(table: Path, out: Path) -> None:
             )
             if points:
                 label = f"{line[0]}, {line[1]}"
-                (handles[label],) = ax.plot(*zip(*points, strict=True), marker="o", ms=3, color=colours[line])
-        ax.set_title("weak start (200 games)" if seed == "weak" else f"seed {seed[1:]}")
+                style = (
+                    {"color": "black", "lw": 2.2, "ls": styles[line]} if line in styles else {"color": colours[line]}
+                )
+                (handles[label],) = ax.plot(*zip(*points, strict=True), marker="o", ms=3, **style)
+        ax.set_title(TITLES.get(seed, f"seed {seed[1:]}"))
         ax.set_xlabel("RL step (0 = SFT model)")
         if max(counts) > 10 * max(min(counts), 1):
             ax.set_yscale("symlog", linthresh=10)

@@ -8,8 +8,8 @@
 #   scripts/tictactoe_gpus.sh ship RUN DIR   # RUN's final model in bfloat16, shards under 15 MB
 #   scripts/tictactoe_gpus.sh best           # the RL run whose final model loses the fewest games
 #
-# Plans (docs/RESULTS.md says which produced what; `explore` is the current recipe, the
-# defaults of reproduce_tictactoe.sh, and made models/tictactoe-tiny):
+# Plans (docs/RESULTS.md says which produced what; the shipped models/tictactoe-tiny is seed 0 of
+# `explore`, variant A, then `rlR` of `replies`: reproduce_tictactoe.sh's two RL phases):
 #   pilot  one GPU: seed 0, short SFT and RL, variants A and B side by side (step times)
 #   pilot2 one GPU: seed 0, full SFT, four conservative RL variants (lr, KL, temperature, opponents)
 #   main   four GPUs: seeds 0, 1, 2 (full SFT) and the weak start (200 teacher games), each with
@@ -57,6 +57,7 @@ four() {  # four "SHARED VARS" VARIANT...: seeds 0, 1, 2 at full scale and the w
 
 start() {
   mkdir -p "$ROOT"
+  export RL2_STEPS=${RL2_STEPS:-0}  # the plans ran one RL phase from SFT (reproduce_tictactoe.sh runs two)
   local plain="TRAP_PROB=0.0 OPENING_PLIES=0"  # the plans before traps and random starts
   case $1 in
     pilot)  # one GPU: a short SFT, the env's reward vs loss_reward = -1
