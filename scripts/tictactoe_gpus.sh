@@ -23,6 +23,8 @@
 #   replies four GPUs: seeds 0, 1, 2; RL games from the empty board whose opponent's first k
 #          moves (k up to 4) are random, then perfect with traps (rlR: p = 0; rlR3: p <= 0.3).
 #          GPU 3: the weak start (300 SFT steps on 200 games) and the shipped model, rlR each
+#   recipe four GPUs (not run yet): seeds 0-3, each the shipped model's recipe (rl: explore, then
+#          rl2: replies, reproduce_tictactoe.sh's defaults) and beside it rlR for 200 steps
 set -uo pipefail
 ROOT=${RUNS:-runs/gpus}
 
@@ -36,9 +38,9 @@ job() {  # job GPU NAME "SHARED VARS" "VARIANT VARS" ...: one seed's SFT, then i
     (
       export CUDA_VISIBLE_DEVICES=$gpu OUT_DIR=$out RL_NAME=$variant $shared $vars
       if [ $first = 1 ]; then
-        export EVAL_STAGES="${FIRST_STAGES-base sft} $variant ${LAST_STAGES-teacher}"
+        export EVAL_STAGES="${FIRST_STAGES-base sft} $variant ${variant}2 ${LAST_STAGES-teacher}"
       else  # the later variants start from the first one's SFT model
-        export EVAL_STAGES="$variant"
+        export EVAL_STAGES="$variant ${variant}2"  # a stage without a model is skipped
         while [ ! -f "$out/sft/final/config.json" ]; do sleep 5; done
       fi
       bash scripts/reproduce_tictactoe.sh > "$out/pipeline-$variant.log" 2>&1
@@ -100,6 +102,13 @@ start() {
       job 3 weak "SEED=0 GAMES=200 SFT_STEPS=300 SFT_BATCH=32 $shared" "rlR RL_MAX_P=0.0 BUCKETS=1"
       mkdir -p "$ROOT/shipped/sft"; [ -d "$ROOT/shipped/sft/final" ] || cp -r models/tictactoe-tiny "$ROOT/shipped/sft/final"
       job 3 shipped "SEED=0 $shared" "rlR RL_MAX_P=0.0 BUCKETS=1" ;;
+    recipe)  # four GPUs: does the shipped model's two-phase recipe repeat on other seeds?
+      export FIRST_STAGES=sft LAST_STAGES=""
+      for seed in 0 1 2 3; do
+        job "$seed" "s$seed" "SEED=$seed EVAL_EVERY=20 TRAP_PROB=1.0" \
+          "rl RL2_STEPS=100 OPENING_PLIES=4" \
+          "rlR RL_STEPS=200 RL_MAX_P=0.0 BUCKETS=1 OPENING_PLIES=0 RANDOM_REPLIES=4"
+      done ;;
     *) echo "unknown plan $1" >&2; exit 2 ;;
   esac
   wait
