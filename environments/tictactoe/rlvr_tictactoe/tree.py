@@ -22,8 +22,8 @@ The limits, computed on the bare game tree (no model), with those same weights:
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 from rlvr import Task
 from rlvr_tictactoe.game import EMPTY_BOARD, Board, apply_move, best_moves, game_value, legal_moves, winner
@@ -117,9 +117,15 @@ def _safe_win(board: Board, x_to_move: bool) -> float:
     if (o := _outcome(board)) is not None:
         return float(o == "win")
     if x_to_move:
-        nexts = [apply_move(board, m, "X") for m in legal_moves(board)]
-        return max(_safe_win(b, False) for b in nexts if game_value(b, "O") <= 0)
+        return max(_safe_win(apply_move(board, m, "X"), False) for m in _never_losing(board))
     return _average([apply_move(board, m, "O") for m in legal_moves(board)], lambda b: _safe_win(b, True))
+
+
+def _never_losing(board: Board) -> list[int]:
+    """X's moves that keep at least a draw against perfect play; every move where none does (a
+    position a beatable player can reach: there the best move is the best against random)."""
+    moves = legal_moves(board)
+    return [m for m in moves if game_value(apply_move(board, m, "X"), "O") <= 0] or moves
 
 
 def _roots() -> list[tuple[float, Board]]:
@@ -149,3 +155,55 @@ def minimax_rates_vs_random() -> tuple[float, float, float]:
     rows = [(w, _minimax_vs_random(b, True)) for w, b in _roots()]
     win, draw, loss = (sum(w * r[i] for w, r in rows) for i in range(3))
     return win, draw, loss
+
+
+class Gap(NamedTuple):
+    """One decision of a player where it gives up wins against the random opponent."""
+
+    weighted: float
+    """`gap` times the chance that the random opponent (and the env's starts) lead there."""
+    gap: float
+    """Win probability given up there: the best never-losing move's, less the player's move's
+    (both followed by the best never-losing play)."""
+    line: tuple[tuple[str, int], ...]
+    """The moves before it, ("X" or "O", cell) in order."""
+    move: int
+    """The player's move."""
+    best: list[int]
+    """The best never-losing moves there."""
+
+
+def win_rate_gaps(choose: Callable[[tuple[tuple[str, int], ...], Board], int]) -> tuple[float, list[Gap]]:
+    """(the player's exact win rate vs the random opponent, its `Gap`s largest first) for a
+    deterministic X player `choose(line, board) -> cell` (a model's reply can depend on the
+    conversation, so it gets the line, not only the board). The weighted gaps sum to
+    `never_losing_max_win_rate()` less the player's win rate, when the player never loses:
+    the list says where an unbeatable player's shortfall from the limit lies."""
+    gaps: list[Gap] = []
+    wins = 0.0
+
+    def walk(board: Board, line: tuple[tuple[str, int], ...], chance: float) -> None:
+        nonlocal wins
+        move = choose(line, board)
+        after = apply_move(board, move, "X")
+        if (gap := _safe_win(board, True) - _safe_win(after, False)) > 1e-9:
+            best = [
+                m
+                for m in _never_losing(board)
+                if _safe_win(apply_move(board, m, "X"), False) >= _safe_win(board, True) - 1e-9
+            ]
+            gaps.append(Gap(chance * gap, gap, line, move, best))
+        if (o := _outcome(after)) is not None:
+            wins += chance * (o == "win")
+            return
+        replies = legal_moves(after)
+        for cell in replies:
+            board2, p = apply_move(after, cell, "O"), chance / len(replies)
+            if (o := _outcome(board2)) is not None:
+                wins += p * (o == "win")
+            else:
+                walk(board2, (*line, ("X", move), ("O", cell)), p)
+
+    for chance, root in _roots():
+        walk(root, () if root == EMPTY_BOARD else (("O", root.index("O")),), chance)
+    return wins, sorted(gaps, reverse=True)

@@ -4,12 +4,14 @@ game (game.py alone: no env, no messages, no engine)."""
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import math
+from pathlib import Path
 
 import pytest
 from rlvr_tictactoe import load_environment, tree
-from rlvr_tictactoe.game import EMPTY_BOARD, apply_move, best_moves, legal_moves, parse_board, winner
+from rlvr_tictactoe.game import EMPTY_BOARD, apply_move, best_moves, game_value, legal_moves, parse_board, winner
 
 from rlvr import Policy
 from rlvr.cli import main
@@ -138,6 +140,45 @@ def test_limits_of_the_game():
     assert round(100 * tree.never_losing_max_win_rate(), 2) == 95.56
     win, draw, loss = tree.minimax_rates_vs_random()
     assert (round(100 * win, 2), round(100 * draw, 2), loss) == (87.26, 12.74, 0.0)
+
+
+def best_vs_random(board) -> int:
+    """The never-losing move that wins most often against the random opponent (the 95.56% player)."""
+    safe = [c for c in legal_moves(board) if game_value(apply_move(board, c, "X"), "O") <= 0]
+    return max(safe, key=lambda c: tree._safe_win(apply_move(board, c, "X"), False))
+
+
+def test_win_rate_gaps_locate_the_shortfall_from_the_never_losing_limit():
+    limit = tree.never_losing_max_win_rate()
+    wins, gaps = tree.win_rate_gaps(lambda line, board: best_vs_random(board))
+    assert gaps == [] and math.isclose(wins, limit, abs_tol=1e-12)
+    # the minimax player: its exact rate from the real env, and its shortfall split over decisions
+    wins, gaps = tree.win_rate_gaps(lambda line, board: first_best(board))
+    assert math.isclose(wins, exact(first_best).rates("random")["win"], abs_tol=1e-12)
+    assert gaps and all(g.weighted > 0 and g.move not in g.best for g in gaps)
+    assert math.isclose(sum(g.weighted for g in gaps), limit - wins, abs_tol=1e-12)
+    # the player is shown the line that led to the board (a model's reply depends on it)
+    seen = []
+    tree.win_rate_gaps(lambda line, board: seen.append((line, board)) or first_best(board))
+    for line, board in seen:
+        replayed = EMPTY_BOARD
+        for mark, cell in line:
+            replayed = apply_move(replayed, cell, mark)
+        assert replayed == board
+    assert {line for line, _ in seen} >= {(), (("O", 0),), (("O", 8), ("X", 4), ("O", 0))}
+
+
+def test_the_gap_script_reads_a_saved_exhaustive_run(tmp_path, capsys):
+    out = tmp_path / "exact"
+    assert main(["eval", "tictactoe", "-m", "policy:optimal", "--exhaustive", "-q", "-o", str(out)]) == 0
+    meta = json.loads((out / "metadata.json").read_text())
+    spec = importlib.util.spec_from_file_location("gaps", Path(__file__).parents[3] / "scripts" / "tictactoe_regret.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    policy = script.read_policy(out / "results.jsonl")
+    wins, gaps = tree.win_rate_gaps(lambda line, board: policy[line])
+    assert math.isclose(100 * wins, meta["exact"]["rates_pct"]["random"]["win"], abs_tol=1e-9)
+    assert math.isclose(sum(g.weighted for g in gaps), tree.never_losing_max_win_rate() - wins, abs_tol=1e-12)
 
 
 def test_cli_exhaustive_saves_every_game_and_resume_reprints(tmp_path, capsys):
