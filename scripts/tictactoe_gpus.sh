@@ -37,10 +37,11 @@ job() {  # job GPU NAME "SHARED VARS" "VARIANT VARS" ...: one seed's SFT, then i
     [ "$vars" = "$spec" ] && vars=""
     (
       export CUDA_VISIBLE_DEVICES=$gpu OUT_DIR=$out RL_NAME=$variant $shared $vars
+      local rl="$variant"; [ "${RL2_STEPS:-0}" -gt 0 ] && rl="$variant ${variant}2"  # and its phase 2
       if [ $first = 1 ]; then
-        export EVAL_STAGES="${FIRST_STAGES-base sft} $variant ${variant}2 ${LAST_STAGES-teacher}"
+        export EVAL_STAGES="${FIRST_STAGES-base sft} $rl ${LAST_STAGES-teacher}"
       else  # the later variants start from the first one's SFT model
-        export EVAL_STAGES="$variant ${variant}2"  # a stage without a model is skipped
+        export EVAL_STAGES="$rl"
         while [ ! -f "$out/sft/final/config.json" ]; do sleep 5; done
       fi
       bash scripts/reproduce_tictactoe.sh > "$out/pipeline-$variant.log" 2>&1

@@ -37,7 +37,7 @@ from rlvr_tictactoe.game import (
     render,
 )
 from rlvr_tictactoe.rewards import PARSER, GameState, make_rubric, parse, summarize
-from rlvr_tictactoe.tasks import board_view, game_outcome, make_task, opening_task
+from rlvr_tictactoe.tasks import board_view, game_outcome, make_task, opening_task, reply_prob
 
 OPPONENTS = {"optimal": (0.0, 0.0), "random": (1.0, 1.0)}
 STARTS = ("random", "always", "never")
@@ -154,8 +154,8 @@ class TicTacToeEnv(MultiTurnEnv[GameState]):
             return line[played] if played < len(line) else None
         if self.human is None:
             rng = move_rng(state.task.seed, state.board)
-            random_now = state.board.count("O") < state.task.info.get("random_replies", 0)
-            return opponent_move(state.board, "O", 1.0 if random_now else state.random_move_prob, rng, self.trap_prob)
+            p = reply_prob(state.board, state.random_move_prob, state.task.info.get("random_replies", 0))
+            return opponent_move(state.board, "O", p, rng, self.trap_prob)
         cell = self.human(state)
         return cell if isinstance(cell, int) else await cell
 

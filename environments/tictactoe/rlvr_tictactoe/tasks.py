@@ -78,28 +78,28 @@ def make_task(
     p = min(max(a + rng.random() * (b - a), low), high)
     starts = {"always": True, "never": False}.get(model_starts, rng.random() < 0.5)
     bucket = bucket_index(p, low, high, num_buckets)
+    # k for `reply_prob`, from its own RNG: the tasks of random_replies = 0 stay as they were
+    k = random.Random(tseed ^ 0xFAC7).randint(0, random_replies) if random_replies > 0 else 0
+
+    def with_k(task: Task) -> Task:
+        return dataclasses.replace(task, info={**task.info, "random_replies": k}) if random_replies > 0 else task
+
     if opening_plies > 0:  # its own RNG: the tasks of opening_plies = 0 stay as they were
         opening = random_opening(random.Random(tseed ^ 0x5EED), starts, opening_plies, teacher_x=opening_history)
         if len(opening) > 1:
             build = history_task if opening_history else position_task
-            task = build(f"{split}-{index}", tseed, p, opening, starts, bucket)
-            return with_random_replies(task, tseed, random_replies)
-    random_first = random_replies > 0 and random.Random(tseed ^ 0xFAC7).randint(0, random_replies) > 0
-    first_p = 1.0 if random_first else p
+            return with_k(build(f"{split}-{index}", tseed, p, opening, starts, bucket))
+    first_p = reply_prob(EMPTY_BOARD, p, k)
     first = None if starts else opponent_move(EMPTY_BOARD, "O", first_p, move_rng(tseed, EMPTY_BOARD), trap_prob)
-    return with_random_replies(opening_task(f"{split}-{index}", tseed, p, first, bucket=bucket), tseed, random_replies)
+    return with_k(opening_task(f"{split}-{index}", tseed, p, first, bucket=bucket))
 
 
-def with_random_replies(task: Task, seed: int, random_replies: int) -> Task:
-    """`task` with `info["random_replies"]` = k, drawn from 0..random_replies by its own RNG
-    (the same draw that decided a random first move): the opponent plays uniformly at random
-    while it has fewer than k marks on the board, then with the task's p. Every line of O's
-    replies can so be followed by an opponent that punishes the model's mistakes, which is what
-    exact evaluation counts. Unchanged when random_replies is 0."""
-    if random_replies <= 0:
-        return task
-    k = random.Random(seed ^ 0xFAC7).randint(0, random_replies)
-    return dataclasses.replace(task, info={**task.info, "random_replies": k})
+def reply_prob(board: Board, p: float, random_replies: int) -> float:
+    """The opponent's random-move probability on `board`: 1 (uniformly random) while it has fewer
+    than `random_replies` marks on the board, then the task's p. Every line of O's replies can so
+    be followed by an opponent that punishes the model's mistakes, which is what exact evaluation
+    counts."""
+    return 1.0 if board.count("O") < random_replies else p
 
 
 def random_opening(rng: random.Random, model_starts: bool, max_plies: int, *, teacher_x: bool = False) -> list[Move]:

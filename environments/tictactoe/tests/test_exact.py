@@ -17,6 +17,7 @@ from rlvr import Policy
 from rlvr.cli import main
 from rlvr.errors import UsageError
 from rlvr.exact import ExactResult, enumerate_games
+from rlvr.results import json_line
 from rlvr.types import SamplingArgs
 
 GREEDY = SamplingArgs(temperature=0.0)
@@ -168,17 +169,57 @@ def test_win_rate_gaps_locate_the_shortfall_from_the_never_losing_limit():
     assert {line for line, _ in seen} >= {(), (("O", 0),), (("O", 8), ("X", 4), ("O", 0))}
 
 
-def test_the_gap_script_reads_a_saved_exhaustive_run(tmp_path, capsys):
-    out = tmp_path / "exact"
-    assert main(["eval", "tictactoe", "-m", "policy:optimal", "--exhaustive", "-q", "-o", str(out)]) == 0
-    meta = json.loads((out / "metadata.json").read_text())
+def gap_script():
     spec = importlib.util.spec_from_file_location("gaps", Path(__file__).parents[3] / "scripts" / "tictactoe_regret.py")
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
+    return script
+
+
+def saved(games, folder: Path) -> Path:
+    folder.mkdir()
+    (folder / "results.jsonl").write_bytes(b"".join(json_line(g.to_dict()) for g in games))
+    return folder
+
+
+def test_the_gap_script_reads_a_saved_exhaustive_run(tmp_path, capsys, monkeypatch):
+    script, out = gap_script(), tmp_path / "exact"
+    assert main(["eval", "tictactoe", "-m", "policy:optimal", "--exhaustive", "-q", "-o", str(out)]) == 0
+    meta = json.loads((out / "metadata.json").read_text())
     policy = script.read_policy(out / "results.jsonl")
     wins, gaps = tree.win_rate_gaps(lambda line, board: policy[line])
     assert math.isclose(100 * wins, meta["exact"]["rates_pct"]["random"]["win"], abs_tol=1e-9)
     assert math.isclose(sum(g.weighted for g in gaps), tree.never_losing_max_win_rate() - wins, abs_tol=1e-12)
+
+    def run(path) -> int:
+        monkeypatch.setattr("sys.argv", ["tictactoe_regret.py", str(path), "--top", "3"])
+        return script.main()
+
+    capsys.readouterr()
+    assert run(out) == 0 and "limit 95.56%" in capsys.readouterr().out
+
+    # a rejected first move in every game (then first_best): the lines are the accepted moves
+    def stubborn_once(messages, rng):
+        first = not any(m["role"] == "assistant" for m in messages)
+        return f"<move>{9 if first else first_best(parse_board(messages[-1]['content']))}</move>"
+
+    rejected = asyncio.run(enumerate_games(load_environment(), Policy(stubborn_once), GREEDY, concurrency=64))
+    assert all(g.info["exact"]["rejected_moves"] > 0 for g in rejected.games)
+    policy = script.read_policy(saved(rejected.games, tmp_path / "rejected"))
+    assert tree.win_rate_gaps(lambda line, board: policy[line]) == tree.win_rate_gaps(lambda line, b: first_best(b))
+    # a killed run: the torn last line is dropped, and a decision it alone held is named, no traceback
+    torn = tmp_path / "torn"
+    torn.mkdir()
+    text = (out / "results.jsonl").read_bytes()
+    (torn / "results.jsonl").write_bytes(text[: len(text) - 40])
+    assert run(torn) in (0, 2) and "Traceback" not in capsys.readouterr().err
+    # a player that times out leaves decisions without a move; an ordinary eval has no exact records
+    assert run(saved(exact(lambda board: 4).games, tmp_path / "timeouts")) == 2
+    assert "no legal model move after" in capsys.readouterr().err
+    plain = tmp_path / "plain"
+    assert main(["eval", "tictactoe", "-m", "policy:optimal", "-n", "2", "-r", "1", "-q", "-o", str(plain)]) == 0
+    capsys.readouterr()
+    assert run(plain) == 2 and "no exact record" in capsys.readouterr().err
 
 
 def test_cli_exhaustive_saves_every_game_and_resume_reprints(tmp_path, capsys):
