@@ -23,8 +23,11 @@
 #   replies four GPUs: seeds 0, 1, 2; RL games from the empty board whose opponent's first k
 #          moves (k up to 4) are random, then perfect with traps (rlR: p = 0; rlR3: p <= 0.3).
 #          GPU 3: the weak start (300 SFT steps on 200 games) and the shipped model, rlR each
-#   recipe four GPUs (not run yet): seeds 0-3, each the shipped model's recipe (rl: explore, then
+#   recipe one GPU per seed (SEEDS, default 0-3): the shipped model's recipe (rl: explore, then
 #          rl2: replies, reproduce_tictactoe.sh's defaults) and beside it rlR for 200 steps
+#   weak   one GPU (WEAK_GPU): the weak start (300 SFT steps on 200 teacher games), rlR 300 steps
+#   wins   the shipped model, 80 steps at lr 1e-5 against opponents at p = 0.7 after the random
+#          replies: rlW with a KL of 0.05 to the shipped model (GPU WINS_GPU), rlW0 without (WINS_GPU2)
 set -uo pipefail
 ROOT=${RUNS:-runs/gpus}
 
@@ -103,13 +106,22 @@ start() {
       job 3 weak "SEED=0 GAMES=200 SFT_STEPS=300 SFT_BATCH=32 $shared" "rlR RL_MAX_P=0.0 BUCKETS=1"
       mkdir -p "$ROOT/shipped/sft"; [ -d "$ROOT/shipped/sft/final" ] || cp -r models/tictactoe-tiny "$ROOT/shipped/sft/final"
       job 3 shipped "SEED=0 $shared" "rlR RL_MAX_P=0.0 BUCKETS=1" ;;
-    recipe)  # four GPUs: does the shipped model's two-phase recipe repeat on other seeds?
+    recipe)  # one GPU per seed (SEEDS): does the shipped model's two-phase recipe repeat?
       export FIRST_STAGES=sft LAST_STAGES=""
-      for seed in 0 1 2 3; do
+      for seed in ${SEEDS:-0 1 2 3}; do
         job "$seed" "s$seed" "SEED=$seed EVAL_EVERY=20 TRAP_PROB=1.0" \
           "rl RL2_STEPS=100 OPENING_PLIES=4" \
           "rlR RL_STEPS=200 RL_MAX_P=0.0 BUCKETS=1 OPENING_PLIES=0 RANDOM_REPLIES=4"
       done ;;
+    wins)  # the shipped model against opponents at p = 0.7 (whose best response never loses and
+      # wins 95.56% vs random): rlW near it by a KL (GPU WINS_GPU), rlW0 without (GPU WINS_GPU2)
+      export FIRST_STAGES=sft LAST_STAGES=""
+      local shared="SEED=0 RL_STEPS=${RL_STEPS:-80} EVAL_EVERY=20 TRAP_PROB=1.0 OPENING_PLIES=0 RANDOM_REPLIES=4 RL_MIN_P=0.7 RL_MAX_P=0.7 BUCKETS=1 RL_LR=1e-5"
+      for name in shipped shipped0; do
+        mkdir -p "$ROOT/$name/sft"; [ -d "$ROOT/$name/sft/final" ] || cp -r models/tictactoe-tiny "$ROOT/$name/sft/final"
+      done
+      job "${WINS_GPU:-0}" shipped "$shared" "rlW RL_EXTRA=--kl-coef=0.05"
+      job "${WINS_GPU2:-${WINS_GPU:-0}}" shipped0 "$shared" "rlW0" ;;
     *) echo "unknown plan $1" >&2; exit 2 ;;
   esac
   wait
