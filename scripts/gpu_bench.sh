@@ -9,7 +9,8 @@
 #   sft       the tic-tac-toe SFT step (17.6M) of this tree against BASE_SRC (a baseline's src/,
 #             default bench_base/src), alternated ABBA x REPEATS, SFT_AB_STEPS steps each:
 #             whole `rlvr sft` runs from one base model and one data set, seconds per step
-#   scale     benchmarks/bench_scale.py --skip-trl at 0.5b, then 1.7b (SCALE_SIZES)
+#   scale     benchmarks/bench_scale.py (decode with its split and lookahead A/B, update; no TRL)
+#             at 0.5b, then 1.7b (SCALE_SIZES), SCALE_BUDGET seconds each
 #
 # Make the baseline first, e.g. `git archive ea52460 src | tar -x -C bench_base` (untracked, so
 # it travels with the tree). Install first: python3 -m pip install --no-deps -e . -e environments/tictactoe
@@ -51,7 +52,7 @@ for stage in $STAGES; do
     sft) sft_ab ;;
     scale)
       for size in ${SCALE_SIZES:-0.5b 1.7b}; do
-        python3 benchmarks/bench_scale.py --sizes "$size" --skip-trl --budget "${SCALE_BUDGET:-300}" --out "$OUT/scale.json"
+        python3 benchmarks/bench_scale.py --sizes "$size" --skip-trl --phases build,decode,update --budget "${SCALE_BUDGET:-300}" --out "$OUT/scale.json"
       done ;;
     *) echo "unknown stage $stage" >&2; exit 2 ;;
   esac > "$OUT/$stage.txt" 2>&1
