@@ -1,5 +1,6 @@
 """Static KV slots (`rlvr.clients.local_slots`): same tokens as the transformers forward, buffer
-growth, the family check, the sampling and norm pieces it uses. CPU (no CUDA graphs here; the
+growth, the family check, the sampling and norm pieces it uses, and the lookahead (same tokens
+as the synchronous path). CPU (no CUDA graphs here; the
 graph-captured path is checked in tests/test_gpu.py)."""
 
 from __future__ import annotations
@@ -57,8 +58,8 @@ def _games(client: LocalModel, n: int, turns: int, nucleus: bool = True) -> list
             ]
         return out
 
-    async def main() -> list[list]:
-        return await asyncio.gather(*(one(i) for i in range(n)))
+    async def main() -> list[list]:  # a reply never answered fails here, not at pytest's timeout
+        return await asyncio.wait_for(asyncio.gather(*(one(i) for i in range(n))), 120)
 
     return asyncio.run(main())
 
@@ -272,7 +273,8 @@ def test_lookahead_gives_the_synchronous_tokens(tiny) -> None:
     string or by length, arriving while others decode: the same ids, logprobs, texts and
     finish reasons with lookahead as without."""
     sampling = [
-        SamplingArgs(max_tokens=5 + (11 * i) % 40, temperature=0.0 if i % 3 == 0 else 1.0, seed=7 * i) for i in range(24)
+        SamplingArgs(max_tokens=5 + (11 * i) % 40, temperature=0.0 if i % 3 == 0 else 1.0, seed=7 * i)
+        for i in range(24)
     ]
     plain = _ask_all(_pair(tiny)[1], sampling)
     # an EOS that the replies draw (the most frequent token past the first), and for every
@@ -387,6 +389,7 @@ def test_a_step_is_recorded_at_the_next_step_and_none_is_lost(tiny) -> None:
                     answered += batch.pop_finished()
             assert sorted(len(r.ids) for r in answered) == [3, 9, 17] and all(r.finish == "length" for r in rows)
             ids[client.lookahead] = [(r.ids, r.logprobs) for r in rows]
+            assert client.stats.decode_steps == 16  # none decoded ahead past the last row's end
         assert ids[True] == ids[False]
     finally:
         loop.close()

@@ -31,7 +31,9 @@ loop over a KV cache:
   forward replayed as a CUDA graph. See `rlvr.clients.local_slots`. Measured (H200, the 17.6M
   model, 256 rows): 1.6-1.8 ms a step against ~12 ms with the transformers forward over a
   `DynamicCache`; float32 gives the same tokens, bf16 drifts as two bf16 kernels do. On CPU the
-  `DynamicCache` path stays the default (static slots measured 8-13% slower there).
+  `DynamicCache` path stays the default (static slots measured 8-13% slower there). With
+  `lookahead` (on by default) the next step is replayed before the host reads back and books
+  the last one, so that work overlaps the device's (same tokens; not yet measured on a GPU).
 - **Attention kernels**: on CUDA, the transformers forward (prefill, and decoding without
   static slots) runs without cuDNN attention, which builds a new plan for every new sequence
   length (a growing KV cache is one every step).

@@ -20,6 +20,32 @@ the time). `SlotBatch` keeps them instead in preallocated buffers, one slot per 
   CUDA graph and replayed: 1.6-1.8 ms a step in the same setting. A capture that fails falls
   back to running the step eagerly, with a warning.
 
+The host's per-step work (reading the drawn tokens back, which waits for the device, then each
+row's bookkeeping: ids, EOS, stop strings, max_tokens) would leave the device idle between two
+replays. With lookahead (`LocalModel(lookahead=True)`, the default) `SlotBatch.step` replays
+step k + 1 first (its inputs, the tokens step k drew, are already on the device), then records
+step k, whose tokens and logprobs were copied to the host (pinned memory, an event; one of two
+buffers, as step k + 1's copy is enqueued before step k's is read) right after its replay:
+
+- a row that finished at step k is decoded once more at step k + 1; that token is dropped
+  (`_record` skips finished rows) and its keys and values land one position past the row's
+  kept ones; rows are answered at most one `step()` later than without lookahead; when every
+  row's pending token is its last by max_tokens (a batch ending), `step` only records it;
+- the device is one token ahead of the host's view: the buffers are sized for the position
+  step k + 1 writes (`seq_len` + 1), and growing them (which captures the graphs again) first
+  records the pending step;
+- the pending step is recorded before an admission (after its prune, so that a row it finishes
+  keeps its slot until `pop_finished` answers and keeps it) and before a step that samples
+  outside the graph (a row with top-p < 1: that step is synchronous, as without lookahead);
+  a row whose last token is still pending is unfinished, so `live` counts it and the worker
+  does not stop before recording it;
+- tokens depend only on each row's seed and count: the same ids as without lookahead, and
+  logprobs equal up to float rounding (as for any two batch compositions).
+
+On the CPU nothing runs asynchronously (the copy is a plain one), but the same code runs, so the
+tests exercise it. Not yet measured on a GPU (`benchmarks/bench_scale.py --phases build,decode`
+has the A/B).
+
 Buffers start at the sizes the first rows need (powers of two) and double when a row outgrows
 them (the graphs are then captured again); they are kept between batches (the trainer's next
 step reuses them). The decode forward covers decoder-only models with rotary embeddings, full
@@ -382,6 +408,9 @@ class SlotBatch(Batch):
         drawn = all(r.top_p >= 1.0 or r.temperature == 0 for r in self.rows)  # in the step
         if not (drawn and self.lookahead):
             self.drain()
+        elif self.pending is not None and all(len(r.ids) + 1 >= r.max_tokens for r in self.rows if r.finish is None):
+            self.drain()  # each row's pending token is its last: no step to decode ahead
+            return
         # the step writes each row's keys at its device position: one past the host's seq_len
         # while a step is pending. Growing re-captures the graphs: the pending step lands first.
         need = max(r.seq_len for r in self.rows) + 1 + (self.pending is not None)
