@@ -7,6 +7,8 @@ One GPU, one command per size (each stays under `--budget` seconds, 540 by defau
     python benchmarks/bench_scale.py --sizes 4b --out benchmarks/results/scale-h100.json
 CPU smoke check (a 10M model with the real vocabulary, about a minute):
     python benchmarks/bench_scale.py --sizes tiny --skip-trl --out /tmp/scale.json
+The decode phase alone, with its lookahead A/B (a couple of minutes at 0.5B):
+    python benchmarks/bench_scale.py --sizes 0.5b --phases build,decode --out benchmarks/results/lookahead-h100.json
 
 Models: the shapes of Qwen3-0.6B ("0.5b"), Qwen3-1.7B and Qwen3-4B (vocabulary 151,936, tied
 embeddings, GQA with 8 KV heads, head_dim 128), random weights, built on the GPU itself and
@@ -21,7 +23,11 @@ phase only; each reports its own peak memory):
              single token, over the steps between them) against the bandwidth floor (bf16
              weights + the rows' KV cache read once per step, at the GPU's peak bandwidth);
              with static slots (CUDA), the step split: the captured step replayed back to back
-             (the device's time), its sampling alone and its forward run eagerly
+             (the device's time), its sampling alone and its forward run eagerly; then the
+             lookahead A/B: static slots with `LocalModel(lookahead=True)` (the next step
+             replayed before the host books the last) and `lookahead=False`, alternated
+             `--lookahead-repeats` rounds after a warm-up round, each a one-token and a full
+             run: tokens/s and ms per step of each, off's ms/step / on's, median [min-max]
     prefill  one no-grad bf16 forward of 8 x 512 tokens: tokens/s and MFU (2 x params)
     update   rlvr's `update_policy` on 64 synthetic sequences (128 prompt + 32-256 trained
              tokens; float32 weights, bf16 autocast, AdamW): tokens/s, MFU (6 x params) and
@@ -70,6 +76,7 @@ def run_phase(args: argparse.Namespace, phase: str, size: str, work: Path, deadl
     out.unlink(missing_ok=True)
     cmd = [sys.executable, str(PHASES), "--phase", phase, "--size", size, "--work", str(work), "--phase-out", str(out)]
     cmd += ["--device", args.device, "--steps", str(args.steps), "--deadline", str(deadline)]
+    cmd += ["--lookahead-repeats", str(args.lookahead_repeats)]
     cmd += ["--micro-batch-size", str(args.micro_batch_size)] if args.micro_batch_size else []
     t0 = time.time()
     env = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", **os.environ}  # less fragmentation at 4B
@@ -99,6 +106,12 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3, help="rlvr/TRL training runs, alternated")
     p.add_argument("--steps", type=int, default=3, help="timed optimizer steps per training run (after 1 warm-up)")
     p.add_argument("--skip-trl", action="store_true", help="measure rlvr's trainer only")
+    p.add_argument(
+        "--phases", default="build,decode,update,train", help="comma-separated, of build,decode,update,train"
+    )
+    p.add_argument(
+        "--lookahead-repeats", type=int, default=3, help="rounds of the decode phase's lookahead A/B (0: none)"
+    )
     p.add_argument("--budget", type=float, default=540, help="seconds for the whole command (split over sizes)")
     p.add_argument("--micro-batch-size", type=int, default=None, help="override the per-size micro-batch")
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
@@ -111,6 +124,9 @@ def main() -> None:
 
     args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     sizes = [s.strip().lower() for s in args.sizes.split(",") if s.strip()]
+    phases = {s.strip() for s in args.phases.split(",") if s.strip()}
+    if not phases <= {"build", "decode", "update", "train"} or "build" not in phases:
+        raise SystemExit(f"--phases {args.phases!r}: build and any of decode, update, train")
     unknown = [s for s in sizes if s not in SHAPES]
     if unknown:
         raise SystemExit(f"unknown size {unknown[0]!r}; expected one of {', '.join(SHAPES)}")
@@ -133,7 +149,7 @@ def main() -> None:
         work = Path(tempfile.mkdtemp(prefix=f"bench_scale_{size}_"))
         r: dict[str, Any] = {"workload": workload(size, args.device), "train": {"rlvr": [], "trl": []}}
         results["sizes"][size] = r
-        for phase in ("build", "decode", "update"):
+        for phase in [p for p in ("build", "decode", "update") if p in phases]:
             r[phase] = run_phase(args, phase, size, work, deadline)
             print(f"{size} {phase}: {json.dumps(r[phase], default=str)[:600]}", flush=True)
             if phase == "build" and "device" in r[phase]:  # the GPU, its peak, the versions: said once
@@ -145,7 +161,7 @@ def main() -> None:
             save()
             if "skipped" in r[phase] or "error" in r["build"]:
                 break
-        for _ in range(args.repeats if "params" in r["build"] else 0):
+        for _ in range(args.repeats if "params" in r["build"] and "train" in phases else 0):
             for who in ("rlvr", "trl") if trl else ("rlvr",):
                 r["train"][who].append(run_phase(args, who, size, work, deadline))
                 print(f"{size} {who}: {json.dumps(r['train'][who][-1], default=str)[:400]}", flush=True)
@@ -188,6 +204,13 @@ def table(results: dict[str, Any]) -> str:
                 f"{size} decode step of {split['rows']:.0f} rows: {f(d.get('ms_per_step'), '.1f')} ms, of which the "
                 f"captured step alone {split['device_ms']:.1f} ms (its sampling alone {split['sampling_ms']:.1f}, "
                 f"its forward run eagerly {split['forward_eager_ms']:.1f}); the rest is the host's"
+            )
+        if ab := d.get("lookahead"):
+            q = ab["off_over_on_ms_per_step"]
+            lines.append(
+                f"{size} lookahead on: {ab['on']['tokens_per_s']:,.0f} tok/s, {ab['on']['ms_per_step']:.1f} ms/step; "
+                f"off: {ab['off']['tokens_per_s']:,.0f} tok/s, {ab['off']['ms_per_step']:.1f} ms/step; "
+                f"off/on ms/step {q['median']:.2f}x [{q['min']:.2f}-{q['max']:.2f}] over {len(ab['on']['each'])} rounds"
             )
     return "\n".join(lines)
 

@@ -84,32 +84,25 @@ def qwen3_config(size: str, **ids: int) -> Any:
 
 
 def phase_decode(args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    from bench_local_model import play
-
     from rlvr.clients.local import LocalModel
     from rlvr.train.hardware import device_peak
 
     w = workload(args.size, args.device)
     lm = LocalModel(str(work / "model"), device=args.device, max_batch_size=w["games"])
     out: dict[str, Any] = {"dtype": str(lm.model.dtype), "games": w["games"], "max_tokens": w["max_tokens"]}
-
-    def timed(max_tokens: int) -> tuple[dict[str, Any], int, int]:
-        lm.clear_cache()  # every run prefills its prompts
-        before = (lm.stats.decode_steps, lm.stats.prompt_tokens)
-        run = play(lm, w["games"], argparse.Namespace(max_turns=1, max_tokens=max_tokens, temperature=1.0))
-        return run, lm.stats.decode_steps - before[0], lm.stats.prompt_tokens - before[1]
-
-    timed(w["max_tokens"])  # warm-up at full size: kernels, CUDA graphs for every slot count
-    short, short_steps, _ = timed(1)  # prefill and one token: what the decode steps are not
-    run, steps, prompt = timed(w["max_tokens"])
+    timed(lm, w, w["max_tokens"])  # warm-up at full size: kernels, CUDA graphs for every slot count
+    short = timed(lm, w, 1)  # prefill and one token: what the decode steps are not
+    run = timed(lm, w, w["max_tokens"])
     s = SHAPES[args.size]
     kv_per_token = 2 * s.layers * s.kv_heads * s.head_dim * lm.model.dtype.itemsize
     weights = sum(p.numel() * p.element_size() for p in lm.model.parameters())
-    rows = (run["tokens"] - short["tokens"]) / max(steps - short_steps, 1)
-    context = prompt / max(run["requests"], 1) + w["max_tokens"] / 2
-    out.update(tokens_per_s=run["tokens_per_s"], tokens=run["tokens"], decode_steps=steps, rows_per_step=rows)
+    rows = (run["tokens"] - short["tokens"]) / max(run["decode_steps"] - short["decode_steps"], 1)
+    context = run["prompt_tokens"] / max(run["requests"], 1) + w["max_tokens"] / 2
+    out.update(
+        tokens_per_s=run["tokens_per_s"], tokens=run["tokens"], decode_steps=run["decode_steps"], rows_per_step=rows
+    )
     out["prefill_and_first_token_s"] = short["seconds"]
-    out["ms_per_step"] = 1e3 * (run["seconds"] - short["seconds"]) / max(steps - short_steps, 1)
+    out["ms_per_step"] = ms_per_step(short, run)
     out["bytes_per_step"] = weights + rows * context * kv_per_token
     peak = device_peak(lm.device)
     if peak is not None:
@@ -121,6 +114,62 @@ def phase_decode(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         out["prefill"] = prefill(lm.model, lm.device, *w["prefill"], peak=peak)
     except Exception as exc:  # e.g. a transformers without logits_to_keep
         out["prefill"] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+    if args.lookahead_repeats:
+        out["lookahead"] = lookahead_ab(lm, w, args.lookahead_repeats)
+    return out
+
+
+def timed(lm: Any, w: dict[str, Any], max_tokens: int) -> dict[str, Any]:
+    """One run of `w["games"]` single-turn requests: `play`'s numbers, with the decode steps and
+    prompt tokens it took."""
+    from bench_local_model import play
+
+    lm.clear_cache()  # every run prefills its prompts
+    before = (lm.stats.decode_steps, lm.stats.prompt_tokens)
+    run = play(lm, w["games"], argparse.Namespace(max_turns=1, max_tokens=max_tokens, temperature=1.0))
+    return {
+        **run,
+        "decode_steps": lm.stats.decode_steps - before[0],
+        "prompt_tokens": lm.stats.prompt_tokens - before[1],
+    }
+
+
+def ms_per_step(short: dict[str, Any], run: dict[str, Any]) -> float:
+    """A run's time less that of a run of one token (prefill and first token), per step between."""
+    return 1e3 * (run["seconds"] - short["seconds"]) / max(run["decode_steps"] - short["decode_steps"], 1)
+
+
+def lookahead_ab(lm: Any, w: dict[str, Any], repeats: int) -> dict[str, Any]:
+    """Generation over static slots with the lookahead on and off (`LocalModel(lookahead=...)`),
+    alternated `repeats` times after a warm-up round, each a one-token run then a full one:
+    tokens/s and ms per decode step of each, and per round off's ms/step / on's and on's
+    tokens/s / off's, as median [min-max]."""
+    import torch
+
+    from rlvr.clients.local import LocalModel
+
+    clients = {
+        name: LocalModel(lm.name, model=lm.model, tokenizer=lm.tokenizer, max_batch_size=w["games"],
+                         static_cache=True, lookahead=name == "on")
+        for name in ("on", "off")
+    }  # fmt: skip
+    runs: dict[str, list[dict[str, float]]] = {"on": [], "off": []}
+    for i in range(repeats + 1):  # round 0 warms each client up (its graphs); not kept
+        for name in ("on", "off") if i % 2 else ("off", "on"):
+            short, run = timed(clients[name], w, 1), timed(clients[name], w, w["max_tokens"])
+            if i:
+                runs[name].append({"tokens_per_s": run["tokens_per_s"], "ms_per_step": ms_per_step(short, run)})
+    clients.clear()
+    if lm.device.type == "cuda":
+        torch.cuda.empty_cache()
+    out: dict[str, Any] = {}
+    for name, each in runs.items():
+        out[name] = {k: statistics.median(r[k] for r in each) for k in ("tokens_per_s", "ms_per_step")}
+        out[name]["each"] = each
+    step = [off["ms_per_step"] / on["ms_per_step"] for on, off in zip(runs["on"], runs["off"])]
+    speed = [on["tokens_per_s"] / off["tokens_per_s"] for on, off in zip(runs["on"], runs["off"])]
+    for key, ratios in (("off_over_on_ms_per_step", step), ("on_over_off_tokens_per_s", speed)):
+        out[key] = {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)}
     return out
 
 
@@ -339,6 +388,7 @@ def main() -> None:
     p.add_argument("--device", default="cuda")
     p.add_argument("--steps", type=int, default=3, help="timed optimizer steps per training run")
     p.add_argument("--micro-batch-size", type=int, default=None)
+    p.add_argument("--lookahead-repeats", type=int, default=3, help="decode: rounds of the lookahead A/B (0: none)")
     p.add_argument("--deadline", type=float, default=float("inf"), help="epoch seconds: skip what would run past")
     args = p.parse_args()
     import torch
