@@ -204,6 +204,12 @@ def table(results: dict[str, Any]) -> str:
                 f"{size} decode step of {split['rows']:.0f} rows: {f(d.get('ms_per_step'), '.1f')} ms, of which the "
                 f"captured step alone {split['device_ms']:.1f} ms (its sampling alone {split['sampling_ms']:.1f}, "
                 f"its forward run eagerly {split['forward_eager_ms']:.1f}); the rest is the host's"
+                + (
+                    f". Attending over the whole {split['buffer_length']:.0f}-position buffer instead of the rows' "
+                    f"{split['span']:.0f}: {split['device_ms_whole_buffer']:.1f} ms"
+                    if "device_ms_whole_buffer" in split
+                    else ""
+                )
             )
         if ab := d.get("lookahead"):
             q = ab["off_over_on_ms_per_step"]

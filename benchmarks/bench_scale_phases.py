@@ -11,8 +11,10 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import resource
 import statistics
+import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
@@ -140,28 +142,22 @@ def ms_per_step(short: dict[str, Any], run: dict[str, Any]) -> float:
 
 
 def lookahead_ab(lm: Any, w: dict[str, Any], repeats: int) -> dict[str, Any]:
-    """Generation over static slots with the lookahead on and off (`LocalModel(lookahead=...)`),
+    """Generation over static slots with the lookahead on and off (`LocalModel.lookahead`),
     alternated `repeats` times after a warm-up round, each a one-token run then a full one:
     tokens/s and ms per decode step of each, and per round off's ms/step / on's and on's
     tokens/s / off's, as median [min-max]."""
-    import torch
-
-    from rlvr.clients.local import LocalModel
-
-    clients = {
-        name: LocalModel(lm.name, model=lm.model, tokenizer=lm.tokenizer, max_batch_size=w["games"],
-                         static_cache=True, lookahead=name == "on")
-        for name in ("on", "off")
-    }  # fmt: skip
+    # one client, its lookahead switched between runs (read when a batch starts): the two sides
+    # share the slot buffers and graphs (two more clients' buffers do not fit beside it at 0.5B)
     runs: dict[str, list[dict[str, float]]] = {"on": [], "off": []}
-    for i in range(repeats + 1):  # round 0 warms each client up (its graphs); not kept
-        for name in ("on", "off") if i % 2 else ("off", "on"):
-            short, run = timed(clients[name], w, 1), timed(clients[name], w, w["max_tokens"])
-            if i:
-                runs[name].append({"tokens_per_s": run["tokens_per_s"], "ms_per_step": ms_per_step(short, run)})
-    clients.clear()
-    if lm.device.type == "cuda":
-        torch.cuda.empty_cache()
+    try:
+        for i in range(repeats + 1):  # round 0 warms each side up; not kept
+            for name in ("on", "off") if i % 2 else ("off", "on"):
+                lm.lookahead = name == "on"
+                short, run = timed(lm, w, 1), timed(lm, w, w["max_tokens"])
+                if i:
+                    runs[name].append({"tokens_per_s": run["tokens_per_s"], "ms_per_step": ms_per_step(short, run)})
+    finally:
+        lm.lookahead = True
     out: dict[str, Any] = {}
     for name, each in runs.items():
         out[name] = {k: statistics.median(r[k] for r in each) for k in ("tokens_per_s", "ms_per_step")}
@@ -175,8 +171,9 @@ def lookahead_ab(lm: Any, w: dict[str, Any], repeats: int) -> dict[str, Any]:
 
 def step_split(lm: Any, rows: int, repeats: int = 30) -> dict[str, float]:
     """Where a decode step's time goes: the captured step alone (forward and sampling, replayed
-    back to back: the device's time, no host work between steps), its sampling alone (`draw` on
-    (rows, vocab) float32 logits) and its forward alone (eager). `ms_per_step` less `device_ms`
+    back to back: the device's time, no host work between steps; attending over the rows' span
+    as generation does, and over the whole buffer as it did before, alternated), its sampling
+    alone (`draw` on (rows, vocab) float32 logits) and its forward alone (eager). `ms_per_step` less `device_ms`
     is what the host adds per step (reading tokens back, per-row bookkeeping, scheduling)."""
     import torch
 
@@ -197,14 +194,46 @@ def step_split(lm: Any, rows: int, repeats: int = 30) -> dict[str, float]:
     logits = torch.randn(n, lm.model.config.vocab_size, device=lm.device)
     temps = torch.ones(n, device=lm.device)
     keys = torch.arange(n, device=lm.device, dtype=torch.long)
+    need = min(int(decoder.pos[:n].max()) + 1, decoder.length)  # as the run left the rows
     with torch.inference_mode():
+        whole, spanned = [], []
+        for _ in range(3):  # alternated: attention over the whole buffer, and over the rows' span
+            whole.append(per_call(lambda: decoder.step(n)))
+            spanned.append(per_call(lambda: decoder.step(n, need)))
         split = {
             "rows": float(n),
-            "device_ms": per_call(lambda: decoder.step(n)),
+            "device_ms": statistics.median(spanned),
+            "device_ms_whole_buffer": statistics.median(whole),
+            "device_ms_each": spanned,
+            "device_ms_whole_buffer_each": whole,
+            "span": float(decoder.span(need)),
+            "buffer_length": float(decoder.length),
             "sampling_ms": per_call(lambda: draw(logits, temps, keys)),
-            "forward_eager_ms": per_call(lambda: decoder.forward(n)),
+            "forward_eager_ms": per_call(lambda: decoder.forward(n, decoder.span(need))),
         }
+        if os.environ.get("RLVR_PROFILE") and lm.device.type == "cuda":  # where the eager forward's time goes
+            split["profile"] = profile_forward(lambda: decoder.forward(n, decoder.span(need)))
     return split
+
+
+def profile_forward(fn: Any, calls: int = 5, top: int = 15) -> list[dict[str, Any]]:
+    """The CUDA kernels of `calls` runs of `fn`, by total device time: the `top` ones, in ms per
+    call (printed as torch.profiler's table too)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    events = sorted(prof.key_averages(), key=lambda e: e.device_time_total, reverse=True)
+    print(prof.key_averages().table(sort_by="device_time_total", row_limit=top), file=sys.stderr)
+    return [
+        {"kernel": e.key[:120], "ms_per_call": e.device_time_total / 1e3 / calls, "count_per_call": e.count / calls}
+        for e in events[:top]
+    ]
 
 
 def prefill(model: Any, device: Any, batch: int, length: int, *, peak: Any) -> dict[str, Any]:

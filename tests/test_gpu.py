@@ -83,7 +83,7 @@ def test_lookahead_gives_the_synchronous_tokens_on_cuda(small) -> None:
     """CUDA graphs with the lookahead (pinned copies, events) against the synchronous path:
     staggered arrivals, replies long enough to grow the buffers past 128 positions, one top-p
     request among them; float32 (a near-tie may flip a token between slot counts)."""
-    on = LocalModel(str(small), device="cuda", dtype="float32", max_batch_size=64)
+    on = LocalModel(str(small), device="cuda", dtype="float32", max_batch_size=64, lookahead=True)
     off = LocalModel("small", model=on.model, tokenizer=on.tokenizer, static_cache=True, lookahead=False)
     assert on.static_cache and on.lookahead
 
@@ -104,7 +104,7 @@ def test_lookahead_gives_the_synchronous_tokens_on_cuda(small) -> None:
 
     want, got = play(off), play(on)
     same = [(a, b) for a, b in zip(want, got) if a.token_ids == b.token_ids]
-    assert len(same) >= len(want) - 2, f"{len(same)} of {len(want)} replies identical"
+    assert len(same) >= 0.9 * len(want), f"{len(same)} of {len(want)} replies identical"  # a flip ends a reply's match
     for a, b in same:
         assert b.logprobs == pytest.approx(a.logprobs, abs=1e-3)
     assert on._decoder is not None and on._decoder.length > 128 and on._decoder.captures >= 1
@@ -131,7 +131,9 @@ def test_cuda_graph_slots_give_the_transformers_tokens(small) -> None:
 
     def compare(want, got) -> None:
         same = [(a, b) for a, b in zip(want, got) if a.token_ids == b.token_ids]
-        assert len(same) >= len(want) - 2, f"{len(same)} of {len(want)} replies identical"
+        assert len(same) >= 0.9 * len(want), (
+            f"{len(same)} of {len(want)} replies identical"
+        )  # a flip ends a reply's match
         for a, b in same:
             assert b.logprobs == pytest.approx(a.logprobs, abs=1e-3)
 

@@ -16,7 +16,7 @@ transformers = pytest.importorskip("transformers")
 from rlvr.clients.local import LocalModel
 from rlvr.clients.local_batch import Request
 from rlvr.clients.local_sampling import draw, inverse_cdf, row_key, sample_tokens
-from rlvr.clients.local_slots import MIN_LENGTH, MIN_SLOTS, SlotBatch, _rms_norm, supported
+from rlvr.clients.local_slots import MIN_LENGTH, MIN_SLOTS, SlotBatch, SlotDecoder, _rms_norm, supported
 from rlvr.errors import UsageError
 from rlvr.models import build_tiny_model
 from rlvr.types import SamplingArgs
@@ -223,7 +223,7 @@ def test_a_failed_graph_capture_falls_back_to_plain_decoding(tiny, monkeypatch) 
     decoder = client.slot_decoder()
     decoder.graphs = True  # as on CUDA; the capture fails the way an uncapturable op does
 
-    def fail(n):
+    def fail(n, span):
         raise RuntimeError("operation not permitted when stream is capturing\nmore detail")
 
     monkeypatch.setattr(decoder, "_capture", fail)
@@ -240,7 +240,7 @@ def test_a_failed_graph_capture_falls_back_to_plain_decoding(tiny, monkeypatch) 
 def _pair(tiny, **kw) -> tuple[LocalModel, LocalModel]:
     """Two static-slot clients on the tiny model: lookahead on, and off (the synchronous path)."""
     model, tokenizer = tiny
-    on = LocalModel("t", model=model, tokenizer=tokenizer, static_cache=True, **kw)
+    on = LocalModel("t", model=model, tokenizer=tokenizer, static_cache=True, lookahead=True, **kw)
     off = LocalModel("t", model=model, tokenizer=tokenizer, static_cache=True, lookahead=False, **kw)
     return on, off
 
@@ -393,3 +393,46 @@ def test_a_step_is_recorded_at_the_next_step_and_none_is_lost(tiny) -> None:
         assert ids[True] == ids[False]
     finally:
         loop.close()
+
+
+def test_a_step_attends_over_the_rows_span_not_the_whole_buffer(tiny, monkeypatch) -> None:
+    """After long games grew the buffers, short replies attend over the first span (an eighth of
+    the buffer, rounded up from the longest row) instead of every position: the same tokens and
+    logprobs as attending over the whole buffer (the positions left out are masked anyway)."""
+    model, tokenizer = tiny
+    short = [SamplingArgs(max_tokens=12, temperature=float(i % 2), seed=i) for i in range(6)]
+    spans: list[tuple[int | None, int]] = []
+    forward, span_of = SlotDecoder.forward, SlotDecoder.span
+
+    def spy(self: SlotDecoder, n: int, span: int | None = None) -> torch.Tensor:
+        spans.append((span, self.length))
+        return forward(self, n, span)
+
+    monkeypatch.setattr(SlotDecoder, "forward", spy)
+    got = {}
+    for whole in (False, True):
+        client = LocalModel("t", model=model, tokenizer=tokenizer, static_cache=True)
+        if whole:
+            monkeypatch.setattr(SlotDecoder, "span", lambda self, need: self.length)
+        _games(client, 6, 3, nucleus=False)  # the buffers grow past MIN_LENGTH positions
+        assert client._decoder is not None and client._decoder.length >= 2 * MIN_LENGTH
+        spans.clear()
+        got[whole] = _ask_all(client, short)
+        if not whole:
+            assert any(span is not None and span < length for span, length in spans)
+    _same(got[False], got[True])
+    monkeypatch.setattr(SlotDecoder, "span", span_of)
+    decoder = client._decoder  # one step straight at a span's edge: a row whose own key is at 128
+    n = 8
+    with torch.inference_mode():  # the buffers are inference tensors
+        decoder.reserve(n, 4 * MIN_LENGTH)  # span(129) = 256 < 512 positions
+        decoder.pos[:n] = torch.tensor([128, 5, 64, 127, 100, 0, 90, 128])
+        need = int(decoder.pos[:n].max()) + 1
+        edge, whole = decoder.forward(n, decoder.span(need)), decoder.forward(n, None)
+    assert decoder.span(need) < decoder.length
+    torch.testing.assert_close(edge, whole)
+    decoder = SlotDecoder.__new__(SlotDecoder)  # the rounding alone
+    decoder.length = 1024
+    assert [span_of(decoder, k) for k in (1, 128, 129, 1000, 1024)] == [128, 128, 256, 1024, 1024]
+    decoder.length = 4096
+    assert [span_of(decoder, k) for k in (1, 513, 4096)] == [512, 1024, 4096]

@@ -32,8 +32,9 @@ loop over a KV cache:
   model, 256 rows): 1.6-1.8 ms a step against ~12 ms with the transformers forward over a
   `DynamicCache`; float32 gives the same tokens, bf16 drifts as two bf16 kernels do. On CPU the
   `DynamicCache` path stays the default (static slots measured 8-13% slower there). With
-  `lookahead` (on by default) the next step is replayed before the host reads back and books
-  the last one, so that work overlaps the device's (same tokens; not yet measured on a GPU).
+  `lookahead` (off by default) the next step is replayed before the host reads back and books
+  the last one, so that work overlaps the device's (same tokens). Measured on an H100 it gave
+  nothing at 0.5B and 1.7B, whose steps are the device's time (docs/benchmarks.md).
 - **Attention kernels**: on CUDA, the transformers forward (prefill, and decoding without
   static slots) runs without cuDNN attention, which builds a new plan for every new sequence
   length (a growing KV cache is one every step).
@@ -109,8 +110,9 @@ class LocalModel:
         lookahead: with static slots, replay the next decode step before reading back the
             last one's tokens, so the host's per-step work (read-back, per-row bookkeeping,
             stop strings) runs while the device decodes (same tokens; rows with top_p < 1
-            in the batch turn it off for those steps); False = read each step's tokens
-            before the next step starts (for A/B measurements).
+            in the batch turn it off for those steps); False (the default) = read each
+            step's tokens before the next step starts. Off by default: on an H100 it gave no
+            gain at 0.5B and 1.7B (off/on ms per step 0.92x and 0.94x, ranges across 1.0).
         autocast: run generation under `torch.autocast` to this dtype ("bfloat16", "float16";
             None = the weights' dtype). A trainer that keeps float32 weights and trains under
             bf16 autocast passes "bfloat16": the sampler then computes what the training forward
@@ -130,7 +132,7 @@ class LocalModel:
         cache_entries: int | None = None,
         cache_bytes: int | None = None,
         static_cache: bool | None = None,
-        lookahead: bool = True,
+        lookahead: bool = False,
         autocast: str | None = None,
     ) -> None:
         if max_batch_size < 1:

@@ -22,7 +22,7 @@ the time). `SlotBatch` keeps them instead in preallocated buffers, one slot per 
 
 The host's per-step work (reading the drawn tokens back, which waits for the device, then each
 row's bookkeeping: ids, EOS, stop strings, max_tokens) would leave the device idle between two
-replays. With lookahead (`LocalModel(lookahead=True)`, the default) `SlotBatch.step` replays
+replays. With lookahead (`LocalModel(lookahead=True)`; off by default) `SlotBatch.step` replays
 step k + 1 first (its inputs, the tokens step k drew, are already on the device), then records
 step k, whose tokens and logprobs were copied to the host (pinned memory, an event; one of two
 buffers, as step k + 1's copy is enqueued before step k's is read) right after its replay:
@@ -43,8 +43,18 @@ buffers, as step k + 1's copy is enqueued before step k's is read) right after i
   logprobs equal up to float rounding (as for any two batch compositions).
 
 On the CPU nothing runs asynchronously (the copy is a plain one), but the same code runs, so the
-tests exercise it. Not yet measured on a GPU (`benchmarks/bench_scale.py --phases build,decode`
-has the A/B).
+tests exercise it. On an H100 (`benchmarks/bench_scale.py --phases build,decode`, 3 alternated
+rounds) it gave nothing: off/on ms per step 0.92x [0.87-1.03] at 0.5B and 0.94x [0.92-1.11] at
+1.7B, because those steps are the device's own time (the host adds little), hence off by
+default. Not measured at the tic-tac-toe model's size (17.6M), where the host's share is larger.
+
+A step attends over the first `span` positions of the buffers, not all of them: the longest
+row's next position rounded up to an eighth of the buffer (`SlotDecoder.span`; one graph per
+(slot count, span)). The positions left out are masked anyway, so the tokens are the same; the
+keys and values read per step follow the rows' lengths instead of the buffer's, which doubles
+when one row outgrows it and is kept between batches. Measured on an H100, Qwen3-0.6B shapes,
+256 rows of 128 new tokens: 19.0-19.2 ms a step attending over the whole 1,024-position buffer,
+10.6 ms with spans (the attention's two batched matmuls were 65% of the step's device time).
 
 Buffers start at the sizes the first rows need (powers of two) and double when a row outgrows
 them (the graphs are then captured again); they are kept between batches (the trainer's next
@@ -141,7 +151,7 @@ class SlotDecoder:
         # them itself
         self.tokens = self.pos = self.seeds = self.counts = torch.zeros(0, dtype=torch.long)
         self.temps = torch.zeros(0)
-        self.captured: dict[int, tuple[Any, Step]] = {}
+        self.captured: dict[tuple[int, int], tuple[Any, Step]] = {}  # by (slots, span)
         self.pool: Any = None
         self._weights: Any = None
         self.captures = 0
@@ -202,16 +212,26 @@ class SlotDecoder:
             self._drop_graphs()
             self._weights = sig
 
-    def step(self, n: int) -> Step:
+    def span(self, need: int) -> int:
+        """The positions a step attends over when the rows in it need `need` (the highest
+        position written, plus one): `need` rounded up to an eighth of the buffer (at least
+        MIN_LENGTH), so a step reads the keys and values of the rows' lengths, not the buffer's
+        (a graph per span: at most 8 per slot count)."""
+        grain = max(MIN_LENGTH, self.length // 8)
+        return min(self.length, -(-max(need, 1) // grain) * grain)
+
+    def step(self, n: int, need: int | None = None) -> Step:
         """Decode one token for each of slots [0, n') (n rounded up): logits from `tokens` at
         `pos`, a token drawn by `rlvr.clients.local_sampling.draw` (no top-p) into `tokens`,
-        and `pos` and `counts` advanced."""
+        and `pos` and `counts` advanced. Attention covers the first `span(need)` positions
+        (None: the whole buffer), so every row's `pos` must be below `need`."""
         n = min(_bucket(n, MIN_SLOTS), self.slots)
+        span = self.length if need is None else self.span(need)
         if not self.graphs:
-            return self.decode(n)
-        if n not in self.captured:
+            return self.decode(n, span)
+        if (n, span) not in self.captured:
             try:
-                self.captured[n] = self._capture(n)
+                self.captured[n, span] = self._capture(n, span)
             except RuntimeError as exc:  # an op that cannot be captured (some adapter, kernel)
                 reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
                 warnings.warn(
@@ -221,8 +241,8 @@ class SlotDecoder:
                 )
                 self.graphs = False
                 self._drop_graphs()
-                return self.decode(n)
-        graph, out = self.captured[n]
+                return self.decode(n, span)
+        graph, out = self.captured[n, span]
         graph.replay()
         return out
 
@@ -232,9 +252,9 @@ class SlotDecoder:
         self.captured.clear()
         self.pool = None
 
-    def _capture(self, n: int) -> tuple[Any, Step]:
+    def _capture(self, n: int, span: int) -> tuple[Any, Step]:
         """Warm up on a side stream (lazy kernel set-up must not happen during capture), then
-        record `decode(n)`. The per-slot state is put back after the warm-up runs (and after a
+        record `decode(n, span)`. The per-slot state is put back after the warm-up runs (and after a
         failure), so they only rewrite keys and values that the next step writes again."""
         state = [t.clone() for t in (self.tokens, self.pos, self.counts)]
 
@@ -247,38 +267,39 @@ class SlotDecoder:
             stream.wait_stream(torch.cuda.current_stream(self.device))
             with torch.cuda.stream(stream):
                 for _ in range(2):
-                    self.decode(n)
+                    self.decode(n, span)
                     restore()
             torch.cuda.current_stream(self.device).wait_stream(stream)
             if self.pool is None:
                 self.pool = torch.cuda.graph_pool_handle()
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=self.pool):
-                out = self.decode(n)
+                out = self.decode(n, span)
         finally:
             restore()
         self.captures += 1
         return graph, out
 
-    def decode(self, n: int) -> Step:
+    def decode(self, n: int, span: int | None = None) -> Step:
         """`forward`, then draw each slot's token and advance its state (what a graph holds)."""
-        logits = self.forward(n)
+        logits = self.forward(n, span)
         choice, logprob = draw(logits, self.temps[:n], row_key(self.seeds[:n], self.counts[:n]))
         self.tokens[:n] = choice
         self.pos[:n] += 1
         self.counts[:n] += 1
         return logits, choice, logprob
 
-    def forward(self, n: int) -> torch.Tensor:
+    def forward(self, n: int, span: int | None = None) -> torch.Tensor:
         """One token for each of slots [0, n): the model's layers, called module by module, with
-        attention over the slot buffers."""
+        attention over the first `span` positions of the slot buffers (None: all of them)."""
+        span = self.length if span is None else span
         tokens = self.tokens[:n]
         pos = self.pos[:n].clamp(max=self.length - 1)  # free slots keep counting up
         rows = torch.arange(n, device=self.device)
         x = self.core.embed_tokens(tokens[:, None])  # (n, 1, hidden)
         cos, sin = self.core.rotary_emb(x, pos[:, None])
-        # (n, 1, 1, L): 0 where a position is written, -inf after it (added to the scores)
-        bias = torch.arange(self.length, device=self.device)[None, :] > pos[:, None]
+        # (n, 1, 1, span): 0 where a position is written, -inf after it (added to the scores)
+        bias = torch.arange(span, device=self.device)[None, :] > pos[:, None]
         bias = torch.zeros(bias.shape, device=self.device).masked_fill(bias, float("-inf"))
         bias = bias[:, None, None, :]
         groups = self.q_heads // self.kv_heads
@@ -295,9 +316,9 @@ class SlotDecoder:
             keys[rows, :, pos] = k[:, :, 0].to(self.dtype)
             values[rows, :, pos] = v[:, 0].to(self.dtype)
             q = q.reshape(n, self.kv_heads, groups, self.head_dim)  # q head j*groups+g uses kv j
-            scores = torch.matmul(q, keys[:n].transpose(-1, -2))  # (n, kv, g, L)
+            scores = torch.matmul(q, keys[:n, :, :span].transpose(-1, -2))  # (n, kv, g, span)
             probs = torch.softmax(scores.float() * attn.scaling + bias, dim=-1).to(values.dtype)
-            out = torch.matmul(probs, values[:n]).reshape(n, 1, self.q_heads * self.head_dim)
+            out = torch.matmul(probs, values[:n, :, :span]).reshape(n, 1, self.q_heads * self.head_dim)
             x = x + attn.o_proj(out.to(x.dtype))
             x = x + layer.mlp(_rms_norm(layer.post_attention_layernorm, x))
         return self.head(_rms_norm(self.core.norm, x)[:, 0]).float()
@@ -366,7 +387,7 @@ class SlotBatch(Batch):
         prefix: PrefixCache | None,
         stats: GenerationStats,
         decoder: SlotDecoder,
-        lookahead: bool = True,
+        lookahead: bool = False,
     ) -> None:
         super().__init__(dec, prefix, stats)
         self.decoder = decoder
@@ -420,7 +441,7 @@ class SlotBatch(Batch):
         decoder.reserve(0, need)
         if self.index is None:
             self.index = torch.tensor([r.slot for r in self.rows], device=self.dec.device)
-        logits, choice, logprob = decoder.step(max(r.slot for r in self.rows) + 1)
+        logits, choice, logprob = decoder.step(max(r.slot for r in self.rows) + 1, need)
         self.stats.decode_steps += 1
         if drawn and self.lookahead:  # this step's tokens on their way to the host; book the last
             last, self.pending = self.pending, self._out_of(choice, logprob)
