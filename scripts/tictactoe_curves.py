@@ -1,9 +1,13 @@
 """Exact curves of RL runs: lost games over the whole tree at each exact evaluation.
 
-    python scripts/tictactoe_curves.py add CSV RUN_DIR SEED OPPONENT VARIANT   # append a run's points
-    python scripts/tictactoe_curves.py plot CSV PNG                             # draw every run
+    python scripts/tictactoe_curves.py add CSV RUN_DIR SEED OPPONENT VARIANT [FIRST_STEP]  # append a run's points
+    python scripts/tictactoe_curves.py plot CSV PNG                                          # draw every run
 
-`add` reads RUN_DIR/metrics.csv (written by `rlvr train --eval-exact`); `plot` draws one panel
+`add` reads RUN_DIR/metrics.csv (written by `rlvr train --eval-exact`). A later RL phase passes
+FIRST_STEP, the step the phase before it ended at, and its steps are counted from there; a point
+the CSV already has for that line and step (a phase's step 0, when it continues the same line)
+is not added again.
+`plot` draws one panel
 per seed, one line per (opponent, variant); a panel whose counts span more than 10x (the weak
 start, or one run's collapse) is drawn linear up to 10 and logarithmic above, so 0 stays visible.
 """
@@ -22,20 +26,25 @@ SOURCE = {"lost_games": "exact/beaten_games", "rejected_move_games": "exact/reje
           "optimal_draw_pct": "exact/optimal/draw_pct", "optimal_loss_pct": "exact/optimal/loss_pct"}  # fmt: skip
 
 CURRENT = "random replies, then p = 0"  # the current recipe's opponent: drawn in black
-TITLES = {"weak": "weak start (200 games)", "shipped": "RL 2 of the shipped model"}
+TITLES = {"weak": "weak start (200 games)", "shipped": "RL 2 and 3 of the shipped model"}
 
 
-def add(table: Path, run: Path, seed: str, opponent: str, variant: str) -> int:
+def add(table: Path, run: Path, seed: str, opponent: str, variant: str, first_step: int = 0) -> int:
+    new = not table.exists()
+    have: set[tuple[str, str, str, int]] = set()
+    if not new:
+        with table.open() as f:
+            have = {(r["seed"], r["opponent"], r["variant"], int(r["step"])) for r in csv.DictReader(f)}
     rows = []
     with (run / "metrics.csv").open() as f:
         for r in csv.DictReader(f):
-            if r.get("exact/beaten_games"):
-                row = {"seed": seed, "opponent": opponent, "variant": variant, "step": int(float(r["step"]))}
+            step = first_step + int(float(r["step"]))
+            if r.get("exact/beaten_games") and (seed, opponent, variant, step) not in have:
+                row = {"seed": seed, "opponent": opponent, "variant": variant, "step": step}
                 for name, key in SOURCE.items():
                     value = float(r[key])
                     row[name] = int(value) if name.endswith("games") else round(value, 2)
                 rows.append(row)
-    new = not table.exists()
     with table.open("a", newline="") as f:
         writer = csv.DictWriter(f, FIELDS)
         if new:
@@ -86,8 +95,9 @@ def plot(table: Path, out: Path) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 7 and sys.argv[1] == "add":
-        print(f"{add(Path(sys.argv[2]), Path(sys.argv[3]), *sys.argv[4:])} points added")
+    if len(sys.argv) in (7, 8) and sys.argv[1] == "add":
+        first = int(sys.argv[7]) if len(sys.argv) == 8 else 0
+        print(f"{add(Path(sys.argv[2]), Path(sys.argv[3]), *sys.argv[4:7], first_step=first)} points added")
     elif len(sys.argv) == 4 and sys.argv[1] == "plot":
         plot(Path(sys.argv[2]), Path(sys.argv[3]))
     else:

@@ -9,7 +9,8 @@
 #   scripts/tictactoe_gpus.sh best           # the RL run whose final model loses the fewest games
 #
 # Plans (docs/RESULTS.md says which produced what; the shipped models/tictactoe-tiny is seed 0 of
-# `explore`, variant A, then `rlR` of `replies`: reproduce_tictactoe.sh's two RL phases):
+# `explore`, variant A, then `rlR` of `replies` (reproduce_tictactoe.sh's two RL phases), then
+# `rlW0` of `wins`):
 #   pilot  one GPU: seed 0, short SFT and RL, variants A and B side by side (step times)
 #   pilot2 one GPU: seed 0, full SFT, four conservative RL variants (lr, KL, temperature, opponents)
 #   main   four GPUs: seeds 0, 1, 2 (full SFT) and the weak start (200 teacher games), each with
@@ -25,7 +26,8 @@
 #          GPU 3: the weak start (300 SFT steps on 200 games) and the shipped model, rlR each
 #   recipe one GPU per seed (SEEDS, default 0-3): the shipped model's recipe (rl: explore, then
 #          rl2: replies, reproduce_tictactoe.sh's defaults) and beside it rlR for 200 steps
-#   weak   one GPU (WEAK_GPU): the weak start (300 SFT steps on 200 teacher games), rlR 300 steps
+#   weak   one GPU (WEAK_GPU, default 0; not run yet): the weak start (300 SFT steps on 200
+#          teacher games), then rlR for RL_STEPS (default 300), exact evaluations every 25 steps
 #   wins   the shipped model, 80 steps at lr 1e-5 against opponents at p = 0.7 after the random
 #          replies: rlW with a KL of 0.05 to the shipped model (GPU WINS_GPU), rlW0 without (WINS_GPU2)
 set -uo pipefail
@@ -113,6 +115,10 @@ start() {
           "rl RL2_STEPS=100 OPENING_PLIES=4" \
           "rlR RL_STEPS=200 RL_MAX_P=0.0 BUCKETS=1 OPENING_PLIES=0 RANDOM_REPLIES=4"
       done ;;
+    weak)  # one GPU: does rlR, run longer, take the weak start to the targets? (not run yet)
+      export FIRST_STAGES="base sft" LAST_STAGES=""
+      job "${WEAK_GPU:-0}" weak "SEED=0 GAMES=200 SFT_STEPS=300 SFT_BATCH=32 RL_STEPS=${RL_STEPS:-300} EVAL_EVERY=25 TRAP_PROB=1.0 OPENING_PLIES=0 RANDOM_REPLIES=4 RL_LR=2e-5" \
+        "rlR RL_MAX_P=0.0 BUCKETS=1" ;;
     wins)  # the shipped model against opponents at p = 0.7 (whose best response never loses and
       # wins 95.56% vs random): rlW near it by a KL (GPU WINS_GPU), rlW0 without (GPU WINS_GPU2)
       export FIRST_STAGES=sft LAST_STAGES=""
