@@ -7,8 +7,9 @@ One GPU, one command per size (each stays under `--budget` seconds, 540 by defau
     python benchmarks/bench_scale.py --sizes 4b --out benchmarks/results/scale-h100.json
 CPU smoke check (a 10M model with the real vocabulary, about a minute):
     python benchmarks/bench_scale.py --sizes tiny --skip-trl --out /tmp/scale.json
-The decode phase alone, with its lookahead A/B (a couple of minutes at 0.5B):
-    python benchmarks/bench_scale.py --sizes 0.5b --phases build,decode --out benchmarks/results/lookahead-h100.json
+The decode phase alone, with its step split (about a minute at 0.5B; RLVR_PROFILE=1 adds a
+kernel table of the step's forward):
+    python benchmarks/bench_scale.py --sizes 0.5b --phases build,decode --out benchmarks/results/decode-h100.json
 
 Models: the shapes of Qwen3-0.6B ("0.5b"), Qwen3-1.7B and Qwen3-4B (vocabulary 151,936, tied
 embeddings, GQA with 8 KV heads, head_dim 128), random weights, built on the GPU itself and
@@ -23,11 +24,8 @@ phase only; each reports its own peak memory):
              single token, over the steps between them) against the bandwidth floor (bf16
              weights + the rows' KV cache read once per step, at the GPU's peak bandwidth);
              with static slots (CUDA), the step split: the captured step replayed back to back
-             (the device's time), its sampling alone and its forward run eagerly; then the
-             lookahead A/B: static slots with `LocalModel(lookahead=True)` (the next step
-             replayed before the host books the last) and `lookahead=False`, alternated
-             `--lookahead-repeats` rounds after a warm-up round, each a one-token and a full
-             run: tokens/s and ms per step of each, off's ms/step / on's, median [min-max]
+             (the device's time), over the rows' span and over the whole buffer (alternated),
+             its sampling alone and its forward run eagerly
     prefill  one no-grad bf16 forward of 8 x 512 tokens: tokens/s and MFU (2 x params)
     update   rlvr's `update_policy` on 64 synthetic sequences (128 prompt + 32-256 trained
              tokens; float32 weights, bf16 autocast, AdamW): tokens/s, MFU (6 x params) and
@@ -76,7 +74,6 @@ def run_phase(args: argparse.Namespace, phase: str, size: str, work: Path, deadl
     out.unlink(missing_ok=True)
     cmd = [sys.executable, str(PHASES), "--phase", phase, "--size", size, "--work", str(work), "--phase-out", str(out)]
     cmd += ["--device", args.device, "--steps", str(args.steps), "--deadline", str(deadline)]
-    cmd += ["--lookahead-repeats", str(args.lookahead_repeats)]
     cmd += ["--micro-batch-size", str(args.micro_batch_size)] if args.micro_batch_size else []
     t0 = time.time()
     env = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", **os.environ}  # less fragmentation at 4B
@@ -108,9 +105,6 @@ def main() -> None:
     p.add_argument("--skip-trl", action="store_true", help="measure rlvr's trainer only")
     p.add_argument(
         "--phases", default="build,decode,update,train", help="comma-separated, of build,decode,update,train"
-    )
-    p.add_argument(
-        "--lookahead-repeats", type=int, default=3, help="rounds of the decode phase's lookahead A/B (0: none)"
     )
     p.add_argument("--budget", type=float, default=540, help="seconds for the whole command (split over sizes)")
     p.add_argument("--micro-batch-size", type=int, default=None, help="override the per-size micro-batch")
@@ -210,13 +204,6 @@ def table(results: dict[str, Any]) -> str:
                     if "device_ms_whole_buffer" in split
                     else ""
                 )
-            )
-        if ab := d.get("lookahead"):
-            q = ab["off_over_on_ms_per_step"]
-            lines.append(
-                f"{size} lookahead on: {ab['on']['tokens_per_s']:,.0f} tok/s, {ab['on']['ms_per_step']:.1f} ms/step; "
-                f"off: {ab['off']['tokens_per_s']:,.0f} tok/s, {ab['off']['ms_per_step']:.1f} ms/step; "
-                f"off/on ms/step {q['median']:.2f}x [{q['min']:.2f}-{q['max']:.2f}] over {len(ab['on']['each'])} rounds"
             )
     return "\n".join(lines)
 

@@ -116,8 +116,6 @@ def phase_decode(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         out["prefill"] = prefill(lm.model, lm.device, *w["prefill"], peak=peak)
     except Exception as exc:  # e.g. a transformers without logits_to_keep
         out["prefill"] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
-    if args.lookahead_repeats:
-        out["lookahead"] = lookahead_ab(lm, w, args.lookahead_repeats)
     return out
 
 
@@ -139,34 +137,6 @@ def timed(lm: Any, w: dict[str, Any], max_tokens: int) -> dict[str, Any]:
 def ms_per_step(short: dict[str, Any], run: dict[str, Any]) -> float:
     """A run's time less that of a run of one token (prefill and first token), per step between."""
     return 1e3 * (run["seconds"] - short["seconds"]) / max(run["decode_steps"] - short["decode_steps"], 1)
-
-
-def lookahead_ab(lm: Any, w: dict[str, Any], repeats: int) -> dict[str, Any]:
-    """Generation over static slots with the lookahead on and off (`LocalModel.lookahead`),
-    alternated `repeats` times after a warm-up round, each a one-token run then a full one:
-    tokens/s and ms per decode step of each, and per round off's ms/step / on's and on's
-    tokens/s / off's, as median [min-max]."""
-    # one client, its lookahead switched between runs (read when a batch starts): the two sides
-    # share the slot buffers and graphs (two more clients' buffers do not fit beside it at 0.5B)
-    runs: dict[str, list[dict[str, float]]] = {"on": [], "off": []}
-    try:
-        for i in range(repeats + 1):  # round 0 warms each side up; not kept
-            for name in ("on", "off") if i % 2 else ("off", "on"):
-                lm.lookahead = name == "on"
-                short, run = timed(lm, w, 1), timed(lm, w, w["max_tokens"])
-                if i:
-                    runs[name].append({"tokens_per_s": run["tokens_per_s"], "ms_per_step": ms_per_step(short, run)})
-    finally:
-        lm.lookahead = True
-    out: dict[str, Any] = {}
-    for name, each in runs.items():
-        out[name] = {k: statistics.median(r[k] for r in each) for k in ("tokens_per_s", "ms_per_step")}
-        out[name]["each"] = each
-    step = [off["ms_per_step"] / on["ms_per_step"] for on, off in zip(runs["on"], runs["off"])]
-    speed = [on["tokens_per_s"] / off["tokens_per_s"] for on, off in zip(runs["on"], runs["off"])]
-    for key, ratios in (("off_over_on_ms_per_step", step), ("on_over_off_tokens_per_s", speed)):
-        out[key] = {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)}
-    return out
 
 
 def step_split(lm: Any, rows: int, repeats: int = 30) -> dict[str, float]:
@@ -417,7 +387,6 @@ def main() -> None:
     p.add_argument("--device", default="cuda")
     p.add_argument("--steps", type=int, default=3, help="timed optimizer steps per training run")
     p.add_argument("--micro-batch-size", type=int, default=None)
-    p.add_argument("--lookahead-repeats", type=int, default=3, help="decode: rounds of the lookahead A/B (0: none)")
     p.add_argument("--deadline", type=float, default=float("inf"), help="epoch seconds: skip what would run past")
     args = p.parse_args()
     import torch

@@ -1,6 +1,6 @@
-"""The attention of LocalModel's slot decode step (`rlvr.clients.local_slots.SlotDecoder.forward`)
-alone, one layer, on random tensors of a real model's shapes: the step's own way (two batched
-matmuls and a float32 softmax with an additive mask over the whole slot buffer) against torch's
+"""The attention of LocalModel's slot decode step (`rlvr.clients.local_slots.attend`) alone,
+one layer, on random tensors of a real model's shapes: the step's own way (two batched matmuls
+and a float32 softmax with an additive mask) against torch's
 `scaled_dot_product_attention` with the same mask (grouped-query heads as `enable_gqa`), per
 backend torch picks or is told to use. Alternated, several repeats:
 
@@ -22,14 +22,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-
-def matmul_attention(
-    q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, bias: torch.Tensor, scaling: float
-) -> torch.Tensor:
-    """The slot step's attention: q (n, kv, g, d), keys/values (n, kv, L, d), bias (n, 1, 1, L)."""
-    scores = torch.matmul(q, keys.transpose(-1, -2))
-    probs = torch.softmax(scores.float() * scaling + bias, dim=-1).to(values.dtype)
-    return torch.matmul(probs, values)
+from rlvr.clients.local_slots import attend
 
 
 def sdpa_attention(
@@ -46,7 +39,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--rows", type=int, default=256)
-    p.add_argument("--length", type=int, default=256, help="slot buffer length (the step attends over all of it)")
+    p.add_argument("--length", type=int, default=256, help="positions attended over (the step's span)")
     p.add_argument("--kv-heads", type=int, default=8)
     p.add_argument("--groups", type=int, default=2, help="query heads per KV head")
     p.add_argument("--head-dim", type=int, default=128)
@@ -63,7 +56,7 @@ def main() -> None:
     mask = torch.arange(L, device=dev)[None, :] > pos[:, None]
     bias = torch.zeros(mask.shape, device=dev).masked_fill(mask, float("-inf"))[:, None, None, :]
     scaling = d**-0.5
-    variants: dict[str, Any] = {"matmul (the step's)": lambda: matmul_attention(q, keys, values, bias, scaling)}
+    variants: dict[str, Any] = {"matmul (the step's)": lambda: attend(q, keys, values, bias, scaling)}
     variants["sdpa (torch picks)"] = lambda: sdpa_attention(q, keys, values, bias, scaling)
     if dev.type == "cuda":
         from torch.nn.attention import SDPBackend, sdpa_kernel

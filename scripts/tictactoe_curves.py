@@ -15,6 +15,7 @@ start, or one run's collapse) is drawn linear up to 10 and logarithmic above, so
 from __future__ import annotations
 
 import csv
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -38,19 +39,32 @@ def add(table: Path, run: Path, seed: str, opponent: str, variant: str, first_st
     rows = []
     with (run / "metrics.csv").open() as f:
         for r in csv.DictReader(f):
-            step = first_step + int(float(r["step"]))
-            if r.get("exact/beaten_games") and (seed, opponent, variant, step) not in have:
-                row = {"seed": seed, "opponent": opponent, "variant": variant, "step": step}
-                for name, key in SOURCE.items():
-                    value = float(r[key])
-                    row[name] = int(value) if name.endswith("games") else round(value, 2)
-                rows.append(row)
+            found = [_number(r.get(key)) for key in ("step", *SOURCE.values())]
+            values = [v for v in found if v is not None]
+            if len(values) < len(found):  # no exact evaluation at this step, or a torn line
+                continue
+            step = first_step + int(values[0])
+            if (seed, opponent, variant, step) in have:
+                continue
+            row: dict[str, Any] = {"seed": seed, "opponent": opponent, "variant": variant, "step": step}
+            for name, value in zip(SOURCE, values[1:]):
+                row[name] = int(value) if name.endswith("games") else round(value, 2)
+            rows.append(row)
     with table.open("a", newline="") as f:
         writer = csv.DictWriter(f, FIELDS)
         if new:
             writer.writeheader()
         writer.writerows(rows)
     return len(rows)
+
+
+def _number(text: str | None) -> float | None:
+    """A finite number, or None (empty, missing, unparsable, NaN or infinite)."""
+    try:
+        value = float(text or "")
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
 
 
 def plot(table: Path, out: Path) -> None:
@@ -97,7 +111,8 @@ def plot(table: Path, out: Path) -> None:
 if __name__ == "__main__":
     if len(sys.argv) in (7, 8) and sys.argv[1] == "add":
         first = int(sys.argv[7]) if len(sys.argv) == 8 else 0
-        print(f"{add(Path(sys.argv[2]), Path(sys.argv[3]), *sys.argv[4:7], first_step=first)} points added")
+        seed, opponent, variant = sys.argv[4:7]
+        print(f"{add(Path(sys.argv[2]), Path(sys.argv[3]), seed, opponent, variant, first)} points added")
     elif len(sys.argv) == 4 and sys.argv[1] == "plot":
         plot(Path(sys.argv[2]), Path(sys.argv[3]))
     else:

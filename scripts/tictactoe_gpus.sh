@@ -63,6 +63,11 @@ four() {  # four "SHARED VARS" VARIANT...: seeds 0, 1, 2 at full scale and the w
   job 3 weak "SEED=0 GAMES=200 SFT_STEPS=60 SFT_BATCH=32 $shared" "$@"
 }
 
+from_shipped() {  # from_shipped NAME: job NAME's RL starts from the shipped model (its "SFT model")
+  mkdir -p "$ROOT/$1/sft"
+  [ -d "$ROOT/$1/sft/final" ] || cp -r models/tictactoe-tiny "$ROOT/$1/sft/final"
+}
+
 start() {
   mkdir -p "$ROOT"
   export RL2_STEPS=${RL2_STEPS:-0}  # the plans ran one RL phase from SFT (reproduce_tictactoe.sh runs two)
@@ -106,7 +111,7 @@ start() {
         job "$seed" "s$seed" "SEED=$seed $shared" "rlR RL_MAX_P=0.0 BUCKETS=1" "rlR3 RL_MAX_P=0.3"
       done
       job 3 weak "SEED=0 GAMES=200 SFT_STEPS=300 SFT_BATCH=32 $shared" "rlR RL_MAX_P=0.0 BUCKETS=1"
-      mkdir -p "$ROOT/shipped/sft"; [ -d "$ROOT/shipped/sft/final" ] || cp -r models/tictactoe-tiny "$ROOT/shipped/sft/final"
+      from_shipped shipped
       job 3 shipped "SEED=0 $shared" "rlR RL_MAX_P=0.0 BUCKETS=1" ;;
     recipe)  # one GPU per seed (SEEDS): does the shipped model's two-phase recipe repeat?
       export FIRST_STAGES=sft LAST_STAGES=""
@@ -123,9 +128,7 @@ start() {
       # wins 95.56% vs random): rlW near it by a KL (GPU WINS_GPU), rlW0 without (GPU WINS_GPU2)
       export FIRST_STAGES=sft LAST_STAGES=""
       local shared="SEED=0 RL_STEPS=${RL_STEPS:-80} EVAL_EVERY=20 TRAP_PROB=1.0 OPENING_PLIES=0 RANDOM_REPLIES=4 RL_MIN_P=0.7 RL_MAX_P=0.7 BUCKETS=1 RL_LR=1e-5"
-      for name in shipped shipped0; do
-        mkdir -p "$ROOT/$name/sft"; [ -d "$ROOT/$name/sft/final" ] || cp -r models/tictactoe-tiny "$ROOT/$name/sft/final"
-      done
+      from_shipped shipped; from_shipped shipped0
       job "${WINS_GPU:-0}" shipped "$shared" "rlW RL_EXTRA=--kl-coef=0.05"
       job "${WINS_GPU2:-${WINS_GPU:-0}}" shipped0 "$shared" "rlW0" ;;
     *) echo "unknown plan $1" >&2; exit 2 ;;

@@ -1,6 +1,6 @@
 """Static KV slots (`rlvr.clients.local_slots`): same tokens as the transformers forward, buffer
-growth, the family check, the sampling and norm pieces it uses, and the lookahead (same tokens
-as the synchronous path). CPU (no CUDA graphs here; the
+growth, the family check, the sampling and norm pieces it uses, and attention over the rows'
+span (same tokens as over the whole buffer). CPU (no CUDA graphs here; the
 graph-captured path is checked in tests/test_gpu.py)."""
 
 from __future__ import annotations
@@ -14,9 +14,8 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from rlvr.clients.local import LocalModel
-from rlvr.clients.local_batch import Request
 from rlvr.clients.local_sampling import draw, inverse_cdf, row_key, sample_tokens
-from rlvr.clients.local_slots import MIN_LENGTH, MIN_SLOTS, SlotBatch, SlotDecoder, _rms_norm, supported
+from rlvr.clients.local_slots import MIN_LENGTH, MIN_SLOTS, SlotDecoder, _rms_norm, supported
 from rlvr.errors import UsageError
 from rlvr.models import build_tiny_model
 from rlvr.types import SamplingArgs
@@ -234,15 +233,7 @@ def test_a_failed_graph_capture_falls_back_to_plain_decoding(tiny, monkeypatch) 
     assert c.token_ids == asyncio.run(plain.chat([{"role": "user", "content": "hi"}], sampling)).token_ids
 
 
-# ---- lookahead: the next step replayed before the last one's tokens are recorded ----------------
-
-
-def _pair(tiny, **kw) -> tuple[LocalModel, LocalModel]:
-    """Two static-slot clients on the tiny model: lookahead on, and off (the synchronous path)."""
-    model, tokenizer = tiny
-    on = LocalModel("t", model=model, tokenizer=tokenizer, static_cache=True, lookahead=True, **kw)
-    off = LocalModel("t", model=model, tokenizer=tokenizer, static_cache=True, lookahead=False, **kw)
-    return on, off
+# ---- span: a step attends over the rows' positions, not the whole buffer -----------------------
 
 
 def _same(got: list, want: list) -> None:
@@ -266,133 +257,6 @@ def _ask_all(client: LocalModel, sampling: list[SamplingArgs], gap_s: float = 0.
         return await asyncio.wait_for(asyncio.gather(*(one(i, s) for i, s in enumerate(sampling))), 60)
 
     return asyncio.run(main())
-
-
-def test_lookahead_gives_the_synchronous_tokens(tiny) -> None:
-    """Requests of different max_tokens, greedy and sampled, seeded, ending by EOS, by a stop
-    string or by length, arriving while others decode: the same ids, logprobs, texts and
-    finish reasons with lookahead as without."""
-    sampling = [
-        SamplingArgs(max_tokens=5 + (11 * i) % 40, temperature=0.0 if i % 3 == 0 else 1.0, seed=7 * i)
-        for i in range(24)
-    ]
-    plain = _ask_all(_pair(tiny)[1], sampling)
-    # an EOS that the replies draw (the most frequent token past the first), and for every
-    # fourth request a stop string out of the middle of its own reply; new clients (a worker
-    # thread reads the EOS ids when it starts)
-    drawn = [t for c in plain for t in c.token_ids[1:]]
-    eos = max(set(drawn), key=drawn.count)
-    on, off = _pair(tiny)
-    for client in (on, off):
-        client.eos_ids = client.eos_ids | {eos}
-    for i in range(0, 24, 4):
-        text = plain[i].text
-        sampling[i].stop = [text[len(text) // 2 : len(text) // 2 + 3]] if len(text) > 6 else None
-    want, got = _ask_all(off, sampling), _ask_all(on, sampling)
-    _same(got, want)
-    ends = {("eos" if c.token_ids[-1] == eos else c.finish_reason) for c in got}
-    by_stop = [c for c, s in zip(got, sampling) if s.stop and c.finish_reason == "stop" and c.token_ids[-1] != eos]
-    assert ends == {"eos", "stop", "length"} and by_stop
-    assert all(len(c.token_ids) == s.max_tokens for c, s in zip(got, sampling) if c.finish_reason == "length")
-
-
-def test_lookahead_across_buffer_growth_and_turns(tiny) -> None:
-    """Multi-turn games whose rows outgrow the first slots and positions (the graphs' buffers
-    double while steps are pending): the same tokens with lookahead as without."""
-    on, off = _pair(tiny)
-    want, got = _games(off, 20, 3, nucleus=False), _games(on, 20, 3, nucleus=False)
-    for a, b in zip(want, got):
-        _same(b, a)
-    decoder = on._decoder
-    assert decoder is not None and decoder.slots > MIN_SLOTS and decoder.length > MIN_LENGTH
-
-
-def test_a_top_p_request_arriving_mid_decode_turns_lookahead_off(tiny) -> None:
-    """A top-p request joins a batch decoding with lookahead (the pending step is recorded
-    first; the batch then samples outside the step), and rows go on after it ends."""
-    on, off = _pair(tiny)
-    sampling = [SamplingArgs(max_tokens=30 + 3 * i, temperature=1.0 if i % 2 else 0.0, seed=i) for i in range(8)]
-    sampling[3] = SamplingArgs(max_tokens=6, temperature=1.0, top_p=0.8, seed=3)  # joins, leaves early
-    _same(_ask_all(on, sampling, gap_s=0.01), _ask_all(off, sampling, gap_s=0.01))
-
-
-def test_cancelling_mid_decode_with_lookahead(tiny) -> None:
-    """Rows cancelled while a step is pending leave the batch; the others get the tokens they
-    get without lookahead, and the worker ends."""
-    on, off = _pair(tiny)
-    sampling = [SamplingArgs(max_tokens=40, temperature=1.0, seed=i) for i in range(6)]
-
-    async def main() -> list:
-        tasks = [
-            asyncio.create_task(on.chat([{"role": "user", "content": f"q {i}"}], s)) for i, s in enumerate(sampling)
-        ]
-        while on.stats.decode_steps < 5:
-            await asyncio.sleep(0.001)
-        tasks[1].cancel()
-        tasks[4].cancel()
-        done = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 60)
-        for _ in range(200):
-            if on._thread is None:
-                break
-            await asyncio.sleep(0.01)
-        assert on._thread is None
-        return done
-
-    done = asyncio.run(main())
-    assert [isinstance(d, asyncio.CancelledError) for d in done] == [False, True, False, False, True, False]
-
-    async def alone() -> list:
-        return [await off.chat([{"role": "user", "content": f"q {i}"}], sampling[i]) for i in (0, 2, 3, 5)]
-
-    _same([done[i] for i in (0, 2, 3, 5)], asyncio.run(alone()))
-
-
-def _rows(client: LocalModel, loop: asyncio.AbstractEventLoop, max_tokens: list[int]) -> list[Request]:
-    return [
-        Request(
-            prompt_ids=client.render([{"role": "user", "content": f"row {i}"}]),
-            max_tokens=m,
-            temperature=1.0,
-            top_p=1.0,
-            seed=i,
-            stop=(),
-            loop=loop,
-            future=loop.create_future(),
-            arrival_step=0,
-        )
-        for i, m in enumerate(max_tokens)
-    ]
-
-
-def test_a_step_is_recorded_at_the_next_step_and_none_is_lost(tiny) -> None:
-    """Driving a `SlotBatch` as `LocalModel`'s worker does: with lookahead a step's token is
-    recorded by the next `step()` (or `drain()`), and stepping while rows are live records
-    every token: each row ends with its max_tokens ids, those of the synchronous path."""
-    loop = asyncio.new_event_loop()
-    try:
-        ids = {}
-        for client in _pair(tiny):
-            batch = client._new_batch()
-            assert isinstance(batch, SlotBatch) and batch.lookahead == client.lookahead
-            rows = _rows(client, loop, [3, 9, 17])
-            with torch.inference_mode():
-                batch.admit(rows)
-                assert [len(r.ids) for r in rows] == [1, 1, 1]  # the prefill's token
-                batch.step()
-                assert [len(r.ids) for r in rows] == ([1, 1, 1] if client.lookahead else [2, 2, 2])
-                batch.step()
-                batch.drain()
-                assert [len(r.ids) for r in rows] == [3, 3, 3] and batch.pending is None
-                answered = batch.pop_finished()
-                while batch.live:
-                    batch.step()
-                    answered += batch.pop_finished()
-            assert sorted(len(r.ids) for r in answered) == [3, 9, 17] and all(r.finish == "length" for r in rows)
-            ids[client.lookahead] = [(r.ids, r.logprobs) for r in rows]
-            assert client.stats.decode_steps == 16  # none decoded ahead past the last row's end
-        assert ids[True] == ids[False]
-    finally:
-        loop.close()
 
 
 def test_a_step_attends_over_the_rows_span_not_the_whole_buffer(tiny, monkeypatch) -> None:

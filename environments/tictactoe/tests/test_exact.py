@@ -4,6 +4,7 @@ game (game.py alone: no env, no messages, no engine)."""
 from __future__ import annotations
 
 import asyncio
+import csv
 import importlib.util
 import json
 import math
@@ -250,3 +251,27 @@ def test_the_report_shows_each_lost_game_as_a_board():
     assert f"Games that beat the policy ({len(result.beaten)})" in page
     assert page.count('<div class="lost">') == len(result.beaten) > 0
     assert "you lose. Game over." in page and "O | X |" in page  # the final board as the model saw it
+
+
+def test_the_curves_script_skips_torn_and_nan_lines_and_never_adds_a_point_twice(tmp_path) -> None:
+    """scripts/tictactoe_curves.py `add`: rows without an exact evaluation, a torn last line (a
+    run killed mid-write) and NaN are skipped; a second phase continues the line from its first
+    step, and a point the CSV already has is not added again."""
+    spec = importlib.util.spec_from_file_location(
+        "curves", Path(__file__).parents[3] / "scripts" / "tictactoe_curves.py"
+    )
+    assert spec is not None and spec.loader is not None
+    curves = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(curves)
+    header = "step," + ",".join(curves.SOURCE.values())
+    run = tmp_path / "run"
+    run.mkdir()
+    lines = [header, "0,2,0,91,0.1,99,1", "10,,,,,,", "20,nan,0,91,0,99,1", "40,1,0,92.5,0,100,0", "60,0,0"]
+    (run / "metrics.csv").write_text("\n".join(lines))
+    table = tmp_path / "curves.csv"
+    assert curves.add(table, run, "0", "o", "v") == 2
+    assert curves.add(table, run, "0", "o", "v") == 0
+    assert curves.add(table, run, "0", "o", "v", 40) == 1  # its step 0 is step 40, already there
+    with table.open() as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["step"], r["lost_games"]) for r in rows] == [("0", "2"), ("40", "1"), ("80", "1")]

@@ -31,10 +31,7 @@ loop over a KV cache:
   forward replayed as a CUDA graph. See `rlvr.clients.local_slots`. Measured (H200, the 17.6M
   model, 256 rows): 1.6-1.8 ms a step against ~12 ms with the transformers forward over a
   `DynamicCache`; float32 gives the same tokens, bf16 drifts as two bf16 kernels do. On CPU the
-  `DynamicCache` path stays the default (static slots measured 8-13% slower there). With
-  `lookahead` (off by default) the next step is replayed before the host reads back and books
-  the last one, so that work overlaps the device's (same tokens). Measured on an H100 it gave
-  nothing at 0.5B and 1.7B, whose steps are the device's time (docs/benchmarks.md).
+  `DynamicCache` path stays the default (static slots measured 8-13% slower there).
 - **Attention kernels**: on CUDA, the transformers forward (prefill, and decoding without
   static slots) runs without cuDNN attention, which builds a new plan for every new sequence
   length (a growing KV cache is one every step).
@@ -107,12 +104,6 @@ class LocalModel:
             forward, replayed as a CUDA graph on CUDA (`rlvr.clients.local_slots`); False = the
             transformers forward over a `DynamicCache`; None = static where the model family
             is supported and the model is on CUDA.
-        lookahead: with static slots, replay the next decode step before reading back the
-            last one's tokens, so the host's per-step work (read-back, per-row bookkeeping,
-            stop strings) runs while the device decodes (same tokens; rows with top_p < 1
-            in the batch turn it off for those steps); False (the default) = read each
-            step's tokens before the next step starts. Off by default: on an H100 it gave no
-            gain at 0.5B and 1.7B (off/on ms per step 0.92x and 0.94x, ranges across 1.0).
         autocast: run generation under `torch.autocast` to this dtype ("bfloat16", "float16";
             None = the weights' dtype). A trainer that keeps float32 weights and trains under
             bf16 autocast passes "bfloat16": the sampler then computes what the training forward
@@ -132,7 +123,6 @@ class LocalModel:
         cache_entries: int | None = None,
         cache_bytes: int | None = None,
         static_cache: bool | None = None,
-        lookahead: bool = False,
         autocast: str | None = None,
     ) -> None:
         if max_batch_size < 1:
@@ -163,7 +153,6 @@ class LocalModel:
         self.pad_id: int = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self.eos_ids)
         self._forward_options = forward_options(model)
         self.static_cache = use_static_cache(model, static_cache, self.name)
-        self.lookahead = lookahead
         self.autocast = autocast_dtype(autocast)
         self._decoder: SlotDecoder | None = None
         self._renders: dict[str, tuple[int, ...]] = {}
@@ -273,7 +262,7 @@ class LocalModel:
         cache_kw, keep_last = self._forward_options
         dec = Decoding(self.model, self.tokenizer, self.device, self.pad_id, self.eos_ids, cache_kw, keep_last)
         if self.static_cache:
-            return SlotBatch(dec, self.prefix, self.stats, self.slot_decoder(), self.lookahead)
+            return SlotBatch(dec, self.prefix, self.stats, self.slot_decoder())
         return Batch(dec, self.prefix, self.stats)
 
     def _serve(self) -> None:

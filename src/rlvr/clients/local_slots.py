@@ -16,45 +16,19 @@ the time). `SlotBatch` keeps them instead in preallocated buffers, one slot per 
   the new keys and values at each slot's position, attend over positions <= it, MLP, logits),
   then the token is drawn (`rlvr.clients.local_sampling.draw`, per-slot seeds and temperatures;
   rows with top-p < 1 are sampled again outside). Its shapes depend only on (slots in use,
-  rounded up to a power of two; buffer length), so on CUDA it is captured once per shape as a
+  rounded up to a power of two; span, below), so on CUDA it is captured once per shape as a
   CUDA graph and replayed: 1.6-1.8 ms a step in the same setting. A capture that fails falls
   back to running the step eagerly, with a warning.
-
-The host's per-step work (reading the drawn tokens back, which waits for the device, then each
-row's bookkeeping: ids, EOS, stop strings, max_tokens) would leave the device idle between two
-replays. With lookahead (`LocalModel(lookahead=True)`; off by default) `SlotBatch.step` replays
-step k + 1 first (its inputs, the tokens step k drew, are already on the device), then records
-step k, whose tokens and logprobs were copied to the host (pinned memory, an event; one of two
-buffers, as step k + 1's copy is enqueued before step k's is read) right after its replay:
-
-- a row that finished at step k is decoded once more at step k + 1; that token is dropped
-  (`_record` skips finished rows) and its keys and values land one position past the row's
-  kept ones; rows are answered at most one `step()` later than without lookahead; when every
-  row's pending token is its last by max_tokens (a batch ending), `step` only records it;
-- the device is one token ahead of the host's view: the buffers are sized for the position
-  step k + 1 writes (`seq_len` + 1), and growing them (which captures the graphs again) first
-  records the pending step;
-- the pending step is recorded before an admission (after its prune, so that a row it finishes
-  keeps its slot until `pop_finished` answers and keeps it) and before a step that samples
-  outside the graph (a row with top-p < 1: that step is synchronous, as without lookahead);
-  a row whose last token is still pending is unfinished, so `live` counts it and the worker
-  does not stop before recording it;
-- tokens depend only on each row's seed and count: the same ids as without lookahead, and
-  logprobs equal up to float rounding (as for any two batch compositions).
-
-On the CPU nothing runs asynchronously (the copy is a plain one), but the same code runs, so the
-tests exercise it. On an H100 (`benchmarks/bench_scale.py --phases build,decode`, 3 alternated
-rounds) it gave nothing: off/on ms per step 0.92x [0.87-1.03] at 0.5B and 0.94x [0.92-1.11] at
-1.7B, because those steps are the device's own time (the host adds little), hence off by
-default. Not measured at the tic-tac-toe model's size (17.6M), where the host's share is larger.
-
-A step attends over the first `span` positions of the buffers, not all of them: the longest
-row's next position rounded up to an eighth of the buffer (`SlotDecoder.span`; one graph per
-(slot count, span)). The positions left out are masked anyway, so the tokens are the same; the
-keys and values read per step follow the rows' lengths instead of the buffer's, which doubles
-when one row outgrows it and is kept between batches. Measured on an H100, Qwen3-0.6B shapes,
-256 rows of 128 new tokens: 19.0-19.2 ms a step attending over the whole 1,024-position buffer,
-10.6 ms with spans (the attention's two batched matmuls were 65% of the step's device time).
+- a step attends over the first `span` positions of the buffers, not all of them: the longest
+  row's next position rounded up to an eighth of the buffer (`SlotDecoder.span`; one graph per
+  (slot count, span)). The positions left out are masked anyway, so the tokens are the same;
+  the keys and values read per step follow the rows' lengths instead of the buffer's, which
+  doubles when one row outgrows it and is kept between batches. Measured on an H100, Qwen3-0.6B
+  shapes, 256 rows of 128 new tokens: 19.0-19.2 ms a step over the whole 1,024-position buffer,
+  10.6 ms with spans (the attention's two batched matmuls had been 65% of the device's time).
+  Replaying step k + 1 before the host books step k (a "lookahead", tried 2026-11-27, commit
+  a92d756) gave nothing there (off/on 0.92x and 0.94x at 0.5B and 1.7B: the host's share of a
+  step is under 10%), so the step stays synchronous.
 
 Buffers start at the sizes the first rows need (powers of two) and double when a row outgrows
 them (the graphs are then captured again); they are kept between batches (the trainer's next
@@ -68,7 +42,6 @@ from __future__ import annotations
 import itertools
 import sys
 import warnings
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -316,12 +289,21 @@ class SlotDecoder:
             keys[rows, :, pos] = k[:, :, 0].to(self.dtype)
             values[rows, :, pos] = v[:, 0].to(self.dtype)
             q = q.reshape(n, self.kv_heads, groups, self.head_dim)  # q head j*groups+g uses kv j
-            scores = torch.matmul(q, keys[:n, :, :span].transpose(-1, -2))  # (n, kv, g, span)
-            probs = torch.softmax(scores.float() * attn.scaling + bias, dim=-1).to(values.dtype)
-            out = torch.matmul(probs, values[:n, :, :span]).reshape(n, 1, self.q_heads * self.head_dim)
+            q = attend(q, keys[:n, :, :span], values[:n, :, :span], bias, attn.scaling)
+            out = q.reshape(n, 1, self.q_heads * self.head_dim)
             x = x + attn.o_proj(out.to(x.dtype))
             x = x + layer.mlp(_rms_norm(layer.post_attention_layernorm, x))
         return self.head(_rms_norm(self.core.norm, x)[:, 0]).float()
+
+
+def attend(
+    q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, bias: torch.Tensor, scaling: float
+) -> torch.Tensor:
+    """The decode step's attention: q (n, kv, g, d) against keys and values (n, kv, L, d) with
+    an additive bias (n, 1, 1, L); two batched matmuls and a float32 softmax."""
+    scores = torch.matmul(q, keys.transpose(-1, -2))  # (n, kv, g, L)
+    probs = torch.softmax(scores.float() * scaling + bias, dim=-1).to(values.dtype)
+    return torch.matmul(probs, values)
 
 
 def _rms_norm(norm: Any, x: torch.Tensor) -> torch.Tensor:
@@ -334,73 +316,17 @@ def _rms_norm(norm: Any, x: torch.Tensor) -> torch.Tensor:
     return norm.weight * normed.to(x.dtype)
 
 
-class StepOutput:
-    """Host buffers for one decode step's tokens and logprobs, filled by a copy that does not
-    wait for the device (pinned memory and an event on CUDA; a plain copy elsewhere)."""
-
-    def __init__(self, device: torch.device) -> None:
-        self.cuda = device.type == "cuda"
-        self.tokens = torch.zeros(0, dtype=torch.long)
-        self.logprobs = torch.zeros(0)
-        self.done = torch.cuda.Event() if self.cuda else None
-        self.n = 0
-
-    def start(self, tokens: torch.Tensor, logprobs: torch.Tensor) -> None:
-        """Enqueue the copy of a step's (n,) tokens and logprobs (the graph's outputs, which
-        its next replay overwrites: copied before it, in stream order)."""
-        self.n = n = tokens.shape[0]
-        if self.tokens.shape[0] < n:
-            self.tokens = torch.empty(n, dtype=torch.long, pin_memory=self.cuda)
-            self.logprobs = torch.empty(n, dtype=torch.float32, pin_memory=self.cuda)
-        self.tokens[:n].copy_(tokens, non_blocking=self.cuda)
-        self.logprobs[:n].copy_(logprobs, non_blocking=self.cuda)
-        if self.done is not None:
-            self.done.record()
-
-    def read(self) -> tuple[list[int], list[float]]:
-        """The copied tokens and logprobs, per slot (waits for the copy)."""
-        if self.done is not None:
-            self.done.synchronize()
-        return self.tokens[: self.n].tolist(), self.logprobs[: self.n].tolist()
-
-
-@dataclass
-class Pending:
-    """A decode step replayed whose tokens are not yet recorded: the rows it decoded (as they
-    were then) and its output on its way to the host."""
-
-    rows: list[Request]
-    out: StepOutput
-
-
 class SlotBatch(Batch):
     """`Batch` over a `SlotDecoder`: same admission (kept and shared prefixes), sampling and
-    answers; rows live in slots instead of one padded cache.
+    answers; rows live in slots instead of one padded cache."""
 
-    With `lookahead` (and every row's token drawn inside the step: top_p = 1 or greedy), `step`
-    replays the next decode step before it records the last one's tokens: the device decodes
-    step k + 1 while the host reads back and books step k (see the module docstring)."""
-
-    def __init__(
-        self,
-        dec: Decoding,
-        prefix: PrefixCache | None,
-        stats: GenerationStats,
-        decoder: SlotDecoder,
-        lookahead: bool = False,
-    ) -> None:
+    def __init__(self, dec: Decoding, prefix: PrefixCache | None, stats: GenerationStats, decoder: SlotDecoder) -> None:
         super().__init__(dec, prefix, stats)
         self.decoder = decoder
         self.index: torch.Tensor | None = None  # (rows,) each row's slot, on the device
-        self.lookahead = lookahead
-        self.pending: Pending | None = None  # a step replayed whose tokens are not yet recorded
-        self._out = [StepOutput(decoder.device), StepOutput(decoder.device)]  # alternate: k+1 | k
 
     def admit(self, joiners: list[Request]) -> None:
         self.prune()
-        # the pending step recorded before slots are handed out; after the prune, so that a row
-        # it finishes stays a row (its slot not reused) until `pop_finished` answers and keeps it
-        self.drain()
         decoder, device = self.decoder, self.dec.device
         if decoder.held:  # kept now, before the lookup that may use them, and their slots freed
             held, decoder.held = decoder.held, []
@@ -426,57 +352,17 @@ class SlotBatch(Batch):
 
     def step(self) -> None:
         decoder = self.decoder
-        drawn = all(r.top_p >= 1.0 or r.temperature == 0 for r in self.rows)  # in the step
-        if not (drawn and self.lookahead):
-            self.drain()
-        elif self.pending is not None and all(len(r.ids) + 1 >= r.max_tokens for r in self.rows if r.finish is None):
-            self.drain()  # each row's pending token is its last: no step to decode ahead
-            return
-        # the step writes each row's keys at its device position: one past the host's seq_len
-        # while a step is pending. Growing re-captures the graphs: the pending step lands first.
-        need = max(r.seq_len for r in self.rows) + 1 + (self.pending is not None)
-        if need > decoder.length:
-            self.drain()
-            need = max(r.seq_len for r in self.rows) + 1
+        need = max(r.seq_len for r in self.rows) + 1  # the highest position this step writes, + 1
         decoder.reserve(0, need)
         if self.index is None:
             self.index = torch.tensor([r.slot for r in self.rows], device=self.dec.device)
         logits, choice, logprob = decoder.step(max(r.slot for r in self.rows) + 1, need)
         self.stats.decode_steps += 1
-        if drawn and self.lookahead:  # this step's tokens on their way to the host; book the last
-            last, self.pending = self.pending, self._out_of(choice, logprob)
-            if last is not None:
-                self._land(last)
-        elif drawn:
+        if all(r.top_p >= 1.0 or r.temperature == 0 for r in self.rows):  # drawn in the step
             tokens, logprobs = choice.tolist(), logprob.tolist()
             self._record(self.rows, [tokens[r.slot] for r in self.rows], [logprobs[r.slot] for r in self.rows])
         else:  # top-p: sample again outside the step, and overwrite its tokens
             decoder.tokens[self.index] = self._sample(logits.index_select(0, self.index), self.rows)
-
-    def drain(self) -> None:
-        """Record the pending step's tokens (waiting for them), if a step is pending."""
-        if self.pending is not None:
-            last, self.pending = self.pending, None
-            self._land(last)
-
-    def reset(self) -> None:
-        super().reset()  # the rows are dropped, and a pending step's tokens with them
-        self.index, self.pending = None, None
-
-    def _out_of(self, choice: torch.Tensor, logprob: torch.Tensor) -> Pending:
-        """Start copying a step's tokens and logprobs to the host (the buffer the step before
-        the last used: the last one's is still to be read)."""
-        self._out.reverse()
-        out = self._out[0]
-        out.start(choice, logprob)
-        return Pending(list(self.rows), out)
-
-    def _land(self, pending: Pending) -> None:
-        """Record a pending step: wait for its copy, then book each row's token (rows that
-        finished meanwhile are skipped by `_record`: their extra token is dropped)."""
-        tokens, logprobs = pending.out.read()
-        rows = pending.rows
-        self._record(rows, [tokens[r.slot] for r in rows], [logprobs[r.slot] for r in rows])
 
     def _keep(self, rows: list[Request]) -> None:
         """Hold the rows' slots: the next admission copies their keys and values (one copy for
