@@ -1,8 +1,10 @@
-"""The attention of LocalModel's slot decode step (`rlvr.clients.local_slots.attend`) alone,
-one layer, on random tensors of a real model's shapes: the step's own way (two batched matmuls
-and a float32 softmax with an additive mask) against torch's
-`scaled_dot_product_attention` with the same mask (grouped-query heads as `enable_gqa`), per
-backend torch picks or is told to use. Alternated, several repeats:
+"""The attention of LocalModel's slot decode step alone, one layer, on random tensors of a real
+model's shapes: the step's `attend` (torch's `scaled_dot_product_attention`, the g query heads of
+each KV head as its query length) against `attend_matmul` (two batched matmuls and a float32
+softmax, what the step ran before), with the step's own mask (`step_bias`). On CUDA `attend`
+runs under the step's `attention_backends` (no cuDNN: what the captured step gets), under each
+backend told to, and as torch picks; plus sdpa with the query heads as heads (`enable_gqa`, the
+layout of the first measurement, not the step's). Alternated, several repeats:
 
     python benchmarks/bench_slot_attention.py --device cuda             # 256 rows, Qwen3 0.6B/1.7B heads
     python benchmarks/bench_slot_attention.py --device cuda --length 1024
@@ -22,15 +24,17 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from rlvr.clients.local_slots import attend
+from rlvr.clients.local_load import attention_backends
+from rlvr.clients.local_slots import attend, attend_matmul, step_bias
 
 
-def sdpa_attention(
+def sdpa_gqa_heads(
     q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, bias: torch.Tensor, scaling: float
 ) -> torch.Tensor:
+    """sdpa over kv * g query heads of one query each (`enable_gqa`): an alternative layout."""
     n, kv, g, d = q.shape
     out = F.scaled_dot_product_attention(
-        q.reshape(n, kv * g, 1, d), keys, values, attn_mask=bias.to(q.dtype), scale=scaling, enable_gqa=True
+        q.reshape(n, kv * g, 1, d), keys, values, attn_mask=bias, scale=scaling, enable_gqa=True
     )
     return out.reshape(n, kv, g, d)
 
@@ -53,28 +57,33 @@ def main() -> None:
     keys = torch.randn(n, kv, L, d, device=dev, dtype=dt, generator=gen)
     values = torch.randn(n, kv, L, d, device=dev, dtype=dt, generator=gen)
     pos = torch.randint(L // 4, L, (n,), device=dev, generator=gen)
-    mask = torch.arange(L, device=dev)[None, :] > pos[:, None]
-    bias = torch.zeros(mask.shape, device=dev).masked_fill(mask, float("-inf"))[:, None, None, :]
+    bias = step_bias(pos, L, dt)
     scaling = d**-0.5
-    variants: dict[str, Any] = {"matmul (the step's)": lambda: attend(q, keys, values, bias, scaling)}
-    variants["sdpa (torch picks)"] = lambda: sdpa_attention(q, keys, values, bias, scaling)
+    base_name = "attend_matmul"
+    variants: dict[str, Any] = {base_name: lambda: attend_matmul(q, keys, values, bias, scaling)}
+
+    def attend_in(context: Any) -> Any:
+        def run() -> torch.Tensor:
+            with context():
+                return attend(q, keys, values, bias, scaling)
+
+        return run
+
+    variants["attend (step's backends)"] = attend_in(lambda: attention_backends(dev))
     if dev.type == "cuda":
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
+        variants["attend (torch picks)"] = lambda: attend(q, keys, values, bias, scaling)
         for name, backend in (("efficient", SDPBackend.EFFICIENT_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
-
-            def run(backend: Any = backend) -> torch.Tensor:
-                with sdpa_kernel(backend):
-                    return sdpa_attention(q, keys, values, bias, scaling)
-
-            variants[f"sdpa {name}"] = run
-    want = variants["matmul (the step's)"]().float()
+            variants[f"attend, {name}"] = attend_in(lambda backend=backend: sdpa_kernel(backend))
+    variants["sdpa, enable_gqa heads"] = lambda: sdpa_gqa_heads(q, keys, values, bias, scaling)
+    want = variants[base_name]().float()
     usable: dict[str, Any] = {}
     for name, fn in variants.items():
         try:
             err = (fn().float() - want).abs().max().item()
         except RuntimeError as exc:
-            print(f"{name:22s} unavailable: {str(exc).splitlines()[0][:100]}")
+            print(f"{name:26s} unavailable: {str(exc).splitlines()[0][:100]}")
             continue
         usable[name] = (fn, err)
     times: dict[str, list[float]] = {name: [] for name in usable}
@@ -92,11 +101,11 @@ def main() -> None:
     print(
         f"{dev}, {n} rows x {kv} KV heads x {g} groups x {L} positions x {d}: keys + values {kv_bytes / 1e6:.0f} MB a call"
     )
-    base = statistics.median(times["matmul (the step's)"])
+    base = statistics.median(times[base_name])
     for name, ts in times.items():
         m = statistics.median(ts)
         print(
-            f"  {name:22s} {m:7.3f} ms [{min(ts):.3f}-{max(ts):.3f}]  {kv_bytes / m / 1e6:7.0f} GB/s"
+            f"  {name:26s} {m:7.3f} ms [{min(ts):.3f}-{max(ts):.3f}]  {kv_bytes / m / 1e6:7.0f} GB/s"
             f"  matmul/this {base / m:5.2f}x  max |diff| {usable[name][1]:.2e}"
         )
 
