@@ -204,6 +204,11 @@ def table(results: dict[str, Any]) -> str:
                     if "device_ms_whole_buffer" in split
                     else ""
                 )
+                + (
+                    f"; with the matmul attention instead of SDPA: {split['device_ms_matmul_attention']:.1f} ms"
+                    if "device_ms_matmul_attention" in split
+                    else ""
+                )
             )
     return "\n".join(lines)
 

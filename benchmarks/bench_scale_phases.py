@@ -142,11 +142,13 @@ def ms_per_step(short: dict[str, Any], run: dict[str, Any]) -> float:
 def step_split(lm: Any, rows: int, repeats: int = 30) -> dict[str, float]:
     """Where a decode step's time goes: the captured step alone (forward and sampling, replayed
     back to back: the device's time, no host work between steps; attending over the rows' span
-    as generation does, and over the whole buffer as it did before, alternated), its sampling
+    as generation does, over the whole buffer as it did before, and over the span with the
+    matmul attention (`attend_matmul`) it used before SDPA, alternated), its sampling
     alone (`draw` on (rows, vocab) float32 logits) and its forward alone (eager). `ms_per_step` less `device_ms`
     is what the host adds per step (reading tokens back, per-row bookkeeping, scheduling)."""
     import torch
 
+    from rlvr.clients import local_slots
     from rlvr.clients.local_sampling import draw
 
     decoder = lm.slot_decoder()
@@ -165,17 +167,32 @@ def step_split(lm: Any, rows: int, repeats: int = 30) -> dict[str, float]:
     temps = torch.ones(n, device=lm.device)
     keys = torch.arange(n, device=lm.device, dtype=torch.long)
     need = min(int(decoder.pos[:n].max()) + 1, decoder.length)  # as the run left the rows
+
+    def with_attention(fn: Any) -> float:
+        """The captured step over the span with `local_slots.attend` = fn (graphs captured again)."""
+        real = local_slots.attend
+        local_slots.attend = fn
+        decoder._drop_graphs()
+        try:
+            return per_call(lambda: decoder.step(n, need))
+        finally:
+            local_slots.attend = real
+            decoder._drop_graphs()
+
     with torch.inference_mode():
-        whole, spanned = [], []
-        for _ in range(3):  # alternated: attention over the whole buffer, and over the rows' span
-            whole.append(per_call(lambda: decoder.step(n)))
-            spanned.append(per_call(lambda: decoder.step(n, need)))
+        whole, spanned, matmul = [], [], []
+        for _ in range(3):  # alternated: over the whole buffer, over the rows' span, and the span
+            whole.append(per_call(lambda: decoder.step(n)))  # with the step's old attention
+            spanned.append(with_attention(local_slots.attend))
+            matmul.append(with_attention(local_slots.attend_matmul))
         split = {
             "rows": float(n),
             "device_ms": statistics.median(spanned),
             "device_ms_whole_buffer": statistics.median(whole),
+            "device_ms_matmul_attention": statistics.median(matmul),
             "device_ms_each": spanned,
             "device_ms_whole_buffer_each": whole,
+            "device_ms_matmul_attention_each": matmul,
             "span": float(decoder.span(need)),
             "buffer_length": float(decoder.length),
             "sampling_ms": per_call(lambda: draw(logits, temps, keys)),

@@ -33,6 +33,8 @@ TRAP_PROB=${TRAP_PROB:-1.0}   # how often the opponent's best move is a trap (en
 OPENING_PLIES=${OPENING_PLIES:-4}   # training games may start after up to this many random moves
 OPENING_HISTORY=${OPENING_HISTORY:-false}   # true: such starts are shown as the conversation that led there
 RANDOM_REPLIES=${RANDOM_REPLIES:-0}   # the opponent's first k <= this moves are random, then p and traps
+RESTART_FRAC=${RESTART_FRAC:-0}   # share of each RL batch that replays a training game lost (scored below
+RESTART_BELOW=${RESTART_BELOW:-0.5}   # RESTART_BELOW) from before one of its moves (rlvr train --restart-frac)
 RL_EXTRA=${RL_EXTRA:-}   # more `rlvr train` flags for the RL phases, e.g. "--kl-coef 0.05"
 EXACT=${EXACT:-1}   # 0: no exact evaluation (the smoke scale, where a barely trained model is slow to walk)
 RL_NAME=${RL_NAME:-rl}   # another name runs another RL variant from the same SFT model, side by side
@@ -91,7 +93,8 @@ rl() {  # rl NAME FROM STEPS MIN_P MAX_P LR TEMPERATURE BUCKETS OPENING_PLIES RA
       --steps "$steps" --batch-size "$BATCH" --group-size "$GROUP" --num-buckets "$buckets" --loss cispo \
       --max-tokens 48 --micro-batch-size "${MICRO:-64}" --seed "$SEED" --env-args "$env_args" --lr "$lr" --temperature "$temp" \
       --eval-env-args '[{"opponent": "random"}, {"opponent": "optimal"}]' $([ "$EXACT" = 1 ] && echo --eval-exact) \
-      --eval-every "$EVAL_EVERY" --eval-tasks "$EVAL_TASKS" --save-every "$EVAL_EVERY" $RL_DEVICE_FLAGS $RL_EXTRA
+      --eval-every "$EVAL_EVERY" --eval-tasks "$EVAL_TASKS" --save-every "$EVAL_EVERY" $RL_DEVICE_FLAGS $RL_EXTRA \
+      --restart-frac "$RESTART_FRAC" --restart-below "$RESTART_BELOW"
     done_in "$name"
   fi
 }

@@ -28,6 +28,11 @@
 #          rl2: replies, reproduce_tictactoe.sh's defaults) and beside it rlR for 200 steps
 #   weak   one GPU (WEAK_GPU, default 0; not run yet): the weak start (300 SFT steps on 200
 #          teacher games), then rlR for RL_STEPS (default 300), exact evaluations every 25 steps
+#   restarts one GPU per seed (SEEDS, default 0-2, "" = none): rlR's recipe with restarts of lost training
+#          games (a quarter (rlS) or half (rlS5) of each batch, `rlvr train --restart-frac`), 150
+#          steps from a fresh SFT; GPU EXTRA_GPU (default 3, "" = none): the weak start with rlS
+#          for 200 steps, and the shipped model with rlW0's recipe plus restarts of every game
+#          not won (rlWS, 120 steps)
 #   wins   the shipped model, 80 steps at lr 1e-5 against opponents at p = 0.7 after the random
 #          replies: rlW with a KL of 0.05 to the shipped model (GPU WINS_GPU), rlW0 without (WINS_GPU2)
 set -uo pipefail
@@ -124,6 +129,22 @@ start() {
       export FIRST_STAGES="base sft" LAST_STAGES=""
       job "${WEAK_GPU:-0}" weak "SEED=0 GAMES=200 SFT_STEPS=300 SFT_BATCH=32 RL_STEPS=${RL_STEPS:-300} EVAL_EVERY=25 TRAP_PROB=1.0 OPENING_PLIES=0 RANDOM_REPLIES=4 RL_LR=2e-5" \
         "rlR RL_MAX_P=0.0 BUCKETS=1" ;;
+    restarts)  # rlR plus restarts of lost training games, from a fresh SFT; the weak start; wins
+      export FIRST_STAGES=sft LAST_STAGES=""
+      local r="TRAP_PROB=1.0 OPENING_PLIES=0 RANDOM_REPLIES=4 RL_LR=2e-5 EVAL_EVERY=25"
+      for seed in ${SEEDS-0 1 2}; do  # (SEEDS="" runs only the extra GPU's jobs)
+        job "$seed" "s$seed" "SEED=$seed RL_STEPS=${RL_STEPS:-150} $r" \
+          "rlS RL_MAX_P=0.0 BUCKETS=1 RESTART_FRAC=0.25" "rlS5 RL_MAX_P=0.0 BUCKETS=1 RESTART_FRAC=0.5"
+      done
+      if [ -n "${EXTRA_GPU-3}" ]; then
+        export FIRST_STAGES="base sft"
+        job "${EXTRA_GPU-3}" weak "SEED=0 GAMES=200 SFT_STEPS=300 SFT_BATCH=32 RL_STEPS=200 $r" \
+          "rlS RL_MAX_P=0.0 BUCKETS=1 RESTART_FRAC=0.25"
+        export FIRST_STAGES=sft
+        from_shipped shipped
+        job "${EXTRA_GPU-3}" shipped "SEED=0 RL_STEPS=120 EVAL_EVERY=20 TRAP_PROB=1.0 OPENING_PLIES=0 RANDOM_REPLIES=4 RL_LR=1e-5" \
+          "rlWS RL_MIN_P=0.7 RL_MAX_P=0.7 BUCKETS=1 RESTART_FRAC=0.5 RESTART_BELOW=1.0"
+      fi ;;
     wins)  # the shipped model against opponents at p = 0.7 (whose best response never loses and
       # wins 95.56% vs random): rlW near it by a KL (GPU WINS_GPU), rlW0 without (GPU WINS_GPU2)
       export FIRST_STAGES=sft LAST_STAGES=""

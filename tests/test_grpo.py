@@ -25,7 +25,7 @@ from rlvr.train.checkpoint import latest_checkpoint, list_checkpoints
 from rlvr.train.config import TrainConfig
 from rlvr.train.losses import LOSSES, LossConfig
 from rlvr.train.sequences import build_sequences, micro_batches
-from rlvr.types import SamplingArgs
+from rlvr.types import SamplingArgs, Task
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -83,6 +83,22 @@ def config(tiny: Path, out: Path, **changes) -> TrainConfig:
 
 def fit(cfg: TrainConfig, **kwargs) -> list[dict[str, float]]:
     return grpo.train(cfg, make_env=vowel_env, quiet=True, plots=False, **kwargs)
+
+
+def killed_at_update(n: int, run, monkeypatch) -> None:
+    """`run()` killed (KeyboardInterrupt) as it starts its n-th policy update."""
+    real_update, calls = grpo.update_policy, []
+
+    def killed(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == n:
+            raise KeyboardInterrupt
+        return real_update(*args, **kwargs)
+
+    monkeypatch.setattr(grpo, "update_policy", killed)
+    with pytest.raises(KeyboardInterrupt):
+        run()
+    monkeypatch.setattr(grpo, "update_policy", real_update)
 
 
 def _same(a: dict[str, float], b: dict[str, float]) -> list[str]:
@@ -155,19 +171,7 @@ def test_resume_after_a_kill_repeats_the_next_step_exactly(tiny, tmp_path, monke
         "warmup_steps": 1,
     }
     straight = fit(config(tiny, tmp_path / "a", **changes))
-
-    real_update, calls = grpo.update_policy, []
-
-    def killed_at_step_3(*args, **kwargs):
-        calls.append(1)
-        if len(calls) == 3:
-            raise KeyboardInterrupt
-        return real_update(*args, **kwargs)
-
-    monkeypatch.setattr(grpo, "update_policy", killed_at_step_3)
-    with pytest.raises(KeyboardInterrupt):
-        fit(config(tiny, tmp_path / "b", **changes))
-    monkeypatch.setattr(grpo, "update_policy", real_update)
+    killed_at_update(3, lambda: fit(config(tiny, tmp_path / "b", **changes)), monkeypatch)
     assert latest_checkpoint(tmp_path / "b").step == 2
     with pytest.raises(UsageError, match=r"already holds a run \(config.json\); pass --resume"):
         fit(config(tiny, tmp_path / "b", **changes))
@@ -308,3 +312,48 @@ def test_sampler_comes_from_the_environment_and_bad_group_counts_are_refused(tin
     sampler = grpo.make_sampler(ttt, config(tiny, tmp_path, batch_size=64, group_size=4))
     buckets = sorted(int(t.info["bucket"]) for t in sampler.batch(3))
     assert buckets == sorted(list(range(8)) * 2)  # every batch: two tasks of each strength
+
+
+# ---- restarts ----------------------------------------------------------------------------------
+
+
+class RestartableEnv(TwoTurnEnv):
+    """TwoTurnEnv whose episodes restart after their first turn (the conversation so far)."""
+
+    started: list[Task] = []
+
+    def setup_state(self, task):
+        RestartableEnv.started.append(task)
+        return super().setup_state(task)
+
+    def restart_tasks(self, task, rollout):
+        opening = [*task.prompt] or [{"role": "user", "content": task.question}]
+        return [Task(id=task.id + "@1", prompt=(*opening, *rollout.completion[:2]), seed=task.seed)]
+
+
+def test_restarts_take_their_share_of_the_batch_and_resume_exactly(tiny, tmp_path, monkeypatch) -> None:
+    changes = {"steps": 4, "save_every": 1, "loss": "cispo", "restart_frac": 0.5, "restart_below": 1.0}
+
+    def run(out: Path, **kwargs) -> list[dict[str, float]]:
+        return grpo.train(config(tiny, out, **changes), make_env=RestartableEnv, quiet=True, plots=False, **kwargs)
+
+    RestartableEnv.started.clear()
+    straight = run(tmp_path / "a")
+    assert [m["restart/tasks"] for m in straight] == [0.0, 1.0, 1.0, 1.0]  # 2 tasks a batch, half restarts
+    assert all(0 < m["restart/buffer"] <= 4 for m in straight) and 0 <= straight[1]["restart/reward"] <= 1
+    restarted = [t for t in RestartableEnv.started if "~r" in t.id]
+    assert len(restarted) == 3 * 4  # three restarts, a group of 4 each
+    assert all(len(t.prompt) == 3 and t.prompt[2]["content"] == ENV_REPLY for t in restarted)
+
+    killed_at_update(3, lambda: run(tmp_path / "b"), monkeypatch)
+    resumed = run(tmp_path / "b", resume=True)
+    assert [_same(a, b) for a, b in zip(straight[2:], resumed, strict=True)] == [[], []]
+
+
+def test_restarts_are_refused_for_an_env_that_cannot_restart(tiny, tmp_path) -> None:
+    with pytest.raises(UsageError, match="cannot restart its episodes"):
+        fit(config(tiny, tmp_path / "run", restart_frac=0.5))
+    with pytest.raises(UsageError, match="rounds to no restart"):
+        grpo.train(config(tiny, tmp_path / "r2", restart_frac=0.1), make_env=RestartableEnv, quiet=True, plots=False)
+    with pytest.raises(UsageError, match="restart_frac must be in"):
+        config(tiny, tmp_path / "r3", restart_frac=1.0)

@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from rlvr import ChatClient, MultiTurnEnv, SamplingArgs, Task, stop
+from rlvr import ChatClient, MultiTurnEnv, Rollout, SamplingArgs, Task, stop
 from rlvr.deprecation import renamed_arguments
 from rlvr.types import Messages
 from rlvr_tictactoe import players, tree
@@ -119,9 +119,11 @@ class TicTacToeEnv(MultiTurnEnv[GameState]):
         """When set (by `rlvr play`), a person makes the opponent's moves instead of minimax."""
 
     def setup_state(self, task: Task) -> GameState:
-        return GameState(
+        state = GameState(
             task=task, board=tuple(task.info["board"]), random_move_prob=float(task.info["random_move_prob"])
         )
+        state.info["moves"] = state.moves  # the rollout's record: its moves (`restart_tasks` reads them)
+        return state
 
     async def env_response(self, messages: Messages, state: GameState) -> Messages:
         cell, error = read_move(str(messages[-1].get("content") or ""), state.board)
@@ -167,6 +169,33 @@ class TicTacToeEnv(MultiTurnEnv[GameState]):
     def line_ends(self, state: GameState) -> bool:
         """Exact evaluation: the task's line of O replies ran out (see `rlvr_tictactoe.tree`)."""
         return state.line_ended
+
+    def restart_tasks(self, task: Task, rollout: Rollout) -> list[Task]:
+        """The game of `rollout` again from before each of the model's moves after its first,
+        where the game was still open: the conversation up to there as the prompt, the board
+        in the task (its seed, hence the opponent's replies on a board, unchanged). The turns
+        are replayed through `read_move` against the recorded moves; a record that does not
+        match them (or a line of exact evaluation) gives none."""
+        moves, board = rollout.info.get("moves"), tuple(task.info["board"])
+        if "line" in task.info or not isinstance(moves, list):
+            return []
+        prompt, played, out = list(task.prompt), 0, []
+        for turn in rollout.turns:
+            message = turn.completion.message()
+            cell, _ = read_move(str(message.get("content") or ""), board)
+            prompt += [message, *turn.env_messages]
+            if cell is None:
+                continue
+            if played >= len(moves) or moves[played] != cell:
+                return []
+            board, played = apply_move(board, cell, "X"), played + 1
+            if played < len(moves):  # the opponent replied
+                board, played = apply_move(board, moves[played], "O"), played + 1
+            if game_outcome(board) is not None:
+                break
+            info = {**task.info, "board": "".join(board), "restart_turn": (played + 1) // 2}
+            out.append(Task(id=f"{task.id}@{played}", prompt=tuple(prompt), info=info, seed=task.seed))
+        return out
 
     # ---- the game tree, for exact evaluation (`rlvr eval tictactoe --exhaustive`) -------------
 

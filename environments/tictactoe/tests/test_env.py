@@ -434,3 +434,46 @@ def test_loss_reward_option_changes_only_a_lost_games_win_reward():
     for bad in (float("nan"), 1.0, "x"):
         with pytest.raises(ValueError, match="loss_reward"):
             load_environment(loss_reward=bad)
+
+
+# ---- restarts (the trainer's restart_frac) ---------------------------------------------------
+
+
+def test_a_restart_replays_the_game_from_before_each_later_move():
+    """Playing a restart with the same deterministic player ends in the same game: the prompt
+    holds the real conversation up to there and the board and seed give the same replies."""
+    env = load_environment(num_tasks=64, seed=2, min_random_move_prob=0.5, max_random_move_prob=1.0)
+    tasks = env.tasks("train")[:24]
+    games = play(env, scripted(first_free), tasks)
+    by_id, checked = {t.id: t for t in tasks}, 0
+    for game in games:
+        task, moves = by_id[game.task_id], game.info["moves"]
+        restarts = env.restart_tasks(task, game)
+        assert len(restarts) == (len(moves) + 1) // 2 - 1  # one before each of X's moves but the first
+        for again, restart in zip(play(env, scripted(first_free), restarts), restarts, strict=True):
+            played = int(restart.id.rsplit("@", 1)[1])
+            assert list(restart.prompt) == game.messages[1 : len(restart.prompt) + 1]  # the system prompt aside
+            assert again.info["moves"] == moves[played:] and again.reward == game.reward
+            checked += 1
+    assert checked >= 40
+
+
+def test_restart_points_skip_rejected_turns_and_refuse_a_record_that_does_not_match():
+    env = load_environment(num_tasks=8, seed=0, opponent="optimal", model_starts="always")
+    task, calls = env.tasks("train")[0], []
+
+    def rejected_once(board, rng) -> str:
+        calls.append(1)
+        return "<move>9</move>" if len(calls) == 1 else first_free(board, rng)
+
+    game = play(env, scripted(rejected_once), [task])[0]
+    assert len(game.turns) == (len(game.info["moves"]) + 1) // 2 + 1 and game.error is None  # one turn rejected
+    restarts = env.restart_tasks(task, game)
+    assert len(restarts) == (len(game.info["moves"]) + 1) // 2 - 1 >= 2
+    first = restarts[0]
+    assert first.info["board"].count("X") == 1 and first.info["board"].count("O") == 1
+    # the task's turn, the rejected reply and its error, the move and the opponent's reply
+    assert len(first.prompt) == 5 and "Invalid move" in first.prompt[2]["content"]
+    forged = type(game)(**{**game.__dict__, "info": {**game.info, "moves": [8, *game.info["moves"][1:]]}})
+    assert env.restart_tasks(task, forged) == []
+    assert env.restart_tasks(env.tree_roots(0)[0], game) == []  # a line of exact evaluation

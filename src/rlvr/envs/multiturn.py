@@ -31,7 +31,7 @@ from rlvr.errors import EnvError, KeyRefusedError, PromptTooLongError, UsageErro
 from rlvr.parsers import Parser
 from rlvr.rubric import Rubric
 from rlvr.seeding import mix_seed
-from rlvr.types import DEFAULT_MAX_TOKENS, Messages, SamplingArgs, State, Task, Turn
+from rlvr.types import DEFAULT_MAX_TOKENS, Messages, Rollout, SamplingArgs, State, Task, Turn
 
 S = TypeVar("S", bound=State)
 StopFn = Callable[[Any, Any], bool]
@@ -101,6 +101,7 @@ class MultiTurnEnv(Generic[S]):
 
     Optional: data the trainer reads
         difficulty(task), difficulty_range, num_buckets   stratified training batches
+        restart_tasks(task, rollout)   episodes played again from a later turn (restart_frac)
 
     Optional: used by the CLI
         policies()          reference players, selectable as `-m policy:NAME`
@@ -201,6 +202,13 @@ class MultiTurnEnv(Generic[S]):
         sampler (`rlvr.sampler.StratifiedSampler.for_env`) puts the same number of tasks of
         each difficulty bucket in every batch."""
         return None
+
+    def restart_tasks(self, task: Task, rollout: Rollout) -> list[Task]:
+        """Tasks that play `rollout`'s episode (of `task`) again from one of its later model
+        turns: the prompt is the conversation up to that turn, the env's state at that point
+        is in the task (the trainer's `restart_frac`, `rlvr.train.restarts`). [] = this env
+        cannot restart its episodes (the default)."""
+        return []
 
     # ---- optional: a mixture of environments --------------------------------------------
 

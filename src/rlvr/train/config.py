@@ -106,6 +106,10 @@ class TrainConfig:
     """weight of the KL penalty to the starting model; 0 = no reference model is loaded"""
     scale_std: bool | None = None
     """divide advantages by the group's reward std; None = the loss's choice (no for dr_grpo)"""
+    restart_frac: float = 0.0
+    """share of each batch's tasks that restart an earlier training episode scored below restart_below, at one of its later model turns (envs that offer restart_tasks, e.g. tictactoe); 0 = none"""
+    restart_below: float = 1.0
+    """rollouts scoring below this offer a restart point (with restart_frac > 0)"""
     mask_truncated: bool = False
     """leave truncated rollouts (max_turns, token budget, timeout) out of the loss"""
     minibatches: int = 1
@@ -366,6 +370,8 @@ def _check_values(c: TrainConfig) -> None:
         need(getattr(c, name) > 0, f"{name} must be > 0, got {getattr(c, name)}")
     need(c.clip_eps_high is None or c.clip_eps_high > 0, f"clip_eps_high must be > 0 or None, got {c.clip_eps_high}")
     need(c.kl_coef >= 0, f"kl_coef must be >= 0, got {c.kl_coef}")
+    need(0 <= c.restart_frac < 1, f"restart_frac must be in [0, 1) (0 = no restarts), got {c.restart_frac}")
+    need(math.isfinite(c.restart_below), f"restart_below must be a finite number, got {c.restart_below}")
     need(c.lora_rank >= 0, f"lora_rank must be >= 0 (0 = full fine-tuning), got {c.lora_rank}")
     need(c.lora_alpha is None or c.lora_alpha > 0, f"lora_alpha must be > 0 or None, got {c.lora_alpha}")
     need(c.lora_alpha is None or c.lora_rank > 0, "lora_alpha is set but lora_rank is 0 (full fine-tuning)")

@@ -27,6 +27,8 @@ Algorithmic choices
   are trained on by default: running out of turns is a real outcome (a tic-tac-toe timeout
   scores no win). `mask_truncated` leaves them out of the loss; they still count in their
   group's baseline. A single turn cut at max_tokens is trained like any other.
+- Restarts (restart_frac > 0): a share of each batch replays earlier low-scoring training
+  episodes from one of their later model turns, a whole group each (`rlvr.train.restarts`).
 - DAPO's dynamic sampling: with loss = dapo (`drop_uniform_groups` in its row of
   `rlvr.train.loss_specs.SPECS`), groups whose rewards are all equal are dropped from the
   batch (no refill: the batch simply shrinks; `batch/kept_groups_frac` says by how much).
@@ -107,6 +109,7 @@ from rlvr.train.model import (
     use_bf16,
 )
 from rlvr.train.probe import collapse_warning, compare, probe, probe_set
+from rlvr.train.restarts import Restarts
 from rlvr.train.sequences import build_sequences
 from rlvr.train.session import EnvFactory, Envs, StepSeeded, event_loop
 from rlvr.train.sharding import full_state_dict, full_weights, wrap
@@ -150,6 +153,9 @@ def train(
     envs = Envs(make_env, cfg.max_turns)  # one per distinct env args; closed at the end
     env = envs.get(cfg.env_args)
     sampler = make_sampler(env, cfg)
+    restarts = Restarts(
+        env, frac=cfg.restart_frac, below=cfg.restart_below, tasks_per_batch=cfg.tasks_per_batch, seed=cfg.seed
+    )
     if cfg.eval_exact and not isinstance(env, GameTree):
         raise UsageError(f"eval_exact: environment {cfg.env!r} offers no game tree to evaluate exactly")
     if cfg.tasks_per_batch % (dist.world * cfg.minibatches):
@@ -186,6 +192,7 @@ def train(
     start = 0
     if ckpt is not None and state is not None:
         sampler.load_state_dict(state["sampler"])
+        restarts.load_state_dict(state.get("restarts"))
         start = ckpt_io.restore_training(
             ckpt, state, optimizer=optimizer, scheduler=scheduler, rank=dist.rank, model=model
         )
@@ -251,8 +258,9 @@ def train(
             evaluate_and_log(0)
         for step in range(start, cfg.steps):
             t_step = time.monotonic()
-            # ---- 1. a stratified batch of tasks; this process plays its share --------------------
-            tasks = dist.shard(next(sampler))
+            # ---- 1. a stratified batch of tasks (some may be restarts); this process plays its share
+            batch = restarts.fill(next(sampler), step)
+            tasks = dist.shard(batch)
 
             # ---- 2. rollouts with the current policy (multi-turn, env replies included) ----------
             t0 = time.monotonic()
@@ -299,6 +307,8 @@ def train(
             metrics.update(train_stats)
             metrics["rollout/split_frac"] = dist.sum([split])[0] / max(len(everyone), 1)
             metrics["batch/kept_groups_frac"] = kept_groups
+            restarts.add(everyone, batch, step)
+            metrics.update(restarts.metrics(everyone))
             metrics["optim/lr"] = lr
             metrics["time/weight_sync"] = t_sync
             metrics.update(
@@ -329,6 +339,7 @@ def train(
                     "step": step + 1,
                     "scheduler": scheduler.state_dict(),
                     "sampler": sampler.state_dict(),
+                    "restarts": restarts.state_dict(),
                     "config": cfg.to_dict(),
                     "fingerprint": fingerprint,
                 }

@@ -1,0 +1,128 @@
+"""Restarts: training episodes that begin again at a model turn of an earlier, poorly scored one.
+
+With `restart_frac` > 0 that share of each batch's tasks are restarts. After every step, each
+rollout that scored below `restart_below` (failed ones aside) offers the environment's restart
+points (`MultiTurnEnv.restart_tasks`: its task again, the prompt extended by the conversation up
+to one of the model's later turns); one of them, drawn at random, joins a buffer of the newest
+restarts, one per distinct conversation. Each restart is played once, by a whole group.
+
+Why: in a long episode a group's advantage scores the whole episode, and a mistake the policy
+makes rarely, in a position it rarely reaches, is rarely sampled beside its fix. A restart
+puts the group at the turn before the mistake, so the group compares moves from there: the
+policy meets its own failures again until it stops making them (the buffer then drains and
+the batch holds ordinary tasks). The restart points come from the policy's own training
+episodes, so nothing is hand-labelled.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+from collections.abc import Sequence
+from typing import Any
+
+from rlvr.envs.multiturn import MultiTurnEnv
+from rlvr.errors import UsageError
+from rlvr.seeding import mix_seed
+from rlvr.types import Rollout, Task
+
+SEP = "~r"
+"""A restart's id is its task's id, SEP, and a serial number (unique within a run)."""
+
+
+class Restarts:
+    """The buffer of restart tasks and the share of each batch they take (see the module)."""
+
+    def __init__(self, env: MultiTurnEnv[Any], *, frac: float, below: float, tasks_per_batch: int, seed: int) -> None:
+        if frac > 0 and type(env).restart_tasks is MultiTurnEnv.restart_tasks:
+            raise UsageError(
+                f"restart_frac = {frac}: environment {type(env).__name__} cannot restart its episodes "
+                "(it does not define restart_tasks); set restart_frac = 0"
+            )
+        self.env, self.below, self.seed = env, below, seed
+        self.per_batch = round(frac * tasks_per_batch) if frac > 0 else 0
+        if frac > 0 and self.per_batch == 0:
+            raise UsageError(
+                f"restart_frac = {frac} of {tasks_per_batch} tasks a batch rounds to no restart; raise it "
+                f"to at least {1 / tasks_per_batch:.3g}"
+            )
+        self.capacity = 4 * self.per_batch
+        """The newest restarts kept: four batches' worth, so that old failures age out."""
+        self.buffer: list[Task] = []
+        self.serial = 0
+        self.played: set[str] = set()
+        """Ids of the restarts in the batch `fill` made last (to score them apart)."""
+
+    @property
+    def active(self) -> bool:
+        return self.per_batch > 0
+
+    def fill(self, tasks: Sequence[Task], step: int) -> list[Task]:
+        """`tasks` with up to `per_batch` of them replaced by restarts from the buffer (each
+        played once), at positions drawn at random; the same on every rank."""
+        out = list(tasks)
+        n = min(self.per_batch, len(self.buffer), len(out))
+        rng = random.Random(mix_seed(self.seed, step, 0x5E57))
+        picked = sorted(rng.sample(range(len(self.buffer)), n), reverse=True)
+        chosen = [self.buffer.pop(i) for i in picked]
+        for at, task in zip(rng.sample(range(len(out)), n), chosen, strict=True):
+            out[at] = task
+        self.played = {t.id for t in chosen}
+        return out
+
+    def add(self, rollouts: Sequence[Rollout], tasks: Sequence[Task], step: int) -> None:
+        """Offer one restart point of each rollout scored below `below` (drawn at random);
+        keep the newest `capacity` distinct ones. `tasks` are the batch's tasks (every rank's)."""
+        if not self.active:
+            return
+        by_id = {t.id: t for t in tasks}
+        rng = random.Random(mix_seed(self.seed, step, 0xADD))
+        known = {_key(t) for t in self.buffer}
+        for rollout in rollouts:
+            task = by_id.get(rollout.task_id)
+            if task is None or rollout.error is not None or not rollout.reward < self.below:
+                continue
+            options = self.env.restart_tasks(task, rollout)
+            if not options:
+                continue
+            pick = rng.choice(options)
+            key = _key(pick)
+            if key in known:
+                continue
+            known.add(key)
+            self.serial += 1
+            self.buffer.append(dataclasses.replace(pick, id=f"{_root(task.id)}{SEP}{self.serial}"))
+        del self.buffer[: max(0, len(self.buffer) - self.capacity)]
+
+    def metrics(self, rollouts: Sequence[Rollout]) -> dict[str, float]:
+        """restart/tasks (restarts in this batch), restart/buffer (waiting), restart/reward
+        (the mean reward of the restarts' rollouts; absent when none was played)."""
+        if not self.active:
+            return {}
+        out = {"restart/tasks": float(len(self.played)), "restart/buffer": float(len(self.buffer))}
+        scores = [r.reward for r in rollouts if r.task_id in self.played and r.error is None]
+        if scores:
+            out["restart/reward"] = sum(scores) / len(scores)
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        """The buffer and the serial number, in plain JSON types (for a checkpoint)."""
+        tasks = [{**dataclasses.asdict(t), "prompt": list(t.prompt)} for t in self.buffer]
+        return {"serial": self.serial, "buffer": json.loads(json.dumps(tasks))}
+
+    def load_state_dict(self, state: dict[str, Any] | None) -> None:
+        if not state:  # a checkpoint from before restarts, or from a run without them
+            return
+        self.serial = int(state["serial"])
+        self.buffer = [Task(**{**t, "prompt": tuple(t["prompt"])}) for t in state["buffer"]]
+
+
+def _key(task: Task) -> str:
+    """Two restarts are the same when they continue the same conversation with the same seed."""
+    return json.dumps([task.seed, list(task.prompt), dict(task.info)], sort_keys=True, default=str)
+
+
+def _root(task_id: str) -> str:
+    """The dataset task a restart (of a restart...) came from: ids do not grow with nesting."""
+    return task_id.split(SEP, 1)[0]
