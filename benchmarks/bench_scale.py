@@ -204,10 +204,10 @@ def table(results: dict[str, Any]) -> str:
                     if "device_ms_whole_buffer" in split
                     else ""
                 )
-                + (
-                    f"; with the matmul attention instead of SDPA: {split['device_ms_matmul_attention']:.1f} ms"
-                    if "device_ms_matmul_attention" in split
-                    else ""
+                + "".join(
+                    f"; with {key.removeprefix('device_ms_attention_')}: {value:.1f} ms"
+                    for key, value in split.items()
+                    if key.startswith("device_ms_attention_") and not key.endswith("_each")
                 )
             )
     return "\n".join(lines)

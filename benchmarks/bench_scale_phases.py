@@ -142,8 +142,8 @@ def ms_per_step(short: dict[str, Any], run: dict[str, Any]) -> float:
 def step_split(lm: Any, rows: int, repeats: int = 30) -> dict[str, float]:
     """Where a decode step's time goes: the captured step alone (forward and sampling, replayed
     back to back: the device's time, no host work between steps; attending over the rows' span
-    as generation does, over the whole buffer as it did before, and over the span with the
-    matmul attention (`attend_matmul`) it used before SDPA, alternated), its sampling
+    as generation does, over the whole buffer as it did before, and over the span with each
+    sdpa candidate of bench_slot_attention in place of `attend`, alternated), its sampling
     alone (`draw` on (rows, vocab) float32 logits) and its forward alone (eager). `ms_per_step` less `device_ms`
     is what the host adds per step (reading tokens back, per-row bookkeeping, scheduling)."""
     import torch
@@ -179,20 +179,24 @@ def step_split(lm: Any, rows: int, repeats: int = 30) -> dict[str, float]:
             local_slots.attend = real
             decoder._drop_graphs()
 
+    from bench_slot_attention import CANDIDATES
+
     with torch.inference_mode():
-        whole, spanned, matmul = [], [], []
+        whole, spanned = [], []
+        swapped: dict[str, list[float]] = {name: [] for name in CANDIDATES}
         for _ in range(3):  # alternated: over the whole buffer, over the rows' span, and the span
-            whole.append(per_call(lambda: decoder.step(n)))  # with the step's old attention
-            spanned.append(with_attention(local_slots.attend))
-            matmul.append(with_attention(local_slots.attend_matmul))
+            whole.append(per_call(lambda: decoder.step(n)))  # with each sdpa candidate swapped in
+            spanned.append(per_call(lambda: decoder.step(n, need)))
+            for name, fn in CANDIDATES.items():
+                swapped[name].append(with_attention(fn))
         split = {
             "rows": float(n),
             "device_ms": statistics.median(spanned),
             "device_ms_whole_buffer": statistics.median(whole),
-            "device_ms_matmul_attention": statistics.median(matmul),
             "device_ms_each": spanned,
             "device_ms_whole_buffer_each": whole,
-            "device_ms_matmul_attention_each": matmul,
+            **{f"device_ms_attention_{name}": statistics.median(ts) for name, ts in swapped.items()},
+            **{f"device_ms_attention_{name}_each": ts for name, ts in swapped.items()},
             "span": float(decoder.span(need)),
             "buffer_length": float(decoder.length),
             "sampling_ms": per_call(lambda: draw(logits, temps, keys)),

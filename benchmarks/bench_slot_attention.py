@@ -1,22 +1,25 @@
 """The attention of LocalModel's slot decode step alone, one layer, on random tensors of a real
-model's shapes: the step's `attend` (torch's `scaled_dot_product_attention`, the g query heads of
-each KV head as its query length) against `attend_matmul` (two batched matmuls and a float32
-softmax, what the step ran before), with the step's own mask (`step_bias`). On CUDA `attend`
-runs under the step's `attention_backends` (no cuDNN: what the captured step gets), under each
-backend told to, and as torch picks; plus sdpa with the query heads as heads (`enable_gqa`, the
-layout of the first measurement, not the step's). Alternated, several repeats:
+model's shapes: the step's `attend` (two batched matmuls and a float32 softmax, over the step's
+additive mask) against two layouts of torch's `scaled_dot_product_attention` (sdpa), the
+candidates to replace it: each KV head's query heads as its query length (`sdpa_step_layout`,
+no expansion of K and V), and the query heads as heads with `enable_gqa` (`sdpa_gqa_heads`). On
+CUDA each sdpa layout runs as torch picks, under the step's `attention_backends` (no cuDNN), and
+under each backend told to. Alternated, several repeats:
 
     python benchmarks/bench_slot_attention.py --device cuda             # 256 rows, Qwen3 0.6B/1.7B heads
     python benchmarks/bench_slot_attention.py --device cuda --length 1024
 
 Prints each variant's ms per call (median [min-max] over repeats), the bytes of keys and values
-the call must read and the bandwidth that implies, and the largest difference from the matmul
-output (the variants compute the same thing).
+the call must read and the bandwidth that implies, and the largest difference from `attend`'s
+output (the variants compute the same thing). `bench_scale.py`'s decode phase times the
+captured step with each candidate swapped in (`device_ms_attention_*`).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import statistics
 import time
 from typing import Any
@@ -25,18 +28,36 @@ import torch
 import torch.nn.functional as F
 
 from rlvr.clients.local_load import attention_backends
-from rlvr.clients.local_slots import attend, attend_matmul, step_bias
+from rlvr.clients.local_slots import attend
+
+
+def sdpa_step_layout(
+    q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, bias: torch.Tensor, scaling: float
+) -> torch.Tensor:
+    """sdpa with each KV head's g query heads as its query length (the shapes `attend` gets)."""
+    q = q.to(values.dtype)  # under autocast the rotary embedding leaves q in float32
+    return F.scaled_dot_product_attention(q, keys, values, attn_mask=bias.to(q.dtype), scale=scaling)
 
 
 def sdpa_gqa_heads(
     q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, bias: torch.Tensor, scaling: float
 ) -> torch.Tensor:
-    """sdpa over kv * g query heads of one query each (`enable_gqa`): an alternative layout."""
+    """sdpa over kv * g query heads of one query each (`enable_gqa`)."""
     n, kv, g, d = q.shape
-    out = F.scaled_dot_product_attention(
-        q.reshape(n, kv * g, 1, d), keys, values, attn_mask=bias, scale=scaling, enable_gqa=True
-    )
+    q = q.to(values.dtype).reshape(n, kv * g, 1, d)
+    out = F.scaled_dot_product_attention(q, keys, values, attn_mask=bias.to(q.dtype), scale=scaling, enable_gqa=True)
     return out.reshape(n, kv, g, d)
+
+
+CANDIDATES = {"sdpa_step_layout": sdpa_step_layout, "sdpa_gqa_heads": sdpa_gqa_heads}
+"""The sdpa layouts that could replace `attend` (bench_scale swaps each into the captured step)."""
+
+
+def step_mask(pos: torch.Tensor, span: int) -> torch.Tensor:
+    """The step's additive mask as `SlotDecoder.forward` builds it: (n, 1, 1, span), float32,
+    0 up to each row's position and -inf after."""
+    after = torch.arange(span, device=pos.device)[None, :] > pos[:, None]
+    return torch.zeros(after.shape, device=pos.device).masked_fill(after, float("-inf"))[:, None, None, :]
 
 
 def main() -> None:
@@ -57,33 +78,30 @@ def main() -> None:
     keys = torch.randn(n, kv, L, d, device=dev, dtype=dt, generator=gen)
     values = torch.randn(n, kv, L, d, device=dev, dtype=dt, generator=gen)
     pos = torch.randint(L // 4, L, (n,), device=dev, generator=gen)
-    bias = step_bias(pos, L, dt)
+    bias = step_mask(pos, L)
     scaling = d**-0.5
-    base_name = "attend_matmul"
-    variants: dict[str, Any] = {base_name: lambda: attend_matmul(q, keys, values, bias, scaling)}
+    base_name = "attend (matmuls)"
+    variants: dict[str, Any] = {base_name: lambda: attend(q, keys, values, bias, scaling)}
+    for label, fn in CANDIDATES.items():
 
-    def attend_in(context: Any) -> Any:
-        def run() -> torch.Tensor:
+        def run(fn: Any = fn, context: Any = contextlib.nullcontext) -> torch.Tensor:
             with context():
-                return attend(q, keys, values, bias, scaling)
+                return fn(q, keys, values, bias, scaling)
 
-        return run
+        variants[f"{label} (step's backends)"] = functools.partial(run, context=lambda: attention_backends(dev))
+        if dev.type == "cuda":
+            from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    variants["attend (step's backends)"] = attend_in(lambda: attention_backends(dev))
-    if dev.type == "cuda":
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-
-        variants["attend (torch picks)"] = lambda: attend(q, keys, values, bias, scaling)
-        for name, backend in (("efficient", SDPBackend.EFFICIENT_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
-            variants[f"attend, {name}"] = attend_in(lambda backend=backend: sdpa_kernel(backend))
-    variants["sdpa, enable_gqa heads"] = lambda: sdpa_gqa_heads(q, keys, values, bias, scaling)
+            variants[f"{label} (torch picks)"] = run
+            for name, backend in (("efficient", SDPBackend.EFFICIENT_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+                variants[f"{label}, {name}"] = functools.partial(run, context=lambda b=backend: sdpa_kernel(b))
     want = variants[base_name]().float()
     usable: dict[str, Any] = {}
     for name, fn in variants.items():
         try:
             err = (fn().float() - want).abs().max().item()
         except RuntimeError as exc:
-            print(f"{name:26s} unavailable: {str(exc).splitlines()[0][:100]}")
+            print(f"{name:36s} unavailable: {str(exc).splitlines()[0][:100]}")
             continue
         usable[name] = (fn, err)
     times: dict[str, list[float]] = {name: [] for name in usable}
@@ -105,7 +123,7 @@ def main() -> None:
     for name, ts in times.items():
         m = statistics.median(ts)
         print(
-            f"  {name:26s} {m:7.3f} ms [{min(ts):.3f}-{max(ts):.3f}]  {kv_bytes / m / 1e6:7.0f} GB/s"
+            f"  {name:36s} {m:7.3f} ms [{min(ts):.3f}-{max(ts):.3f}]  {kv_bytes / m / 1e6:7.0f} GB/s"
             f"  matmul/this {base / m:5.2f}x  max |diff| {usable[name][1]:.2e}"
         )
 

@@ -15,16 +15,7 @@ transformers = pytest.importorskip("transformers")
 
 from rlvr.clients.local import LocalModel
 from rlvr.clients.local_sampling import draw, inverse_cdf, row_key, sample_tokens
-from rlvr.clients.local_slots import (
-    MIN_LENGTH,
-    MIN_SLOTS,
-    SlotDecoder,
-    _rms_norm,
-    attend,
-    attend_matmul,
-    step_bias,
-    supported,
-)
+from rlvr.clients.local_slots import MIN_LENGTH, MIN_SLOTS, SlotDecoder, _rms_norm, supported
 from rlvr.errors import UsageError
 from rlvr.models import build_tiny_model
 from rlvr.types import SamplingArgs
@@ -202,29 +193,6 @@ def test_fused_rms_norm_matches_the_module(tiny) -> None:
         norm.weight.normal_()
         x = torch.randn(3, 1, norm.weight.shape[0])
         assert torch.allclose(_rms_norm(norm, x), norm(x), atol=1e-5)
-
-
-@pytest.mark.parametrize(("dtype", "tol"), [(torch.float32, 1e-6), (torch.bfloat16, 2e-2)])
-def test_attend_is_the_matmul_attention(dtype, tol) -> None:
-    """The step's attention (sdpa) against the two matmuls it replaced, on random tensors of a
-    grouped-query shape (3 query heads a KV head) under the step's mask: rows that see only
-    position 0, a few positions, all but the last, and all of them; a masked position's key and
-    value changed to a huge number changes nothing."""
-    gen = torch.Generator().manual_seed(0)
-    n, kv, g, d, span = 5, 2, 3, 16, 24
-    q, keys, values = (torch.randn(n, kv, m, d, generator=gen).to(dtype) for m in (g, span, span))
-    pos = torch.tensor([0, 3, span - 2, span - 1, 40])  # the last: a free slot counting past the span
-    bias = step_bias(pos, span, dtype)
-    assert bias.dtype == dtype and bias.shape == (n, 1, 1, span)
-    got, want = attend(q, keys, values, bias, d**-0.5), attend_matmul(q, keys, values, bias, d**-0.5)
-    assert got.dtype == dtype and got.shape == (n, kv, g, d)
-    torch.testing.assert_close(got.float(), want.float(), atol=tol, rtol=tol)
-    assert torch.equal(got[0], values[0, :, :1].expand(kv, g, d))  # position 0 alone: its value
-    hidden = keys.clone(), values.clone()
-    for t in hidden:
-        t[0, :, 1:] = 1e4
-        t[2, :, -1] = 1e4
-    assert torch.equal(attend(q, *hidden, bias, d**-0.5), got)
 
 
 def test_finished_rows_are_kept_at_the_next_admission_or_never(tiny) -> None:

@@ -13,10 +13,9 @@ the time). `SlotBatch` keeps them instead in preallocated buffers, one slot per 
   admission copies its keys and values into the reuse cache (one copy for all such rows, and
   none when the cache was cleared meanwhile, as the trainer does after each update);
 - the decode step is a hand-written forward for one token per slot over those buffers (write
-  the new keys and values at each slot's position, attend over positions <= it with torch's
-  `scaled_dot_product_attention`, MLP, logits), then the token is drawn
-  (`rlvr.clients.local_sampling.draw`, per-slot seeds and temperatures; rows with top-p < 1
-  are sampled again outside). Its shapes depend only on (slots in use,
+  the new keys and values at each slot's position, attend over positions <= it, MLP, logits),
+  then the token is drawn (`rlvr.clients.local_sampling.draw`, per-slot seeds and temperatures;
+  rows with top-p < 1 are sampled again outside). Its shapes depend only on (slots in use,
   rounded up to a power of two; span, below), so on CUDA it is captured once per shape as a
   CUDA graph and replayed: 1.6-1.8 ms a step in the same setting. A capture that fails falls
   back to running the step eagerly, with a warning.
@@ -46,7 +45,6 @@ import warnings
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from rlvr.clients.local_batch import Batch, Decoding, GenerationStats, Request, _layers
 from rlvr.clients.local_load import base_model
@@ -273,7 +271,10 @@ class SlotDecoder:
         rows = torch.arange(n, device=self.device)
         x = self.core.embed_tokens(tokens[:, None])  # (n, 1, hidden)
         cos, sin = self.core.rotary_emb(x, pos[:, None])
-        bias = step_bias(pos, span, self.dtype)  # (n, 1, 1, span)
+        # (n, 1, 1, span): 0 where a position is written, -inf after it (added to the scores)
+        bias = torch.arange(span, device=self.device)[None, :] > pos[:, None]
+        bias = torch.zeros(bias.shape, device=self.device).masked_fill(bias, float("-inf"))
+        bias = bias[:, None, None, :]
         groups = self.q_heads // self.kv_heads
         for i, layer in enumerate(self.core.layers):
             attn = layer.self_attn
@@ -295,37 +296,11 @@ class SlotDecoder:
         return self.head(_rms_norm(self.core.norm, x)[:, 0]).float()
 
 
-def step_bias(pos: torch.Tensor, span: int, dtype: torch.dtype) -> torch.Tensor:
-    """The decode step's additive attention mask, (n, 1, 1, span) in `dtype` (the keys'): 0 at
-    the positions a row has written (<= its `pos`), -inf after. Every row sees position 0, so no
-    row is masked entirely (a free slot's clamped `pos` may pass the span: it then sees all).
-
-    >>> step_bias(torch.tensor([0, 2]), 4, torch.bfloat16)[:, 0, 0].tolist()
-    [[0.0, -inf, -inf, -inf], [0.0, 0.0, 0.0, -inf]]
-    """
-    after = torch.arange(span, device=pos.device)[None, :] > pos[:, None]
-    bias = torch.zeros(after.shape, dtype=dtype, device=pos.device).masked_fill(after, float("-inf"))
-    return bias[:, None, None, :]
-
-
 def attend(
     q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, bias: torch.Tensor, scaling: float
 ) -> torch.Tensor:
-    """The decode step's attention, torch's fused `scaled_dot_product_attention`: q (n, kv, g, d)
-    against keys and values (n, kv, L, d) with an additive bias (n, 1, 1, L) (`step_bias`). The g
-    query heads of a KV head are its query length, so K and V are read once per KV head and not
-    expanded. The same as `attend_matmul` to rounding, in fewer kernels and passes over K and V
-    (benchmarks/bench_slot_attention.py times the two; on CUDA the step runs under
-    `attention_backends`, where a float mask leaves the memory-efficient kernel, else math)."""
-    q = q.to(values.dtype)  # under autocast the rotary embedding leaves q in float32
-    return F.scaled_dot_product_attention(q, keys, values, attn_mask=bias.to(q.dtype), scale=scaling)
-
-
-def attend_matmul(
-    q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, bias: torch.Tensor, scaling: float
-) -> torch.Tensor:
-    """`attend` as two batched matmuls and a float32 softmax (what the step ran before): the
-    reference it is tested and benchmarked against."""
+    """The decode step's attention: q (n, kv, g, d) against keys and values (n, kv, L, d) with
+    an additive bias (n, 1, 1, L); two batched matmuls and a float32 softmax."""
     scores = torch.matmul(q, keys.transpose(-1, -2))  # (n, kv, g, L)
     probs = torch.softmax(scores.float() * scaling + bias, dim=-1).to(values.dtype)
     return torch.matmul(probs, values)
