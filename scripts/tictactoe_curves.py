@@ -26,8 +26,9 @@ SOURCE = {"lost_games": "exact/beaten_games", "rejected_move_games": "exact/reje
           "random_win_pct": "exact/random/win_pct", "random_loss_pct": "exact/random/loss_pct",
           "optimal_draw_pct": "exact/optimal/draw_pct", "optimal_loss_pct": "exact/optimal/loss_pct"}  # fmt: skip
 
-CURRENT = "random replies, then p = 0"  # the current recipe's opponent: drawn in black
-TITLES = {"weak": "weak start (200 games)", "shipped": "RL 2 and 3 of the shipped model"}
+CURRENT = "random replies, then p = 0"  # the recipe before restarts: drawn in black
+RESTARTS = "restarts"  # lines whose opponent names it (training with --restart-frac): drawn in red
+TITLES = {"weak": "weak start (200 games)", "shipped": "RL 2, 3 and 4 of the shipped model"}
 
 
 def add(table: Path, run: Path, seed: str, opponent: str, variant: str, first_step: int = 0) -> int:
@@ -78,9 +79,14 @@ def plot(table: Path, out: Path) -> None:
     seeds = sorted({r["seed"] for r in rows}, key=lambda s: (s == "shipped", s == "weak", s))
     lines = sorted({(r["opponent"], r["variant"]) for r in rows})
     colours = {line: plt.get_cmap("tab20")(i % 20) for i, line in enumerate(lines)}
-    current = [line for line in lines if line[0] == CURRENT]
-    styles = {line: ("-", "--", ":")[i % 3] for i, line in enumerate(current)}
-    fig, axes = plt.subplots(1, len(seeds), figsize=(4.2 * len(seeds), 3.8), squeeze=False)
+    styles: dict[tuple[str, str], dict[str, Any]] = {}
+    for colour, picked in (
+        ("black", [x for x in lines if x[0] == CURRENT]),
+        ("red", [x for x in lines if RESTARTS in x[0]]),
+    ):
+        styles.update({x: {"color": colour, "lw": 2.2, "ls": ("-", "--", ":")[i % 3]} for i, x in enumerate(picked)})
+    legend_in = 0.2 * ((len(lines) + 1) // 2) + 0.4  # inches below the panels: two columns of labels
+    fig, axes = plt.subplots(1, len(seeds), figsize=(4.2 * len(seeds), 3.6 + legend_in), squeeze=False)
     handles: dict[str, Any] = {}
     for ax, seed in zip(axes[0], seeds, strict=True):
         counts = [int(r["lost_games"]) for r in rows if r["seed"] == seed]
@@ -92,9 +98,7 @@ def plot(table: Path, out: Path) -> None:
             )
             if points:
                 label = f"{line[0]}, {line[1]}"
-                style = (
-                    {"color": "black", "lw": 2.2, "ls": styles[line]} if line in styles else {"color": colours[line]}
-                )
+                style = styles.get(line, {"color": colours[line]})
                 (handles[label],) = ax.plot(*zip(*points, strict=True), marker="o", ms=3, **style)
         ax.set_title(TITLES.get(seed, f"seed {seed[1:]}"))
         ax.set_xlabel("RL step (0 = SFT model)")
@@ -104,7 +108,7 @@ def plot(table: Path, out: Path) -> None:
     axes[0][0].set_ylabel("lost games over the whole tree")
     labels = sorted(handles)
     fig.legend([handles[k] for k in labels], labels, loc="lower center", ncol=2, fontsize=8, frameon=False)
-    fig.tight_layout(rect=(0, 0.05 + 0.035 * ((len(lines) + 1) // 2), 1, 1))
+    fig.tight_layout(rect=(0, legend_in / (3.6 + legend_in), 1, 1))
     fig.savefig(out, dpi=120)
 
 

@@ -39,7 +39,7 @@ def exact_cell(run: Path) -> str:
 
     def wdl(opponent: str) -> str:
         r = exact["rates_pct"][opponent]
-        other = 100.0 - r.get("win", 0.0) - r.get("draw", 0.0)  # losses, timeouts, errors
+        other = max(0.0, 100.0 - r.get("win", 0.0) - r.get("draw", 0.0))  # losses, timeouts, errors; never -0.00
         return f"{r.get('win', 0.0):.2f}/{r.get('draw', 0.0):.2f}/{other:.2f}"
 
     verdict = "**yes**" if exact["unbeatable"] else "no"
