@@ -347,7 +347,24 @@ def test_restarts_take_their_share_of_the_batch_and_resume_exactly(tiny, tmp_pat
 
     killed_at_update(3, lambda: run(tmp_path / "b"), monkeypatch)
     resumed = run(tmp_path / "b", resume=True)
-    assert [_same(a, b) for a, b in zip(straight[2:], resumed, strict=True)] == [[], []]
+    # (generation's log-probs depend on how the engine batched the rows, which timing decides:
+    # their gap to the trainer's is numerical noise, compared nowhere else)
+    differ = [
+        [k for k in _same(a, b) if k != "logprob/gen_mismatch"] for a, b in zip(straight[2:], resumed, strict=True)
+    ]
+    assert differ == [[], []]
+
+
+class BrokenRestartEnv(RestartableEnv):
+    def restart_tasks(self, task, rollout):
+        raise KeyError("board")
+
+
+def test_an_env_whose_restart_tasks_fails_costs_its_restarts_not_the_run(tiny, tmp_path) -> None:
+    cfg = config(tiny, tmp_path / "run", steps=2, restart_frac=0.5)
+    with pytest.warns(UserWarning, match="restart_tasks failed, no restart from that rollout: KeyError: 'board'"):
+        steps = grpo.train(cfg, make_env=BrokenRestartEnv, quiet=True, plots=False)
+    assert [m["restart/tasks"] for m in steps] == [0.0, 0.0] and steps[-1]["restart/buffer"] == 0.0
 
 
 def test_restarts_are_refused_for_an_env_that_cannot_restart(tiny, tmp_path) -> None:

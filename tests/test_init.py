@@ -131,6 +131,34 @@ def test_names_with_dashes_load_under_either_spelling(
         del sys.modules["guess_it"]
 
 
+def test_the_multi_turn_scaffold_restarts_a_game_with_the_turns_it_had_left(tmp_path: Path, monkeypatch) -> None:
+    """`restart_tasks` (the trainer's restart_frac): binary search replayed from a restart ends
+    the game it started; a restart keeps the turn budget its history used."""
+    dest = scaffold(NAME, tmp_path, kind="multi")
+    monkeypatch.syspath_prepend(str(dest))
+    try:
+        module = importlib.import_module(MODULE)
+        env = module.load_environment(num_tasks=20)
+        search = env.policies()["binary_search"]()
+        tasks = [t for t in env.tasks() if t.info["high"] > 60][:4]
+        games = asyncio.run(run_rollouts(env, search, tasks))
+        for task, game in zip(tasks, games, strict=True):
+            restarts = env.restart_tasks(task, game)
+            assert [r.info["turns_used"] for r in restarts] == list(range(1, len(game.turns)))
+            again = asyncio.run(run_rollouts(env, search, restarts))
+            for i, (restart, replay) in enumerate(zip(restarts, again, strict=True), start=1):
+                assert list(restart.prompt)[1:] == game.messages[2 : 2 + 2 * i]  # (the system prompt aside)
+                assert replay.reward == 1.0 and replay.turns[-1].completion.text == game.turns[-1].completion.text
+        longest = max(range(len(games)), key=lambda i: len(games[i].turns))
+        assert len(games[longest].turns) >= 4
+        late = env.restart_tasks(tasks[longest], games[longest])[2]  # after 3 of the 7 turns
+        stuck = asyncio.run(run_rollouts(env, Policy(lambda m, rng: "<guess>0</guess>"), [late]))[0]
+        assert len(stuck.turns) == 7 - 3 and stuck.truncated and stuck.reward == 0.0
+    finally:
+        for mod in [m for m in sys.modules if m == MODULE or m.startswith(MODULE + ".")]:
+            del sys.modules[mod]
+
+
 def test_cli_creates_and_refuses_to_overwrite(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["init", "fresh_env", "-o", str(tmp_path)]) == 0
     assert f"pip install -e {tmp_path / 'fresh_env'}" in capsys.readouterr().out

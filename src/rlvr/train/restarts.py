@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -51,6 +52,7 @@ class Restarts:
         """The newest restarts kept: four batches' worth, so that old failures age out."""
         self.buffer: list[Task] = []
         self.serial = 0
+        self.warned = False
         self.played: set[str] = set()
         """Ids of the restarts in the batch `fill` made last (to score them apart)."""
 
@@ -83,7 +85,15 @@ class Restarts:
             task = by_id.get(rollout.task_id)
             if task is None or rollout.error is not None or not rollout.reward < self.below:
                 continue
-            options = self.env.restart_tasks(task, rollout)
+            try:
+                options = self.env.restart_tasks(task, rollout)
+            except Exception as exc:  # an env's bug costs its restarts, not the run
+                if not self.warned:
+                    warnings.warn(
+                        f"restart_tasks failed, no restart from that rollout: {type(exc).__name__}: {exc}", stacklevel=2
+                    )
+                    self.warned = True
+                continue
             if not options:
                 continue
             pick = rng.choice(options)
