@@ -190,6 +190,8 @@ class TicTacToeEnv(MultiTurnEnv[GameState]):
                 return []
             board, played = apply_move(board, cell, "X"), played + 1
             if played < len(moves):  # the opponent replied
+                if not (isinstance(moves[played], int) and 0 <= moves[played] <= 8 and board[moves[played]] == EMPTY):
+                    return []
                 board, played = apply_move(board, moves[played], "O"), played + 1
             if game_outcome(board) is not None:
                 break

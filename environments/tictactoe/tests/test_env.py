@@ -476,4 +476,8 @@ def test_restart_points_skip_rejected_turns_and_refuse_a_record_that_does_not_ma
     assert len(first.prompt) == 5 and "Invalid move" in first.prompt[2]["content"]
     forged = type(game)(**{**game.__dict__, "info": {**game.info, "moves": [8, *game.info["moves"][1:]]}})
     assert env.restart_tasks(task, forged) == []
+    moves = game.info["moves"]
+    for bad in (moves[0], 9, "4", None):  # O's recorded reply on a taken cell, off the board, not a cell
+        forged = type(game)(**{**game.__dict__, "info": {**game.info, "moves": [moves[0], bad, *moves[2:]]}})
+        assert env.restart_tasks(task, forged) == []
     assert env.restart_tasks(env.tree_roots(0)[0], game) == []  # a line of exact evaluation
