@@ -149,6 +149,7 @@ def step_split(lm: Any, rows: int, repeats: int = 30) -> dict[str, float]:
     import torch
 
     from rlvr.clients import local_slots
+    from rlvr.clients.local_load import attention_backends
     from rlvr.clients.local_sampling import draw
 
     decoder = lm.slot_decoder()
@@ -168,13 +169,20 @@ def step_split(lm: Any, rows: int, repeats: int = 30) -> dict[str, float]:
     keys = torch.arange(n, device=lm.device, dtype=torch.long)
     need = min(int(decoder.pos[:n].max()) + 1, decoder.length)  # as the run left the rows
 
+    def stepped(*args: Any) -> Any:
+        """`decoder.step` under the attention backends generation uses (`LocalModel`): an sdpa
+        candidate gets the kernel it would get in a real run (without them, torch may pick cuDNN,
+        which generation leaves out)."""
+        with attention_backends(lm.device):
+            return decoder.step(*args)
+
     def with_attention(fn: Any) -> float:
         """The captured step over the span with `local_slots.attend` = fn (graphs captured again)."""
         real = local_slots.attend
         local_slots.attend = fn
         decoder._drop_graphs()
         try:
-            return per_call(lambda: decoder.step(n, need))
+            return per_call(lambda: stepped(n, need))
         finally:
             local_slots.attend = real
             decoder._drop_graphs()
@@ -185,8 +193,8 @@ def step_split(lm: Any, rows: int, repeats: int = 30) -> dict[str, float]:
         whole, spanned = [], []
         swapped: dict[str, list[float]] = {name: [] for name in CANDIDATES}
         for _ in range(3):  # alternated: over the whole buffer, over the rows' span, and the span
-            whole.append(per_call(lambda: decoder.step(n)))  # with each sdpa candidate swapped in
-            spanned.append(per_call(lambda: decoder.step(n, need)))
+            whole.append(per_call(lambda: stepped(n)))  # with each sdpa candidate swapped in
+            spanned.append(per_call(lambda: stepped(n, need)))
             for name, fn in CANDIDATES.items():
                 swapped[name].append(with_attention(fn))
         split = {
