@@ -172,3 +172,18 @@ def test_train_two_steps_on_a_mixture_on_cpu(tmp_path, capsys, one_thread) -> No
         assert last[name] != "" and math.isfinite(float(last[name])), name
     assert float(last["outcome/tictactoe_rollouts"]) == float(last["outcome/reverse_text_rollouts"]) == 2
     assert float(last["rollout/turns"]) <= 2
+
+
+def test_a_mixture_restarts_through_the_member_that_played() -> None:
+    """The trainer's restart_frac on a mixture: the member's restarts under `NAME/ID`, played by
+    that member again; a mixture whose members cannot restart says so."""
+    mix = EnvGroup(list(members()))
+    assert mix.restartable and not EnvGroup([members()[1]]).restartable
+    tasks = [t for t in mix.tasks("train") if t.id.startswith("tictactoe/")][:3]
+    games = play(mix, mix.policies()["random+echo"](), tasks, rollouts=1)
+    restarts = [r for task, game in zip(tasks, games, strict=True) for r in mix.restart_tasks(task, game)]
+    assert restarts and all(r.id.startswith("tictactoe/") and "@" in r.id for r in restarts)
+    again = play(mix, mix.policies()["random+echo"](), restarts, rollouts=1)
+    assert all(r.error is None and r.turns for r in again)
+    text = [t for t in mix.tasks("train") if t.id.startswith("reverse_text/")][0]
+    assert mix.restart_tasks(text, play(mix, mix.policies()["random+echo"](), [text], rollouts=1)[0]) == []

@@ -95,6 +95,16 @@ class EnvGroup(MultiTurnEnv[State]):
             )
         return self.members[name], dataclasses.replace(task, id=own_id)
 
+    @property
+    def restartable(self) -> bool:
+        return any(e.restartable for e in self.members.values())
+
+    def restart_tasks(self, task: Task, rollout: Any) -> list[Task]:
+        """The member's restarts of its own task, under the mixture's ids (`NAME/ID`)."""
+        env, own = self.member(task)
+        name = self.member_name(env)
+        return [dataclasses.replace(t, id=f"{name}{SEP}{t.id}") for t in env.restart_tasks(own, rollout)]
+
     def member_name(self, env: MultiTurnEnv[Any]) -> str:
         return next(n for n, e in self.members.items() if e is env)
 

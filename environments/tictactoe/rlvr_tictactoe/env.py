@@ -190,12 +190,13 @@ class TicTacToeEnv(MultiTurnEnv[GameState]):
                 return []
             board, played = apply_move(board, cell, "X"), played + 1
             if played < len(moves):  # the opponent replied
-                if not (isinstance(moves[played], int) and 0 <= moves[played] <= 8 and board[moves[played]] == EMPTY):
+                try:
+                    board, played = apply_move(board, moves[played], "O"), played + 1
+                except ValueError:  # not a free cell: not this game's record
                     return []
-                board, played = apply_move(board, moves[played], "O"), played + 1
             if game_outcome(board) is not None:
                 break
-            info = {**task.info, "board": "".join(board), "restart_turn": (played + 1) // 2}
+            info = {**task.info, "board": "".join(board)}
             out.append(Task(id=f"{task.id}@{played}", prompt=tuple(prompt), info=info, seed=task.seed))
         return out
 

@@ -203,6 +203,11 @@ class MultiTurnEnv(Generic[S]):
         each difficulty bucket in every batch."""
         return None
 
+    @property
+    def restartable(self) -> bool:
+        """Whether `restart_tasks` can give anything: the env (or a mixture's member) defines it."""
+        return type(self).restart_tasks is not MultiTurnEnv.restart_tasks
+
     def restart_tasks(self, task: Task, rollout: Rollout) -> list[Task]:
         """Tasks that play `rollout`'s episode (of `task`) again from one of its later model
         turns: the prompt is the conversation up to that turn, the env's state at that point

@@ -36,7 +36,7 @@ class Restarts:
     """The buffer of restart tasks and the share of each batch they take (see the module)."""
 
     def __init__(self, env: MultiTurnEnv[Any], *, frac: float, below: float, tasks_per_batch: int, seed: int) -> None:
-        if frac > 0 and type(env).restart_tasks is MultiTurnEnv.restart_tasks:
+        if frac > 0 and not env.restartable:
             raise UsageError(
                 f"restart_frac = {frac}: environment {type(env).__name__} cannot restart its episodes "
                 "(it does not define restart_tasks); set restart_frac = 0"
@@ -117,20 +117,20 @@ class Restarts:
         return out
 
     def state_dict(self) -> dict[str, Any]:
-        """The buffer and the serial number, in plain JSON types (for a checkpoint)."""
-        tasks = [{**dataclasses.asdict(t), "prompt": list(t.prompt)} for t in self.buffer]
-        return {"serial": self.serial, "buffer": json.loads(json.dumps(tasks))}
+        """The buffer and the serial number, in plain types (for a checkpoint)."""
+        return {"serial": self.serial, "buffer": [t.to_dict() for t in self.buffer]}
 
     def load_state_dict(self, state: dict[str, Any] | None) -> None:
         if not state:  # a checkpoint from before restarts, or from a run without them
             return
         self.serial = int(state["serial"])
-        self.buffer = [Task(**{**t, "prompt": tuple(t["prompt"])}) for t in state["buffer"]]
+        self.buffer = [Task.from_dict(t) for t in state["buffer"]]
 
 
 def _key(task: Task) -> str:
-    """Two restarts are the same when they continue the same conversation with the same seed."""
-    return json.dumps([task.seed, list(task.prompt), dict(task.info)], sort_keys=True, default=str)
+    """Two restarts are the same when they continue the same conversation with the same seed
+    (their ids aside)."""
+    return json.dumps({**task.to_dict(), "id": None}, sort_keys=True, default=str)
 
 
 def _root(task_id: str) -> str:
