@@ -35,6 +35,8 @@ OPENING_HISTORY=${OPENING_HISTORY:-false}   # true: such starts are shown as the
 RANDOM_REPLIES=${RANDOM_REPLIES:-0}   # the opponent's first k <= this moves are random, then p and traps
 RESTART_FRAC=${RESTART_FRAC:-0}   # share of each RL batch that replays a training game lost (scored below
 RESTART_BELOW=${RESTART_BELOW:-0.5}   # RESTART_BELOW) from before one of its moves (rlvr train --restart-frac)
+RESTART_POINTS=${RESTART_POINTS:-random}   # restart from one later move drawn at random, or from all of them
+KEEP_BEST=${KEEP_BEST:-}   # e.g. min:exact/beaten_games: also keep RUN/best, evaluated as stage RUN.best (a selection)
 RL_EXTRA=${RL_EXTRA:-}   # more `rlvr train` flags for the RL phases, e.g. "--kl-coef 0.05"
 EXACT=${EXACT:-1}   # 0: no exact evaluation (the smoke scale, where a barely trained model is slow to walk)
 RL_NAME=${RL_NAME:-rl}   # another name runs another RL variant from the same SFT model, side by side
@@ -94,7 +96,8 @@ rl() {  # rl NAME FROM STEPS MIN_P MAX_P LR TEMPERATURE BUCKETS OPENING_PLIES RA
       --max-tokens 48 --micro-batch-size "${MICRO:-64}" --seed "$SEED" --env-args "$env_args" --lr "$lr" --temperature "$temp" \
       --eval-env-args '[{"opponent": "random"}, {"opponent": "optimal"}]' $([ "$EXACT" = 1 ] && echo --eval-exact) \
       --eval-every "$EVAL_EVERY" --eval-tasks "$EVAL_TASKS" --save-every "$EVAL_EVERY" $RL_DEVICE_FLAGS $RL_EXTRA \
-      --restart-frac "$RESTART_FRAC" --restart-below "$RESTART_BELOW"
+      --restart-frac "$RESTART_FRAC" --restart-below "$RESTART_BELOW" --restart-points "$RESTART_POINTS" \
+      ${KEEP_BEST:+--keep-best "$KEEP_BEST"}
     done_in "$name"
   fi
 }
@@ -118,6 +121,7 @@ eval_cell() {  # eval_cell STAGE MODEL OPPONENT
 mkdir -p "$OUT/eval"; stamp eval
 for stage in $EVAL_STAGES; do
   model="$OUT/$stage/final"; [ "$stage" = base ] && model="$OUT/base"; [ "$stage" = teacher ] && model=policy:teacher
+  [ "${stage%.best}" != "$stage" ] && model="$OUT/${stage%.best}/best"  # RUN.best: RUN's kept best (KEEP_BEST)
   [ "$stage" = teacher ] || [ -f "$model/config.json" ] || continue
   log "eval $stage"
   pids=()

@@ -33,6 +33,9 @@
 #          steps from a fresh SFT; GPU EXTRA_GPU (default 3, "" = none): the weak start with rlS
 #          for 200 steps, and the shipped model with rlW0's recipe plus restarts of every game
 #          not won (rlWS, 120 steps)
+#   points one GPU per seed (SEEDS): restarts from every later move of a lost game (rlP: constant
+#          lr; rlPc: cosine), 250 steps, the best exact evaluation kept too (RUN.best, a selection);
+#          GPU EXTRA_GPU: the weak start with rlP, and the shipped model at T 1.5 (rlWT, wins)
 #   wins   the shipped model, 80 steps at lr 1e-5 against opponents at p = 0.7 after the random
 #          replies: rlW with a KL of 0.05 to the shipped model (GPU WINS_GPU), rlW0 without (WINS_GPU2)
 set -uo pipefail
@@ -48,6 +51,7 @@ job() {  # job GPU NAME "SHARED VARS" "VARIANT VARS" ...: one seed's SFT, then i
     (
       export CUDA_VISIBLE_DEVICES=$gpu OUT_DIR=$out RL_NAME=$variant $shared $vars
       local rl="$variant"; [ "${RL2_STEPS:-0}" -gt 0 ] && rl="$variant ${variant}2"  # and its phase 2
+      [ -n "${KEEP_BEST:-}" ] && rl="$rl $variant.best"  # and its kept best (a selection)
       if [ $first = 1 ]; then
         export EVAL_STAGES="${FIRST_STAGES-base sft} $rl ${LAST_STAGES-teacher}"
       else  # the later variants start from the first one's SFT model
@@ -145,6 +149,22 @@ start() {
         job "${EXTRA_GPU-3}" shipped "SEED=0 RL_STEPS=120 EVAL_EVERY=20 TRAP_PROB=1.0 OPENING_PLIES=0 RANDOM_REPLIES=4 RL_LR=1e-5" \
           "rlWS RL_MIN_P=0.7 RL_MAX_P=0.7 BUCKETS=1 RESTART_FRAC=0.5 RESTART_BELOW=1.0"
       fi ;;
+    points)  # rlS5 with every restart point of a lost game (not one drawn at random) and the best
+      # evaluation kept beside the last (RUN.best, a selection); constant lr (rlP) and cosine (rlPc)
+      export FIRST_STAGES=sft LAST_STAGES=""
+      local r="TRAP_PROB=1.0 OPENING_PLIES=0 RANDOM_REPLIES=4 RL_LR=2e-5 EVAL_EVERY=25 RL_MAX_P=0.0 BUCKETS=1"
+      r="$r RESTART_FRAC=0.5 RESTART_POINTS=all KEEP_BEST=min:exact/beaten_games,max:exact/random/win_pct MICRO=32"
+      for seed in ${SEEDS-0 1 2}; do
+        job "$seed" "s$seed" "SEED=$seed RL_STEPS=${RL_STEPS:-250} $r" "rlP" "rlPc RL_EXTRA=--lr-schedule=cosine"
+      done
+      if [ -n "${EXTRA_GPU-3}" ]; then  # the weak start with rlP; the shipped model at T 1.5 (wins)
+        export FIRST_STAGES="base sft"
+        job "${EXTRA_GPU-3}" weak "SEED=0 GAMES=200 SFT_STEPS=300 SFT_BATCH=32 RL_STEPS=${WEAK_STEPS:-250} $r" "rlP"
+        export FIRST_STAGES=sft
+        from_shipped shipped
+        job "${EXTRA_GPU-3}" shipped "SEED=0 RL_STEPS=120 EVAL_EVERY=20 TRAP_PROB=1.0 OPENING_PLIES=0 RANDOM_REPLIES=4 RL_LR=1e-5 MICRO=32 KEEP_BEST=min:exact/beaten_games,max:exact/random/win_pct" \
+          "rlWT RL_MIN_P=0.7 RL_MAX_P=0.7 BUCKETS=1 RL_TEMP=1.5"
+      fi ;;
     wins)  # the shipped model against opponents at p = 0.7 (whose best response never loses and
       # wins 95.56% vs random): rlW near it by a KL (GPU WINS_GPU), rlW0 without (GPU WINS_GPU2)
       export FIRST_STAGES=sft LAST_STAGES=""
@@ -176,11 +196,11 @@ from pathlib import Path
 found = []
 for meta in Path(sys.argv[1]).glob("*/eval/*-exact/metadata.json"):
     stage = meta.parent.name.removesuffix("-exact")
-    run = meta.parents[2] / stage
+    run = meta.parents[2] / stage.removesuffix(".best") / ("best" if stage.endswith(".best") else "final")
     exact = json.loads(meta.read_text()).get("exact")
-    if exact and (run / "final" / "config.json").exists() and stage not in ("sft", "base", "teacher"):
-        found.append((len(exact["beaten"]), -exact["rates_pct"]["random"].get("win", 0.0), str(run / "final")))
-print(sorted(found)[0][2] if found else "")
+    if exact and (run / "config.json").exists() and stage not in ("sft", "base", "teacher"):
+        found.append((len(exact["beaten"]), -exact["rates_pct"]["random"].get("win", 0.0), str(run)))
+print(sorted(found)[0][2] if found else "")  # (a RUN.best was chosen by these evaluations)
 EOF
     ;;
   ship)

@@ -374,3 +374,52 @@ def test_restarts_are_refused_for_an_env_that_cannot_restart(tiny, tmp_path) -> 
         grpo.train(config(tiny, tmp_path / "r2", restart_frac=0.1), make_env=RestartableEnv, quiet=True, plots=False)
     with pytest.raises(UsageError, match="restart_frac must be in"):
         config(tiny, tmp_path / "r3", restart_frac=1.0)
+
+
+# ---- keep_best ---------------------------------------------------------------------------------
+
+
+def test_keep_best_keeps_the_model_of_the_best_evaluation_and_resumes_the_comparison(tiny, tmp_path) -> None:
+    metric = "eval/default/reward/mean"
+    cfg = config(tiny, tmp_path / "run", steps=4, eval_every=1, eval_tasks=4, save_every=1, keep_best=f"max:{metric}")
+    fit(cfg)
+    rows = list(csv.DictReader((tmp_path / "run" / "metrics.csv").read_text().splitlines()))
+    scores = [(float(r[metric]), int(float(r["step"]))) for r in rows if r.get(metric)]
+    assert len(scores) == 5  # steps 0-4
+    want = max(scores)  # the highest score, and of equal ones the later step
+    best = json.loads((tmp_path / "run" / "best.json").read_text())
+    assert (best["metrics"][metric], best["step"]) == want
+    assert transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "run" / "best") is not None
+    # a resumed run with more steps compares against the saved best, not from scratch
+    fit(
+        config(tiny, tmp_path / "run", steps=5, eval_every=1, eval_tasks=4, save_every=1, keep_best=f"max:{metric}"),
+        resume=True,
+    )
+    rows = list(csv.DictReader((tmp_path / "run" / "metrics.csv").read_text().splitlines()))
+    scores = [(float(r[metric]), int(float(r["step"]))) for r in rows if r.get(metric)]
+    again = json.loads((tmp_path / "run" / "best.json").read_text())
+    assert (again["metrics"][metric], again["step"]) == max(scores)
+
+
+def test_keep_best_refuses_a_metric_the_run_does_not_have_before_training(tiny, tmp_path) -> None:
+    with pytest.raises(UsageError, match="min:METRIC or max:METRIC"):
+        config(tiny, tmp_path / "r0", keep_best="lowest:loss")
+    with pytest.raises(UsageError, match="keep_best needs evaluations"):
+        config(tiny, tmp_path / "r1", keep_best="min:loss/policy")
+    with pytest.raises(UsageError, match="no evaluation metric eval/nope.*eval/default/reward/mean"):
+        fit(config(tiny, tmp_path / "r2", eval_every=1, eval_tasks=2, keep_best="min:eval/nope"))
+    assert latest_checkpoint(tmp_path / "r2") is None  # refused at step 0, before any update
+
+
+def test_keep_best_ties_go_to_the_later_step_and_nan_is_never_best(tmp_path) -> None:
+    from rlvr.train.best import KeepBest
+
+    keep = KeepBest("min:exact/beaten_games,max:exact/random/win_pct", tmp_path)
+    assert keep.better({"exact/beaten_games": 3, "exact/random/win_pct": 90.0})
+    keep.record(0, {"exact/beaten_games": 3, "exact/random/win_pct": 90.0})
+    assert keep.better({"exact/beaten_games": 3, "exact/random/win_pct": 90.0})  # a tie: the later step
+    assert not keep.better({"exact/beaten_games": 3, "exact/random/win_pct": 89.0})
+    assert keep.better({"exact/beaten_games": 2, "exact/random/win_pct": 50.0})  # the first metric decides
+    assert not keep.better({"exact/beaten_games": math.nan, "exact/random/win_pct": 99.0})
+    assert KeepBest(" min:exact/beaten_games , max:exact/random/win_pct", tmp_path).best == (3.0, -90.0)  # reloaded
+    assert KeepBest("min:exact/beaten_games", tmp_path).best is None  # another ordering starts afresh

@@ -60,3 +60,26 @@ def test_hostile_restarts_survive_a_checkpoint() -> None:
     assert again.buffer == r.buffer and again.serial == r.serial == 1
     again.add([rollout("t0", "\ud800 lone surrogate <think> unclosed " + "x" * 1_000_000, 0.0)], tasks, step=1)
     assert len(again.buffer) == 1  # the same conversation is not kept twice
+
+
+class TwoPoints(Echo):
+    """Two restart points: after the first reply and its answer, and after the whole conversation."""
+
+    def restart_tasks(self, task, rollout):
+        head = ({"role": "user", "content": "q"},)
+        return [Task(id=f"{task.id}@{n}", prompt=head + tuple(rollout.completion[: 2 * n])) for n in (1, 2)]
+
+
+@pytest.mark.parametrize("points, kept", [("random", 1), ("all", 2)])
+def test_restart_points_random_keeps_one_all_keeps_every_one(points: str, kept: int) -> None:
+    tasks = [Task(id="t0", question="q")]
+    r = Restarts(TwoPoints(), frac=0.5, below=0.5, tasks_per_batch=4, seed=0, points=points)  # 8 kept
+    r.add([rollout("t0", "lost", 0.0)], tasks, step=0)
+    assert len(r.buffer) == kept
+    if points == "all":  # both turns, in order, each its own restart
+        assert [len(t.prompt) for t in r.buffer] == [3, 4] and len({t.id for t in r.buffer}) == 2
+
+
+def test_unknown_restart_points_are_refused() -> None:
+    with pytest.raises(Exception, match="restart_points"):
+        Restarts(TwoPoints(), frac=0.5, below=0.5, tasks_per_batch=4, seed=0, points="first")

@@ -28,11 +28,14 @@ from rlvr.train.loss_specs import SPECS, LossSpec
 WEIGHT_SYNCS = ("lora", "ipc", "nccl")
 """How weights reach a vLLM server (`rlvr.train.weight_sync`)."""
 SHARDINGS = ("ddp", "fsdp")
+RESTART_POINTS = ("random", "all")
+"""Which restart points of a low-scoring rollout join the buffer (`rlvr.train.restarts`)."""
 CHOICES: dict[str, tuple[str, ...]] = {
     "loss": tuple(SPECS),
     "lr_schedule": LR_SCHEDULES,
     "weight_sync": WEIGHT_SYNCS,
     "sharding": SHARDINGS,
+    "restart_points": RESTART_POINTS,
 }
 """The values a string field may take (`--help` lists them)."""
 
@@ -45,6 +48,7 @@ RESUME_MAY_CHANGE = frozenset(
         "eval_every",
         "eval_tasks",
         "eval_exact",
+        "keep_best",
         "save_every",
         "output_dir",
         "device",
@@ -110,6 +114,10 @@ class TrainConfig:
     """share of each batch's tasks that restart an earlier training episode scored below restart_below, at one of its later model turns (envs that offer restart_tasks, e.g. tictactoe); 0 = none"""
     restart_below: float = 1.0
     """rollouts scoring below this offer a restart point (with restart_frac > 0)"""
+    restart_points: str = "random"
+    """which of a rollout's restart points join the buffer: random (one) or all (the turn before its mistake is then always among them)"""
+    keep_best: str | None = None
+    """keep the model of the best evaluation in RUN_DIR/best, e.g. min:exact/beaten_games,max:exact/random/win_pct (later metrics break ties, then the later step); a selection by the evaluation, to be reported as such; None = only final"""
     mask_truncated: bool = False
     """leave truncated rollouts (max_turns, token budget, timeout) out of the loss"""
     minibatches: int = 1
@@ -372,6 +380,11 @@ def _check_values(c: TrainConfig) -> None:
     need(c.kl_coef >= 0, f"kl_coef must be >= 0, got {c.kl_coef}")
     need(0 <= c.restart_frac < 1, f"restart_frac must be in [0, 1) (0 = no restarts), got {c.restart_frac}")
     need(math.isfinite(c.restart_below), f"restart_below must be a finite number, got {c.restart_below}")
+    if c.keep_best is not None:
+        from rlvr.train.best import parse
+
+        parse(c.keep_best)  # a UsageError names the expected form
+        need(c.eval_every is not None, "keep_best needs evaluations: set eval_every")
     need(c.lora_rank >= 0, f"lora_rank must be >= 0 (0 = full fine-tuning), got {c.lora_rank}")
     need(c.lora_alpha is None or c.lora_alpha > 0, f"lora_alpha must be > 0 or None, got {c.lora_alpha}")
     need(c.lora_alpha is None or c.lora_rank > 0, "lora_alpha is set but lora_rank is 0 (full fine-tuning)")

@@ -82,6 +82,7 @@ from rlvr.exact import GameTree
 from rlvr.sampler import StratifiedSampler, difficulty_buckets
 from rlvr.train import checkpoint as ckpt_io
 from rlvr.train.advantages import batch_advantages
+from rlvr.train.best import KeepBest
 from rlvr.train.config import TrainConfig, check_resume
 from rlvr.train.distributed import setup_distributed
 from rlvr.train.evaluation import (
@@ -154,7 +155,12 @@ def train(
     env = envs.get(cfg.env_args)
     sampler = make_sampler(env, cfg)
     restarts = Restarts(
-        env, frac=cfg.restart_frac, below=cfg.restart_below, tasks_per_batch=cfg.tasks_per_batch, seed=cfg.seed
+        env,
+        frac=cfg.restart_frac,
+        below=cfg.restart_below,
+        tasks_per_batch=cfg.tasks_per_batch,
+        seed=cfg.seed,
+        points=cfg.restart_points,
     )
     if cfg.eval_exact and not isinstance(env, GameTree):
         raise UsageError(f"eval_exact: environment {cfg.env!r} offers no game tree to evaluate exactly")
@@ -219,16 +225,25 @@ def train(
         generation = open_generation(cfg, model, tokenizer, run_dir=run_dir, step=start, dist=dist, run_async=run_async)
         client = generation.client
 
+        keep = KeepBest(cfg.keep_best, run_dir) if cfg.keep_best and dist.main else None
+
         def evaluate_and_log(step: int) -> None:
             with full_weights(model):  # sharded: gathered whole (rank 0's exact evaluation too)
-                play_and_log(step)
+                metrics = play_and_log(step)
+            best = keep is not None and metrics is not None and keep.better(metrics)
+            if cfg.keep_best and dist.max(int(best)):  # every rank: a sharded model's weights gather
+                weights = full_state_dict(model)
+                if keep is not None and metrics is not None:
+                    export_final(model, tokenizer, run_dir / "best", state_dict=weights)
+                    keep.record(step, metrics)
 
-        def play_and_log(step: int) -> None:
-            """Play the evaluation sets; rank 0 saves their rollouts, logs and prints them."""
+        def play_and_log(step: int) -> dict[str, float] | None:
+            """Play the evaluation sets; rank 0 saves their rollouts, logs and prints them, and
+            returns their metrics (other ranks: None)."""
             t0 = time.monotonic()
             played = {label: dist.gather(r) for label, r in run_async(evaluate(sets, client, sampling)).items()}
             if log is None:
-                return
+                return None
             for s in sets:
                 where = run_dir / "eval" / f"step_{step:06d}" / s.label
                 save_eval(where, played[s.label], env=cfg.env, env_args=s.env_args, model=cfg.model, step=step)
@@ -243,6 +258,7 @@ def train(
             log.write_text(step, "eval", table.replace("\n", "  \n"))
             log.plot_async()
             say(f"evaluation at step {step}:\n{table}")
+            return metrics
 
         if start == 0 and cfg.probe_tasks:  # before any compute is spent: does sampling break the model?
             played_by = probe_set(env, cfg.probe_tasks, cfg.env_args, rank=dist.rank, world=dist.world)

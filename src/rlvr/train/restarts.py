@@ -3,8 +3,9 @@
 With `restart_frac` > 0 that share of each batch's tasks are restarts. After every step, each
 rollout that scored below `restart_below` (failed ones aside) offers the environment's restart
 points (`MultiTurnEnv.restart_tasks`: its task again, the prompt extended by the conversation up
-to one of the model's later turns); one of them, drawn at random, joins a buffer of the newest
-restarts, one per distinct conversation. Each restart is played once, by a whole group.
+to one of the model's later turns); one of them, drawn at random (`restart_points = "random"`),
+or all of them (`"all"`), join a buffer of the newest restarts, one per distinct conversation.
+Each restart is played once, by a whole group.
 
 Why: in a long episode a group's advantage scores the whole episode, and a mistake the policy
 makes rarely, in a position it rarely reaches, is rarely sampled beside its fix. A restart
@@ -12,6 +13,11 @@ puts the group at the turn before the mistake, so the group compares moves from 
 policy meets its own failures again until it stops making them (the buffer then drains and
 the batch holds ordinary tasks). The restart points come from the policy's own training
 episodes, so nothing is hand-labelled.
+
+One point drawn at random often lies after the mistake, where every continuation loses and
+the group carries no gradient; "all" always includes the turn before the mistake, at the cost
+of playing the others too (without knowing which turn was the mistake: that would need an
+evaluator, and training must not learn from one).
 """
 
 from __future__ import annotations
@@ -35,13 +41,24 @@ SEP = "~r"
 class Restarts:
     """The buffer of restart tasks and the share of each batch they take (see the module)."""
 
-    def __init__(self, env: MultiTurnEnv[Any], *, frac: float, below: float, tasks_per_batch: int, seed: int) -> None:
+    def __init__(
+        self,
+        env: MultiTurnEnv[Any],
+        *,
+        frac: float,
+        below: float,
+        tasks_per_batch: int,
+        seed: int,
+        points: str = "random",
+    ) -> None:
         if frac > 0 and not env.restartable:
             raise UsageError(
                 f"restart_frac = {frac}: environment {type(env).__name__} cannot restart its episodes "
                 "(it does not define restart_tasks); set restart_frac = 0"
             )
-        self.env, self.below, self.seed = env, below, seed
+        if points not in ("random", "all"):
+            raise UsageError(f"unknown restart_points {points!r}; expected random or all")
+        self.env, self.below, self.seed, self.points = env, below, seed, points
         self.per_batch = round(frac * tasks_per_batch) if frac > 0 else 0
         if frac > 0 and self.per_batch == 0:
             raise UsageError(
@@ -74,8 +91,8 @@ class Restarts:
         return out
 
     def add(self, rollouts: Sequence[Rollout], tasks: Sequence[Task], step: int) -> None:
-        """Offer one restart point of each rollout scored below `below` (drawn at random);
-        keep the newest `capacity` distinct ones. `tasks` are the batch's tasks (every rank's)."""
+        """Offer the restart points of each rollout scored below `below` (one drawn at random,
+        or all of them); keep the newest `capacity` distinct ones. `tasks` are the batch's tasks (every rank's)."""
         if not self.active:
             return
         by_id = {t.id: t for t in tasks}
@@ -96,13 +113,13 @@ class Restarts:
                 continue
             if not options:
                 continue
-            pick = rng.choice(options)
-            key = _key(pick)
-            if key in known:
-                continue
-            known.add(key)
-            self.serial += 1
-            self.buffer.append(dataclasses.replace(pick, id=f"{_root(task.id)}{SEP}{self.serial}"))
+            for pick in options if self.points == "all" else [rng.choice(options)]:
+                key = _key(pick)
+                if key in known:
+                    continue
+                known.add(key)
+                self.serial += 1
+                self.buffer.append(dataclasses.replace(pick, id=f"{_root(task.id)}{SEP}{self.serial}"))
         del self.buffer[: max(0, len(self.buffer) - self.capacity)]
 
     def metrics(self, rollouts: Sequence[Rollout]) -> dict[str, float]:
