@@ -5,12 +5,13 @@
 #   scripts/tictactoe_gpus.sh start PLAN     # start the plan's jobs in the background (setsid)
 #   scripts/tictactoe_gpus.sh wait SECONDS   # wait until every job ended or SECONDS passed
 #   scripts/tictactoe_gpus.sh collect DIR    # tables, metrics, logs, exact summaries -> DIR/runs.tgz
-#   scripts/tictactoe_gpus.sh ship RUN DIR   # RUN's final model in bfloat16, shards under 15 MB
-#   scripts/tictactoe_gpus.sh best           # the RL run whose final model loses the fewest games
+#   scripts/tictactoe_gpus.sh ship MODEL DIR # a model folder (best's answer) in bfloat16, shards under 15 MB
+#   scripts/tictactoe_gpus.sh summary        # every stage's exact table, kept bests, exact curves
+#   scripts/tictactoe_gpus.sh best           # the RL model (final, or a kept best) losing the fewest games
 #
 # Plans (docs/RESULTS.md says which produced what; the shipped models/tictactoe-tiny is seed 0 of
 # `explore`, variant A, then `rlR` of `replies` (reproduce_tictactoe.sh's two RL phases), then
-# `rlW0` of `wins`):
+# `rlW0` of `wins`, then `rlWT`'s kept best of `points`):
 #   pilot  one GPU: seed 0, short SFT and RL, variants A and B side by side (step times)
 #   pilot2 one GPU: seed 0, full SFT, four conservative RL variants (lr, KL, temperature, opponents)
 #   main   four GPUs: seeds 0, 1, 2 (full SFT) and the weak start (200 teacher games), each with
@@ -189,6 +190,28 @@ case ${1:-} in
     find "$ROOT" \( -name "*.csv" -o -name "*.md" -o -name "*.log" -o -name "*.seconds" -o -name "*.png" \
       -o -name "metadata.json" -o -name "config.json" \) -not -path "*/checkpoints/*" -not -path "*/final/*" \
       | tar czf "$2/runs.tgz" -T - ;;
+  summary)  # every exact table of the plan's stages, the kept bests, and each run's exact curve
+    python3 - "$ROOT" <<'EOF'
+import csv, json, sys
+from pathlib import Path
+root = Path(sys.argv[1])
+for meta in sorted(root.glob("*/eval/*-exact/metadata.json")):
+    exact = json.loads(meta.read_text()).get("exact")
+    name = f"{meta.parents[2].name}/{meta.parent.name.removesuffix('-exact')}"
+    if not exact:
+        print(f"{name}: incomplete")
+        continue
+    r = exact["rates_pct"]
+    print(f"{name}: lost {len(exact['beaten'])}/{exact['games']}, rejected {exact.get('rejected_move_games')}, "
+          f"vs random W {r['random'].get('win', 0):.2f}, vs optimal D {r['optimal'].get('draw', 0):.2f}")
+for kept in sorted(root.glob("*/*/best.json")):
+    print(f"{kept.parent.relative_to(root)} kept: {kept.read_text().strip()}")
+for metrics in sorted(root.glob("*/*/metrics.csv")):
+    rows = [x for x in csv.DictReader(metrics.open()) if x.get("exact/beaten_games")]
+    curve = ", ".join(f"{int(float(x['step']))}:{int(float(x['exact/beaten_games']))}" for x in rows)
+    print(f"{metrics.parent.relative_to(root)} lost games by step: {curve}")
+EOF
+    ;;
   best)  # fewest lost games over the whole tree, then the highest exact win rate vs random
     python3 - "$ROOT" <<'EOF'
 import json, sys
@@ -214,5 +237,5 @@ AutoTokenizer.from_pretrained(src).save_pretrained(dst)
 print(f"shipped {src} -> {dst} (bfloat16)")
 EOF
     ;;
-  *) sed -n 2,16p "$0"; exit 2 ;;
+  *) sed -n 2,17p "$0"; exit 2 ;;
 esac

@@ -116,8 +116,6 @@ class TrainConfig:
     """rollouts scoring below this offer a restart point (with restart_frac > 0)"""
     restart_points: str = "random"
     """which of a rollout's restart points join the buffer: random (one) or all (the turn before its mistake is then always among them)"""
-    keep_best: str | None = None
-    """keep the model of the best evaluation in RUN_DIR/best, e.g. min:exact/beaten_games,max:exact/random/win_pct (later metrics break ties, then the later step); a selection by the evaluation, to be reported as such; None = only final"""
     mask_truncated: bool = False
     """leave truncated rollouts (max_turns, token budget, timeout) out of the loss"""
     minibatches: int = 1
@@ -148,6 +146,8 @@ class TrainConfig:
     """tasks per evaluation set, one rollout each, same seeds at every evaluation"""
     eval_exact: bool = False
     """at every evaluation also play greedily over the env's whole game tree (envs that offer one, e.g. tictactoe): exact rates, no sampling"""
+    keep_best: str | None = None
+    """keep the model of the best evaluation in RUN_DIR/best, e.g. min:exact/beaten_games,max:exact/random/win_pct (later metrics break ties, then the later step); a selection by the evaluation, to be reported as such; None = only final"""
     save_every: int | None = 50
     """checkpoint every N steps (and after the last); None = only after the last"""
     vllm_url: str | None = None
