@@ -210,6 +210,17 @@ def table(results: dict[str, Any]) -> str:
                     if key.startswith("device_ms_attention_") and not key.endswith("_each")
                 )
             )
+        if runs := d.get("runs_with_attention"):
+            lines.append(
+                f"{size} whole runs, ms per decode step (median of alternated rounds): "
+                + ", ".join(
+                    f"{key.removeprefix('ms_per_step_')} {value:.2f} "
+                    f"[{min(runs[key + '_each']):.2f}-{max(runs[key + '_each']):.2f}]"
+                    for key, value in runs.items()
+                    if key.startswith("ms_per_step_") and not key.endswith("_each")
+                )
+                + f" (the step uses {runs.get('in_use', '?')})"
+            )
     return "\n".join(lines)
 
 

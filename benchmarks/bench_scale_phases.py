@@ -112,6 +112,7 @@ def phase_decode(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         out["floor_share"] = out["floor_ms_per_step"] / out["ms_per_step"]
     if lm.static_cache:
         out["step_split"] = step_split(lm, w["games"])
+        out["runs_with_attention"] = runs_with_attention(lm, w, short)
     try:
         out["prefill"] = prefill(lm.model, lm.device, *w["prefill"], peak=peak)
     except Exception as exc:  # e.g. a transformers without logits_to_keep
@@ -139,11 +140,41 @@ def ms_per_step(short: dict[str, Any], run: dict[str, Any]) -> float:
     return 1e3 * (run["seconds"] - short["seconds"]) / max(run["decode_steps"] - short["decode_steps"], 1)
 
 
+def runs_with_attention(lm: Any, w: dict[str, Any], short: dict[str, Any], rounds: int = 3) -> dict[str, Any]:
+    """ms per decode step of whole runs with the step's attention set to `attend` (two matmuls)
+    and to `attend_cudnn` (graphs captured again at each switch, then a warm-up run), alternated
+    `rounds` times: medians and each round's value. A gain in the replayed step must survive a
+    real run (an sdpa layout gained 12% in replays and cost 10x in the run, 2026-11-27)."""
+    from rlvr.clients import local_slots
+
+    decoder = lm.slot_decoder()
+    own, out = decoder.attention, {"in_use": decoder.attention.__name__}
+    fns = {"attend": local_slots.attend, "attend_cudnn": local_slots.attend_cudnn}
+    each: dict[str, list[float]] = {name: [] for name in fns}
+    try:
+        for _ in range(rounds):
+            for name, fn in fns.items():
+                decoder.attention = fn
+                decoder._drop_graphs()
+                timed(lm, w, w["max_tokens"])  # captures this attention's graphs
+                each[name].append(ms_per_step(short, timed(lm, w, w["max_tokens"])))
+    except RuntimeError as exc:  # e.g. no cuDNN sdpa here
+        out["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+    finally:
+        decoder.attention = own
+        decoder._drop_graphs()
+    for name, values in each.items():
+        if values:
+            out[f"ms_per_step_{name}"] = statistics.median(values)
+            out[f"ms_per_step_{name}_each"] = values
+    return out
+
+
 def step_split(lm: Any, rows: int, repeats: int = 30) -> dict[str, float]:
     """Where a decode step's time goes: the captured step alone (forward and sampling, replayed
     back to back: the device's time, no host work between steps; attending over the rows' span
-    as generation does, over the whole buffer as it did before, and over the span with each
-    sdpa candidate of bench_slot_attention in place of `attend`, alternated), its sampling
+    as generation does, over the whole buffer as it did before, and over the span with `attend`
+    and each sdpa candidate of bench_slot_attention as the step's attention, alternated), its sampling
     alone (`draw` on (rows, vocab) float32 logits) and its forward alone (eager). `ms_per_step` less `device_ms`
     is what the host adds per step (reading tokens back, per-row bookkeeping, scheduling)."""
     import torch
@@ -177,17 +208,19 @@ def step_split(lm: Any, rows: int, repeats: int = 30) -> dict[str, float]:
             return decoder.step(*args)
 
     def with_attention(fn: Any) -> float:
-        """The captured step over the span with `local_slots.attend` = fn (graphs captured again)."""
-        real = local_slots.attend
-        local_slots.attend = fn
+        """The captured step over the span with the step's attention = fn (graphs captured again)."""
+        own = decoder.attention
+        decoder.attention = fn
         decoder._drop_graphs()
         try:
             return per_call(lambda: stepped(n, need))
         finally:
-            local_slots.attend = real
+            decoder.attention = own
             decoder._drop_graphs()
 
     from bench_slot_attention import CANDIDATES
+
+    CANDIDATES = {"attend": local_slots.attend, **CANDIDATES}  # the matmuls too: the step may use cuDNN
 
     with torch.inference_mode():
         whole, spanned = [], []

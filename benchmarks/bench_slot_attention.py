@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from rlvr.clients.local_load import attention_backends
-from rlvr.clients.local_slots import attend
+from rlvr.clients.local_slots import attend, attend_cudnn
 
 
 def sdpa_step_layout(
@@ -49,22 +49,9 @@ def sdpa_gqa_heads(
     return out.reshape(n, kv, g, d)
 
 
-def sdpa_gqa_heads_cudnn(
-    q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, bias: torch.Tensor, scaling: float
-) -> torch.Tensor:
-    """`sdpa_gqa_heads` on cuDNN's kernel, whatever backends the caller allows: generation runs
-    under `attention_backends` (no cuDNN), where `enable_gqa` with a mask falls to the math
-    kernel (the memory-efficient one refuses it). cuDNN's plan per new shape is paid once per
-    captured graph, whose shapes are fixed. CUDA only."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-        return sdpa_gqa_heads(q, keys, values, bias, scaling)
-
-
 CANDIDATES = {"sdpa_step_layout": sdpa_step_layout, "sdpa_gqa_heads": sdpa_gqa_heads}
 if torch.cuda.is_available():
-    CANDIDATES["sdpa_gqa_heads_cudnn"] = sdpa_gqa_heads_cudnn
+    CANDIDATES["sdpa_gqa_heads_cudnn"] = attend_cudnn  # the step's attention on CUDA since 2026-11-27
 """The sdpa layouts that could replace `attend` (bench_scale swaps each into the captured step)."""
 
 
