@@ -300,3 +300,17 @@ def test_a_step_attends_over_the_rows_span_not_the_whole_buffer(tiny, monkeypatc
     assert [span_of(decoder, k) for k in (1, 128, 129, 1000, 1024)] == [128, 128, 256, 1024, 1024]
     decoder.length = 4096
     assert [span_of(decoder, k) for k in (1, 513, 4096)] == [512, 1024, 4096]
+
+
+def test_the_step_keeps_the_matmul_attention_where_cudnn_cannot_run(tiny) -> None:
+    """cuDNN's sdpa is used only where a probe runs it and it agrees with `attend`: never on CPU
+    or in float32, and a probe that fails says no rather than raising (the GPU side, where the
+    probe says yes for bf16: tests/test_gpu.py)."""
+    from rlvr.clients import local_slots
+
+    model, _ = tiny
+    decoder = SlotDecoder(model, graphs=False, max_length=64)
+    assert decoder.attention is local_slots.attend  # CPU
+    assert not local_slots.cudnn_attention_works(decoder)
+    decoder.device, decoder.dtype = torch.device("cuda"), torch.bfloat16  # claims a GPU this machine lacks
+    assert not local_slots.cudnn_attention_works(decoder)

@@ -339,20 +339,20 @@ def cudnn_attention_works(decoder: SlotDecoder) -> bool:
     (one small call each, eagerly; any error or disagreement means no)."""
     if decoder.device.type != "cuda" or decoder.dtype not in (torch.bfloat16, torch.float16):
         return False
-    groups = decoder.q_heads // decoder.kv_heads
-    gen = torch.Generator(device=decoder.device).manual_seed(0)
-    shape = (2, decoder.kv_heads, 16, decoder.head_dim)
-    keys, values = (torch.randn(shape, generator=gen, device=decoder.device).to(decoder.dtype) for _ in range(2))
-    q = torch.randn(2, decoder.kv_heads, groups, decoder.head_dim, generator=gen, device=decoder.device)
-    hidden = torch.arange(16, device=decoder.device)[None, :] > torch.tensor([3, 15], device=decoder.device)[:, None]
-    bias = torch.zeros(hidden.shape, device=decoder.device).masked_fill(hidden, float("-inf"))[:, None, None, :]
-    scaling = decoder.head_dim**-0.5
+    groups, dev = decoder.q_heads // decoder.kv_heads, decoder.device
     try:
+        gen = torch.Generator(device=dev).manual_seed(0)
+        shape = (2, decoder.kv_heads, 16, decoder.head_dim)
+        keys, values = (torch.randn(shape, generator=gen, device=dev).to(decoder.dtype) for _ in range(2))
+        q = torch.randn(2, decoder.kv_heads, groups, decoder.head_dim, generator=gen, device=dev)
+        hidden = torch.arange(16, device=dev)[None, :] > torch.tensor([3, 15], device=dev)[:, None]
+        bias = torch.zeros(hidden.shape, device=dev).masked_fill(hidden, float("-inf"))[:, None, None, :]
+        scaling = decoder.head_dim**-0.5
         with torch.no_grad():
             got = attend_cudnn(q, keys, values, bias, scaling).float()
             want = attend(q.to(decoder.dtype), keys, values, bias, scaling).float()
         return bool(torch.allclose(got, want, atol=3e-2, rtol=3e-2))
-    except RuntimeError:  # no cuDNN sdpa for these shapes, dtype or GPU
+    except RuntimeError:  # no cuDNN sdpa for these shapes, dtype or GPU (or no CUDA at all)
         return False
 
 
