@@ -35,7 +35,7 @@ OPENING_HISTORY=${OPENING_HISTORY:-false}   # true: such starts are shown as the
 RANDOM_REPLIES=${RANDOM_REPLIES:-0}   # the opponent's first k <= this moves are random, then p and traps
 RESTART_FRAC=${RESTART_FRAC:-0}   # share of each RL batch that replays a training game lost (scored below
 RESTART_BELOW=${RESTART_BELOW:-0.5}   # RESTART_BELOW) from before one of its moves (rlvr train --restart-frac)
-RESTART_POINTS=${RESTART_POINTS:-random}   # restart from one later move drawn at random, or from all of them
+RESTART_POINTS=${RESTART_POINTS:-random}   # restart from one later move drawn at random, all of them, or backtrack
 KEEP_BEST=${KEEP_BEST:-}   # e.g. min:exact/beaten_games: also keep RUN/best, evaluated as stage RUN.best (a selection)
 RL_EXTRA=${RL_EXTRA:-}   # more `rlvr train` flags for the RL phases, e.g. "--kl-coef 0.05"
 EXACT=${EXACT:-1}   # 0: no exact evaluation (the smoke scale, where a barely trained model is slow to walk)

@@ -355,6 +355,13 @@ def test_restarts_take_their_share_of_the_batch_and_resume_exactly(tiny, tmp_pat
     assert differ == [[], []]
 
 
+def test_backtrack_restarts_reach_the_trainer(tiny, tmp_path) -> None:
+    cfg = config(tiny, tmp_path / "run", steps=3, restart_frac=0.5, restart_below=1.0, restart_points="backtrack")
+    steps = grpo.train(cfg, make_env=RestartableEnv, quiet=True, plots=False)
+    assert [m["restart/tasks"] for m in steps] == [0.0, 1.0, 1.0]
+    assert [m["restart/backtracked"] for m in steps] == [0.0, 0.0, 0.0]  # one point an episode: none earlier
+
+
 class BrokenRestartEnv(RestartableEnv):
     def restart_tasks(self, task, rollout):
         raise KeyError("board")

@@ -83,3 +83,58 @@ def test_restart_points_random_keeps_one_all_keeps_every_one(points: str, kept: 
 def test_unknown_restart_points_are_refused() -> None:
     with pytest.raises(Exception, match="restart_points"):
         Restarts(TwoPoints(), frac=0.5, below=0.5, tasks_per_batch=4, seed=0, points="first")
+
+
+class ThreePoints(Echo):
+    """Three restart points in the episode's order, each its own conversation."""
+
+    def restart_tasks(self, task, rollout):
+        text = rollout.completion[0]["content"]
+        return [
+            Task(id=f"{task.id}@{n}", prompt=({"role": "user", "content": f"{text} point {n}"},)) for n in (1, 2, 3)
+        ]
+
+
+def group(task_id: str, rewards: list[float], error: str | None = None) -> list[Rollout]:
+    return [rollout(task_id, "restart", r, error=error if i == 0 else None) for i, r in enumerate(rewards)]
+
+
+def test_backtrack_restarts_move_one_turn_earlier_while_the_whole_group_fails() -> None:
+    tasks = [Task(id="t0", question="q"), Task(id="t1", question="q")]
+    r = Restarts(ThreePoints(), frac=0.5, below=0.5, tasks_per_batch=2, seed=0, points="backtrack")  # 1 a batch
+    r.add([rollout("t0", "lost", 0.0)], tasks, step=0)
+    assert [t.prompt[0]["content"] for t in r.buffer] == ["lost point 3"]  # the last point only
+    first = r.fill(tasks, step=1)
+    (played,) = r.played
+    assert played.startswith("t0~r") and played in {t.id for t in first}
+    r.add(group(played, [0.0, 0.0, 0.2]), first, step=1)  # every continuation lost: one turn earlier
+    assert [t.prompt[0]["content"] for t in r.buffer] == ["lost point 2"] and r.backtracked == 1
+    assert r.metrics(group(played, [0.0]))["restart/backtracked"] == 1.0
+    second = r.fill(tasks, step=2)
+    (again,) = r.played
+    r.add(group(again, [0.0, 1.0, 0.0]), second, step=2)  # one did better: the mistake is here, stop
+    assert r.buffer == [] and r.earlier == {} and r.backtracked == 0
+
+
+def test_backtrack_stops_at_the_first_point_and_after_a_failed_rollout() -> None:
+    tasks = [Task(id="t0", question="q"), Task(id="t1", question="q")]
+    r = Restarts(ThreePoints(), frac=0.5, below=0.5, tasks_per_batch=2, seed=0, points="backtrack")
+    r.add([rollout("t0", "lost", 0.0), rollout("t1", "other", 0.0)], tasks, step=0)
+    assert len(r.buffer) == 2 and len(r.earlier) == 2
+    saved = r.state_dict()  # the earlier points travel with the buffer (a checkpoint)
+    again = Restarts(ThreePoints(), frac=0.5, below=0.5, tasks_per_batch=2, seed=0, points="backtrack")
+    again.load_state_dict(saved)
+    assert again.earlier == r.earlier and again.buffer == r.buffer
+    batch = r.fill(tasks, step=1)
+    (played,) = r.played
+    r.add(group(played, [0.0, 0.0], error="TimeoutError: x"), batch, step=1)  # a failure proves nothing
+    assert r.backtracked == 0 and played not in r.earlier
+    seen = []
+    for step in range(2, 6):  # the other restart: back through points 2 and 1, then no earlier turn
+        batch = r.fill(tasks, step=step)
+        if not r.played:
+            break
+        (played,) = r.played
+        seen += [t.prompt[0]["content"].split(" point ")[1] for t in batch if t.id == played]
+        r.add(group(played, [0.0, 0.0]), batch, step=step)
+    assert seen == ["3", "2", "1"] and r.buffer == [] and r.earlier == {}

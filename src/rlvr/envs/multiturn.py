@@ -211,8 +211,9 @@ class MultiTurnEnv(Generic[S]):
     def restart_tasks(self, task: Task, rollout: Rollout) -> list[Task]:
         """Tasks that play `rollout`'s episode (of `task`) again from one of its later model
         turns: the prompt is the conversation up to that turn, the env's state at that point
-        is in the task (the trainer's `restart_frac`, `rlvr.train.restarts`). [] = this env
-        cannot restart its episodes (the default)."""
+        is in the task (the trainer's `restart_frac`, `rlvr.train.restarts`), in the order of
+        the episode's turns (`restart_points = "backtrack"` relies on it). [] = this env cannot
+        restart its episodes (the default)."""
         return []
 
     # ---- optional: a mixture of environments --------------------------------------------

@@ -28,7 +28,7 @@ from rlvr.train.loss_specs import SPECS, LossSpec
 WEIGHT_SYNCS = ("lora", "ipc", "nccl")
 """How weights reach a vLLM server (`rlvr.train.weight_sync`)."""
 SHARDINGS = ("ddp", "fsdp")
-RESTART_POINTS = ("random", "all")
+RESTART_POINTS = ("random", "all", "backtrack")
 """Which restart points of a low-scoring rollout join the buffer (`rlvr.train.restarts`)."""
 CHOICES: dict[str, tuple[str, ...]] = {
     "loss": tuple(SPECS),
@@ -115,7 +115,7 @@ class TrainConfig:
     restart_below: float = 1.0
     """rollouts scoring below this offer a restart point (with restart_frac > 0)"""
     restart_points: str = "random"
-    """which of a rollout's restart points join the buffer: random (one) or all (the turn before its mistake is then always among them)"""
+    """which of a rollout's restart points join the buffer: random (one), all (the turn before its mistake is then always among them), or backtrack (the last; one turn earlier each time a restart's whole group scores below restart_below again)"""
     mask_truncated: bool = False
     """leave truncated rollouts (max_turns, token budget, timeout) out of the loss"""
     minibatches: int = 1

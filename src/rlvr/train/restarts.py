@@ -17,7 +17,12 @@ episodes, so nothing is hand-labelled.
 One point drawn at random often lies after the mistake, where every continuation loses and
 the group carries no gradient; "all" always includes the turn before the mistake, at the cost
 of playing the others too (without knowing which turn was the mistake: that would need an
-evaluator, and training must not learn from one).
+evaluator, and training must not learn from one). "backtrack" lets the groups find it: a
+rollout offers its last restart point, and when a restart's whole group scores below
+`restart_below` again (every continuation from there failed, so the mistake came earlier), the
+point one model turn earlier joins the buffer, and so on back to the episode's second turn; a
+group where some continuation did better stops there, at a turn whose group has a reward spread.
+Restarts' own rollouts offer nothing else in that mode.
 """
 
 from __future__ import annotations
@@ -56,8 +61,8 @@ class Restarts:
                 f"restart_frac = {frac}: environment {type(env).__name__} cannot restart its episodes "
                 "(it does not define restart_tasks); set restart_frac = 0"
             )
-        if points not in ("random", "all"):
-            raise UsageError(f"unknown restart_points {points!r}; expected random or all")
+        if points not in ("random", "all", "backtrack"):
+            raise UsageError(f"unknown restart_points {points!r}; expected random, all or backtrack")
         self.env, self.below, self.seed, self.points = env, below, seed, points
         self.per_batch = round(frac * tasks_per_batch) if frac > 0 else 0
         if frac > 0 and self.per_batch == 0:
@@ -72,6 +77,10 @@ class Restarts:
         self.warned = False
         self.played: set[str] = set()
         """Ids of the restarts in the batch `fill` made last (to score them apart)."""
+        self.earlier: dict[str, list[Task]] = {}
+        """backtrack: each waiting or just played restart's earlier points, oldest first"""
+        self.backtracked = 0
+        """backtrack: restarts queued one turn earlier by the last `add`"""
 
     @property
     def active(self) -> bool:
@@ -98,10 +107,14 @@ class Restarts:
         by_id = {t.id: t for t in tasks}
         rng = random.Random(mix_seed(self.seed, step, 0xADD))
         known = {_key(t) for t in self.buffer}
+        if self.points == "backtrack":
+            self._backtrack(rollouts, known)
         for rollout in rollouts:
             task = by_id.get(rollout.task_id)
             if task is None or rollout.error is not None or not rollout.reward < self.below:
                 continue
+            if self.points == "backtrack" and rollout.task_id in self.played:
+                continue  # a restart's group speaks through _backtrack
             try:
                 options = self.env.restart_tasks(task, rollout)
             except Exception as exc:  # an env's bug costs its restarts, not the run
@@ -113,14 +126,42 @@ class Restarts:
                 continue
             if not options:
                 continue
+            if self.points == "backtrack":
+                self._push(options[-1], task.id, known, earlier=options[:-1])
+                continue
             for pick in options if self.points == "all" else [rng.choice(options)]:
-                key = _key(pick)
-                if key in known:
-                    continue
-                known.add(key)
-                self.serial += 1
-                self.buffer.append(dataclasses.replace(pick, id=f"{_root(task.id)}{SEP}{self.serial}"))
+                self._push(pick, task.id, known)
         del self.buffer[: max(0, len(self.buffer) - self.capacity)]
+        if self.earlier:  # keep the earlier points of waiting restarts only
+            waiting = {t.id for t in self.buffer}
+            self.earlier = {k: v for k, v in self.earlier.items() if k in waiting}
+
+    def _push(self, pick: Task, of: str, known: set[str], earlier: list[Task] | None = None) -> None:
+        """Queue `pick` (a restart point of task `of`) under a new id, unless the buffer holds
+        the same conversation."""
+        key = _key(pick)
+        if key in known:
+            return
+        known.add(key)
+        self.serial += 1
+        restart = dataclasses.replace(pick, id=f"{_root(of)}{SEP}{self.serial}")
+        self.buffer.append(restart)
+        if earlier:
+            self.earlier[restart.id] = list(earlier)
+
+    def _backtrack(self, rollouts: Sequence[Rollout], known: set[str]) -> None:
+        """Each restart just played whose every rollout scored below `below` (none failed)
+        queues its point one model turn earlier, if the episode has one."""
+        groups: dict[str, list[Rollout]] = {}
+        for rollout in rollouts:
+            if rollout.task_id in self.played:
+                groups.setdefault(rollout.task_id, []).append(rollout)
+        self.backtracked = 0
+        for task_id, group in groups.items():
+            earlier = self.earlier.pop(task_id, [])
+            if earlier and all(r.error is None and r.reward < self.below for r in group):
+                self._push(earlier[-1], task_id, known, earlier=earlier[:-1])
+                self.backtracked += 1
 
     def metrics(self, rollouts: Sequence[Rollout]) -> dict[str, float]:
         """restart/tasks (restarts in this batch), restart/buffer (waiting), restart/reward
@@ -128,6 +169,8 @@ class Restarts:
         if not self.active:
             return {}
         out = {"restart/tasks": float(len(self.played)), "restart/buffer": float(len(self.buffer))}
+        if self.points == "backtrack":
+            out["restart/backtracked"] = float(self.backtracked)
         scores = [r.reward for r in rollouts if r.task_id in self.played and r.error is None]
         if scores:
             out["restart/reward"] = sum(scores) / len(scores)
@@ -135,13 +178,15 @@ class Restarts:
 
     def state_dict(self) -> dict[str, Any]:
         """The buffer and the serial number, in plain types (for a checkpoint)."""
-        return {"serial": self.serial, "buffer": [t.to_dict() for t in self.buffer]}
+        earlier = {k: [t.to_dict() for t in v] for k, v in self.earlier.items()}
+        return {"serial": self.serial, "buffer": [t.to_dict() for t in self.buffer], "earlier": earlier}
 
     def load_state_dict(self, state: dict[str, Any] | None) -> None:
         if not state:  # a checkpoint from before restarts, or from a run without them
             return
         self.serial = int(state["serial"])
         self.buffer = [Task.from_dict(t) for t in state["buffer"]]
+        self.earlier = {k: [Task.from_dict(t) for t in v] for k, v in state.get("earlier", {}).items()}
 
 
 def _key(task: Task) -> str:
