@@ -84,6 +84,10 @@ start() {
   mkdir -p "$ROOT"
   export RL2_STEPS=${RL2_STEPS:-0}  # the plans ran one RL phase from SFT (reproduce_tictactoe.sh runs two)
   local plain="TRAP_PROB=0.0 OPENING_PLIES=0"  # the plans before traps and random starts
+  # rlS5's recipe (random replies, then p = 0, traps, half of each batch restarts of lost games),
+  # the best exact evaluation kept (RUN.best, a selection): plans points and backtrack
+  local restarts5="TRAP_PROB=1.0 OPENING_PLIES=0 RANDOM_REPLIES=4 RL_LR=2e-5 EVAL_EVERY=25 RL_MAX_P=0.0 BUCKETS=1"
+  restarts5="$restarts5 RESTART_FRAC=0.5 KEEP_BEST=min:exact/beaten_games,max:exact/random/win_pct MICRO=32"
   case $1 in
     pilot)  # one GPU: a short SFT, the env's reward vs loss_reward = -1
       job 0 s0 "SEED=0 SFT_STEPS=300 RL_STEPS=20 EVAL_EVERY=10 RL_LR=3e-5 $plain" "rl" "rlB LOSS_REWARD=-1.0" ;;
@@ -155,8 +159,7 @@ start() {
     points)  # rlS5 with every restart point of a lost game (not one drawn at random) and the best
       # evaluation kept beside the last (RUN.best, a selection); constant lr (rlP) and cosine (rlPc)
       export FIRST_STAGES=sft LAST_STAGES=""
-      local r="TRAP_PROB=1.0 OPENING_PLIES=0 RANDOM_REPLIES=4 RL_LR=2e-5 EVAL_EVERY=25 RL_MAX_P=0.0 BUCKETS=1"
-      r="$r RESTART_FRAC=0.5 RESTART_POINTS=all KEEP_BEST=min:exact/beaten_games,max:exact/random/win_pct MICRO=32"
+      local r="$restarts5 RESTART_POINTS=all"
       for seed in ${SEEDS-0 1 2}; do
         job "$seed" "s$seed" "SEED=$seed RL_STEPS=${RL_STEPS:-250} $r" "rlP" "rlPc RL_EXTRA=--lr-schedule=cosine"
       done
@@ -171,8 +174,7 @@ start() {
     backtrack)  # not run yet: restarts that walk back from a lost game's last move while the whole
       # group loses again (rlK), beside plan points' rlP (every later move) from the same SFT
       export FIRST_STAGES=sft LAST_STAGES=""
-      local r="TRAP_PROB=1.0 OPENING_PLIES=0 RANDOM_REPLIES=4 RL_LR=2e-5 EVAL_EVERY=25 RL_MAX_P=0.0 BUCKETS=1"
-      r="$r RESTART_FRAC=0.5 KEEP_BEST=min:exact/beaten_games,max:exact/random/win_pct MICRO=32"
+      local r="$restarts5"
       for seed in ${SEEDS-0 1 2}; do
         job "$seed" "s$seed" "SEED=$seed RL_STEPS=${RL_STEPS:-300} $r" "rlK RESTART_POINTS=backtrack" "rlP RESTART_POINTS=all"
       done
