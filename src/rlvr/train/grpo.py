@@ -230,8 +230,17 @@ def train(
         def evaluate_and_log(step: int) -> None:
             with full_weights(model):  # sharded: gathered whole (rank 0's exact evaluation too)
                 metrics = play_and_log(step)
-            best = keep is not None and metrics is not None and keep.better(metrics)
-            if cfg.keep_best and dist.max(int(best)):  # every rank: a sharded model's weights gather
+            if not cfg.keep_best:
+                return
+            best, problem = False, None
+            if keep is not None and metrics is not None:  # rank 0
+                try:
+                    best = keep.better(metrics)
+                except UsageError as exc:  # e.g. a metric no evaluation logs
+                    problem = exc
+            if dist.max(int(problem is not None)):  # every rank stops, none waits on the others
+                raise problem or UsageError("keep_best failed on process 0 (its error says why)")
+            if dist.max(int(best)):  # every rank: a sharded model's weights gather
                 weights = full_state_dict(model)
                 if keep is not None and metrics is not None:
                     export_final(model, tokenizer, run_dir / "best", state_dict=weights)
