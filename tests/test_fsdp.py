@@ -34,7 +34,9 @@ def test_fsdp_on_two_processes_matches_one_process_and_resumes(tmp_path) -> None
     # one process (nothing to shard: the plain model), 3 steps
     run(alone(script, str(model), str(one), str(tmp_path / "one.json"), SHARDED), tmp_path)
     # two processes, sharded: 2 steps, then a second launch resumes from the step-2 checkpoint
-    two_steps = json.dumps({**json.loads(SHARDED), "steps": 2})
+    # (with keep_best: a kept model gathers the sharded weights on every process)
+    best = {**json.loads(SHARDED), "keep_best": "max:eval/default/reward/mean"}
+    two_steps = json.dumps({**best, "steps": 2})
     run(torchrun(script, str(model), str(two), str(tmp_path / "a.json"), two_steps), tmp_path)
     assert sorted(p.name for p in (two / "checkpoints" / "step_000002").iterdir()) == [
         "model",
@@ -42,7 +44,7 @@ def test_fsdp_on_two_processes_matches_one_process_and_resumes(tmp_path) -> None
         "rng_rank1.pt",
         "trainer.pt",
     ]
-    run(torchrun(script, str(model), str(two), str(tmp_path / "b.json"), SHARDED, "resume"), tmp_path)
+    run(torchrun(script, str(model), str(two), str(tmp_path / "b.json"), json.dumps(best), "resume"), tmp_path)
 
     reference = json.loads((tmp_path / "one.json").read_text())
     sharded = json.loads((tmp_path / "a.json").read_text()) + json.loads((tmp_path / "b.json").read_text())
@@ -58,6 +60,8 @@ def test_fsdp_on_two_processes_matches_one_process_and_resumes(tmp_path) -> None
     gap = torch.cat([(got[k] - ref[k]).flatten() for k in ref])
     assert moved.norm() > 0.1
     assert gap.norm() / moved.norm() < 0.02, float(gap.norm() / moved.norm())
+    kept = json.loads((two / "best.json").read_text())
+    assert kept["step"] in (0, 2, 3) and sorted(_weights(two / "best")) == sorted(ref)
 
 
 def test_fsdp_refuses_lora() -> None:
