@@ -220,15 +220,15 @@ def step_split(lm: Any, rows: int, repeats: int = 30) -> dict[str, float]:
 
     from bench_slot_attention import CANDIDATES
 
-    CANDIDATES = {"attend": local_slots.attend, **CANDIDATES}  # the matmuls too: the step may use cuDNN
+    swaps = {"attend": local_slots.attend, **CANDIDATES}  # the matmuls too: the step may use cuDNN
 
     with torch.inference_mode():
         whole, spanned = [], []
-        swapped: dict[str, list[float]] = {name: [] for name in CANDIDATES}
+        swapped: dict[str, list[float]] = {name: [] for name in swaps}
         for _ in range(3):  # alternated: over the whole buffer, over the rows' span, and the span
             whole.append(per_call(lambda: stepped(n)))  # with each sdpa candidate swapped in
             spanned.append(per_call(lambda: stepped(n, need)))
-            for name, fn in CANDIDATES.items():
+            for name, fn in swaps.items():
                 swapped[name].append(with_attention(fn))
         split = {
             "rows": float(n),

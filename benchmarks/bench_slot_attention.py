@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from rlvr.clients.local_load import attention_backends
-from rlvr.clients.local_slots import attend, attend_cudnn
+from rlvr.clients.local_slots import attend, attend_cudnn, step_bias
 
 
 def sdpa_step_layout(
@@ -51,15 +51,8 @@ def sdpa_gqa_heads(
 
 CANDIDATES = {"sdpa_step_layout": sdpa_step_layout, "sdpa_gqa_heads": sdpa_gqa_heads}
 if torch.cuda.is_available():
-    CANDIDATES["sdpa_gqa_heads_cudnn"] = attend_cudnn  # the step's attention on CUDA since 2026-11-27
+    CANDIDATES["attend_cudnn"] = attend_cudnn  # sdpa_gqa_heads on cuDNN: the step's attention on CUDA
 """The sdpa layouts that could replace `attend` (bench_scale swaps each into the captured step)."""
-
-
-def step_mask(pos: torch.Tensor, span: int) -> torch.Tensor:
-    """The step's additive mask as `SlotDecoder.forward` builds it: (n, 1, 1, span), float32,
-    0 up to each row's position and -inf after."""
-    after = torch.arange(span, device=pos.device)[None, :] > pos[:, None]
-    return torch.zeros(after.shape, device=pos.device).masked_fill(after, float("-inf"))[:, None, None, :]
 
 
 def main() -> None:
@@ -80,7 +73,7 @@ def main() -> None:
     keys = torch.randn(n, kv, L, d, device=dev, dtype=dt, generator=gen)
     values = torch.randn(n, kv, L, d, device=dev, dtype=dt, generator=gen)
     pos = torch.randint(L // 4, L, (n,), device=dev, generator=gen)
-    bias = step_mask(pos, L)
+    bias = step_bias(pos, L)
     scaling = d**-0.5
     base_name = "attend (matmuls)"
     variants: dict[str, Any] = {base_name: lambda: attend(q, keys, values, bias, scaling)}

@@ -430,3 +430,11 @@ def test_keep_best_ties_go_to_the_later_step_and_nan_is_never_best(tmp_path) -> 
     assert not keep.better({"exact/beaten_games": math.nan, "exact/random/win_pct": 99.0})
     assert KeepBest(" min:exact/beaten_games , max:exact/random/win_pct", tmp_path).best == (3.0, -90.0)  # reloaded
     assert KeepBest("min:exact/beaten_games", tmp_path).best is None  # another ordering starts afresh
+    for broken in (
+        '{"keep_best": "min:exact/beaten_games,max:exact/random/win_pct", "metr',
+        "[1, 2]",
+        '{"keep_best": "min:exact/beaten_games,max:exact/random/win_pct", "metrics": {"exact/beaten_games": "x"}}',
+    ):
+        (tmp_path / "best.json").write_text(broken)  # cut short, not a record, a hostile value
+        with pytest.raises(UsageError, match="is not a keep_best record"):
+            KeepBest("min:exact/beaten_games,max:exact/random/win_pct", tmp_path)

@@ -138,3 +138,13 @@ def test_backtrack_stops_at_the_first_point_and_after_a_failed_rollout() -> None
         seen += [t.prompt[0]["content"].split(" point ")[1] for t in batch if t.id == played]
         r.add(group(played, [0.0, 0.0]), batch, step=step)
     assert seen == ["3", "2", "1"] and r.buffer == [] and r.earlier == {}
+
+
+def test_a_nan_score_stops_a_backtrack() -> None:
+    tasks = [Task(id="t0", question="q"), Task(id="t1", question="q")]
+    r = Restarts(ThreePoints(), frac=0.5, below=0.5, tasks_per_batch=2, seed=0, points="backtrack")
+    r.add([rollout("t0", "lost", 0.0)], tasks, step=0)
+    batch = r.fill(tasks, step=1)
+    (played,) = r.played
+    r.add(group(played, [0.0, math.nan]), batch, step=1)  # NaN is not "below": nothing says it failed
+    assert r.backtracked == 0 and r.buffer == [] and r.earlier == {}

@@ -53,6 +53,7 @@ import warnings
 from typing import Any
 
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from rlvr.clients.local_batch import Batch, Decoding, GenerationStats, Request, _layers
 from rlvr.clients.local_load import base_model
@@ -281,10 +282,7 @@ class SlotDecoder:
         rows = torch.arange(n, device=self.device)
         x = self.core.embed_tokens(tokens[:, None])  # (n, 1, hidden)
         cos, sin = self.core.rotary_emb(x, pos[:, None])
-        # (n, 1, 1, span): 0 where a position is written, -inf after it (added to the scores)
-        bias = torch.arange(span, device=self.device)[None, :] > pos[:, None]
-        bias = torch.zeros(bias.shape, device=self.device).masked_fill(bias, float("-inf"))
-        bias = bias[:, None, None, :]
+        bias = step_bias(pos, span)  # (n, 1, 1, span)
         groups = self.q_heads // self.kv_heads
         for i, layer in enumerate(self.core.layers):
             attn = layer.self_attn
@@ -306,6 +304,18 @@ class SlotDecoder:
         return self.head(_rms_norm(self.core.norm, x)[:, 0]).float()
 
 
+def step_bias(pos: torch.Tensor, span: int) -> torch.Tensor:
+    """The decode step's additive attention mask, (n, 1, 1, span) float32: 0 at the positions a
+    row has written (<= its `pos`), -inf after. Every row sees position 0, so no row is masked
+    entirely (a free slot's clamped `pos` may pass the span: it then sees all).
+
+    >>> step_bias(torch.tensor([0, 2]), 4)[:, 0, 0].tolist()
+    [[0.0, -inf, -inf, -inf], [0.0, 0.0, 0.0, -inf]]
+    """
+    after = torch.arange(span, device=pos.device)[None, :] > pos[:, None]
+    return torch.zeros(after.shape, device=pos.device).masked_fill(after, float("-inf"))[:, None, None, :]
+
+
 def attend(
     q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, bias: torch.Tensor, scaling: float
 ) -> torch.Tensor:
@@ -323,8 +333,6 @@ def attend_cudnn(
     (`enable_gqa`), whatever backends the caller allows. CUDA, bfloat16 or float16 only (see
     `cudnn_attention_works`). A new shape costs cuDNN a plan once; a captured graph's shapes
     are fixed."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
     n, kv, g, d = q.shape
     q = q.to(values.dtype).reshape(n, kv * g, 1, d)  # under autocast, rotary leaves q in float32
     with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
@@ -345,8 +353,7 @@ def cudnn_attention_works(decoder: SlotDecoder) -> bool:
         shape = (2, decoder.kv_heads, 16, decoder.head_dim)
         keys, values = (torch.randn(shape, generator=gen, device=dev).to(decoder.dtype) for _ in range(2))
         q = torch.randn(2, decoder.kv_heads, groups, decoder.head_dim, generator=gen, device=dev)
-        hidden = torch.arange(16, device=dev)[None, :] > torch.tensor([3, 15], device=dev)[:, None]
-        bias = torch.zeros(hidden.shape, device=dev).masked_fill(hidden, float("-inf"))[:, None, None, :]
+        bias = step_bias(torch.tensor([3, 15], device=dev), 16)
         scaling = decoder.head_dim**-0.5
         with torch.no_grad():
             got = attend_cudnn(q, keys, values, bias, scaling).float()

@@ -48,25 +48,33 @@ class KeepBest:
         self.path = run_dir / FILE
         self.best: tuple[float, ...] | None = None
         if self.path.exists():
-            saved = json.loads(self.path.read_text(encoding="utf-8"))
-            if saved.get("keep_best") == self.spec:  # the same ordering: continue it
-                self.best = tuple(sign * saved["metrics"][name] for sign, name in self.order)
+            try:
+                saved = json.loads(self.path.read_text(encoding="utf-8"))
+                if saved.get("keep_best") == self.spec:  # the same ordering: continue it
+                    self.best = self.key(saved["metrics"])
+            except (ValueError, KeyError, TypeError, AttributeError, UsageError) as exc:
+                raise UsageError(
+                    f"{self.path} is not a keep_best record ({type(exc).__name__}: {exc}); "
+                    "remove it to start the comparison afresh"
+                ) from None
 
-    def better(self, metrics: Mapping[str, float]) -> bool:
-        """Whether `metrics` are at least as good as the best so far (a NaN never is)."""
+    def key(self, metrics: Mapping[str, float]) -> tuple[float, ...]:
+        """`metrics` in comparison order, each signed so that lower is better."""
         missing = [name for _, name in self.order if name not in metrics]
         if missing:
             raise UsageError(
                 f"keep_best: no evaluation metric {', '.join(missing)}; this run's are: {', '.join(sorted(metrics))}"
             )
-        key = tuple(sign * float(metrics[name]) for sign, name in self.order)
-        if any(math.isnan(k) for k in key):
-            return False
-        return self.best is None or key <= self.best
+        return tuple(sign * float(metrics[name]) for sign, name in self.order)
+
+    def better(self, metrics: Mapping[str, float]) -> bool:
+        """Whether `metrics` are at least as good as the best so far (a NaN never is)."""
+        key = self.key(metrics)
+        return not any(math.isnan(k) for k in key) and (self.best is None or key <= self.best)
 
     def record(self, step: int, metrics: Mapping[str, float]) -> None:
         """Take `metrics` (of the model just saved to RUN_DIR/best) as the best."""
-        self.best = tuple(sign * float(metrics[name]) for sign, name in self.order)
+        self.best = self.key(metrics)
         text = json.dumps(
             {"keep_best": self.spec, "step": step, "metrics": {n: float(metrics[n]) for _, n in self.order}}
         )

@@ -22,6 +22,7 @@ from typing import Any
 
 from rlvr.errors import UsageError
 from rlvr.train import fields
+from rlvr.train.best import parse as parse_keep_best
 from rlvr.train.fields import LR_SCHEDULES, LoraSpec
 from rlvr.train.loss_specs import SPECS, LossSpec
 
@@ -381,9 +382,7 @@ def _check_values(c: TrainConfig) -> None:
     need(0 <= c.restart_frac < 1, f"restart_frac must be in [0, 1) (0 = no restarts), got {c.restart_frac}")
     need(math.isfinite(c.restart_below), f"restart_below must be a finite number, got {c.restart_below}")
     if c.keep_best is not None:
-        from rlvr.train.best import parse
-
-        parse(c.keep_best)  # a UsageError names the expected form
+        parse_keep_best(c.keep_best)  # a UsageError names the expected form
         need(c.eval_every is not None, "keep_best needs evaluations: set eval_every")
     need(c.lora_rank >= 0, f"lora_rank must be >= 0 (0 = full fine-tuning), got {c.lora_rank}")
     need(c.lora_alpha is None or c.lora_alpha > 0, f"lora_alpha must be > 0 or None, got {c.lora_alpha}")

@@ -230,8 +230,11 @@ def train(
         def evaluate_and_log(step: int) -> None:
             with full_weights(model):  # sharded: gathered whole (rank 0's exact evaluation too)
                 metrics = play_and_log(step)
-            if not cfg.keep_best:
-                return
+            if cfg.keep_best:
+                keep_if_best(step, metrics)
+
+        def keep_if_best(step: int, metrics: dict[str, float] | None) -> None:
+            """Every rank: export the model to RUN_DIR/best when rank 0 finds `metrics` best."""
             best, problem = False, None
             if keep is not None and metrics is not None:  # rank 0
                 try:
@@ -242,7 +245,7 @@ def train(
                 raise problem or UsageError("keep_best failed on process 0 (its error says why)")
             if dist.max(int(best)):  # every rank: a sharded model's weights gather
                 weights = full_state_dict(model)
-                if keep is not None and metrics is not None:
+                if keep is not None and metrics is not None:  # rank 0, which found it best
                     export_final(model, tokenizer, run_dir / "best", state_dict=weights)
                     keep.record(step, metrics)
 

@@ -37,6 +37,7 @@ from typing import Any
 from rlvr.envs.multiturn import MultiTurnEnv
 from rlvr.errors import UsageError
 from rlvr.seeding import mix_seed
+from rlvr.train.config import RESTART_POINTS
 from rlvr.types import Rollout, Task
 
 SEP = "~r"
@@ -61,8 +62,8 @@ class Restarts:
                 f"restart_frac = {frac}: environment {type(env).__name__} cannot restart its episodes "
                 "(it does not define restart_tasks); set restart_frac = 0"
             )
-        if points not in ("random", "all", "backtrack"):
-            raise UsageError(f"unknown restart_points {points!r}; expected random, all or backtrack")
+        if points not in RESTART_POINTS:
+            raise UsageError(f"unknown restart_points {points!r}; expected one of {', '.join(RESTART_POINTS)}")
         self.env, self.below, self.seed, self.points = env, below, seed, points
         self.per_batch = round(frac * tasks_per_batch) if frac > 0 else 0
         if frac > 0 and self.per_batch == 0:
