@@ -221,8 +221,8 @@ for meta in sorted(root.glob("*/eval/*-exact/metadata.json")):
     r = exact["rates_pct"]
     print(f"{name}: lost {len(exact['beaten'])}/{exact['games']}, rejected {exact.get('rejected_move_games')}, "
           f"vs random W {r['random'].get('win', 0):.2f}, vs optimal D {r['optimal'].get('draw', 0):.2f}")
-for kept in sorted(root.glob("*/*/best.json")):
-    print(f"{kept.parent.relative_to(root)} kept: {kept.read_text().strip()}")
+for kept in sorted(root.glob("*/*/best/keep_best.json")):
+    print(f"{kept.parent.parent.relative_to(root)} kept: {kept.read_text().strip()}")
 for metrics in sorted(root.glob("*/*/metrics.csv")):
     rows = [x for x in csv.DictReader(metrics.open()) if x.get("exact/beaten_games")]
     curve = ", ".join(f"{int(float(x['step']))}:{int(float(x['exact/beaten_games']))}" for x in rows)

@@ -394,7 +394,7 @@ def test_keep_best_keeps_the_model_of_the_best_evaluation_and_resumes_the_compar
     scores = [(float(r[metric]), int(float(r["step"]))) for r in rows if r.get(metric)]
     assert len(scores) == 5  # steps 0-4
     want = max(scores)  # the highest score, and of equal ones the later step
-    best = json.loads((tmp_path / "run" / "best.json").read_text())
+    best = json.loads((tmp_path / "run" / "best" / "keep_best.json").read_text())
     assert (best["metrics"][metric], best["step"]) == want
     assert transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "run" / "best") is not None
     # a resumed run with more steps compares against the saved best, not from scratch
@@ -404,7 +404,7 @@ def test_keep_best_keeps_the_model_of_the_best_evaluation_and_resumes_the_compar
     )
     rows = list(csv.DictReader((tmp_path / "run" / "metrics.csv").read_text().splitlines()))
     scores = [(float(r[metric]), int(float(r["step"]))) for r in rows if r.get(metric)]
-    again = json.loads((tmp_path / "run" / "best.json").read_text())
+    again = json.loads((tmp_path / "run" / "best" / "keep_best.json").read_text())
     assert (again["metrics"][metric], again["step"]) == max(scores)
 
 
@@ -423,7 +423,8 @@ def test_keep_best_ties_go_to_the_later_step_and_nan_is_never_best(tmp_path) -> 
 
     keep = KeepBest("min:exact/beaten_games,max:exact/random/win_pct", tmp_path)
     assert keep.better({"exact/beaten_games": 3, "exact/random/win_pct": 90.0})
-    keep.record(0, {"exact/beaten_games": 3, "exact/random/win_pct": 90.0})
+    for name, text in keep.record(0, {"exact/beaten_games": 3, "exact/random/win_pct": 90.0}).items():
+        (tmp_path / name).write_text(text)  # as export_final writes it into the kept model's folder
     assert keep.better({"exact/beaten_games": 3, "exact/random/win_pct": 90.0})  # a tie: the later step
     assert not keep.better({"exact/beaten_games": 3, "exact/random/win_pct": 89.0})
     assert keep.better({"exact/beaten_games": 2, "exact/random/win_pct": 50.0})  # the first metric decides
@@ -435,6 +436,26 @@ def test_keep_best_ties_go_to_the_later_step_and_nan_is_never_best(tmp_path) -> 
         "[1, 2]",
         '{"keep_best": "min:exact/beaten_games,max:exact/random/win_pct", "metrics": {"exact/beaten_games": "x"}}',
     ):
-        (tmp_path / "best.json").write_text(broken)  # cut short, not a record, a hostile value
+        (tmp_path / "keep_best.json").write_text(broken)  # cut short, not a record, a hostile value
         with pytest.raises(UsageError, match="is not a keep_best record"):
             KeepBest("min:exact/beaten_games,max:exact/random/win_pct", tmp_path)
+
+
+def test_a_kill_while_keeping_a_model_leaves_the_previous_model_and_its_record(tiny, tmp_path) -> None:
+    from rlvr.train.best import KeepBest
+    from rlvr.train.model import export_final
+
+    model = transformers.AutoModelForCausalLM.from_pretrained(tiny)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(tiny)
+    keep = KeepBest("min:loss", tmp_path / "best")
+    export_final(model, tokenizer, tmp_path / "best", extra=keep.record(1, {"loss": 2.0}))
+
+    class Killed:  # a tokenizer whose save is cut short, as by a kill
+        def save_pretrained(self, path):
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        export_final(model, Killed(), tmp_path / "best", extra=keep.record(5, {"loss": 1.0}))
+    kept = json.loads((tmp_path / "best" / "keep_best.json").read_text())
+    assert kept["step"] == 1 and (tmp_path / "best" / "config.json").is_file()  # the old pair, together
+    assert KeepBest("min:loss", tmp_path / "best").best == (2.0,)  # a resumed run compares with it

@@ -5,8 +5,9 @@
 After every evaluation the trainer compares that evaluation's metrics with the best so far,
 in order (the first metric decides, the next breaks its ties); a tie on every metric goes to
 the later step. The best model is written to `RUN_DIR/best` (a plain model folder, like
-`final`) and `RUN_DIR/best.json` names its step and values; a resumed run reads that file, so
-the comparison goes on where it stopped.
+`final`), and `RUN_DIR/best/keep_best.json` in it names its step and values: both appear at once
+(the folder is renamed into place whole), so a kill never leaves a record of another model. A
+resumed run reads that file, so the comparison goes on where it stopped.
 
 This is a selection by the evaluation: a model kept this way was chosen by looking at the
 metrics it is then reported with, and a report must say so. Training itself never sees them.
@@ -16,13 +17,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Mapping
 from pathlib import Path
 
 from rlvr.errors import UsageError
 
-FILE = "best.json"
+FILE = "keep_best.json"
+"""The record in the kept model's folder."""
 
 
 def parse(spec: str) -> list[tuple[int, str]]:
@@ -42,10 +43,11 @@ def parse(spec: str) -> list[tuple[int, str]]:
 class KeepBest:
     """Which evaluation is the best so far (rank 0's view; see the module)."""
 
-    def __init__(self, spec: str, run_dir: Path) -> None:
+    def __init__(self, spec: str, folder: Path) -> None:
+        """`folder`: where the kept model lives (RUN_DIR/best)."""
         self.order = parse(spec)
         self.spec = ",".join(f"{'min' if sign == 1 else 'max'}:{name}" for sign, name in self.order)
-        self.path = run_dir / FILE
+        self.path = folder / FILE
         self.best: tuple[float, ...] | None = None
         if self.path.exists():
             try:
@@ -72,12 +74,9 @@ class KeepBest:
         key = self.key(metrics)
         return not any(math.isnan(k) for k in key) and (self.best is None or key <= self.best)
 
-    def record(self, step: int, metrics: Mapping[str, float]) -> None:
-        """Take `metrics` (of the model just saved to RUN_DIR/best) as the best."""
+    def record(self, step: int, metrics: Mapping[str, float]) -> dict[str, str]:
+        """Take `metrics` as the best; the record to write with the kept model (`export_final`'s
+        `extra`)."""
         self.best = self.key(metrics)
-        text = json.dumps(
-            {"keep_best": self.spec, "step": step, "metrics": {n: float(metrics[n]) for _, n in self.order}}
-        )
-        tmp = self.path.with_name(FILE + ".tmp")
-        tmp.write_text(text + "\n", encoding="utf-8")
-        os.replace(tmp, self.path)
+        values = {n: float(metrics[n]) for _, n in self.order}
+        return {FILE: json.dumps({"keep_best": self.spec, "step": step, "metrics": values}) + "\n"}

@@ -225,7 +225,7 @@ def train(
         generation = open_generation(cfg, model, tokenizer, run_dir=run_dir, step=start, dist=dist, run_async=run_async)
         client = generation.client
 
-        keep = KeepBest(cfg.keep_best, run_dir) if cfg.keep_best and dist.main else None
+        keep = KeepBest(cfg.keep_best, run_dir / "best") if cfg.keep_best and dist.main else None
 
         def evaluate_and_log(step: int) -> None:
             with full_weights(model):  # sharded: gathered whole (rank 0's exact evaluation too)
@@ -246,8 +246,8 @@ def train(
             if dist.max(int(best)):  # every rank: a sharded model's weights gather
                 weights = full_state_dict(model)
                 if keep is not None and metrics is not None:  # rank 0, which found it best
-                    export_final(model, tokenizer, run_dir / "best", state_dict=weights)
-                    keep.record(step, metrics)
+                    record = keep.record(step, metrics)
+                    export_final(model, tokenizer, run_dir / "best", state_dict=weights, extra=record)
 
         def play_and_log(step: int) -> dict[str, float] | None:
             """Play the evaluation sets; rank 0 saves their rollouts, logs and prints them, and

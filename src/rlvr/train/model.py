@@ -157,7 +157,14 @@ def make_scheduler(optimizer: torch.optim.Optimizer, *, schedule: str, warmup: i
 # ---- the end of a run ----------------------------------------------------------------------
 
 
-def export_final(model: Any, tokenizer: Any, path: Path, *, state_dict: dict[str, Any] | None = None) -> None:
+def export_final(
+    model: Any,
+    tokenizer: Any,
+    path: Path,
+    *,
+    state_dict: dict[str, Any] | None = None,
+    extra: dict[str, str] | None = None,
+) -> None:
     """Save the trained model as a plain model folder (LoRA merged into a copy), loadable with
     `from_pretrained`; an older folder at `path` is replaced. `state_dict`: the weights to
     write instead of the model's own (a sharded model's, gathered by
@@ -165,6 +172,8 @@ def export_final(model: Any, tokenizer: Any, path: Path, *, state_dict: dict[str
 
     The folder is written as `path.tmp` and renamed when complete, so a kill mid-export never
     leaves a `path` that looks like a model but is not (`exported` tells whether it is there).
+    `extra`: more text files (name -> text) written into the folder before the rename, so they
+    and the weights appear together.
     """
     tmp = path.with_name(path.name + ".tmp")
     if tmp.exists():
@@ -174,6 +183,8 @@ def export_final(model: Any, tokenizer: Any, path: Path, *, state_dict: dict[str
             model = copy.deepcopy(model).merge_and_unload()
     model.save_pretrained(tmp, **({} if state_dict is None else {"state_dict": state_dict}))
     tokenizer.save_pretrained(tmp)
+    for name, text in (extra or {}).items():
+        (tmp / name).write_text(text, encoding="utf-8")
     if path.exists():
         shutil.rmtree(path)
     tmp.rename(path)
