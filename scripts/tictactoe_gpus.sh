@@ -37,8 +37,9 @@
 #   points one GPU per seed (SEEDS): restarts from every later move of a lost game (rlP: constant
 #          lr; rlPc: cosine), 250 steps, the best exact evaluation kept too (RUN.best, a selection);
 #          GPU EXTRA_GPU: the weak start with rlP, and the shipped model at T 1.5 (rlWT, wins)
-#   backtrack (not run yet) one GPU per seed: restarts that walk back one move at a time while the
-#          whole group loses again (rlK) beside rlP, 300 steps; GPU EXTRA_GPU: the weak start, rlK
+#   backtrack one GPU per seed (SEED_GPUS to share): restarts that walk back one move at a time
+#          while the whole group loses again (rlK) beside rlP (CONTROL="": without), 300 steps;
+#          GPU EXTRA_GPU: the weak start, rlK
 #   wins   the shipped model, 80 steps at lr 1e-5 against opponents at p = 0.7 after the random
 #          replies: rlW with a KL of 0.05 to the shipped model (GPU WINS_GPU), rlW0 without (WINS_GPU2)
 set -uo pipefail
@@ -171,12 +172,15 @@ start() {
         job "${EXTRA_GPU-3}" shipped "SEED=0 RL_STEPS=120 EVAL_EVERY=20 TRAP_PROB=1.0 OPENING_PLIES=0 RANDOM_REPLIES=4 RL_LR=1e-5 MICRO=32 KEEP_BEST=min:exact/beaten_games,max:exact/random/win_pct" \
           "rlWT RL_MIN_P=0.7 RL_MAX_P=0.7 BUCKETS=1 RL_TEMP=1.5"
       fi ;;
-    backtrack)  # not run yet: restarts that walk back from a lost game's last move while the whole
+    backtrack)  # restarts that walk back from a lost game's last move while the whole
       # group loses again (rlK), beside plan points' rlP (every later move) from the same SFT
       export FIRST_STAGES=sft LAST_STAGES=""
-      local r="$restarts5"
+      # SEED_GPUS: each seed's GPU in order (default: GPU = seed); CONTROL="" leaves rlP out
+      local r="$restarts5" gpus=(${SEED_GPUS:-${SEEDS-0 1 2}}) i=0
       for seed in ${SEEDS-0 1 2}; do
-        job "$seed" "s$seed" "SEED=$seed RL_STEPS=${RL_STEPS:-300} $r" "rlK RESTART_POINTS=backtrack" "rlP RESTART_POINTS=all"
+        job "${gpus[$i]}" "s$seed" "SEED=$seed RL_STEPS=${RL_STEPS:-300} $r" "rlK RESTART_POINTS=backtrack" \
+          ${CONTROL-"rlP RESTART_POINTS=all"}
+        i=$((i + 1))
       done
       if [ -n "${EXTRA_GPU-3}" ]; then
         export FIRST_STAGES="base sft"

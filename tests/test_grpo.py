@@ -383,6 +383,15 @@ def test_restarts_are_refused_for_an_env_that_cannot_restart(tiny, tmp_path) -> 
         config(tiny, tmp_path / "r3", restart_frac=1.0)
 
 
+def test_a_short_eval_split_is_said_with_its_size(tiny, tmp_path, capsys) -> None:
+    # the vowels env's eval split holds 8 tasks: asking for 50 evaluates 8, and the run says so
+    grpo.train(config(tiny, tmp_path / "run", steps=1, eval_every=1, eval_tasks=50), make_env=vowel_env, plots=False)
+    out = capsys.readouterr().out
+    assert "evaluation set default: 8 tasks, fewer than eval_tasks 50" in out
+    grpo.train(config(tiny, tmp_path / "r2", steps=1, eval_every=1, eval_tasks=8), make_env=vowel_env, plots=False)
+    assert "fewer than eval_tasks" not in capsys.readouterr().out
+
+
 # ---- keep_best ---------------------------------------------------------------------------------
 
 

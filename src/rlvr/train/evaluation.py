@@ -42,6 +42,8 @@ class EvalSet:
     tasks: list[Task]
     env_args: dict[str, Any]
     """the environment's arguments (saved with the rollouts)"""
+    size: int = 0
+    """the set's tasks over all processes (fewer than `eval_tasks` where the eval split is short)"""
 
 
 def eval_sets(
@@ -52,7 +54,7 @@ def eval_sets(
     for extra, args in zip(cfg.eval_env_args or [{}], cfg.eval_sets):
         env = load_env(args)
         tasks = env.tasks("eval")[: cfg.eval_tasks]
-        out.append(EvalSet(eval_label(extra), env, tasks[rank::world], args))
+        out.append(EvalSet(eval_label(extra), env, tasks[rank::world], args, size=len(tasks)))
     return out
 
 

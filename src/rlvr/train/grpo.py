@@ -218,6 +218,12 @@ def train(
 
     # ---- evaluation sets: fixed tasks and seeds, played at step 0 and every eval_every steps ----
     sets = eval_sets(cfg, envs.get, rank=dist.rank, world=dist.world) if cfg.eval_every is not None else []
+    for s in sets:
+        if s.size < cfg.eval_tasks:
+            say(
+                f"evaluation set {s.label}: {s.size} tasks, fewer than eval_tasks {cfg.eval_tasks}: its env's "
+                "eval split holds no more (an env argument may add some: the scaffolds' eval_tasks)"
+            )
 
     history: list[dict[str, float]] = []
     with event_loop(envs, log) as run_async:
