@@ -176,7 +176,10 @@ start() {
       # group loses again (rlK), beside plan points' rlP (every later move) from the same SFT
       export FIRST_STAGES=sft LAST_STAGES=""
       # SEED_GPUS: each seed's GPU in order (default: GPU = seed); CONTROL="" leaves rlP out
-      local r="$restarts5" gpus=(${SEED_GPUS:-${SEEDS-0 1 2}}) i=0
+      local r="$restarts5" gpus=(${SEED_GPUS:-${SEEDS-0 1 2}}) seeds=(${SEEDS-0 1 2}) i=0
+      if [ ${#gpus[@]} -ne ${#seeds[@]} ]; then  # an unset GPU would run the seed on the CPU
+        echo "SEED_GPUS names ${#gpus[@]} GPUs for ${#seeds[@]} seeds" >&2; exit 2
+      fi
       for seed in ${SEEDS-0 1 2}; do
         job "${gpus[$i]}" "s$seed" "SEED=$seed RL_STEPS=${RL_STEPS:-300} $r" "rlK RESTART_POINTS=backtrack" \
           ${CONTROL-"rlP RESTART_POINTS=all"}
@@ -201,7 +204,7 @@ start() {
 
 case ${1:-} in
   start) mkdir -p "$(dirname "$ROOT")"; setsid bash "$0" _start "$2" > "$ROOT.log" 2>&1 < /dev/null & sleep 1; echo "started plan $2 (log $ROOT.log)" ;;
-  _start) mkdir -p "$ROOT"; echo $$ > "$ROOT.pid"; start "$2"; echo "plan $2 finished"; rm -f "$ROOT.pid" ;;
+  _start) mkdir -p "$ROOT"; echo $$ > "$ROOT.pid"; trap 'rm -f "$ROOT.pid"' EXIT; start "$2"; echo "plan $2 finished" ;;
   wait)
     end=$(( $(date +%s) + $2 ))
     while [ -f "$ROOT.pid" ] && [ "$(date +%s)" -lt "$end" ]; do sleep 10; done

@@ -153,9 +153,8 @@ def training_run(path: Path, *, steps: int = 24, eval_every: int = 8) -> Path:
     (path / "config.json").write_text(json.dumps(config))
     log = MetricsLog(path, tensorboard=False, plots=False)
     opponents = ("random", "optimal")
-    sets = [EvalSet(f"opponent={o}", load_environment("tictactoe", opponent=o), [], {"opponent": o}) for o in opponents]
-    for s in sets:
-        s.tasks = s.env.tasks("eval")[:12]
+    envs = {o: load_environment("tictactoe", opponent=o) for o in opponents}
+    sets = [EvalSet(f"opponent={o}", env, env.tasks("eval")[:12], {"opponent": o}, size=12) for o, env in envs.items()]
     rng = random.Random(0)
     for step in range(steps + 1):
         if step:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import functools
 import gc
 import json
 import math
@@ -17,6 +16,7 @@ import sys
 import time
 
 import pytest
+from child_process import default_sigint
 
 import rlvr.cli
 import rlvr.registry
@@ -204,9 +204,6 @@ def test_a_signal_mid_run_is_recorded_and_the_run_resumes(tmp_path, sig) -> None
     out = tmp_path / "run"
     argv = [sys.executable, "-m", "rlvr.cli", "eval", "reverse_text", "-m", "policy:oracle", "-a"]
     argv += [json.dumps({"eval_tasks": tasks}), "-n", "-1", "-r", "1", "-c", "4", "-q", "-o", str(out)]
-    # a suite started in the background (`make test &`) has SIGINT ignored, and a child inherits
-    # that (it then ran to the end, rc 0): give it the default, as in a terminal
-    default_sigint = functools.partial(signal.signal, signal.SIGINT, signal.SIG_DFL)
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
     results = out / "results.jsonl"
     deadline = time.monotonic() + 60

@@ -13,6 +13,7 @@ import sys
 import time
 
 import pytest
+from child_process import default_sigint
 
 pytest.importorskip("mcp")
 
@@ -245,12 +246,6 @@ asyncio.run(run_rollouts(env, Policy(player), env.tasks()))
 """
 
 
-def _default_sigint() -> None:
-    """A suite started in the background (`make test &`) runs with SIGINT ignored, and children
-    inherit that: give the child the default, as in a terminal."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def test_ctrl_c_stops_the_server(server_file: str, tmp_path) -> None:
     script = tmp_path / "ctrl_c.py"
     script.write_text(CTRL_C)
@@ -259,7 +254,7 @@ def test_ctrl_c_stops_the_server(server_file: str, tmp_path) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
-        preexec_fn=_default_sigint,
+        preexec_fn=default_sigint,
     )
     try:
         pid = int(proc.stdout.readline())

@@ -42,7 +42,7 @@ class EvalSet:
     tasks: list[Task]
     env_args: dict[str, Any]
     """the environment's arguments (saved with the rollouts)"""
-    size: int = 0
+    size: int
     """the set's tasks over all processes (fewer than `eval_tasks` where the eval split is short)"""
 
 

@@ -57,7 +57,8 @@ def probe_set(
     env: MultiTurnEnv[Any], tasks: int, env_args: dict[str, Any], *, rank: int = 0, world: int = 1
 ) -> EvalSet:
     """The first `tasks` training tasks of `env` (this process's share of them)."""
-    return EvalSet("probe", env, env.tasks("train")[:tasks][rank::world], env_args)
+    first = env.tasks("train")[:tasks]
+    return EvalSet("probe", env, first[rank::world], env_args, size=len(first))
 
 
 async def probe(played_by: EvalSet, client: ChatClient, sampling: SamplingArgs) -> tuple[list[Rollout], list[Rollout]]:
