@@ -40,6 +40,9 @@
 #   backtrack one GPU per seed (SEED_GPUS to share): restarts that walk back one move at a time
 #          while the whole group loses again (rlK) beside rlP (CONTROL="": without), 300 steps;
 #          GPU EXTRA_GPU: the weak start, rlK
+#   average one GPU per seed (SEED_GPUS to share): rlK beside rlKe, rlK whose evaluations, kept
+#          best and final model are the weight average (--ema-decay 0.98), 250 steps; GPU
+#          EXTRA_GPU: the weak start, rlKe
 #   wins   the shipped model, 80 steps at lr 1e-5 against opponents at p = 0.7 after the random
 #          replies: rlW with a KL of 0.05 to the shipped model (GPU WINS_GPU), rlW0 without (WINS_GPU2)
 set -uo pipefail
@@ -74,6 +77,19 @@ four() {  # four "SHARED VARS" VARIANT...: seeds 0, 1, 2 at full scale and the w
   job 1 s1 "SEED=1 $shared" "$@"
   job 2 s2 "SEED=2 $shared" "$@"
   job 3 weak "SEED=0 GAMES=200 SFT_STEPS=60 SFT_BATCH=32 $shared" "$@"
+}
+
+per_seed() {  # per_seed "SHARED VARS" VARIANT...: one job per seed (SEEDS, default 0-2), each on
+  # its GPU (SEED_GPUS in the same order, default: GPU = seed; a GPU may take two seeds)
+  local shared=$1; shift
+  local gpus=(${SEED_GPUS:-${SEEDS-0 1 2}}) seeds=(${SEEDS-0 1 2}) i=0
+  if [ ${#gpus[@]} -ne ${#seeds[@]} ]; then  # an unset GPU would run the seed on the CPU
+    echo "SEED_GPUS names ${#gpus[@]} GPUs for ${#seeds[@]} seeds" >&2; exit 2
+  fi
+  for seed in "${seeds[@]}"; do
+    job "${gpus[$i]}" "s$seed" "SEED=$seed $shared" "$@"
+    i=$((i + 1))
+  done
 }
 
 from_shipped() {  # from_shipped NAME: job NAME's RL starts from the shipped model (its "SFT model")
@@ -175,20 +191,24 @@ start() {
     backtrack)  # restarts that walk back from a lost game's last move while the whole
       # group loses again (rlK), beside plan points' rlP (every later move) from the same SFT
       export FIRST_STAGES=sft LAST_STAGES=""
-      # SEED_GPUS: each seed's GPU in order (default: GPU = seed); CONTROL="" leaves rlP out
-      local r="$restarts5" gpus=(${SEED_GPUS:-${SEEDS-0 1 2}}) seeds=(${SEEDS-0 1 2}) i=0
-      if [ ${#gpus[@]} -ne ${#seeds[@]} ]; then  # an unset GPU would run the seed on the CPU
-        echo "SEED_GPUS names ${#gpus[@]} GPUs for ${#seeds[@]} seeds" >&2; exit 2
-      fi
-      for seed in ${SEEDS-0 1 2}; do
-        job "${gpus[$i]}" "s$seed" "SEED=$seed RL_STEPS=${RL_STEPS:-300} $r" "rlK RESTART_POINTS=backtrack" \
-          ${CONTROL-"rlP RESTART_POINTS=all"}
-        i=$((i + 1))
-      done
+      # CONTROL="" leaves rlP out
+      local r="$restarts5"
+      per_seed "RL_STEPS=${RL_STEPS:-300} $r" "rlK RESTART_POINTS=backtrack" ${CONTROL-"rlP RESTART_POINTS=all"}
       if [ -n "${EXTRA_GPU-3}" ]; then
         export FIRST_STAGES="base sft"
         job "${EXTRA_GPU-3}" weak "SEED=0 GAMES=200 SFT_STEPS=300 SFT_BATCH=32 RL_STEPS=${WEAK_STEPS:-300} $r" \
           "rlK RESTART_POINTS=backtrack"
+      fi ;;
+    average)  # rlK beside rlK whose evaluations, kept best and final model are the weight
+      # average of about the last 50 steps (rlKe, --ema-decay 0.98), from the same SFT; GPU
+      # EXTRA_GPU: the weak start, rlKe
+      export FIRST_STAGES=sft LAST_STAGES=""
+      local r="$restarts5 RESTART_POINTS=backtrack"
+      per_seed "RL_STEPS=${RL_STEPS:-250} $r" "rlK" "rlKe RL_EXTRA=--ema-decay=0.98"
+      if [ -n "${EXTRA_GPU-3}" ]; then
+        export FIRST_STAGES="base sft"
+        job "${EXTRA_GPU-3}" weak "SEED=0 GAMES=200 SFT_STEPS=300 SFT_BATCH=32 RL_STEPS=${WEAK_STEPS:-250} $r" \
+          "rlKe RL_EXTRA=--ema-decay=0.98"
       fi ;;
     wins)  # the shipped model against opponents at p = 0.7 (whose best response never loses and
       # wins 95.56% vs random): rlW near it by a KL (GPU WINS_GPU), rlW0 without (GPU WINS_GPU2)

@@ -468,3 +468,70 @@ def test_a_kill_while_keeping_a_model_leaves_the_previous_model_and_its_record(t
     kept = json.loads((tmp_path / "best" / "keep_best.json").read_text())
     assert kept["step"] == 1 and (tmp_path / "best" / "config.json").is_file()  # the old pair, together
     assert KeepBest("min:loss", tmp_path / "best").best == (2.0,)  # a resumed run compares with it
+
+
+# ---- ema_decay: the weight average ------------------------------------------------------------
+
+
+def _weights(path: Path) -> dict[str, torch.Tensor]:
+    return transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).state_dict()
+
+
+def test_the_weight_average_is_what_final_holds_and_training_never_reads_it(tiny, tmp_path) -> None:
+    changes = {"steps": 2, "save_every": 1, "seed": 3}
+    plain = fit(config(tiny, tmp_path / "plain", **changes))
+    averaged = fit(config(tiny, tmp_path / "avg", ema_decay=0.5, **changes))
+    assert [_same(a, b) for a, b in zip(plain, averaged)] == [[], []]  # the same trajectory
+    w0, w2 = _weights(tiny), _weights(tmp_path / "plain" / "final")
+    w1 = _weights(tmp_path / "plain" / "checkpoints" / "step_000001" / "model")
+    got = _weights(tmp_path / "avg" / "final")
+    names = [n for n in w0 if "embed" in n or "proj" in n]
+    assert names
+    for n in names:  # average_2 = 0.25 w0 + 0.25 w1 + 0.5 w2 (started at the starting weights)
+        want = 0.25 * w0[n] + 0.25 * w1[n] + 0.5 * w2[n]
+        assert torch.allclose(got[n], want, atol=1e-6), n
+    assert not torch.equal(got[names[0]], w2[names[0]])  # the update moved the weights
+    # checkpoints hold the current weights, not the average
+    raw = _weights(tmp_path / "avg" / "checkpoints" / "step_000002" / "model")
+    assert all(torch.equal(raw[n], w2[n]) for n in names)
+
+
+def test_evaluations_play_the_average_and_a_resumed_run_continues_it_exactly(tiny, tmp_path, monkeypatch) -> None:
+    changes = {"steps": 3, "save_every": 1, "ema_decay": 0.6, "eval_every": 1, "eval_tasks": 4}
+    fit(config(tiny, tmp_path / "a", **changes))
+    killed_at_update(3, lambda: fit(config(tiny, tmp_path / "b", **changes)), monkeypatch)
+    fit(config(tiny, tmp_path / "b", **changes), resume=True)
+    a, b = _weights(tmp_path / "a" / "final"), _weights(tmp_path / "b" / "final")
+    assert all(torch.equal(a[n], b[n]) for n in a)
+    # the evaluation at step 0 plays the starting weights; at step 1 the average, not the update
+    rows = list(csv.DictReader((tmp_path / "a" / "metrics.csv").read_text().splitlines()))
+    plain = fit(config(tiny, tmp_path / "p", **{**changes, "ema_decay": 0.0}))
+    rows_p = list(csv.DictReader((tmp_path / "p" / "metrics.csv").read_text().splitlines()))
+    metric = "eval/default/reward/mean"
+    ev, ev_p = ([r[metric] for r in x if r.get(metric)] for x in (rows, rows_p))
+    assert ev[0] == ev_p[0] and ev[1:] != ev_p[1:]
+    assert len(plain) == 3
+
+
+def test_the_average_swaps_back_bit_for_bit_and_bad_decays_are_refused(tiny, tmp_path) -> None:
+    from rlvr.train.average import WeightAverage
+
+    model = transformers.AutoModelForCausalLM.from_pretrained(tiny, dtype=torch.float32)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    average = WeightAverage(model, 0.9)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(1.0)
+    average.update()
+    with pytest.raises(RuntimeError, match="inside"), average.swapped_in():
+        for n, p in model.named_parameters():  # 0.9 * before + 0.1 * (before + 1)
+            assert torch.allclose(p, before[n] + 0.1, atol=1e-5)
+        raise RuntimeError("inside")
+    assert all(torch.equal(p, before[n] + 1.0) for n, p in model.named_parameters())
+    for bad in (-0.1, 1.0, math.nan):
+        with pytest.raises(UsageError, match="ema_decay must be in"):
+            config(tiny, tmp_path / "r", ema_decay=bad)
+    with pytest.raises(UsageError, match="ema_decay is not supported with vllm_url"):
+        config(tiny, tmp_path / "r", ema_decay=0.9, vllm_url="http://localhost:8000")
+    with pytest.raises(ValueError, match="other parameters"):
+        average.load_state_dict({"decay": 0.9, "average": {"nope": torch.zeros(1)}})

@@ -117,6 +117,8 @@ class TrainConfig:
     """rollouts scoring below this offer a restart point (with restart_frac > 0)"""
     restart_points: str = "random"
     """which of a rollout's restart points join the buffer: random (one), all (the turn before its mistake is then always among them), or backtrack (the last; one turn earlier each time a restart's whole group scores below restart_below again)"""
+    ema_decay: float = 0.0
+    """evaluate and export an exponential moving average of the weights, average = decay * average + (1 - decay) * weights after every step (e.g. 0.98: about the last 50 steps); training uses the current weights; 0 = off"""
     mask_truncated: bool = False
     """leave truncated rollouts (max_turns, token budget, timeout) out of the loss"""
     minibatches: int = 1
@@ -380,6 +382,12 @@ def _check_values(c: TrainConfig) -> None:
     need(c.clip_eps_high is None or c.clip_eps_high > 0, f"clip_eps_high must be > 0 or None, got {c.clip_eps_high}")
     need(c.kl_coef >= 0, f"kl_coef must be >= 0, got {c.kl_coef}")
     need(0 <= c.restart_frac < 1, f"restart_frac must be in [0, 1) (0 = no restarts), got {c.restart_frac}")
+    need(0 <= c.ema_decay < 1, f"ema_decay must be in [0, 1) (0 = no average), got {c.ema_decay}")
+    need(
+        c.ema_decay == 0 or (c.vllm_url is None and c.sharding == "ddp"),
+        "ema_decay is not supported with vllm_url or sharding = fsdp yet (the average is swapped into the "
+        "local, whole model); leave ema_decay at 0 there",
+    )
     need(math.isfinite(c.restart_below), f"restart_below must be a finite number, got {c.restart_below}")
     if c.keep_best is not None:
         parse_keep_best(c.keep_best)  # a UsageError names the expected form

@@ -44,11 +44,16 @@ class Generation:
     def __init__(self, client: ChatClient, sync: WeightSync | None = None) -> None:
         self.client, self.sync = client, sync
 
+    def weights_changed(self) -> None:
+        """The local model's weights were changed in place (a weight average swapped in or out):
+        its kept KV caches go. (A server's weights are not swapped: see TrainConfig.ema_decay.)"""
+        if isinstance(self.client, LocalModel):
+            self.client.clear_cache()
+
     def after_step(self, model: nn.Module, step: int, run_async: RunAsync[Any], dist: Dist) -> None:
         """Make the next rollouts come from the weights of `step`."""
         if self.sync is None:
-            if isinstance(self.client, LocalModel):
-                self.client.clear_cache()  # the kept KV caches belong to the old weights
+            self.weights_changed()  # the kept KV caches belong to the old weights
             return
         run_async(self.sync.push(model, step))
         dist.barrier()  # no rank generates before rank 0 has pushed

@@ -66,6 +66,7 @@ Algorithmic choices
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import sys
 import time
@@ -82,6 +83,7 @@ from rlvr.exact import GameTree
 from rlvr.sampler import StratifiedSampler, difficulty_buckets
 from rlvr.train import checkpoint as ckpt_io
 from rlvr.train.advantages import batch_advantages
+from rlvr.train.average import WeightAverage
 from rlvr.train.best import KeepBest
 from rlvr.train.config import TrainConfig, check_resume
 from rlvr.train.distributed import setup_distributed
@@ -195,10 +197,13 @@ def train(
     ref = wrap(ref, dist, cfg.sharding, bf16=bf16, trainable=False) if ref is not None else None
     optimizer = make_optimizer(model, cfg.lr)
     scheduler = make_scheduler(optimizer, schedule=cfg.lr_schedule, warmup=cfg.warmup_steps, total=cfg.steps)
+    average = WeightAverage(model, cfg.ema_decay) if cfg.ema_decay else None  # (from the loaded weights)
     start = 0
     if ckpt is not None and state is not None:
         sampler.load_state_dict(state["sampler"])
         restarts.load_state_dict(state.get("restarts"))
+        if average is not None:
+            average.load_state_dict(state.get("ema"))
         start = ckpt_io.restore_training(
             ckpt, state, optimizer=optimizer, scheduler=scheduler, rank=dist.rank, model=model
         )
@@ -233,11 +238,21 @@ def train(
 
         keep = KeepBest(cfg.keep_best, run_dir / "best") if cfg.keep_best and dist.main else None
 
+        def averaged() -> contextlib.ExitStack:
+            """Inside: the model holds the weight average (ema_decay), if the run keeps one."""
+            stack = contextlib.ExitStack()
+            if average is not None:
+                stack.callback(generation.weights_changed)  # (last: after the weights are back)
+                stack.enter_context(average.swapped_in())
+                generation.weights_changed()
+            return stack
+
         def evaluate_and_log(step: int) -> None:
-            with full_weights(model):  # sharded: gathered whole (rank 0's exact evaluation too)
-                metrics = play_and_log(step)
-            if cfg.keep_best:
-                keep_if_best(step, metrics)
+            with averaged():  # the evaluations and the kept best play the average (ema_decay)
+                with full_weights(model):  # sharded: gathered whole (rank 0's exact evaluation too)
+                    metrics = play_and_log(step)
+                if cfg.keep_best:
+                    keep_if_best(step, metrics)
 
         def keep_if_best(step: int, metrics: dict[str, float] | None) -> None:
             """Every rank: export the model to RUN_DIR/best when rank 0 finds `metrics` best."""
@@ -275,7 +290,8 @@ def train(
             log.write(step, {**metrics, "time/eval": time.monotonic() - t0})
             log.write_text(step, "eval", table.replace("\n", "  \n"))
             log.plot_async()
-            say(f"evaluation at step {step}:\n{table}")
+            of = f" (weight average, ema_decay {cfg.ema_decay})" if average is not None else ""
+            say(f"evaluation at step {step}{of}:\n{table}")
             return metrics
 
         if start == 0 and cfg.probe_tasks:  # before any compute is spent: does sampling break the model?
@@ -331,6 +347,8 @@ def train(
             except TrainingError as exc:
                 raise TrainingError(f"step {step + 1}: {exc}; {_last_good(run_dir)}") from None
             scheduler.step()
+            if average is not None:
+                average.update()
             t_train, t0 = time.monotonic() - t0, time.monotonic()
             generation.after_step(model, step + 1, run_async, dist)  # the next rollouts use the new weights
             t_sync = time.monotonic() - t0
@@ -374,6 +392,7 @@ def train(
                     "scheduler": scheduler.state_dict(),
                     "sampler": sampler.state_dict(),
                     "restarts": restarts.state_dict(),
+                    "ema": average.state_dict() if average is not None else None,
                     "config": cfg.to_dict(),
                     "fingerprint": fingerprint,
                 }
@@ -393,10 +412,13 @@ def train(
         # ---- the end: a plain model folder anyone can load ---------------------------------------
         # (rank 0 decides, since every rank gathers a sharded model's weights)
         if dist.max(int(dist.main and (start < cfg.steps or not exported(run_dir / "final")))):  # (a kill mid-export)
-            weights = full_state_dict(model)
+            with averaged():  # final/ is the average when the run keeps one
+                weights = full_state_dict(model)
+                if dist.main:
+                    export_final(model, tokenizer, run_dir / "final", state_dict=weights)
             if dist.main:
-                export_final(model, tokenizer, run_dir / "final", state_dict=weights)
-                say(f"done: final model in {run_dir / 'final'}, metrics in {run_dir / 'metrics.csv'}")
+                what = "weight average" if average is not None else "final model"
+                say(f"done: {what} in {run_dir / 'final'}, metrics in {run_dir / 'metrics.csv'}")
         if log is not None:
             log.final_plots()
     dist.barrier()
