@@ -115,3 +115,34 @@ def test_cuda_graph_slots_give_the_transformers_tokens(small) -> None:
     graphs.clear_cache()
     compare(play(plain), play(graphs))
     assert decoder.captures > captures
+
+
+def test_a_weight_average_swapped_in_place_is_what_the_cuda_graphs_play(small) -> None:
+    """ema_decay's swap copies into the parameters' own storage: the captured graphs must play
+    the average (as the plain decoder does), without capturing again, and the weights after."""
+    from rlvr.train.average import WeightAverage
+
+    graphs = LocalModel(str(small), device="cuda", dtype="float32", max_batch_size=64)
+    plain = LocalModel("small", model=graphs.model, tokenizer=graphs.tokenizer, static_cache=False)
+    greedy = SamplingArgs(max_tokens=24, temperature=0.0)
+
+    def play(client):
+        async def together():
+            return await asyncio.gather(*(client.chat(_ask(i), greedy) for i in range(32)))
+
+        return [r.token_ids for r in asyncio.run(together())]
+
+    average = WeightAverage(graphs.model, 0.5)
+    with torch.no_grad():  # the weights move away from the average
+        for p in graphs.model.parameters():
+            p.add_(torch.randn_like(p) * p.std().clamp(min=1e-3))
+    raw = play(graphs)
+    captures = graphs._decoder.captures
+    with average.swapped_in():
+        graphs.clear_cache()
+        inside = play(graphs)
+        assert sum(a == b for a, b in zip(inside, play(plain))) >= 0.9 * len(inside)
+    graphs.clear_cache()
+    assert inside != raw  # the average plays differently from the moved weights
+    assert play(graphs) == raw  # and the weights are back
+    assert graphs._decoder.captures == captures  # in place: no new capture
