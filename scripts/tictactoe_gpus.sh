@@ -43,6 +43,8 @@
 #   average one GPU per seed (SEED_GPUS to share): rlK beside rlKe, rlK whose evaluations, kept
 #          best and final model are the weight average (--ema-decay 0.98), 250 steps; GPU
 #          EXTRA_GPU: the weak start, rlKe
+#   sharpen one GPU per seed: rlK for 250 steps, then 100 more at T 0.6 (rlK2); beside it rlK
+#          again from the same SFT (rlJ) and 100 more at T 1 (rlJ2)
 #   wins   the shipped model, 80 steps at lr 1e-5 against opponents at p = 0.7 after the random
 #          replies: rlW with a KL of 0.05 to the shipped model (GPU WINS_GPU), rlW0 without (WINS_GPU2)
 set -uo pipefail
@@ -210,6 +212,13 @@ start() {
         job "${EXTRA_GPU-3}" weak "SEED=0 GAMES=200 SFT_STEPS=300 SFT_BATCH=32 RL_STEPS=${WEAK_STEPS:-250} $r" \
           "rlKe RL_EXTRA=--ema-decay=0.98"
       fi ;;
+    sharpen)  # the near-ties (docs/RESULTS.md, plan average): rlK for 250 steps, then 100 more
+      # at T 0.6 (rlK2), where the greedy move is sampled more often in a group; beside it a
+      # second run of rlK from the same SFT model (rlJ: the spread of one recipe) and its 100
+      # more steps at T 1 (rlJ2, the control); not run yet
+      export FIRST_STAGES=sft LAST_STAGES=""
+      local r="$restarts5 RESTART_POINTS=backtrack RL2_STEPS=${RL2_STEPS_SHARPEN:-100}"
+      per_seed "RL_STEPS=${RL_STEPS:-250} $r" "rlK RL2_TEMP=0.6" "rlJ RL2_TEMP=1.0" ;;
     wins)  # the shipped model against opponents at p = 0.7 (whose best response never loses and
       # wins 95.56% vs random): rlW near it by a KL (GPU WINS_GPU), rlW0 without (GPU WINS_GPU2)
       export FIRST_STAGES=sft LAST_STAGES=""

@@ -286,10 +286,12 @@ def test_tictactoe_two_step_smoke_through_the_cli(tiny, tmp_path, capsys) -> Non
         "exact/optimal/draw_pct",
         "exact/random/win_pct",
         "exact/beaten_games",
+        "exact/losing_decisions",
         "exact/unbeatable",
     ):
         assert last[name] != "" and math.isfinite(float(last[name])), name
     assert float(last["exact/beaten_games"]) >= 1 and float(last["exact/unbeatable"]) == 0.0  # an untrained model
+    assert 1 <= float(last["exact/losing_decisions"]) <= float(last["exact/beaten_games"])
     assert "exact W/D/L %" in printed
     exact_meta = json.loads((out / "eval" / "step_000002" / "exact" / "metadata.json").read_text())
     assert exact_meta["exact"]["games"] >= 10 and exact_meta["mode"] == "exact"

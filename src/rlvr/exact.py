@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -65,7 +66,9 @@ class GameTree(Protocol):
 
     def tree_leaf(self, state: Any) -> dict[str, Any]:
         """A finished game's record: `outcome` (a label such as win/draw/loss/timeout) and any
-        details worth listing (the moves, the final position)."""
+        details worth listing (the moves, the final position). A beaten game may name the
+        policy's decision that lost it as `mistake` (a label: the position and the move), so
+        that every game lost through one decision shares it."""
         ...
 
 
@@ -107,6 +110,13 @@ class ExactResult:
         return [g for g, o in zip(self.games, self.outcomes) if o in self.failures or o == ERROR]
 
     @property
+    def mistakes(self) -> dict[str, int]:
+        """The decisions that beat the policy: each beaten game's `mistake` label (its own id
+        when the env names none) -> how many beaten games went through it, most first."""
+        labels = [str(g.info["exact"].get("mistake") or g.task_id) for g in self.beaten]
+        return dict(sorted(Counter(labels).items(), key=lambda kv: (-kv[1], kv[0])))
+
+    @property
     def unbeatable(self) -> bool:
         """True when no line of play at all beats the policy."""
         return not self.beaten
@@ -120,6 +130,7 @@ class ExactResult:
             "seconds": round(self.seconds, 3),
             "unbeatable": self.unbeatable,
             "beaten": [g.task_id for g in self.beaten],
+            "mistakes": self.mistakes,
             "rejected_move_games": sum(1 for g in self.games if g.info["exact"].get("rejected_moves", 0)),
             "rates_pct": {o: {k: 100.0 * v for k, v in sorted(self.rates(o).items())} for o in self.opponents},
             "total_weight": {o: self.total_weight(o) for o in self.opponents},
@@ -233,8 +244,15 @@ def print_exact(result: ExactResult, *, title: str, console: Any = None, show: i
         f"games with a rejected move: {s['rejected_move_games']}   beaten in {len(beaten)} of {s['games']} games"
         f"   time: {s['seconds']:.1f} s"
     )
-    verdict = "yes: no line of play beats it" if result.unbeatable else f"no: {len(beaten)} games beat it"
+    mistakes = result.mistakes
+    verdict = (
+        "yes: no line of play beats it"
+        if result.unbeatable
+        else f"no: {len(beaten)} games beat it, through {len(mistakes)} decision(s)"
+    )
     console.print(f"unbeatable: {verdict}", style="bold")
+    for label, count in list(mistakes.items())[:show]:
+        console.print(escape(f"  decision {label}: {count} game(s)"), highlight=False)
     for game in beaten[:show]:
         detail = game.info["exact"]
         extra = "  ".join(f"{k}={v}" for k, v in detail.items() if k not in ("outcome", "weights"))

@@ -87,14 +87,46 @@ def _opening(task: Task) -> int:
 
 
 def leaf(state: Any) -> dict[str, Any]:
-    """A finished game's record: outcome, the whole move sequence, the final board."""
+    """A finished game's record: outcome, the whole move sequence, the final board, and for a
+    game the model did not hold, its losing decision (`mistake`)."""
     opening = None if state.task.info["model_starts"] else _opening(state.task)
-    return {
+    record = {
         "outcome": state.outcome or "timeout",
         "moves": line_id(opening, state.moves),
         "board": "".join(c if c != " " else "." for c in state.board),
         "rejected_moves": state.invalid_moves,
     }
+    if record["outcome"] in FAILURES:
+        found = mistake(record["moves"])
+        if found is not None:
+            record["mistake"] = found
+    return record
+
+
+def mistake(moves: str) -> str | None:
+    """The model's (X's) first move in the line `moves` that turns a position it could still
+    draw or win against perfect play into a lost one, with the moves that would have held:
+    every lost game through one wrong decision gets the same label. None when no move of X's
+    did (e.g. a timeout in a drawn position).
+
+    >>> mistake("O0.X1.O4.X8.O6.X3.O2")
+    'O0: X1 (holds: 4)'
+    >>> mistake("X4.O0.X8.O2.X1.O7.X6.O3.X5") is None
+    True
+    """
+    board: Board = EMPTY_BOARD
+    for i, move in enumerate(moves.split(".")):
+        mark, cell = move[0], int(move[1:])
+        if mark == "X":
+            after = apply_move(board, cell, "X")
+            if game_value(board, "X") >= 0 and winner(after) is None and game_value(after, "O") > 0:
+                holds = [m for m in legal_moves(board) if game_value(apply_move(board, m, "X"), "O") <= 0]
+                before = ".".join(moves.split(".")[:i]) or "start"
+                return f"{before}: X{cell} (holds: {', '.join(map(str, holds))})"
+            board = after
+        else:
+            board = apply_move(board, cell, "O")
+    return None
 
 
 # ---- limits on the bare game tree -----------------------------------------------------------

@@ -111,6 +111,31 @@ def test_the_optimal_player_is_unbeatable_and_a_blunder_loses_exactly_through_it
     assert blunder.beaten and all(g.info["exact"]["moves"].startswith("O0.X1.") for g in blunder.beaten)
     assert blunder.rates("optimal")["loss"] > 0  # a best-playing O exploits it on every line
     assert math.isclose(blunder.rates("optimal")["loss"], 0.5 / 9, abs_tol=1e-12)
+    # ... and they are one decision: the position, the move, the only move that holds there
+    assert blunder.mistakes == {"O0: X1 (holds: 4)": len(blunder.beaten)}
+    assert blunder.summary()["mistakes"] == blunder.mistakes and exact(first_best).mistakes == {}
+    from io import StringIO
+
+    from rich.console import Console
+
+    from rlvr.exact import print_exact
+
+    printed = StringIO()
+    print_exact(blunder, title="t", console=Console(file=printed, width=200))
+    n = len(blunder.beaten)
+    assert f"no: {n} games beat it, through 1 decision(s)" in printed.getvalue()
+    assert f"decision O0: X1 (holds: 4): {n} game(s)" in printed.getvalue()
+
+
+def test_each_lost_game_names_the_first_move_that_lost_a_position_x_could_hold():
+    assert tree.mistake("X4.O0.X8.O2.X1.O7.X6.O3.X5") is None  # a draw: no move lost anything
+    for line, want in (
+        ("O0.X4.O8.X2.O6.X3.O7", "O0.X4.O8: X2 (holds: 1, 3, 5, 7)"),  # the opposite-corner trap
+        ("O6.X4.O3.X5.O0", "O6.X4.O3: X5 (holds: 0)"),  # a missed block
+        ("O4.X1.O0.X8.O2.X6.O3.X5.O7", "O4: X1 (holds: 0, 2, 6, 8)"),  # lost at once; X's later moves are not named
+        ("X0.O1.X4.O8.X2.O6.X5.O7", "X0.O1.X4.O8.X2.O6: X5 (holds: 7)"),  # a missed block late in the game
+    ):
+        assert tree.mistake(line) == want, line
 
 
 def test_the_reference_player_is_unbeatable():
@@ -251,6 +276,7 @@ def test_the_report_shows_each_lost_game_as_a_board():
     assert f"Games that beat the policy ({len(result.beaten)})" in page
     assert page.count('<div class="lost">') == len(result.beaten) > 0
     assert "you lose. Game over." in page and "O | X |" in page  # the final board as the model saw it
+    assert "Through 1 decision(s)" in page and "<code>O0: X1 (holds: 4)</code>" in page
 
 
 def test_the_curves_script_skips_torn_and_nan_lines_and_never_adds_a_point_twice(tmp_path) -> None:

@@ -147,6 +147,9 @@ def _exact(metadata: dict[str, Any], rollouts: Sequence[Rollout]) -> list[str]:
     )
     lost = lost_games(rollouts, exact.get("failures", ()))
     verdict = "yes: no line of play beats it" if exact.get("unbeatable") else f"no: {len(lost)} games beat it"
+    found = exact.get("mistakes")
+    mistakes: dict[str, Any] = found if isinstance(found, dict) else {}
+    decisions = "".join(f"<li><code>{e(k)}</code>: {e(v)} game(s)</li>" for k, v in mistakes.items())
     games = []
     for game in lost:
         detail = game.info.get("exact", {})
@@ -154,7 +157,9 @@ def _exact(metadata: dict[str, Any], rollouts: Sequence[Rollout]) -> list[str]:
         board = str(last.get("content") or "") if last else ""
         games.append(
             f'<div class="lost"><p><b>{e(detail.get("outcome"))}</b>: <code>{e(game.task_id)}</code> '
-            f"{e(detail.get('moves', ''))}</p><pre>{e(board)}</pre></div>"
+            f"{e(detail.get('moves', ''))}"
+            + (f" (decision <code>{e(detail['mistake'])}</code>)" if detail.get("mistake") else "")
+            + f"</p><pre>{e(board)}</pre></div>"
         )
     return [
         "<h2>Exact evaluation</h2>",
@@ -163,6 +168,11 @@ def _exact(metadata: dict[str, Any], rollouts: Sequence[Rollout]) -> list[str]:
         f"{e(exact.get('rejected_move_games'))}.</p>",
         f"<table><tr><th>opponent</th>{head}</tr>{rows}</table>",
         f"<h3>Games that beat the policy ({len(lost)})</h3>",
+        (
+            f"<p>Through {len(mistakes)} decision(s) (the position, the move, the moves that hold):</p><ul>{decisions}</ul>"
+        )
+        if decisions
+        else "",
         "".join(games) or '<p class="note">none</p>',
     ]
 

@@ -184,22 +184,26 @@ def _exact_table(rows: Sequence[Row], links: Mapping[tuple[int, str], str | None
     if not steps:
         return []
     opponents = sorted({n.split("/")[1] for r in rows for n in r if n.startswith("exact/") and n.count("/") == 2})
-    head = "".join(f"<th>{c}</th>" for c in ("step", "opponent", "win %", "draw %", "loss %", "other %", "beaten", ""))
+    head = "".join(
+        f"<th>{c}</th>" for c in ("step", "opponent", "win %", "draw %", "loss %", "other %", "beaten", "decisions", "")
+    )
     lines = []
     for step in steps:
         row = at.get(step, {})
         for i, opponent in enumerate(opponents or ["-"]):
             rates = [row.get(f"exact/{opponent}/{k}_pct") for k in ("win", "draw", "loss", "other")]
             beaten = number(row.get("exact/beaten_games"), 0) if i == 0 else ""
+            decisions = number(row.get("exact/losing_decisions"), 0) if i == 0 else ""
             lines.append(
                 f"<tr><td class=num>{step}</td><td>{e(opponent)}</td>"
                 + "".join(f"<td class=num>{number(v, 2, small=False)}</td>" for v in rates)
-                + f"<td class=num>{beaten}</td><td>{_link(links, (step, 'exact'), 'games') if i == 0 else ''}</td></tr>"
+                + f"<td class=num>{beaten}</td><td class=num>{decisions}</td><td>{_link(links, (step, 'exact'), 'games') if i == 0 else ''}</td></tr>"
             )
     return [
         "<h2>Exact evaluations</h2>",
         '<p class="note">greedy play over every line of the game tree; rates weighted by each '
-        "opponent's move probabilities; beaten: games (lines of play) the policy loses or times out</p>",
+        "opponent's move probabilities; beaten: games (lines of play) the policy loses or times out; "
+        "decisions: the distinct losing decisions those games went through</p>",
         f'<table class="wide"><tr>{head}</tr>{"".join(lines)}</table>',
     ]
 

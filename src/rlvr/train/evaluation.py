@@ -92,8 +92,9 @@ async def evaluate_exact(env: MultiTurnEnv[Any], client: ChatClient, sampling: S
 
 
 def exact_metrics(result: ExactResult) -> dict[str, float]:
-    """`exact/OPPONENT/{win,draw,loss,other}_pct`, `exact/beaten_games`, `exact/rejected_move_games`
-    and `exact/unbeatable` (1 when no line of play beats the policy) of an exact evaluation."""
+    """`exact/OPPONENT/{win,draw,loss,other}_pct`, `exact/beaten_games`, `exact/losing_decisions`
+    (the distinct decisions those games went through), `exact/rejected_move_games` and
+    `exact/unbeatable` (1 when no line of play beats the policy) of an exact evaluation."""
     metrics: dict[str, float] = {}
     for opponent in result.opponents:
         rates = result.rates(opponent)
@@ -102,6 +103,7 @@ def exact_metrics(result: ExactResult) -> dict[str, float]:
         metrics[f"exact/{opponent}/other_pct"] = max(100.0 - sum(main.values()), 0.0)
     summary = result.summary()
     metrics["exact/beaten_games"] = float(len(summary["beaten"]))
+    metrics["exact/losing_decisions"] = float(len(summary["mistakes"]))
     metrics["exact/rejected_move_games"] = float(summary["rejected_move_games"])
     metrics["exact/unbeatable"] = float(result.unbeatable)
     return metrics
@@ -116,7 +118,11 @@ def exact_line(result: ExactResult) -> str:
             f"{opponent} {100 * r.get('win', 0):.2f}/{100 * r.get('draw', 0):.2f}/{100 * r.get('loss', 0):.2f}"
         )
     beaten = len(result.beaten)
-    verdict = "unbeatable" if not beaten else f"beaten in {beaten} of {len(result.games)} games"
+    verdict = (
+        "unbeatable"
+        if not beaten
+        else f"beaten in {beaten} of {len(result.games)} games through {len(result.mistakes)} decision(s)"
+    )
     return f"exact W/D/L %: {', '.join(parts)}; {verdict}"
 
 
