@@ -43,8 +43,10 @@ def exact_cell(run: Path) -> str:
         return f"{r.get('win', 0.0):.2f}/{r.get('draw', 0.0):.2f}/{other:.2f}"
 
     verdict = "**yes**" if exact["unbeatable"] else "no"
-    beaten = len(exact["beaten"])
-    return f"{wdl('random')} | {wdl('optimal')} | {beaten} of {exact['games']} | {exact['rejected_move_games']} | {verdict}"
+    beaten = f"{len(exact['beaten'])} of {exact['games']}"
+    if exact["beaten"] and "mistakes" in exact:  # (runs before the decisions were named have none)
+        beaten += f" ({len(exact['mistakes'])} decisions)"
+    return f"{wdl('random')} | {wdl('optimal')} | {beaten} | {exact['rejected_move_games']} | {verdict}"
 
 
 def sample_cell(run: Path) -> str:
