@@ -16,6 +16,7 @@ GEN_TASKS=${GEN_TASKS:-1000}      # binary-search games kept as SFT data
 EVAL_TASKS=${EVAL_TASKS:-100}     # eval-split tasks, one greedy rollout each
 SFT_STEPS=${SFT_STEPS:-400}       # batches of 16 games, lr 2e-3 (the model starts from random weights)
 RL_STEPS=${RL_STEPS:-40}          # batches of 64 rollouts: 8 tasks x 8
+RL_BATCH=${RL_BATCH:-64}          # rollouts a step (groups of 8)
 RL_LR=${RL_LR:-3e-5}
 RL_TEMPERATURE=${RL_TEMPERATURE:-0.5}
 
@@ -63,7 +64,7 @@ rlvr sft -m base -d sft.jsonl -o sft --max-steps "$SFT_STEPS" --batch-size 16 --
 stage sft
 evaluate sft/final eval/sft
 stage eval-sft eval/sft
-rlvr train "$NAME" -m sft/final -o rl --steps "$RL_STEPS" --batch-size 64 --group-size 8 --max-tokens 16 \
+rlvr train "$NAME" -m sft/final -o rl --steps "$RL_STEPS" --batch-size "$RL_BATCH" --group-size 8 --max-tokens 16 \
     -T "$RL_TEMPERATURE" --lr "$RL_LR" --eval-every none --save-every none --device cpu -q
 stage rl
 evaluate rl/final eval/rl

@@ -53,6 +53,9 @@ Algorithmic choices
 - Micro-batches are rescaled so their summed gradient equals the whole batch's (see
   `rlvr.train.sequences`); gradients are clipped to `max_grad_norm`; AdamW, no weight decay.
 - No dropout: the model stays in eval mode, so generation, old and new log-probs agree.
+- Weight average (ema_decay > 0): an exponential moving average of the trainable weights,
+  updated after every optimizer step and never used by training; evaluations, keep_best and
+  final/ swap it in (`rlvr.train.average`).
 - KL (kl_coef > 0): k3 estimator to the starting model; a frozen copy for full fine-tuning, the
   same model with adapters disabled for LoRA.
 - Several GPUs (torchrun / accelerate launch): each rank plays its contiguous share of the
