@@ -537,3 +537,24 @@ def test_the_average_swaps_back_bit_for_bit_and_bad_decays_are_refused(tiny, tmp
         config(tiny, tmp_path / "r", ema_decay=0.9, vllm_url="http://localhost:8000")
     with pytest.raises(ValueError, match="other parameters"):
         average.load_state_dict({"decay": 0.9, "average": {"nope": torch.zeros(1)}})
+
+
+def test_a_lora_run_averages_its_adapters_and_exports_the_merged_average(tiny, tmp_path) -> None:
+    from rlvr.train.average import WeightAverage
+
+    changes = {"steps": 2, "lora_rank": 4, "save_every": 1, "seed": 5}
+    fit(config(tiny, tmp_path / "plain", **changes))
+    fit(config(tiny, tmp_path / "avg", ema_decay=0.5, **changes))
+    base, plain, avg = (_weights(p) for p in (tiny, tmp_path / "plain" / "final", tmp_path / "avg" / "final"))
+    moved = [k for k in base if not torch.equal(plain[k], base[k])]
+    assert moved and all("proj" in k for k in moved)
+    # the merged average lies between the start and the last adapters, on the same weights
+    assert all(torch.equal(avg[k], base[k]) for k in base if k not in moved)
+    assert all(not torch.equal(avg[k], plain[k]) for k in moved)
+    from rlvr.train.fields import LoraSpec
+    from rlvr.train.model import load_trainable
+
+    model = load_trainable(str(tiny), lora=LoraSpec(4, None), device=torch.device("cpu"))
+    averaged = WeightAverage(model, 0.5).average  # the adapters only
+    assert averaged and set(averaged) == {n for n, p in model.named_parameters() if p.requires_grad}
+    assert all("lora" in n for n in averaged)
