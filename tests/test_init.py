@@ -99,7 +99,10 @@ def test_scaffold_test_names_the_player_that_fails(
     tests = scaffold_tests(dest)
     env_class = type(module.load_environment())
     monkeypatch.setattr(env_class, "policies", lambda self: {"renamed": lambda: Policy(lambda m, rng: "no idea")})
-    with pytest.raises(AssertionError, match="policy:renamed should solve every task"):
+    with pytest.raises(
+        AssertionError,
+        match=r"policy:renamed should solve every task; 10 of 10 rollouts did not\. The first: task .*no idea",
+    ):
         tests.test_reference_player_solves_every_task()
 
 

@@ -22,6 +22,7 @@ The limits, computed on the bare game tree (no model), with those same weights:
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -111,9 +112,11 @@ def mistake(moves: str) -> str | None:
 
     >>> mistake("O0.X1.O4.X8.O6.X3.O2")
     'O0: X1 (holds: 4)'
-    >>> mistake("X4.O0.X8.O2.X1.O7.X6.O3.X5") is None
-    True
+    >>> mistake("X4.O0.X8.O2.X1.O7.X6.O3.X5") is None, mistake("X-first") is None
+    (True, True)
     """
+    if not re.fullmatch(r"[XO][0-8](\.[XO][0-8])*", moves):
+        return None  # no move at all ("X-first": the model timed out before its first)
     board: Board = EMPTY_BOARD
     for i, move in enumerate(moves.split(".")):
         mark, cell = move[0], int(move[1:])

@@ -156,6 +156,12 @@ def test_rejected_moves_are_counted_and_a_player_that_never_moves_times_out():
     timed_out = [g for g in result.games if g.info["exact"]["outcome"] == "timeout"]
     assert timed_out and all(g.info["exact"]["rejected_moves"] > 0 for g in timed_out)
     assert all(g.stop_reason == "max_turns_reached" for g in timed_out)
+    # a player that never makes a legal move: every game times out, the model-first one before
+    # its first move ("X-first"); no decision lost those games, so each counts as its own
+    never = exact(lambda board: 9)
+    assert set(never.outcomes) == {"timeout"} and "X-first" in {g.info["exact"]["moves"] for g in never.games}
+    assert all("mistake" not in g.info["exact"] for g in never.games)
+    assert never.mistakes == {g.task_id: 1 for g in never.beaten}
 
 
 def test_a_sampling_temperature_is_refused():
