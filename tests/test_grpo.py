@@ -536,7 +536,7 @@ def test_the_average_swaps_back_bit_for_bit_and_bad_decays_are_refused(tiny, tmp
     with pytest.raises(UsageError, match="ema_decay is not supported with vllm_url"):
         config(tiny, tmp_path / "r", ema_decay=0.9, vllm_url="http://localhost:8000")
     with pytest.raises(ValueError, match="other parameters"):
-        average.load_state_dict({"decay": 0.9, "average": {"nope": torch.zeros(1)}})
+        average.load_state_dict({"average": {"nope": torch.zeros(1)}})
 
 
 def test_a_lora_run_averages_its_adapters_and_exports_the_merged_average(tiny, tmp_path) -> None:

@@ -74,6 +74,19 @@ def test_report_is_well_formed_self_contained_and_escaped(tmp_path: Path) -> Non
     assert "stop reasons" in page and "turns per rollout" in page and "mean of each reward function" in page
 
 
+def test_a_lone_surrogate_in_the_run_is_shown_as_its_escape_not_a_crash(tmp_path: Path) -> None:
+    run = make_run(tmp_path / "run")
+    results = run / "results.jsonl"
+    first, *rest = results.read_text(encoding="utf-8").splitlines()
+    row = json.loads(first)
+    row["turns"][0]["completion"]["text"] = "half \ud800 pair <b>"  # what a model may send; JSON keeps it
+    results.write_text("\n".join([json.dumps(row), *rest]) + "\n", encoding="utf-8")
+    out = write_report(run)
+    page = out.read_text(encoding="utf-8")  # strict UTF-8: the page is valid
+    assert "half \\ud800 pair &lt;b&gt;" in page
+    assert not list(out.parent.glob("*.tmp"))
+
+
 def test_report_lists_every_rollout_with_roles_rewards_and_errors(tmp_path: Path) -> None:
     page = write_report(make_run(tmp_path / "run", tasks=3)).read_text(encoding="utf-8")
     details = re.findall(r'<details class="([^"]+)"><summary>(.*?)</summary>', page)

@@ -118,13 +118,14 @@ def mistake(moves: str) -> str | None:
     if not re.fullmatch(r"[XO][0-8](\.[XO][0-8])*", moves):
         return None  # no move at all ("X-first": the model timed out before its first)
     board: Board = EMPTY_BOARD
-    for i, move in enumerate(moves.split(".")):
+    played = moves.split(".")
+    for i, move in enumerate(played):
         mark, cell = move[0], int(move[1:])
         if mark == "X":
             after = apply_move(board, cell, "X")
             if game_value(board, "X") >= 0 and winner(after) is None and game_value(after, "O") > 0:
                 holds = [m for m in legal_moves(board) if game_value(apply_move(board, m, "X"), "O") <= 0]
-                before = ".".join(moves.split(".")[:i]) or "start"
+                before = ".".join(played[:i]) or "start"
                 return f"{before}: X{cell} (holds: {', '.join(map(str, holds))})"
             board = after
         else:

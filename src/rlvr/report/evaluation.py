@@ -18,7 +18,7 @@ from typing import Any
 
 from rlvr.errors import RlvrError
 from rlvr.report.charts import bar_chart, histogram_bins, number
-from rlvr.report.page import REPORT, e, numbers_table, page, settings_table
+from rlvr.report.page import REPORT, e, numbers_table, page, settings_table, write_page
 from rlvr.results import RunDir
 from rlvr.summary import summarize
 from rlvr.types import Message, Rollout
@@ -323,6 +323,5 @@ def write_results_report(run_path: str | Path, output: str | Path | None = None,
         max_rollouts=max_rollouts,
         env_summary=env_summary(run.metadata, rollouts),
     )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text, encoding="utf-8")
+    write_page(out, text)
     return out

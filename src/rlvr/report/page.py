@@ -7,6 +7,7 @@ import json
 import string
 from collections.abc import Iterable, Mapping
 from importlib.resources import files
+from pathlib import Path
 from typing import Any
 
 from rlvr.report.charts import number
@@ -18,6 +19,16 @@ REPORT = "report.html"
 def e(value: Any) -> str:
     """`value` as HTML text: every piece of text from a run goes through here."""
     return html.escape(str(value), quote=True)
+
+
+def write_page(path: Path, text: str) -> None:
+    """Write a rendered page. A lone surrogate (run text keeps what a model sent, and UTF-8 has
+    no form for it) is written as its escape, e.g. `\\ud800`, not raised as an encoding error;
+    the page appears whole or not at all (written beside, then renamed)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8", errors="backslashreplace")
+    tmp.replace(path)
 
 
 def page(title: str, body: Iterable[str]) -> str:

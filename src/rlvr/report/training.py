@@ -29,7 +29,7 @@ from urllib.parse import quote
 from rlvr.errors import ResultsError
 from rlvr.report.charts import line_chart, number
 from rlvr.report.evaluation import write_results_report
-from rlvr.report.page import REPORT, e, page, settings_table
+from rlvr.report.page import REPORT, e, page, settings_table, write_page
 
 METRICS = "metrics.csv"
 CONFIGS = ("config.json", "sft_config.json")
@@ -105,8 +105,7 @@ def write_training_report(run: Path, output: str | Path | None = None, *, max_ro
         except ResultsError:
             links[key] = None  # shown as unreadable; the curves do not depend on it
     text = render_training_report(run, read_metrics(run / METRICS), read_config(run), links)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text, encoding="utf-8")
+    write_page(out, text)
     return out
 
 

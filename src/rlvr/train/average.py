@@ -58,7 +58,7 @@ class WeightAverage:
             self.average[name].copy_(kept)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"decay": self.decay, "average": {name: t.cpu() for name, t in self.average.items()}}
+        return {"average": {name: t.cpu() for name, t in self.average.items()}}  # (decay: the run's config)
 
     def load_state_dict(self, state: dict[str, Any] | None) -> None:
         """Restore a saved average; `None` (a checkpoint written without one) keeps the start."""
