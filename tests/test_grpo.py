@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import csv
+import dataclasses
 import json
 import math
 import shutil
@@ -362,6 +363,50 @@ def test_backtrack_restarts_reach_the_trainer(tiny, tmp_path) -> None:
     steps = grpo.train(cfg, make_env=RestartableEnv, quiet=True, plots=False)
     assert [m["restart/tasks"] for m in steps] == [0.0, 1.0, 1.0]
     assert [m["restart/backtracked"] for m in steps] == [0.0, 0.0, 0.0]  # one point an episode: none earlier
+
+
+def test_greedy_probes_find_restarts_that_sampled_games_miss_and_are_not_trained_on(
+    tiny, tmp_path, monkeypatch
+) -> None:
+    """Sampled rollouts all score 1 here and greedy ones 0 (a policy whose greedy move is its
+    only mistake): restarts come only from the probes, which play at temperature 0, the batch's
+    ordinary tasks in turn with new seeds, one rollout each, beside the batch and outside the loss."""
+    played: list[tuple[float, int, list[str]]] = []
+
+    async def scored(env, client, tasks, *, sampling, rollouts_per_task=1, **kwargs):
+        out = await run_rollouts(env, client, tasks, sampling=sampling, rollouts_per_task=rollouts_per_task, **kwargs)
+        played.append((sampling.temperature, rollouts_per_task, [(t.id, t.seed) for t in tasks]))
+        return [dataclasses.replace(r, reward=0.0 if sampling.temperature == 0 else 1.0) for r in out]
+
+    monkeypatch.setattr(grpo, "run_rollouts", scored)
+    changes = {"steps": 3, "restart_frac": 0.5, "restart_below": 1.0, "restart_points": "backtrack"}
+    plain = grpo.train(config(tiny, tmp_path / "a", **changes), make_env=RestartableEnv, quiet=True, plots=False)
+    assert [m["restart/buffer"] for m in plain] == [0.0, 0.0, 0.0]  # no sampled game scores below 1
+    assert all(t > 0 for t, _, _ in played) and "restart/greedy_below" not in plain[0]
+
+    played.clear()
+    cfg = config(tiny, tmp_path / "b", restart_greedy=3, **changes)
+    probed = grpo.train(cfg, make_env=RestartableEnv, quiet=True, plots=False)
+    assert [m["restart/tasks"] for m in probed] == [0.0, 1.0, 1.0]
+    assert [m["restart/greedy_below"] for m in probed] == [1.0, 1.0, 1.0]
+    trained = [(n, tasks) for t, n, tasks in played if t > 0]
+    assert [len(tasks) for _, tasks in trained] == [2, 2, 2] and all(n == 4 for n, _ in trained)
+    greedy = [(n, tasks) for t, n, tasks in played if t == 0]
+    assert len(greedy) == 3 and all(n == 1 and len(tasks) == 3 for n, tasks in greedy)
+    for (_, batch), (_, probes) in zip(trained, greedy, strict=True):
+        ordinary = [i for i, _ in batch if "~r" not in i]  # (the restart aside)
+        assert [i for i, _ in probes] == [f"{ordinary[k % len(ordinary)]}~g{k}" for k in range(3)]
+        seeds = {s for _, s in probes}
+        assert len(seeds) == 3 and not seeds & {s for _, s in batch}  # three new games
+    # outside the loss and the batch's metrics: a probe's reward 0 would give advantages
+    assert [(m["reward/mean"], m["grad/norm"]) for m in probed] == [(1.0, 0.0)] * 3
+
+
+def test_greedy_probes_are_refused_without_restarts(tiny, tmp_path) -> None:
+    with pytest.raises(UsageError, match="restart_frac is 0"):
+        config(tiny, tmp_path / "a", restart_greedy=1)
+    with pytest.raises(UsageError, match="restart_greedy must be >= 0"):
+        config(tiny, tmp_path / "c", restart_frac=0.5, restart_greedy=-1)
 
 
 class BrokenRestartEnv(RestartableEnv):

@@ -117,6 +117,8 @@ class TrainConfig:
     """rollouts scoring below this offer a restart point (with restart_frac > 0)"""
     restart_points: str = "random"
     """which of a rollout's restart points join the buffer: random (one), all (the turn before its mistake is then always among them), or backtrack (the last; one turn earlier each time a restart's whole group scores below restart_below again)"""
+    restart_greedy: int = 0
+    """each step, also play this many games greedily (temperature 0; the batch's tasks in turn, each with a new seed), not trained on: those scoring below restart_below offer restart points too, so restarts also find the mistakes of the policy as it is evaluated (needs restart_frac > 0); 0 = none"""
     ema_decay: float = 0.0
     """evaluate and export an exponential moving average of the weights, average = decay * average + (1 - decay) * weights after every step (e.g. 0.98: about the last 50 steps); training uses the current weights; 0 = off"""
     mask_truncated: bool = False
@@ -382,6 +384,11 @@ def _check_values(c: TrainConfig) -> None:
     need(c.clip_eps_high is None or c.clip_eps_high > 0, f"clip_eps_high must be > 0 or None, got {c.clip_eps_high}")
     need(c.kl_coef >= 0, f"kl_coef must be >= 0, got {c.kl_coef}")
     need(0 <= c.restart_frac < 1, f"restart_frac must be in [0, 1) (0 = no restarts), got {c.restart_frac}")
+    need(c.restart_greedy >= 0, f"restart_greedy must be >= 0 (0 = none), got {c.restart_greedy}")
+    need(
+        c.restart_greedy == 0 or c.restart_frac > 0,
+        f"restart_greedy = {c.restart_greedy} finds restart points, but restart_frac is 0 (no batch plays them); set restart_frac",
+    )
     need(0 <= c.ema_decay < 1, f"ema_decay must be in [0, 1) (0 = no average), got {c.ema_decay}")
     need(
         c.ema_decay == 0 or (c.vllm_url is None and c.sharding == "ddp"),

@@ -69,6 +69,7 @@ Algorithmic choices
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import sys
@@ -120,7 +121,7 @@ from rlvr.train.sequences import build_sequences
 from rlvr.train.session import EnvFactory, Envs, StepSeeded, event_loop
 from rlvr.train.sharding import full_state_dict, full_weights, wrap
 from rlvr.train.update import UpdateSettings, update_policy
-from rlvr.types import SamplingArgs
+from rlvr.types import Rollout, SamplingArgs, Task
 
 PLOT_EVERY = 10
 """Regenerate the PNG plots every N steps (and at every evaluation and at the end)."""
@@ -166,7 +167,13 @@ def train(
         tasks_per_batch=cfg.tasks_per_batch,
         seed=cfg.seed,
         points=cfg.restart_points,
+        greedy=cfg.restart_greedy,
     )
+    if cfg.restart_greedy % dist.world:
+        raise UsageError(
+            f"restart_greedy = {cfg.restart_greedy} greedy probes do not split over {dist.world} processes; "
+            f"make it a multiple of {dist.world}"
+        )
     if cfg.eval_exact and not isinstance(env, GameTree):
         raise UsageError(f"eval_exact: environment {cfg.env!r} offers no game tree to evaluate exactly")
     if cfg.tasks_per_batch % (dist.world * cfg.minibatches):
@@ -315,17 +322,18 @@ def train(
             batch = restarts.fill(next(sampler), step)
             tasks = dist.shard(batch)
 
-            # ---- 2. rollouts with the current policy (multi-turn, env replies included) ----------
+            # ---- 2. rollouts with the current policy (multi-turn, env replies included), and
+            # beside them in the same batches the greedy probes, which are not trained on -----------
             t0 = time.monotonic()
             with full_weights(model):  # sharded: gathered whole for the generation, then freed
-                rollouts = run_async(
-                    run_rollouts(
+                rollouts, probes = run_async(
+                    _play(
                         env,
                         StepSeeded(client, cfg.seed, step),
                         tasks,
+                        dist.shard(restarts.probe_tasks(batch, step)),
                         sampling=sampling,
-                        rollouts_per_task=cfg.group_size,
-                        concurrency=len(tasks) * cfg.group_size,
+                        group_size=cfg.group_size,
                     )
                 )
             t_rollouts = time.monotonic() - t0
@@ -362,7 +370,7 @@ def train(
             metrics.update(train_stats)
             metrics["rollout/split_frac"] = dist.sum([split])[0] / max(len(everyone), 1)
             metrics["batch/kept_groups_frac"] = kept_groups
-            restarts.add(everyone, batch, step)
+            restarts.add(everyone, batch, step, probes=dist.gather(probes))
             metrics.update(restarts.metrics(everyone))
             metrics["optim/lr"] = lr
             metrics["time/weight_sync"] = t_sync
@@ -459,3 +467,25 @@ def _last_good(run_dir: Path) -> str:
     last = ckpt_io.latest_checkpoint(run_dir)
     where = f"the last good checkpoint is {last.path}" if last else "no checkpoint was written yet"
     return f"the weights were not updated and {where} (resume with --resume, e.g. after lowering lr)"
+
+
+async def _play(
+    env: MultiTurnEnv[Any],
+    client: StepSeeded,
+    tasks: list[Task],
+    probe_tasks: list[Task],
+    *,
+    sampling: SamplingArgs,
+    group_size: int,
+) -> tuple[list[Rollout], list[Rollout]]:
+    """A group of rollouts of each task and one greedy rollout of each probe task, played
+    side by side (one engine's batches hold both)."""
+    train = run_rollouts(
+        env, client, tasks, sampling=sampling, rollouts_per_task=group_size, concurrency=len(tasks) * group_size
+    )
+    if not probe_tasks:
+        return await train, []
+    greedy = sampling.replace(temperature=0.0, top_p=1.0, logprobs=False)
+    probe = run_rollouts(env, client, probe_tasks, sampling=greedy, concurrency=len(probe_tasks))
+    rollouts, probes = await asyncio.gather(train, probe)
+    return rollouts, probes

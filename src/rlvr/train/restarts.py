@@ -23,6 +23,14 @@ rollout offers its last restart point, and when a restart's whole group scores b
 point one model turn earlier joins the buffer, and so on back to the episode's second turn; a
 group where some continuation did better stops there, at a turn whose group has a reward spread.
 Restarts' own rollouts offer nothing else in that mode.
+
+Greedy probes (`restart_greedy` = n > 0): n of each batch's ordinary tasks are also played once
+at temperature 0 and not trained on; those scoring below `restart_below` offer their restart
+points like any training rollout. Why: what an evaluation measures is the greedy policy, and its
+mistakes are often near-ties, moves it prefers by a hair. Sampled games make such a mistake
+about half the time in that position, and only if they reach it; the greedy game makes it every
+time it gets there. The probe games are the policy's own against the training opponent, not an
+evaluator's.
 """
 
 from __future__ import annotations
@@ -42,6 +50,8 @@ from rlvr.types import Rollout, Task
 
 SEP = "~r"
 """A restart's id is its task's id, SEP, and a serial number (unique within a run)."""
+PROBE = "~g"
+"""A greedy probe's id is its task's id, PROBE, and its number in the step."""
 
 
 class Restarts:
@@ -56,6 +66,7 @@ class Restarts:
         tasks_per_batch: int,
         seed: int,
         points: str = "random",
+        greedy: int = 0,
     ) -> None:
         if frac > 0 and not env.restartable:
             raise UsageError(
@@ -64,7 +75,7 @@ class Restarts:
             )
         if points not in RESTART_POINTS:
             raise UsageError(f"unknown restart_points {points!r}; expected one of {', '.join(RESTART_POINTS)}")
-        self.env, self.below, self.seed, self.points = env, below, seed, points
+        self.env, self.below, self.seed, self.points, self.greedy = env, below, seed, points, greedy
         self.per_batch = round(frac * tasks_per_batch) if frac > 0 else 0
         if frac > 0 and self.per_batch == 0:
             raise UsageError(
@@ -82,6 +93,10 @@ class Restarts:
         """backtrack: each waiting or just played restart's earlier points, oldest first"""
         self.backtracked = 0
         """backtrack: restarts queued one turn earlier by the last `add`"""
+        self.probing: list[Task] = []
+        """the tasks `probe_tasks` made last"""
+        self.probe_scores: list[float] = []
+        """the rewards of the last `add`'s greedy probes"""
 
     @property
     def active(self) -> bool:
@@ -100,12 +115,29 @@ class Restarts:
         self.played = {t.id for t in chosen}
         return out
 
-    def add(self, rollouts: Sequence[Rollout], tasks: Sequence[Task], step: int) -> None:
+    def probe_tasks(self, batch: Sequence[Task], step: int) -> list[Task]:
+        """The greedy probes' tasks: the batch's ordinary tasks (not restarts) in turn, each
+        with a new seed (a greedy game is a function of its task, so a task's own seed would
+        replay one of its group's games: tic-tac-toe's opponent draws from it)."""
+        ordinary = [t for t in batch if t.id not in self.played]
+        picks = [ordinary[k % len(ordinary)] for k in range(self.greedy)] if self.active and ordinary else []
+        self.probing = [
+            dataclasses.replace(t, id=f"{t.id}{PROBE}{k}", seed=mix_seed(self.seed, step, k, 0x9E))
+            for k, t in enumerate(picks)
+        ]
+        return self.probing
+
+    def add(
+        self, rollouts: Sequence[Rollout], tasks: Sequence[Task], step: int, probes: Sequence[Rollout] = ()
+    ) -> None:
         """Offer the restart points of each rollout scored below `below` (one drawn at random,
-        or all of them); keep the newest `capacity` distinct ones. `tasks` are the batch's tasks (every rank's)."""
+        or all of them), then those of the greedy `probes` (queued last: the newest); keep the
+        newest `capacity` distinct ones. `tasks` are the batch's tasks (every rank's)."""
         if not self.active:
             return
-        by_id = {t.id: t for t in tasks}
+        self.probe_scores = [r.reward for r in probes if r.error is None]
+        rollouts = [*rollouts, *probes]
+        by_id = {t.id: t for t in [*tasks, *self.probing]}
         rng = random.Random(mix_seed(self.seed, step, 0xADD))
         known = {_key(t) for t in self.buffer}
         if self.points == "backtrack":
@@ -172,6 +204,8 @@ class Restarts:
         out = {"restart/tasks": float(len(self.played)), "restart/buffer": float(len(self.buffer))}
         if self.points == "backtrack":
             out["restart/backtracked"] = float(self.backtracked)
+        if self.probe_scores:  # how often the greedy policy scores below restart_below
+            out["restart/greedy_below"] = sum(x < self.below for x in self.probe_scores) / len(self.probe_scores)
         scores = [r.reward for r in rollouts if r.task_id in self.played and r.error is None]
         if scores:
             out["restart/reward"] = sum(scores) / len(scores)
