@@ -42,7 +42,8 @@ EXACT=${EXACT:-1}   # 0: no exact evaluation (the smoke scale, where a barely tr
 RL_NAME=${RL_NAME:-rl}   # another name runs another RL variant from the same SFT model, side by side
 EVAL_STAGES=${EVAL_STAGES:-base sft $RL_NAME ${RL_NAME}2 teacher}
 if [ "$SCALE" = smoke ]; then
-  GAMES=300; SFT_STEPS=10; SFT_BATCH=16; RL_STEPS=2; RL2_STEPS=${RL2_STEPS:-1}; BATCH=16; GROUP=4; BUCKETS=4; RL2_BUCKETS=1
+  GAMES=300; SFT_STEPS=10; SFT_BATCH=16; RL_STEPS=2; RL2_STEPS=${RL2_STEPS:-1}; BATCH=16; GROUP=4; RL2_BUCKETS=1
+  BUCKETS=$([ "${BUCKETS:-8}" = 1 ] && echo 1 || echo 4)   # (a plan's one bucket, p fixed, stays one)
   EVAL_GAMES=10; EVAL_TASKS=4; EVAL_EVERY=2; DEVICE_FLAGS=""; EXACT=0
 else
   GAMES=${GAMES:-20000}; SFT_STEPS=${SFT_STEPS:-1000}; SFT_BATCH=${SFT_BATCH:-64}
