@@ -46,9 +46,10 @@
 #   sharpen one GPU per seed: rlK for 250 steps, then 100 more at T 0.6 (rlK2); beside it rlK
 #          again from the same SFT (rlJ) and 100 more at T 1 (rlJ2)
 #   greedy one GPU per seed: rlK plus restarts from 64 greedy probe games a step (rlG,
-#          --restart-greedy 64), twice from the same SFT (rlG, rlGb: the spread of one recipe);
-#          GPU EXTRA_GPU: the weak start with rlG, and the shipped model with rlW0's recipe plus
-#          backtracking restarts of every game not won, probes included (rlWG, 120 steps)
+#          --restart-greedy 64), twice from the same SFT (rlG, rlGb: the spread of one recipe),
+#          350 steps; GPU EXTRA_GPU: the weak start with rlG, and the shipped model with rlW0's
+#          recipe plus backtracking restarts of every game not won, probes included (rlWG, 120
+#          steps). Run with RL_STEPS=250 WEAK_STEPS=250 (seeds 1 and 2 resumed to 350 by hand)
 #   wins   the shipped model, 80 steps at lr 1e-5 against opponents at p = 0.7 after the random
 #          replies: rlW with a KL of 0.05 to the shipped model (GPU WINS_GPU), rlW0 without (WINS_GPU2)
 set -uo pipefail
@@ -227,10 +228,10 @@ start() {
       # greedy policy's mistakes every time they reach them; two runs per SFT model
       export FIRST_STAGES=sft LAST_STAGES=""
       local r="$restarts5 RESTART_POINTS=backtrack" g="RL_EXTRA=--restart-greedy=${PROBES:-64}"
-      per_seed "RL_STEPS=${RL_STEPS:-250} $r" "rlG $g" "rlGb $g"
+      per_seed "RL_STEPS=${RL_STEPS:-350} $r" "rlG $g" "rlGb $g"
       if [ -n "${EXTRA_GPU-3}" ]; then
         export FIRST_STAGES="base sft"
-        job "${EXTRA_GPU-3}" weak "SEED=0 GAMES=200 SFT_STEPS=300 SFT_BATCH=32 RL_STEPS=${WEAK_STEPS:-250} $r" "rlG $g"
+        job "${EXTRA_GPU-3}" weak "SEED=0 GAMES=200 SFT_STEPS=300 SFT_BATCH=32 RL_STEPS=${WEAK_STEPS:-350} $r" "rlG $g"
         export FIRST_STAGES=sft
         from_shipped shipped
         job "${EXTRA_GPU-3}" shipped "SEED=0 RL_STEPS=120 EVAL_EVERY=20 TRAP_PROB=1.0 OPENING_PLIES=0 RANDOM_REPLIES=4 RL_LR=1e-5 MICRO=32 KEEP_BEST=min:exact/beaten_games,max:exact/random/win_pct RESTART_FRAC=0.5 RESTART_BELOW=1.0 RESTART_POINTS=backtrack" \
