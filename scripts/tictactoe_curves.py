@@ -30,6 +30,7 @@ CURRENT = "random replies, then p = 0"  # the recipe before restarts: drawn in b
 RESTARTS = "restarts"  # lines whose opponent names it (training with --restart-frac): drawn in red
 EVERY_POINT = "every later move"  # restarts from every later move (--restart-points all): in purple
 WALK_BACK = "walk back"  # restarts that walk back from a lost game's last move (backtrack): in green
+GREEDY = "greedy probes"  # the walk back, restarting greedy probe games too (--restart-greedy): in orange
 TITLES = {"weak": "weak start (200 games)", "shipped": "RL 2, 3 and 4 of the shipped model"}
 
 
@@ -86,7 +87,8 @@ def plot(table: Path, out: Path) -> None:
         ("black", [x for x in lines if x[0] == CURRENT]),
         ("red", [x for x in lines if RESTARTS in x[0] and EVERY_POINT not in x[0] and WALK_BACK not in x[0]]),
         ("purple", [x for x in lines if EVERY_POINT in x[0]]),
-        ("green", [x for x in lines if WALK_BACK in x[0]]),
+        ("green", [x for x in lines if WALK_BACK in x[0] and GREEDY not in x[0]]),
+        ("darkorange", [x for x in lines if GREEDY in x[0]]),
     ):
         styles.update({x: {"color": colour, "lw": 2.2, "ls": ("-", "--", ":")[i % 3]} for i, x in enumerate(picked)})
     legend_in = 0.2 * ((len(lines) + 1) // 2) + 0.4  # inches below the panels: two columns of labels

@@ -148,3 +148,27 @@ def test_a_nan_score_stops_a_backtrack() -> None:
     (played,) = r.played
     r.add(group(played, [0.0, math.nan]), batch, step=1)  # NaN is not "below": nothing says it failed
     assert r.backtracked == 0 and r.buffer == [] and r.earlier == {}
+
+
+def test_greedy_probes_play_ordinary_tasks_with_new_seeds_and_offer_restarts_last() -> None:
+    r = Restarts(Echo(), frac=0.5, below=0.5, tasks_per_batch=2, seed=3, greedy=5)
+    batch = [Task(id="a", prompt=(), seed=1), Task(id="b", prompt=(), seed=2)]
+    assert r.probe_tasks(r.fill(batch, 0), 0) and [t.id for t in r.probing] == ["a~g0", "b~g1", "a~g2", "b~g3", "a~g4"]
+    assert len({t.seed for t in r.probing} | {1, 2}) == 7  # five new games
+    assert [t.seed for t in r.probe_tasks(batch, 0)] == [t.seed for t in r.probing]  # a function of (seed, step)
+    assert {t.seed for t in r.probe_tasks(batch, 1)}.isdisjoint({t.seed for t in r.probe_tasks(batch, 0)})
+    r.add(
+        [rollout("a", "sampled", 1.0)], batch, 0, probes=[rollout("b~g1", "greedy", 0.0), rollout("a~g0", "won", 1.0)]
+    )
+    assert [t.id for t in r.buffer] == ["b~g1~r1"]  # only the lost probe, under its own root
+    assert r.metrics([])["restart/greedy_below"] == 0.5
+    # a batch of restarts only has no ordinary task to probe; nothing stale is offered
+    r.played = {"a", "b"}
+    assert r.probe_tasks(batch, 2) == [] and r.probing == []
+    r.add([], batch, 2, probes=[rollout("b~g1", "stale", 0.0)])
+    assert len(r.buffer) == 1 and "restart/greedy_below" not in r.metrics([])
+
+
+def test_no_probes_without_restarts() -> None:
+    r = Restarts(Echo(), frac=0.0, below=0.5, tasks_per_batch=2, seed=3, greedy=4)
+    assert r.probe_tasks([Task(id="a", prompt=())], 0) == []

@@ -135,6 +135,8 @@ class Restarts:
         newest `capacity` distinct ones. `tasks` are the batch's tasks (every rank's)."""
         if not self.active:
             return
+        probing = {t.id for t in self.probing}
+        probes = [r for r in probes if r.task_id in probing]  # (of the tasks `probe_tasks` made last)
         self.probe_scores = [r.reward for r in probes if r.error is None]
         rollouts = [*rollouts, *probes]
         by_id = {t.id: t for t in [*tasks, *self.probing]}
