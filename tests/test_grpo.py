@@ -262,6 +262,12 @@ def test_tictactoe_two_step_smoke_through_the_cli(tiny, tmp_path, capsys) -> Non
         "--eval-exact",
         "--lr",
         "1e-3",
+        "--restart-frac",  # (restarts and greedy probes through the real env)
+        "0.5",
+        "--restart-below",
+        "0.5",
+        "--restart-greedy",
+        "2",
     ]
     assert main(argv) == 0, capsys.readouterr().err
     printed = capsys.readouterr().out
@@ -289,8 +295,10 @@ def test_tictactoe_two_step_smoke_through_the_cli(tiny, tmp_path, capsys) -> Non
         "exact/beaten_games",
         "exact/losing_decisions",
         "exact/unbeatable",
+        "restart/greedy_below",
     ):
         assert last[name] != "" and math.isfinite(float(last[name])), name
+    assert float(last["restart/greedy_below"]) == 1.0  # an untrained model loses every game
     assert float(last["exact/beaten_games"]) >= 1 and float(last["exact/unbeatable"]) == 0.0  # an untrained model
     assert 1 <= float(last["exact/losing_decisions"]) <= float(last["exact/beaten_games"])
     assert "exact W/D/L %" in printed
