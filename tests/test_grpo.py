@@ -159,6 +159,26 @@ def test_mean_reward_rises_on_a_trivial_env(tiny, tmp_path) -> None:
     assert all(m["ratio/mean"] == 1.0 for m in history)  # on-policy: old = new, exactly
 
 
+def same_reward(completion) -> float:
+    """The same reward for every reply: every group ties, every advantage is 0."""
+    return 1.0
+
+
+def test_a_batch_whose_groups_all_tie_skips_every_pass_and_still_logs_its_steps(tiny, tmp_path) -> None:
+    tasks = [{"id": str(i), "question": f"Say anything, number {i}."} for i in range(8)]
+    cfg = config(tiny, tmp_path / "run", steps=2, micro_batch_size=2)
+    history = grpo.train(
+        cfg, make_env=lambda **_: SingleTurnEnv(tasks, rubric=Rubric([same_reward])), quiet=True, plots=False
+    )
+    for m in history:
+        assert m["group/zero_std_frac"] == 1.0 and m["batch/skipped_seqs_frac"] == 1.0
+        assert m["loss/policy"] == m["loss/total"] == m["grad/norm"] == 0.0
+        assert m["tokens/trained"] > 0 and m["tokens/processed"] == 0  # counted, never run
+    rows = list(csv.DictReader((tmp_path / "run" / "metrics.csv").read_text().splitlines()))
+    assert [r["batch/skipped_seqs_frac"] for r in rows if r["step"] != "0.0"] == ["1.0", "1.0"]
+    assert all(m["batch/skipped_seqs_frac"] == 0.0 for m in fit(config(tiny, tmp_path / "kl", steps=1, kl_coef=0.1)))
+
+
 # ---- checkpoints -----------------------------------------------------------------------------
 
 
@@ -282,7 +302,7 @@ def test_tictactoe_two_step_smoke_through_the_cli(tiny, tmp_path, capsys) -> Non
         "outcome/win_pct",
         "loss/policy",
         "grad/norm",
-        "entropy/mean",
+        "batch/skipped_seqs_frac",
         "eval/opponent=random/outcome/win_pct",
         "eval/opponent=optimal/outcome/draw_pct",
         "eval/opponent=optimal/reward/mean",
@@ -300,6 +320,8 @@ def test_tictactoe_two_step_smoke_through_the_cli(tiny, tmp_path, capsys) -> Non
         assert last[name] != "" and math.isfinite(float(last[name])), name
     assert float(last["restart/greedy_below"]) == 1.0  # an untrained model loses every game
     assert float(last["exact/beaten_games"]) >= 1 and float(last["exact/unbeatable"]) == 0.0  # an untrained model
+    # its games all score the same, so no sequence runs the update: no entropy measured
+    assert float(last["batch/skipped_seqs_frac"]) == 1.0 or math.isfinite(float(last["entropy/mean"]))
     assert 1 <= float(last["exact/losing_decisions"]) <= float(last["exact/beaten_games"])
     assert "exact W/D/L %" in printed
     exact_meta = json.loads((out / "eval" / "step_000002" / "exact" / "metadata.json").read_text())

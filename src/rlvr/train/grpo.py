@@ -52,6 +52,9 @@ Algorithmic choices
   Evaluation uses fixed seeds, identical at every evaluation.
 - Micro-batches are rescaled so their summed gradient equals the whole batch's (see
   `rlvr.train.sequences`); gradients are clipped to `max_grad_norm`; AdamW, no weight decay.
+- Sequences of advantage 0 (a group whose rewards tie) skip the forward and backward passes
+  unless kl_coef > 0; they still count in the normaliser, so the gradient is the same
+  (`rlvr.train.update`; `batch/skipped_seqs_frac`).
 - No dropout: the model stays in eval mode, so generation, old and new log-probs agree.
 - Weight average (ema_decay > 0): an exponential moving average of the trainable weights,
   updated after every optimizer step and never used by training; evaluations, keep_best and

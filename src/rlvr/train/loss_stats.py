@@ -2,7 +2,10 @@
 
 The losses return per-micro-batch statistics (`rlvr.train.losses`, 0-dim tensors); `LossStats`
 adds them up the way the batch loss would have computed them in one piece, and reads them back
-from the device once per step.
+from the device once per step. Sequences that skipped the passes (advantage 0, `rlvr.train.update`)
+add their exact part: 0 to the loss terms, their share to the normaliser of the loss means, their
+tokens to `tokens/trained`; the per-token means (entropy, ratio, clipping, mismatch) and
+`tokens/processed` cover the sequences that ran.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import statistics
 import torch
 
 from rlvr.train.distributed import Dist
-from rlvr.train.sequences import MicroBatch
+from rlvr.train.sequences import MicroBatch, TrainSequence
 
 
 class LossStats:
@@ -47,6 +50,22 @@ class LossStats:
         names += ["_mismatch", "_known"]
         values += [torch.where(known, (mb.gen_logp - logp).abs(), zero).sum().float(), known.sum().float()]
         self._pending.append((names, values, share, tokens, mb.tokens))
+
+    def skip(self, seqs: list[TrainSequence], share: float) -> None:
+        """Sequences left out of the passes, whose `share` of the loss normaliser adds 0 to each
+        loss term (kl/ref is never computed where they are left out)."""
+        if not seqs:
+            return
+        s = self.sums
+        for name in ("loss/policy", "loss/total"):
+            s[name] = s.get(name, 0.0)
+        s["_updates"] = s.get("_updates", 0.0) + share
+        s["_skipped_tokens"] = s.get("_skipped_tokens", 0.0) + sum(sum(q.mask[1:]) for q in seqs)
+
+    def count_sequences(self, total: int, skipped: int) -> None:
+        """This rank's sequences in the update, and how many of them skipped the passes."""
+        self.sums["_seqs"] = self.sums.get("_seqs", 0.0) + total
+        self.sums["_skipped_seqs"] = self.sums.get("_skipped_seqs", 0.0) + skipped
 
     def _flush(self) -> None:
         if not self._pending:
@@ -89,7 +108,13 @@ class LossStats:
         known = sums.pop("_known", 0.0)
         mismatch = sums.pop("_mismatch", 0.0)
         updates = sums.pop("_updates", 0.0)
-        out: dict[str, float] = {"tokens/trained": tokens, "tokens/processed": sums.pop("tokens/processed", 0.0)}
+        skipped_tokens = sums.pop("_skipped_tokens", 0.0)
+        seqs, skipped = sums.pop("_seqs", 0.0), sums.pop("_skipped_seqs", 0.0)
+        out: dict[str, float] = {
+            "tokens/trained": tokens + skipped_tokens,
+            "tokens/processed": sums.pop("tokens/processed", 0.0),
+            "batch/skipped_seqs_frac": skipped / max(seqs, 1.0),
+        }
         for k, v in sums.items():
             out[k] = v / max(updates, 1e-12) if k in self.SUMMED else v / max(tokens, 1.0)
         out.update(mins)

@@ -24,6 +24,10 @@ Choices, shared by all losses:
 - KL to a reference model (only when `ref_logp` is given): the k3 estimator
   exp(ref - logp) - (ref - logp) - 1 per token, reduced with the loss's own normalisation and
   added with weight `kl_coef` (kl_coef = 0: logged only).
+- No entropy bonus or other term without the advantage: every surrogate is A times a factor of
+  the sequence's own tokens, so a sequence of advantage 0 adds nothing but its count in the
+  normaliser while kl_coef = 0 (`zero_advantage_adds_nothing`; the update then leaves it out
+  of its forward and backward passes).
 
 The surrogates and the losses built on them (normalisation and the rest: `SPECS`):
 - ppo     PPO clipped surrogate min(r*A, clip(r, 1-eps, 1+eps_high)*A):
@@ -213,6 +217,27 @@ def gspo_surrogate(x: Masked, cfg: LossConfig) -> tuple[Tensor, Stats]:
 
 SURROGATES: dict[str, SurrogateFn] = {"ppo": ppo_surrogate, "cispo": cispo_surrogate, "gspo": gspo_surrogate}
 """The per-token terms `LossSpec.surrogate` names."""
+
+SCALED_BY_ADVANTAGE = frozenset({"ppo", "cispo", "gspo"})
+"""Surrogates whose every token term is its sequence's A times a factor of that sequence's own
+tokens: -min(r*A, clip(r)*A), -sg(min(r, cap))*A*logp, -min(s*A, clip(s)*A). Where A = 0 the
+term and its gradient are exactly 0, whatever the ratios; a new surrogate joins only if so."""
+
+
+def zero_advantage_adds_nothing(name: str, cfg: LossConfig) -> bool:
+    """Whether a sequence of advantage exactly 0 adds nothing to loss `name`, value or gradient,
+    but its count in the normaliser: its surrogate is `SCALED_BY_ADVANTAGE`, no KL term is added
+    (kl_coef = 0; the k3 KL does not vanish with A), and the normaliser is a count (not the
+    constant one without norm_len, whose padded width T depends on the other sequences).
+
+    >>> zero_advantage_adds_nothing("cispo", LossConfig())
+    True
+    >>> zero_advantage_adds_nothing("grpo", LossConfig(kl_coef=0.1))
+    False
+    """
+    spec = SPECS[name]
+    width_free = spec.normalisation != "constant" or cfg.norm_len is not None
+    return spec.surrogate in SCALED_BY_ADVANTAGE and cfg.kl_coef == 0 and width_free
 
 
 # ---------------------------------------------------------------- the losses

@@ -28,6 +28,8 @@ normalisation of the loss's row in `rlvr.train.loss_specs.SPECS`:
 Summing the rescaled micro-batch gradients then equals the gradient of the loss on the whole
 batch in one piece (tested for every loss in `LOSSES`). Over several GPUs, "all" counts every
 rank's sequences and the factor is multiplied by the world size, since DDP averages gradients.
+"All" also counts sequences left out of the micro-batches because they add nothing but their
+count (advantage 0, `rlvr.train.update`): `sequences_normaliser` counts them without tensors.
 """
 
 from __future__ import annotations
@@ -198,4 +200,16 @@ def normaliser(kind: Normalisation, mask: torch.Tensor) -> float:
         return float(mask.sum())
     if kind == "constant":
         return float(mask.shape[0])
+    raise ValueError(f"unknown normalisation {kind!r}")
+
+
+def sequences_normaliser(kind: Normalisation, seqs: Sequence[TrainSequence]) -> float:
+    """What `normaliser` gives the micro-batches of `seqs`, summed, without building them."""
+    targets = [s.mask[1:] for s in seqs]  # (shifted: the first id is no target)
+    if kind == "seq-mean":
+        return float(sum(any(t) for t in targets))
+    if kind == "token-mean":
+        return float(sum(sum(t) for t in targets))
+    if kind == "constant":
+        return float(len(targets))
     raise ValueError(f"unknown normalisation {kind!r}")

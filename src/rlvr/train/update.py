@@ -10,8 +10,14 @@
   the world size, since DDP averages.
 - Old log-probs: with one minibatch, the new ones detached (ratio exactly 1); with several,
   frozen by one no-grad pass before the first update (the later updates are off-policy).
+- Sequences of advantage exactly 0 skip the forward and backward passes where the loss gives
+  them nothing but their count in the normaliser (`zero_advantage_adds_nothing`: kl_coef = 0):
+  they still count in it, so the gradient is the same; the per-token statistics then cover the
+  sequences that ran (`batch/skipped_seqs_frac` says how many did not).
 - Every rank runs as many forward and backward passes as the busiest one (empty micro-batches
-  pad the others), since DDP all-reduces on the last one and FSDP gathers weights in each.
+  pad the others), since DDP all-reduces on the last one and FSDP gathers weights in each; at
+  least one where a minibatch has anything to train, so that an optimizer step whose sequences
+  were all skipped still sees a (zero) gradient on every weight, as it did when they ran.
 - The losses and the gradient norm are read from the device once per update; a non-finite
   one stops every rank together, before the optimizer step.
 - Near the hardware (`rlvr.train.logprobs`): the output head runs in chunks, only on trained
@@ -39,13 +45,31 @@ from rlvr.train.hardware import device_peak, training_flops_per_token
 from rlvr.train.logprobs import activation_checkpointing, micro_batch_logprobs, packing_unsupported, packs_by_default
 from rlvr.train.loss_specs import SPECS, Normalisation
 from rlvr.train.loss_stats import LossStats
-from rlvr.train.losses import LOSSES, LossConfig
+from rlvr.train.losses import LOSSES, LossConfig, zero_advantage_adds_nothing
 from rlvr.train.model import unwrap
-from rlvr.train.sequences import MicroBatch, TrainSequence, empty_micro_batch, micro_batches, normaliser
+from rlvr.train.sequences import (
+    MicroBatch,
+    TrainSequence,
+    empty_micro_batch,
+    micro_batches,
+    normaliser,
+    sequences_normaliser,
+)
 from rlvr.train.sharding import clip_grad_norm, no_sync
 
-Plan = list[list[MicroBatch]]
-"""The micro-batches of each minibatch."""
+
+@dataclass(frozen=True)
+class Minibatch:
+    """This rank's share of one optimizer step."""
+
+    micro: list[MicroBatch]
+    """the micro-batches to run forward and backward (padded to the count of the busiest rank)"""
+    skipped: list[TrainSequence]
+    """sequences of advantage 0 left out of them: they count in the normaliser, nothing more"""
+
+
+Plan = list[Minibatch]
+"""Each minibatch, in order."""
 
 
 @dataclass(frozen=True)
@@ -62,6 +86,14 @@ class UpdateSettings:
     pad_id: int
     pack_sequences: bool | None = None
     gradient_checkpointing: bool = False
+    skip_zero_advantage: bool = True
+    """leave sequences of advantage 0 out of the passes where that changes nothing (no config
+    field: off only to compare with the passes run, in tests and benchmarks)"""
+
+    @property
+    def skips(self) -> bool:
+        """Whether sequences of advantage 0 skip the forward and backward passes."""
+        return self.skip_zero_advantage and zero_advantage_adds_nothing(self.loss, self.loss_cfg)
 
     @classmethod
     def from_config(cls, cfg: TrainConfig, pad_id: int, *, bf16: bool | None = None) -> UpdateSettings:
@@ -108,6 +140,7 @@ def update_policy(
     params = [p for p in policy.parameters() if p.requires_grad]
     with activation_checkpointing(policy, how.gradient_checkpointing):
         _steps(policy, ref, plans, old, kind, how, optimizer, dist, stats, params)
+    stats.count_sequences(len(seqs), sum(len(part.skipped) for part in plans))
     out = stats.result(dist)
     peak = device_peak(dist.device)
     if peak is not None:
@@ -130,13 +163,15 @@ def _steps(
     params: list[torch.nn.Parameter],
 ) -> None:
     """One optimizer step per minibatch of `plans`."""
-    for m, plan in enumerate(plans):
-        total = dist.sum([sum(normaliser(kind, mb.cpu_mask) for mb in plan)])[0]
+    for m, part in enumerate(plans):
+        skipped = sequences_normaliser(kind, part.skipped)
+        total = dist.sum([sum(normaliser(kind, mb.cpu_mask) for mb in part.micro) + skipped])[0]
         if total == 0:
             continue  # nothing to train on anywhere: no optimizer step (Adam would still move)
-        count = len(plan)  # the same on every rank (`_plan` pads)
+        stats.skip(part.skipped, skipped / total)
+        count = len(part.micro)  # the same on every rank, at least 1 (`_plan` pads)
         losses = []
-        for u, mb in enumerate(plan):
+        for u, mb in enumerate(part.micro):
             host = mb.cpu_mask
             share = normaliser(kind, host) / total if host.numel() and host.any() else 0.0
             sync = u == count - 1 or not dist.active
@@ -163,14 +198,19 @@ def should_pack(policy: Any, pack_sequences: bool | None) -> bool:
 
 
 def _plan(seqs: list[TrainSequence], n_rollouts: int, how: UpdateSettings, dist: Dist, *, pack: bool) -> Plan:
-    """Minibatches by rollout index (whole groups each), cut into micro-batches, each padded with
-    empty ones to the most micro-batches any rank has."""
+    """Minibatches by rollout index (whole groups each), less the sequences that skip the passes,
+    cut into micro-batches, each padded with empty ones to the most micro-batches any rank has
+    (at least one where some rank skipped a sequence: see the module docstring)."""
     per = max(1, n_rollouts // how.minibatches)
+    skips = how.skips
     plans = []
     for m in range(how.minibatches):
         mine = [s for s in seqs if s.rollout // per == m]
-        plan = micro_batches(mine, how.micro_batch_size, how.pad_id, dist.device, pack=pack)
-        plans.append(plan + [empty_micro_batch(how.pad_id, dist.device)] * (dist.max(len(plan)) - len(plan)))
+        skipped = [s for s in mine if skips and s.advantage == 0]
+        run = [s for s in mine if not (skips and s.advantage == 0)]
+        plan = micro_batches(run, how.micro_batch_size, how.pad_id, dist.device, pack=pack)
+        count = dist.max(len(plan) or int(bool(skipped)))
+        plans.append(Minibatch(plan + [empty_micro_batch(how.pad_id, dist.device)] * (count - len(plan)), skipped))
     return plans
 
 
@@ -185,8 +225,8 @@ def _frozen_logprobs(
     policy of the off-policy updates that follow."""
     old = {}
     with torch.no_grad(), _autocast(how, device):
-        for m, plan in enumerate(plans):
-            for u, mb in enumerate(plan):
+        for m, part in enumerate(plans):
+            for u, mb in enumerate(part.micro):
                 old[m, u] = micro_batch_logprobs(policy, mb, how.temperature)[0].float()
     return old
 
