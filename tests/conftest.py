@@ -63,3 +63,16 @@ def scramble():
         return model
 
     return apply
+
+
+@pytest.fixture(scope="module")
+def scrambled_tiny(scramble):
+    """A tiny model on its own tokenizer, scrambled (seed 1), SDPA attention, in eval mode: the
+    training forward's test model (tests/test_logprobs.py, tests/test_update.py)."""
+    from rlvr.models.tiny import default_corpus, init_model
+    from rlvr.models.tokenizer import train_tokenizer
+
+    tokenizer = train_tokenizer(default_corpus(), vocab_size=600, model_max_length=512)
+    model = scramble(init_model(tokenizer, preset="tiny", seed=0), seed=1)
+    model.config._attn_implementation = "sdpa"
+    return model.eval()

@@ -11,8 +11,6 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from rlvr.models.tiny import init_model
-from rlvr.models.tokenizer import train_tokenizer
 from rlvr.train import logprobs as lp
 from rlvr.train import update
 from rlvr.train.distributed import Dist
@@ -24,13 +22,8 @@ CPU = torch.device("cpu")
 
 
 @pytest.fixture(scope="module")
-def model(scramble):
-    from rlvr.models.tiny import default_corpus
-
-    tokenizer = train_tokenizer(default_corpus(), vocab_size=600, model_max_length=512)
-    m = scramble(init_model(tokenizer, preset="tiny", seed=0), seed=1)
-    m.config._attn_implementation = "sdpa"
-    return m.eval()
+def model(scrambled_tiny):
+    return scrambled_tiny
 
 
 def sequences(vocab: int, n: int = 5, seed: int = 0) -> list[TrainSequence]:

@@ -162,6 +162,10 @@ def test_greedy_probes_play_ordinary_tasks_with_new_seeds_and_offer_restarts_las
     )
     assert [t.id for t in r.buffer] == ["b~g1~r1"]  # only the lost probe, under its own root
     assert r.metrics([])["restart/greedy_below"] == 0.5
+    # a NaN score (a broken reward function) offers nothing and does not count as below
+    r.probe_tasks(batch, 1)
+    r.add([], batch, 1, probes=[rollout("a~g0", "nan \ud800" + "x" * 100_000, math.nan)])
+    assert len(r.buffer) == 1 and r.metrics([])["restart/greedy_below"] == 0.0
     # a batch of restarts only has no ordinary task to probe; nothing stale is offered
     r.played = {"a", "b"}
     assert r.probe_tasks(batch, 2) == [] and r.probing == []

@@ -19,8 +19,6 @@ pytest.importorskip("transformers")
 from vowel_training import alone, run, torchrun
 
 from rlvr.models import build_tiny_model
-from rlvr.models.tiny import default_corpus, init_model
-from rlvr.models.tokenizer import train_tokenizer
 from rlvr.train import update
 from rlvr.train.distributed import Dist
 from rlvr.train.loss_specs import SPECS
@@ -36,11 +34,8 @@ its group's mean (a lone 0)."""
 
 
 @pytest.fixture(scope="module")
-def model(scramble):
-    tokenizer = train_tokenizer(default_corpus(), vocab_size=600, model_max_length=512)
-    m = scramble(init_model(tokenizer, preset="tiny", seed=0), seed=1)
-    m.config._attn_implementation = "sdpa"
-    return m.eval()
+def model(scrambled_tiny):
+    return scrambled_tiny
 
 
 def batch(vocab: int, advantages: list[float] = ADVANTAGES, seed: int = 0) -> list[TrainSequence]:
