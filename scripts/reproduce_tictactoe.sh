@@ -33,6 +33,7 @@ TRAP_PROB=${TRAP_PROB:-1.0}   # how often the opponent's best move is a trap (en
 OPENING_PLIES=${OPENING_PLIES:-4}   # training games may start after up to this many random moves
 OPENING_HISTORY=${OPENING_HISTORY:-false}   # true: such starts are shown as the conversation that led there
 RANDOM_REPLIES=${RANDOM_REPLIES:-0}   # the opponent's first k <= this moves are random, then p and traps
+PROBE_REPLIES=${PROBE_REPLIES:-}   # greedy probes (RL_EXTRA=--restart-greedy=N): their k, fixed (env option probe_random_replies)
 RESTART_FRAC=${RESTART_FRAC:-0}   # share of each RL batch that replays a training game lost (scored below
 RESTART_BELOW=${RESTART_BELOW:-0.5}   # RESTART_BELOW) from before one of its moves (rlvr train --restart-frac)
 RESTART_POINTS=${RESTART_POINTS:-random}   # restart from one later move drawn at random, all of them, or backtrack
@@ -51,6 +52,7 @@ else
   BATCH=${BATCH:-256}; GROUP=${GROUP:-8}; BUCKETS=${BUCKETS:-8}; RL2_BUCKETS=${RL2_BUCKETS:-1}
   EVAL_GAMES=${EVAL_GAMES:-200}; EVAL_TASKS=${EVAL_TASKS:-64}; EVAL_EVERY=${EVAL_EVERY:-20}
 fi
+[ "$EXACT" = 1 ] || KEEP_BEST=""   # a kept best is chosen by exact evaluations: none at the smoke scale
 RL_DEVICE_FLAGS=${DEVICE_FLAGS:---no-bf16}   # rlvr train's bf16 is automatic (on with a CUDA GPU); no flags kept it off
 mkdir -p "$OUT"
 log() { printf '\n== %s [%s]\n' "$*" "$(date +%H:%M:%S)"; }
@@ -89,7 +91,7 @@ fi
 rl() {  # rl NAME FROM STEPS MIN_P MAX_P LR TEMPERATURE BUCKETS OPENING_PLIES RANDOM_REPLIES
   local name=$1 from=$2 steps=$3 low=$4 high=$5 lr=$6 temp=$7 buckets=$8 plies=$9 replies=${10}
   if [ "$steps" -gt 0 ] && [ -f "$from/config.json" ] && [ ! -f "$OUT/$name/final/config.json" ]; then
-    local env_args="{\"min_random_move_prob\": $low, \"max_random_move_prob\": $high, \"loss_reward\": $LOSS_REWARD, \"trap_prob\": $TRAP_PROB, \"opening_plies\": $plies, \"opening_history\": $OPENING_HISTORY, \"random_replies\": $replies}"
+    local env_args="{\"min_random_move_prob\": $low, \"max_random_move_prob\": $high, \"loss_reward\": $LOSS_REWARD, \"trap_prob\": $TRAP_PROB, \"opening_plies\": $plies, \"opening_history\": $OPENING_HISTORY, \"random_replies\": $replies${PROBE_REPLIES:+, \"probe_random_replies\": $PROBE_REPLIES}}"
     log "RL $name ($steps steps, $env_args, lr $lr, T $temp)"; stamp "$name"
     resume=""; [ -d "$OUT/$name/checkpoints" ] && resume="--resume"
     rlvr train tictactoe --model "$from" --output-dir "$OUT/$name" $resume -q \

@@ -50,6 +50,11 @@
 #          350 steps; GPU EXTRA_GPU: the weak start with rlG, and the shipped model with rlW0's
 #          recipe plus backtracking restarts of every game not won, probes included (rlWG, 120
 #          steps). Run with RL_STEPS=250 WEAK_STEPS=250 (seeds 1 and 2 resumed to 350 by hand)
+#   cover  one GPU per seed: rlG with more probes (PROBES, default 128) whose opponent makes its
+#          first 4 replies at random (PROBE_REPLIES=4, the env's probe_random_replies), twice
+#          from the same SFT (rlC, rlCb), 350 steps; GPU EXTRA_GPU: the weak start with rlC.
+#          Why: plan greedy's last lost lines each came up in 1 to 4 of 10,000 probe games
+#          (scripts/tictactoe_line_odds.py)
 #   wins   the shipped model, 80 steps at lr 1e-5 against opponents at p = 0.7 after the random
 #          replies: rlW with a KL of 0.05 to the shipped model (GPU WINS_GPU), rlW0 without (WINS_GPU2)
 set -uo pipefail
@@ -97,6 +102,17 @@ per_seed() {  # per_seed "SHARED VARS" VARIANT...: one job per seed (SEEDS, defa
     job "${gpus[$i]}" "s$seed" "SEED=$seed $shared" "$@"
     i=$((i + 1))
   done
+}
+
+twins_and_weak() {  # twins_and_weak "SHARED VARS" "VARIANT VARS" A B: per seed, runs A and B of one
+  # config from the same SFT model (the spread of one recipe); GPU EXTRA_GPU: the weak start with A
+  local r=$1 g=$2 a=$3 b=$4
+  export FIRST_STAGES=sft LAST_STAGES=""
+  per_seed "RL_STEPS=${RL_STEPS:-350} $r" "$a $g" "$b $g"
+  if [ -n "${EXTRA_GPU-3}" ]; then
+    export FIRST_STAGES="base sft"
+    job "${EXTRA_GPU-3}" weak "SEED=0 GAMES=200 SFT_STEPS=300 SFT_BATCH=32 RL_STEPS=${WEAK_STEPS:-350} $r" "$a $g"
+  fi
 }
 
 from_shipped() {  # from_shipped NAME: job NAME's RL starts from the shipped model (its "SFT model")
@@ -226,17 +242,17 @@ start() {
       per_seed "RL_STEPS=${RL_STEPS:-250} $r" "rlK RL2_TEMP=0.6" "rlJ RL2_TEMP=1.0" ;;
     greedy)  # the near-ties (plan average): restarts also from greedy games, which make the
       # greedy policy's mistakes every time they reach them; two runs per SFT model
-      export FIRST_STAGES=sft LAST_STAGES=""
-      local r="$restarts5 RESTART_POINTS=backtrack" g="RL_EXTRA=--restart-greedy=${PROBES:-64}"
-      per_seed "RL_STEPS=${RL_STEPS:-350} $r" "rlG $g" "rlGb $g"
+      local g="RL_EXTRA=--restart-greedy=${PROBES:-64}"
+      twins_and_weak "$restarts5 RESTART_POINTS=backtrack" "$g" rlG rlGb
       if [ -n "${EXTRA_GPU-3}" ]; then
-        export FIRST_STAGES="base sft"
-        job "${EXTRA_GPU-3}" weak "SEED=0 GAMES=200 SFT_STEPS=300 SFT_BATCH=32 RL_STEPS=${WEAK_STEPS:-350} $r" "rlG $g"
         export FIRST_STAGES=sft
         from_shipped shipped
         job "${EXTRA_GPU-3}" shipped "SEED=0 RL_STEPS=120 EVAL_EVERY=20 TRAP_PROB=1.0 OPENING_PLIES=0 RANDOM_REPLIES=4 RL_LR=1e-5 MICRO=32 KEEP_BEST=min:exact/beaten_games,max:exact/random/win_pct RESTART_FRAC=0.5 RESTART_BELOW=1.0 RESTART_POINTS=backtrack" \
           "rlWG RL_MIN_P=0.7 RL_MAX_P=0.7 BUCKETS=1 $g"
       fi ;;
+    cover)  # plan greedy, its probes meeting the deep random lines its lost games came from
+      twins_and_weak "$restarts5 RESTART_POINTS=backtrack PROBE_REPLIES=${PROBE_REPLIES:-4}" \
+        "RL_EXTRA=--restart-greedy=${PROBES:-128}" rlC rlCb ;;
     wins)  # the shipped model against opponents at p = 0.7 (whose best response never loses and
       # wins 95.56% vs random): rlW near it by a KL (GPU WINS_GPU), rlW0 without (GPU WINS_GPU2)
       export FIRST_STAGES=sft LAST_STAGES=""

@@ -187,3 +187,6 @@ def test_a_mixture_restarts_through_the_member_that_played() -> None:
     assert all(r.error is None and r.turns for r in again)
     text = [t for t in mix.tasks("train") if t.id.startswith("reverse_text/")][0]
     assert mix.restart_tasks(text, play(mix, mix.policies()["random+echo"](), [text], rollouts=1)[0]) == []
+    # a greedy probe (restart_greedy) is the member's probe of its task, under the mixture's id
+    probe = mix.probe_task(tasks[0], seed=12345)
+    assert probe.id == tasks[0].id and probe.seed == 12345 and probe.info == tasks[0].info

@@ -3,6 +3,7 @@ and hostile records (NaN rewards, lone surrogates, huge replies) through a check
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import math
 
@@ -171,6 +172,24 @@ def test_greedy_probes_play_ordinary_tasks_with_new_seeds_and_offer_restarts_las
     assert r.probe_tasks(batch, 2) == [] and r.probing == []
     r.add([], batch, 2, probes=[rollout("b~g1", "stale", 0.0)])
     assert len(r.buffer) == 1 and "restart/greedy_below" not in r.metrics([])
+
+
+class Harder(Echo):
+    """Its probes meet a harder opponent than its training tasks (an env's `probe_task`)."""
+
+    def probe_task(self, task, seed):
+        return dataclasses.replace(super().probe_task(task, seed), id="ignored", info={**task.info, "hard": True})
+
+
+def test_the_env_makes_its_probes_and_the_trainer_names_them() -> None:
+    r = Restarts(Harder(), frac=0.5, below=0.5, tasks_per_batch=2, seed=3, greedy=3)
+    batch = [Task(id="a", prompt=(), seed=1, info={"k": 1}), Task(id="b", prompt=(), seed=2)]
+    plain = Restarts(Echo(), frac=0.5, below=0.5, tasks_per_batch=2, seed=3, greedy=3).probe_tasks(batch, 0)
+    probes = r.probe_tasks(batch, 0)
+    assert [t.id for t in probes] == [t.id for t in plain] == ["a~g0", "b~g1", "a~g2"]
+    assert [t.seed for t in probes] == [t.seed for t in plain]  # the trainer's seeds, passed to the env
+    assert [t.info for t in probes] == [{"k": 1, "hard": True}, {"hard": True}, {"k": 1, "hard": True}]
+    assert batch[0].info == {"k": 1}  # the training task itself is unchanged
 
 
 def test_no_probes_without_restarts() -> None:

@@ -105,6 +105,11 @@ class EnvGroup(MultiTurnEnv[State]):
         name = self.member_name(env)
         return [dataclasses.replace(t, id=f"{name}{SEP}{t.id}") for t in env.restart_tasks(own, rollout)]
 
+    def probe_task(self, task: Task, seed: int) -> Task:
+        """The member's probe of its own task, under the mixture's id."""
+        env, own = self.member(task)
+        return dataclasses.replace(env.probe_task(own, seed), id=task.id)
+
     def member_name(self, env: MultiTurnEnv[Any]) -> str:
         return next(n for n, e in self.members.items() if e is env)
 

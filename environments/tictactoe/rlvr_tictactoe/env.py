@@ -16,6 +16,7 @@ same reply. The game ends when it is won, lost or drawn (`game_over`, terminated
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import os
@@ -100,6 +101,7 @@ class TicTacToeEnv(MultiTurnEnv[GameState]):
         sampling: SamplingArgs | None = None,
         loss_reward: float = 0.0,
         trap_prob: float = 0.0,
+        probe_random_replies: int | None = None,
     ) -> None:
         super().__init__(
             dataset,
@@ -115,6 +117,8 @@ class TicTacToeEnv(MultiTurnEnv[GameState]):
         self.num_buckets = num_buckets
         self.trap_prob = trap_prob
         """How often a best move of the opponent is one of `trap_moves` (else any best move)."""
+        self.probe_random_replies = probe_random_replies
+        """The k of every greedy probe's random replies (`probe_task`); None: its task's own."""
         self.human: HumanMove | None = None
         """When set (by `rlvr play`), a person makes the opponent's moves instead of minimax."""
 
@@ -169,6 +173,17 @@ class TicTacToeEnv(MultiTurnEnv[GameState]):
     def line_ends(self, state: GameState) -> bool:
         """Exact evaluation: the task's line of O replies ran out (see `rlvr_tictactoe.tree`)."""
         return state.line_ended
+
+    def probe_task(self, task: Task, seed: int) -> Task:
+        """A greedy probe (the trainer's `restart_greedy`) of a training task: with
+        `probe_random_replies` set, its opponent's first k = that many moves are random (the
+        task's own k otherwise). Why: the lines a greedy policy still loses at the end of RL
+        mostly need four random replies in a row, a line in 945 of k = 4's, and k = 4 is one
+        task in five (docs/RESULTS.md, plan `greedy`)."""
+        task = super().probe_task(task, seed)
+        if self.probe_random_replies is None or "line" in task.info:
+            return task
+        return dataclasses.replace(task, info={**task.info, "random_replies": self.probe_random_replies})
 
     def restart_tasks(self, task: Task, rollout: Rollout) -> list[Task]:
         """The game of `rollout` again from before each of the model's moves after its first,
@@ -283,6 +298,7 @@ def load_environment(
     opening_plies: int = 0,
     opening_history: bool = False,
     random_replies: int = 0,
+    probe_random_replies: int | None = None,
 ) -> TicTacToeEnv:
     """Build the environment; every argument is documented in the package README.
 
@@ -308,6 +324,12 @@ def load_environment(
         raise ValueError(f"opening_history must be true or false, got {opening_history!r}")
     if isinstance(random_replies, bool) or not isinstance(random_replies, int) or not 0 <= random_replies <= 5:
         raise ValueError(f"random_replies must be an integer from 0 to 5, got {random_replies!r}")
+    if probe_random_replies is not None and (
+        isinstance(probe_random_replies, bool)
+        or not isinstance(probe_random_replies, int)
+        or not 0 <= probe_random_replies <= 5
+    ):
+        raise ValueError(f"probe_random_replies must be null or an integer from 0 to 5, got {probe_random_replies!r}")
     counts = {"num_tasks": num_tasks, "eval_tasks": eval_tasks, "num_buckets": num_buckets}
     for name, value in counts.items():
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -333,4 +355,5 @@ def load_environment(
         max_turns=max_turns,
         loss_reward=float(loss_reward),
         trap_prob=float(trap_prob),
+        probe_random_replies=probe_random_replies,
     )

@@ -191,6 +191,43 @@ def test_random_replies_open_random_lines_that_a_perfect_opponent_then_punishes(
             load_environment(random_replies=bad)
 
 
+def test_probe_random_replies_sets_the_k_of_greedy_probes_only():
+    """`probe_random_replies`: the trainer's greedy probes (`MultiTurnEnv.probe_task`) meet k
+    random replies whatever their task drew; training tasks, evaluation lines and the default
+    (None: the task's own k) are unchanged."""
+    plain = load_environment(opponent="optimal", trap_prob=1.0, random_replies=4)
+    env = load_environment(opponent="optimal", trap_prob=1.0, random_replies=4, probe_random_replies=4)
+    assert env.tasks("train") == plain.tasks("train") and env.tasks("eval") == plain.tasks("eval")
+    tasks = [t for t in env.tasks("train") if t.info["random_replies"] < 4][:40]
+    probes = [env.probe_task(t, seed=1000 + i) for i, t in enumerate(tasks)]
+    assert {p.info["random_replies"] for p in probes} == {4}
+    assert [p.seed for p in probes] == list(range(1000, 1040)) and [p.id for p in probes] == [t.id for t in tasks]
+    assert [plain.probe_task(t, 7).info for t in tasks] == [t.info for t in tasks]
+    # played: every O reply made with fewer than 4 O marks on the board is random (some are not
+    # best moves), every later one is a best move
+    rollouts = play(env, scripted(lambda board, rng: f"<move>{rng.choice(legal_moves(board))}</move>"), probes)
+    off_best = 0
+    for rollout in rollouts:
+        assert rollout.error is None
+        board = EMPTY_BOARD
+        for m in rollout.messages:
+            if m["role"] == "assistant":
+                board = apply_move(board, read_move(m["content"], board)[0], "X")
+            elif o := re.search(r"O (?:took|moved first and took) (\d)", m["content"]):
+                cell = int(o.group(1))
+                if board.count("O") >= 4:
+                    assert cell in best_moves(board, "O")
+                elif board.count("O") >= 1:  # (the opening reply is the task's, drawn with its own k)
+                    off_best += cell not in best_moves(board, "O")
+                board = apply_move(board, cell, "O")
+    assert off_best > 10, off_best
+    line = env.tree_roots(seed=0)[0]  # an exact evaluation's line is never a probe's
+    assert env.probe_task(line, 1).info == line.info
+    for bad in (-1, 6, True, 2.0, "4"):
+        with pytest.raises(ValueError, match="probe_random_replies"):
+            load_environment(probe_random_replies=bad)
+
+
 def test_opening_history_shows_the_conversation_a_real_game_has_at_that_position():
     env = load_environment(opening_plies=7, opening_history=True)
     started = [t for t in env.tasks("train") if "opening" in t.info]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import dataclasses
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -102,6 +103,7 @@ class MultiTurnEnv(Generic[S]):
     Optional: data the trainer reads
         difficulty(task), difficulty_range, num_buckets   stratified training batches
         restart_tasks(task, rollout)   episodes played again from a later turn (restart_frac)
+        probe_task(task, seed)         the task a greedy probe plays (restart_greedy)
 
     Optional: used by the CLI
         policies()          reference players, selectable as `-m policy:NAME`
@@ -215,6 +217,13 @@ class MultiTurnEnv(Generic[S]):
         the episode's turns (`restart_points = "backtrack"` relies on it). [] = this env cannot
         restart its episodes (the default)."""
         return []
+
+    def probe_task(self, task: Task, seed: int) -> Task:
+        """The task a greedy probe plays in place of the training task `task` (the trainer's
+        `restart_greedy`, `rlvr.train.restarts`): by default `task` with the new `seed`, since a
+        greedy game is a function of its task. An env may change what its probes meet, e.g.
+        tic-tac-toe's `probe_random_replies`; the id is the trainer's to set."""
+        return dataclasses.replace(task, seed=seed)
 
     # ---- optional: a mixture of environments --------------------------------------------
 

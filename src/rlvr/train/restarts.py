@@ -118,11 +118,12 @@ class Restarts:
     def probe_tasks(self, batch: Sequence[Task], step: int) -> list[Task]:
         """The greedy probes' tasks: the batch's ordinary tasks (not restarts) in turn, each
         with a new seed (a greedy game is a function of its task, so a task's own seed would
-        replay one of its group's games: tic-tac-toe's opponent draws from it)."""
+        replay one of its group's games: tic-tac-toe's opponent draws from it), as the env's
+        `probe_task` makes them."""
         ordinary = [t for t in batch if t.id not in self.played]
         picks = [ordinary[k % len(ordinary)] for k in range(self.greedy)] if self.active and ordinary else []
         self.probing = [
-            dataclasses.replace(t, id=f"{t.id}{PROBE}{k}", seed=mix_seed(self.seed, step, k, 0x9E))
+            dataclasses.replace(self.env.probe_task(t, mix_seed(self.seed, step, k, 0x9E)), id=f"{t.id}{PROBE}{k}")
             for k, t in enumerate(picks)
         ]
         return self.probing
