@@ -16,6 +16,7 @@ from rlvr_tictactoe.game import EMPTY_BOARD, apply_move, best_moves, game_value,
 
 from rlvr import Policy
 from rlvr.cli import main
+from rlvr.engine import run_rollouts
 from rlvr.errors import UsageError
 from rlvr.exact import ExactResult, enumerate_games
 from rlvr.results import json_line
@@ -307,3 +308,35 @@ def test_the_curves_script_skips_torn_and_nan_lines_and_never_adds_a_point_twice
     with table.open() as f:
         rows = list(csv.DictReader(f))
     assert [(r["step"], r["lost_games"]) for r in rows] == [("0", "2"), ("40", "1"), ("80", "1")]
+
+
+def test_the_line_odds_script_gives_each_line_its_chance_under_the_training_opponent(tmp_path, capsys):
+    """scripts/tictactoe_line_odds.py: over every game of a deterministic player the chances sum
+    to 1, for several training opponents; the chance of the lost lines matches how often the
+    player loses in training games the env itself deals and plays."""
+    spec = importlib.util.spec_from_file_location(
+        "odds", Path(__file__).parents[3] / "scripts" / "tictactoe_line_odds.py"
+    )
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    result = exact(blunders_once)
+    lines = [g.info["exact"]["moves"] for g in result.games]
+    lost = [x for x, o in zip(lines, result.outcomes, strict=True) if o == "loss"]
+    assert lost and all(x.startswith("O0.X1.") for x in lost)  # the one blunder: X1 after O0
+    F = script.Fraction
+    for ks, p, trap in (([0, 1, 2, 3, 4], F(0), F(1)), ([4], F(0), F(1)), ([0, 1, 2], F(3, 10), F(1, 2))):
+        assert sum(script.line_odds(x, ks, p, trap) for x in lines) == 1, (ks, p, trap)
+    chance = sum(script.line_odds(x, [0, 1, 2, 3, 4], F(0), F(1)) for x in lost)
+    env = load_environment(opponent="optimal", trap_prob=1.0, random_replies=4, num_tasks=1200)
+    games = asyncio.run(run_rollouts(env, as_policy(blunders_once), env.tasks("train")))
+    share = sum(g.rewards["loss"] == 1.0 for g in games) / len(games)
+    sd = math.sqrt(float(chance) * (1 - float(chance)) / len(games))
+    assert abs(share - float(chance)) < 4 * sd, (share, float(chance))  # (the tasks are seeded: no flake)
+    # the script on an exhaustive folder: each lost line, the total, and the fixed-k probes
+    folder = tmp_path / "exact"
+    folder.mkdir()
+    (folder / "metadata.json").write_text(json.dumps({"exact": {"beaten": lost, "games": len(lines)}}))
+    assert script.main([str(folder), "--probe-k", "4", "--probes", "64"]) == 0
+    printed = capsys.readouterr().out
+    assert f"{len(lost)} lost lines of {len(lines)} games" in printed
+    assert f"a greedy probe loses {100 * float(chance):.4f}% of games" in printed
