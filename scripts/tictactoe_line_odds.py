@@ -71,7 +71,9 @@ def main(argv: list[str] | None = None) -> int:
             fixed = f", k = {args.probe_k}: {float(line_odds(line, [args.probe_k], args.p, args.trap_prob)):.2e}"
             print(f"  {line:28} {float(odds):.2e} a game{fixed if args.probe_k is not None else ''}")
         total = sum(train, Fraction(0))
-        print(f"  a greedy probe loses {100 * float(total):.4f}% of games: {args.probes} a step lose one {every(total, args.probes)}")
+        print(
+            f"  a greedy probe loses {100 * float(total):.4f}% of games: {args.probes} a step lose one {every(total, args.probes)}"
+        )
         if args.probe_k is not None:
             fixed_total = sum((line_odds(x, [args.probe_k], args.p, args.trap_prob) for x in lines), Fraction(0))
             print(f"  with k = {args.probe_k}: {100 * float(fixed_total):.4f}%, one {every(fixed_total, args.probes)}")
