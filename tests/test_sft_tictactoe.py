@@ -1,11 +1,12 @@
 """SFT smoke on real teacher games: a freshly initialised tiny model learns the move format.
 
 Data: the first turn of 400 tic-tac-toe games played by `policy:teacher` (system prompt, board,
-teacher reply), one sample each. 120 SFT steps of 16 on one CPU thread (78-82 s on an idle
-2-core machine; 60 steps of 16 fall to 41% well-formed replies, 80 of 12 to 69%). Then 32
+teacher reply), one sample each. 70 SFT steps of 16 at lr 3e-3 on one CPU thread. Then 32
 first-turn replies on held-out boards are sampled at temperature 1.0. Threshold: at least 75%
-are exactly `<think>...</think><move>N</move>` (measured: 90.6%; 96.9% at temperature 0.7 and
-100% greedy on this machine).
+are exactly `<think>...</think><move>N</move>`. Measured on the 2-core machine (2026-11-27,
+another process on the other core): 70 steps 96.9% well-formed in 109 s of SFT; 60 steps 93.8%;
+120 steps (this test's length until then) 100% in 195 s; 50 steps at lr 5e-3 68.8%. The code of
+an earlier session measured 41% at 60 steps and 90.6% at 120, so the margin is not large.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def test_teacher_games_teach_a_fresh_model_the_move_format(tmp_path) -> None:
         model=str(model_dir),
         data=str(data),
         output_dir=str(tmp_path / "sft"),
-        max_steps=120,
+        max_steps=70,
         batch_size=16,
         micro_batch_size=16,
         lr=3e-3,
