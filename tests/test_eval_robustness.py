@@ -132,14 +132,14 @@ def test_eval_keeps_no_rollout_in_memory(envs, tmp_path, monkeypatch, capsys) ->
 
     def append(self, rollout) -> None:
         real_append(self, rollout)
-        if rollout.task_id.endswith("99"):
+        if rollout.task_id.endswith(("499", "999")):  # a full collection is slow late in a suite: 12 of them
             gc.collect()
             live.append(sum(type(o) is Rollout for o in gc.get_objects()))
 
     monkeypatch.setattr(rlvr.results.RunDir, "append", append)
     assert main(eval_argv("plain", tmp_path / "run", "-a", '{"n": 3000}', "-c", "8")) == 0
     assert "saved 6000 rollouts" in capsys.readouterr().out
-    assert len(live) == 60 and max(live) < 20, live
+    assert len(live) == 12 and max(live) < 20, live
 
 
 def test_an_env_summary_set_on_the_instance_still_sees_every_rollout(envs, tmp_path, capsys) -> None:
