@@ -160,6 +160,9 @@ async def test_single_turn_eval_without_faults_keeps_token_ids(openai_server) ->
 async def test_single_turn_eval_with_faults(openai_server, seed) -> None:
     faults = dataclasses.replace(FAULTS, seed=seed)
     openai_server.reset(solver, faults=faults, permanent=is_poison)
+    # one of each kind first: which later requests draw a fault depends on timing (a reply slower
+    # than timeout_s is retried), and under load one seed once drew no malformed reply at all
+    openai_server.force(["429", "500", "hang", "malformed"])
     env = arithmetic_env(n=16, poison_every=5)
     poisoned = {t.id for t in env.dataset if "(poison)" in (t.question or "")}
     client = OpenAIClient("scripted", base_url=openai_server.base_url, timeout_s=0.5, max_retries=5, backoff_s=0.005)
