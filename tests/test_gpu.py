@@ -1,6 +1,8 @@
 """GPU checks: the same contracts as the CPU tests, on CUDA with bfloat16. Skipped without CUDA.
 
-Run on a GPU machine: `pytest -m gpu tests/test_gpu.py`.
+Run on a GPU machine: `pytest -m gpu tests/test_gpu.py`. Where pytest-asyncio is not installed (the
+device machines), this project's pytest options are unknown: `pytest -c /dev/null --rootdir . tests/test_gpu.py`
+(4 passed on an H100, torch 2.11, 2026-11-27).
 """
 
 from __future__ import annotations
