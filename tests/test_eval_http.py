@@ -229,7 +229,7 @@ def http_arith_env(monkeypatch):
     return created
 
 
-def eval_cli(server, out, max_retries: int, key_var: str = "RLVR_TEST_NO_SUCH_KEY") -> int:
+def eval_cli(server, out, max_retries: int, key_var: str = "RLVR_TEST_NO_SUCH_KEY", timeout: float = 0.5) -> int:
     return main(
         [
             "eval",
@@ -249,7 +249,7 @@ def eval_cli(server, out, max_retries: int, key_var: str = "RLVR_TEST_NO_SUCH_KE
             "-k",
             key_var,
             "--timeout",
-            "0.5",
+            str(timeout),
             "--max-retries",
             str(max_retries),
             "-o",
@@ -354,7 +354,9 @@ def test_a_key_echoed_in_one_error_is_redacted_in_results_and_report(
     openai_server.reset(solver, echo_key=SECRET)
     openai_server.force(["401"])  # one refusal, then answers: the run goes on
     out = tmp_path / "run"
-    assert eval_cli(openai_server, out, max_retries=0, key_var="RLVR_TEST_KEY") == 0
+    # no hang is served here, so a long timeout: with no retries, one slow reply on a busy machine
+    # would be a second failed rollout (a fresh-clone suite once had one at 0.5 s)
+    assert eval_cli(openai_server, out, max_retries=0, key_var="RLVR_TEST_KEY", timeout=30) == 0
     records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     [refused] = [r for r in records if r["error"]]
     assert "HTTP 401: Incorrect API key provided: [API key redacted]." in refused["error"] and len(records) == 45
