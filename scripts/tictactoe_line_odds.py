@@ -18,65 +18,83 @@ from __future__ import annotations
 
 import argparse
 import json
-from fractions import Fraction
+import sys
 from pathlib import Path
 
-from rlvr_tictactoe.game import EMPTY_BOARD, apply_move, best_moves, legal_moves, trap_moves
+from rlvr_tictactoe.game import EMPTY_BOARD, apply_move
+from rlvr_tictactoe.tasks import reply_prob
+from rlvr_tictactoe.tree import reply_probability
 
 
-def reply_odds(board: tuple[str, ...], cell: int, k: int, p: Fraction, trap: Fraction) -> Fraction:
-    """The chance that the opponent answers `cell` on `board` (the env's `opponent_move`)."""
-    free = legal_moves(board)
-    uniform = Fraction(int(cell in free), len(free))
-    if board.count("O") < k:
-        return uniform
-    traps, best = trap_moves(board, "O"), best_moves(board, "O")
-    chosen = trap * Fraction(int(cell in traps), len(traps)) + (1 - trap) * Fraction(int(cell in best), len(best))
-    return p * uniform + (1 - p) * chosen
-
-
-def line_odds(line: str, ks: list[int], p: Fraction, trap: Fraction) -> Fraction:
-    """The chance that one greedy game plays `line`, k drawn uniformly from `ks`."""
+def line_odds(line: str, ks: list[int], p: float, trap: float) -> float:
+    """The chance that one greedy game plays `line`, k drawn uniformly from `ks`: the env's
+    draws (`tasks.reply_prob` for the random replies, `tree.reply_probability` for each reply)."""
     moves = [(step[0], int(step[1:])) for step in line.split(".")]
-    total = Fraction(0)
+    total = 0.0
     for k in ks:
-        odds, board = Fraction(1, 2), EMPTY_BOARD  # who starts: a fair coin
+        odds, board = 0.5, EMPTY_BOARD  # who starts: a fair coin
         for mark, cell in moves:
             if mark == "O":
-                odds *= reply_odds(board, cell, k, p, trap)
+                odds *= reply_probability(board, cell, reply_prob(board, p, k), trap)
             board = apply_move(board, cell, mark)
         total += odds / len(ks)
     return total
 
 
-def every(odds: Fraction, games: int) -> str:
-    return f"every {float(1 / (odds * games)):,.0f} steps" if odds else "never"
+def every(odds: float, games: int) -> str:
+    return f"every {1 / (odds * games):,.0f} steps" if odds else "never"
+
+
+def lost_lines(run: Path) -> tuple[list[str], int]:
+    """The lost lines and the number of games of an exhaustive eval folder; ValueError, saying
+    why, for anything else (a plain eval, a torn metadata.json, a line that is not a game)."""
+    try:
+        exact = json.loads((run / "metadata.json").read_text())["exact"]
+        lines, games = [str(x) for x in exact["beaten"]], int(exact["games"])
+        for line in lines:  # each a game the env could play: legal moves, in turn
+            line_odds(line, [0], 0.0, 0.0)
+    except (OSError, ValueError, KeyError, TypeError, IndexError) as e:  # (json's errors are ValueErrors)
+        raise ValueError(f"{run}: not a complete `rlvr eval tictactoe --exhaustive` folder ({type(e).__name__}: {e})")
+    return lines, games
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="+", type=Path, help="rlvr eval --exhaustive folders")
     ap.add_argument("--random-replies", type=int, default=4, help="the env's random_replies (k from 0 to this)")
-    ap.add_argument("--p", type=Fraction, default=Fraction(0), help="the opponent's random-move probability after them")
-    ap.add_argument("--trap-prob", type=Fraction, default=Fraction(1), help="the env's trap_prob")
+    ap.add_argument("--p", type=float, default=0.0, help="the opponent's random-move probability after them")
+    ap.add_argument("--trap-prob", type=float, default=1.0, help="the env's trap_prob")
     ap.add_argument("--probe-k", type=int, default=None, help="the probes' fixed k (probe_random_replies)")
     ap.add_argument("--probes", type=int, default=64, help="greedy probes a step (restart_greedy)")
     args = ap.parse_args(argv)
+    for name in ("p", "trap_prob"):
+        if not 0.0 <= getattr(args, name) <= 1.0:  # (NaN fails this too)
+            ap.error(f"--{name.replace('_', '-')} must be in [0, 1], got {getattr(args, name)}")
+    if not 0 <= args.random_replies <= 5 or not (args.probe_k is None or 0 <= args.probe_k <= 5):
+        ap.error("--random-replies and --probe-k must be from 0 to 5")
+    if args.probes < 1:
+        ap.error("--probes must be >= 1")
+    ks = list(range(args.random_replies + 1))
     for run in args.runs:
-        exact = json.loads((run / "metadata.json").read_text())["exact"]
-        lines = exact["beaten"]
-        train = [line_odds(x, list(range(args.random_replies + 1)), args.p, args.trap_prob) for x in lines]
-        print(f"{run}: {len(lines)} lost lines of {exact['games']} games")
-        for line, odds in zip(lines, train, strict=True):
-            fixed = f", k = {args.probe_k}: {float(line_odds(line, [args.probe_k], args.p, args.trap_prob)):.2e}"
-            print(f"  {line:28} {float(odds):.2e} a game{fixed if args.probe_k is not None else ''}")
-        total = sum(train, Fraction(0))
-        print(
-            f"  a greedy probe loses {100 * float(total):.4f}% of games: {args.probes} a step lose one {every(total, args.probes)}"
+        try:
+            lines, games = lost_lines(run)
+        except ValueError as e:
+            print(e, file=sys.stderr)
+            return 2
+        train = [line_odds(x, ks, args.p, args.trap_prob) for x in lines]
+        fixed = (
+            [line_odds(x, [args.probe_k], args.p, args.trap_prob) for x in lines] if args.probe_k is not None else []
         )
-        if args.probe_k is not None:
-            fixed_total = sum((line_odds(x, [args.probe_k], args.p, args.trap_prob) for x in lines), Fraction(0))
-            print(f"  with k = {args.probe_k}: {100 * float(fixed_total):.4f}%, one {every(fixed_total, args.probes)}")
+        print(f"{run}: {len(lines)} lost lines of {games} games")
+        for i, (line, odds) in enumerate(zip(lines, train, strict=True)):
+            also = f", k = {args.probe_k}: {fixed[i]:.2e}" if fixed else ""
+            print(f"  {line:28} {odds:.2e} a game{also}")
+        total = sum(train)
+        print(
+            f"  a greedy probe loses {100 * total:.4f}% of games: {args.probes} a step lose one {every(total, args.probes)}"
+        )
+        if fixed:
+            print(f"  with k = {args.probe_k}: {100 * sum(fixed):.4f}%, one {every(sum(fixed), args.probes)}")
     return 0
 
 

@@ -177,9 +177,9 @@ class TicTacToeEnv(MultiTurnEnv[GameState]):
     def probe_task(self, task: Task, seed: int) -> Task:
         """A greedy probe (the trainer's `restart_greedy`) of a training task: with
         `probe_random_replies` set, its opponent's first k = that many moves are random (the
-        task's own k otherwise). Why: the lines a greedy policy still loses at the end of RL
-        mostly need four random replies in a row, a line in 945 of k = 4's, and k = 4 is one
-        task in five (docs/RESULTS.md, plan `greedy`)."""
+        task's own k otherwise). Why: the lines a greedy policy still lost at the end of plan
+        `greedy` mostly need four given random replies, which only the k = 4 tasks (one in five)
+        can play (docs/RESULTS.md; `scripts/tictactoe_line_odds.py`)."""
         task = super().probe_task(task, seed)
         if self.probe_random_replies is None or "line" in task.info:
             return task
@@ -322,14 +322,12 @@ def load_environment(
         raise ValueError(f"opening_plies must be an integer from 0 to 7, got {opening_plies!r}")
     if not isinstance(opening_history, bool):
         raise ValueError(f"opening_history must be true or false, got {opening_history!r}")
-    if isinstance(random_replies, bool) or not isinstance(random_replies, int) or not 0 <= random_replies <= 5:
-        raise ValueError(f"random_replies must be an integer from 0 to 5, got {random_replies!r}")
-    if probe_random_replies is not None and (
-        isinstance(probe_random_replies, bool)
-        or not isinstance(probe_random_replies, int)
-        or not 0 <= probe_random_replies <= 5
-    ):
-        raise ValueError(f"probe_random_replies must be null or an integer from 0 to 5, got {probe_random_replies!r}")
+    reply_counts = {"random_replies": random_replies}
+    if probe_random_replies is not None:  # (None: each probe keeps its task's own k)
+        reply_counts["probe_random_replies"] = probe_random_replies
+    for name, value in reply_counts.items():
+        if type(value) is not int or not 0 <= value <= 5:  # (not a bool either)
+            raise ValueError(f"{name} must be an integer from 0 to 5, got {value!r}")
     counts = {"num_tasks": num_tasks, "eval_tasks": eval_tasks, "num_buckets": num_buckets}
     for name, value in counts.items():
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:

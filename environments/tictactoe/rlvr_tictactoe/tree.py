@@ -27,7 +27,16 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from rlvr import Task
-from rlvr_tictactoe.game import EMPTY_BOARD, Board, apply_move, best_moves, game_value, legal_moves, winner
+from rlvr_tictactoe.game import (
+    EMPTY_BOARD,
+    Board,
+    apply_move,
+    best_moves,
+    game_value,
+    legal_moves,
+    trap_moves,
+    winner,
+)
 
 OPPONENT_P = {"random": 1.0, "optimal": 0.0}
 """The opponents exact evaluation weighs every game for: name -> random-move probability."""
@@ -35,17 +44,24 @@ FAILURES = ("loss", "timeout")
 """Outcomes that mean the model was beaten (a game it did not finish counts as one)."""
 
 
-def reply_probability(board: Sequence[str], cell: int, p: float) -> float:
-    """Probability that an opponent with random-move probability `p` plays `cell` as O.
+def reply_probability(board: Sequence[str], cell: int, p: float, trap_prob: float = 0.0) -> float:
+    """Probability that an opponent with random-move probability `p` plays `cell` as O, its
+    best moves being one of `trap_moves` with probability `trap_prob` (`game.opponent_move`).
 
     >>> reply_probability(EMPTY_BOARD, 4, 1.0) == 1 / 9
     True
     >>> reply_probability(("X", "X", " ", "O", " ", " ", " ", " ", " "), 2, 0.0)
     1.0
+    >>> reply_probability(("O", " ", " ", " ", "X", " ", " ", " ", " "), 8, 0.0, trap_prob=1.0) == 1 / 3
+    True
     """
     moves = legal_moves(board)
     best = best_moves(board, "O")
-    return p / len(moves) + (1.0 - p) * (cell in best) / len(best)
+    chosen = (cell in best) / len(best)
+    if trap_prob > 0.0:
+        traps = trap_moves(board, "O")
+        chosen = trap_prob * (cell in traps) / len(traps) + (1.0 - trap_prob) * chosen
+    return p / len(moves) + (1.0 - p) * chosen
 
 
 def line_id(opening: int | None, moves: Sequence[int]) -> str:

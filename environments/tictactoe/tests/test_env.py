@@ -221,6 +221,10 @@ def test_probe_random_replies_sets_the_k_of_greedy_probes_only():
                     off_best += cell not in best_moves(board, "O")
                 board = apply_move(board, cell, "O")
     assert off_best > 10, off_best
+    # an env without random replies in training: its tasks carry no k, its probes get one
+    bare = load_environment(opponent="optimal", probe_random_replies=3)
+    assert "random_replies" not in bare.tasks("train")[0].info
+    assert bare.probe_task(bare.tasks("train")[0], 5).info["random_replies"] == 3
     line = env.tree_roots(seed=0)[0]  # an exact evaluation's line is never a probe's
     assert env.probe_task(line, 1).info == line.info
     for bad in (-1, 6, True, 2.0, "4"):

@@ -25,12 +25,12 @@ group where some continuation did better stops there, at a turn whose group has 
 Restarts' own rollouts offer nothing else in that mode.
 
 Greedy probes (`restart_greedy` = n > 0): each step also plays n games at temperature 0, the
-batch's ordinary tasks in turn with new seeds, not trained on; those scoring below
-`restart_below` offer their restart points like any training rollout. Why: what an evaluation measures is the greedy policy, and its
-mistakes are often near-ties, moves it prefers by a hair. Sampled games make such a mistake
-about half the time in that position, and only if they reach it; the greedy game makes it every
-time it gets there. The probe games are the policy's own against the training opponent, not an
-evaluator's.
+batch's ordinary tasks in turn with new seeds (the env's `probe_task` makes each), not trained
+on; those scoring below `restart_below` offer their restart points like any training rollout.
+Why: what an evaluation measures is the greedy policy, and its mistakes are often near-ties,
+moves it prefers by a hair. Sampled games make such a mistake about half the time in that
+position, and only if they reach it; the greedy game makes it every time it gets there. The
+probe games are the policy's own against the training opponent, not an evaluator's.
 """
 
 from __future__ import annotations
