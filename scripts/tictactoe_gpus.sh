@@ -3,7 +3,9 @@
 # each job gets one GPU, and each job's RL variants share that GPU, started once its SFT is done.
 #
 #   scripts/tictactoe_gpus.sh start PLAN     # start the plan's jobs in the background (setsid)
-#   scripts/tictactoe_gpus.sh wait SECONDS   # wait until every job ended or SECONDS passed
+#   scripts/tictactoe_gpus.sh wait SECONDS [DIR]  # wait until every job ended or SECONDS passed;
+#                                            # with DIR, then collect into DIR (end every device call
+#                                            # so: a machine lost between calls keeps nothing)
 #   scripts/tictactoe_gpus.sh collect DIR    # tables, metrics, logs, exact summaries -> DIR/runs.tgz
 #   scripts/tictactoe_gpus.sh ship MODEL DIR # a model folder (best's answer) in bfloat16, shards under 15 MB
 #   scripts/tictactoe_gpus.sh summary        # every stage's exact table, kept bests, exact curves
@@ -50,11 +52,13 @@
 #          350 steps; GPU EXTRA_GPU: the weak start with rlG, and the shipped model with rlW0's
 #          recipe plus backtracking restarts of every game not won, probes included (rlWG, 120
 #          steps). Run with RL_STEPS=250 WEAK_STEPS=250 (seeds 1 and 2 resumed to 350 by hand)
-#   cover  one GPU per seed: rlG with more probes (PROBES, default 128) whose opponent makes its
-#          first 4 replies at random (PROBE_REPLIES=4, the env's probe_random_replies), twice
-#          from the same SFT (rlC, rlCb), 350 steps; GPU EXTRA_GPU: the weak start with rlC.
+#   cover  one GPU per seed: rlG with more probes (PROBES, default 128), a share of them
+#          (PROBE_SHARE, default 0.5; the env's probe_random_share) against an opponent whose
+#          first 4 replies are random (PROBE_REPLIES=4, probe_random_replies), twice from the
+#          same SFT (rlC, rlCb), 350 steps; GPU EXTRA_GPU: the weak start with rlC.
 #          Why: plan greedy's last lost lines each came up in 1 to 4 of 10,000 probe games
-#          (scripts/tictactoe_line_odds.py)
+#          (scripts/tictactoe_line_odds.py). Run with PROBE_SHARE=1 for 100 steps (ninth session):
+#          no probe met the opposite-corner trap, which stayed in every run
 #   wins   the shipped model, 80 steps at lr 1e-5 against opponents at p = 0.7 after the random
 #          replies: rlW with a KL of 0.05 to the shipped model (GPU WINS_GPU), rlW0 without (WINS_GPU2)
 set -uo pipefail
@@ -251,7 +255,7 @@ start() {
           "rlWG RL_MIN_P=0.7 RL_MAX_P=0.7 BUCKETS=1 $g"
       fi ;;
     cover)  # plan greedy, its probes meeting the deep random lines its lost games came from
-      twins_and_weak "$restarts5 RESTART_POINTS=backtrack PROBE_REPLIES=${PROBE_REPLIES:-4}" \
+      twins_and_weak "$restarts5 RESTART_POINTS=backtrack PROBE_REPLIES=${PROBE_REPLIES:-4} PROBE_SHARE=${PROBE_SHARE:-0.5}" \
         "RL_EXTRA=--restart-greedy=${PROBES:-128}" rlC rlCb ;;
     wins)  # the shipped model against opponents at p = 0.7 (whose best response never loses and
       # wins 95.56% vs random): rlW near it by a KL (GPU WINS_GPU), rlW0 without (GPU WINS_GPU2)
@@ -271,7 +275,8 @@ case ${1:-} in
   wait)
     end=$(( $(date +%s) + $2 ))
     while [ -f "$ROOT.pid" ] && [ "$(date +%s)" -lt "$end" ]; do sleep 10; done
-    for f in "$ROOT"/*/pipeline-*.log; do echo "--- $f"; grep -E "^== |step [0-9]+/|exact W/D/L|unbeatable|Error|error" "$f" | tail -6; done ;;
+    for f in "$ROOT"/*/pipeline-*.log; do echo "--- $f"; grep -E "^== |step [0-9]+/|exact W/D/L|unbeatable|Error|error" "$f" | tail -6; done
+    if [ -n "${3:-}" ]; then bash "$0" collect "$3"; fi ;;
   collect)
     mkdir -p "$2"
     find "$ROOT" \( -name "*.csv" -o -name "*.md" -o -name "*.log" -o -name "*.seconds" -o -name "*.png" \
@@ -324,5 +329,5 @@ AutoTokenizer.from_pretrained(src).save_pretrained(dst)
 print(f"shipped {src} -> {dst} (bfloat16)")
 EOF
     ;;
-  *) sed -n 2,17p "$0"; exit 2 ;;
+  *) sed -n 2,19p "$0"; exit 2 ;;
 esac

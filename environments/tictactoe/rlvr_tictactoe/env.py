@@ -20,6 +20,7 @@ import dataclasses
 import functools
 import math
 import os
+import random
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -102,6 +103,7 @@ class TicTacToeEnv(MultiTurnEnv[GameState]):
         loss_reward: float = 0.0,
         trap_prob: float = 0.0,
         probe_random_replies: int | None = None,
+        probe_random_share: float = 1.0,
     ) -> None:
         super().__init__(
             dataset,
@@ -118,7 +120,9 @@ class TicTacToeEnv(MultiTurnEnv[GameState]):
         self.trap_prob = trap_prob
         """How often a best move of the opponent is one of `trap_moves` (else any best move)."""
         self.probe_random_replies = probe_random_replies
-        """The k of every greedy probe's random replies (`probe_task`); None: its task's own."""
+        """The k of a greedy probe's random replies (`probe_task`); None: its task's own."""
+        self.probe_random_share = probe_random_share
+        """The share of probes that get `probe_random_replies` (drawn from each probe's seed)."""
         self.human: HumanMove | None = None
         """When set (by `rlvr play`), a person makes the opponent's moves instead of minimax."""
 
@@ -177,11 +181,15 @@ class TicTacToeEnv(MultiTurnEnv[GameState]):
     def probe_task(self, task: Task, seed: int) -> Task:
         """A greedy probe (the trainer's `restart_greedy`) of a training task: with
         `probe_random_replies` set, its opponent's first k = that many moves are random (the
-        task's own k otherwise). Why: the lines a greedy policy still lost at the end of plan
-        `greedy` mostly need four given random replies, which only the k = 4 tasks (one in five)
-        can play (docs/RESULTS.md; `scripts/tictactoe_line_odds.py`)."""
+        task's own k otherwise), in a share `probe_random_share` of the probes, chosen by each
+        probe's seed. Why: the lines a greedy policy still lost at the end of plan `greedy`
+        mostly need four given random replies, which only the k = 4 tasks (one in five) can
+        play; but a probe at k = 4 never meets a trap the opponent sets earlier (plan `cover`,
+        docs/RESULTS.md; `scripts/tictactoe_line_odds.py`)."""
         task = super().probe_task(task, seed)
         if self.probe_random_replies is None or "line" in task.info:
+            return task
+        if random.Random(f"probe:{seed}").random() >= self.probe_random_share:  # (str seeds: stable)
             return task
         return dataclasses.replace(task, info={**task.info, "random_replies": self.probe_random_replies})
 
@@ -299,6 +307,7 @@ def load_environment(
     opening_history: bool = False,
     random_replies: int = 0,
     probe_random_replies: int | None = None,
+    probe_random_share: float = 1.0,
 ) -> TicTacToeEnv:
     """Build the environment; every argument is documented in the package README.
 
@@ -322,6 +331,8 @@ def load_environment(
         raise ValueError(f"opening_plies must be an integer from 0 to 7, got {opening_plies!r}")
     if not isinstance(opening_history, bool):
         raise ValueError(f"opening_history must be true or false, got {opening_history!r}")
+    if not (isinstance(probe_random_share, (int, float)) and 0.0 <= probe_random_share <= 1.0):  # (NaN too)
+        raise ValueError(f"probe_random_share must be a number in [0, 1], got {probe_random_share!r}")
     reply_counts = {"random_replies": random_replies}
     if probe_random_replies is not None:  # (None: each probe keeps its task's own k)
         reply_counts["probe_random_replies"] = probe_random_replies
@@ -354,4 +365,5 @@ def load_environment(
         loss_reward=float(loss_reward),
         trap_prob=float(trap_prob),
         probe_random_replies=probe_random_replies,
+        probe_random_share=float(probe_random_share),
     )

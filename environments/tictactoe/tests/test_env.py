@@ -232,6 +232,30 @@ def test_probe_random_replies_sets_the_k_of_greedy_probes_only():
             load_environment(probe_random_replies=bad)
 
 
+def test_probe_random_share_gives_the_fixed_k_to_that_share_of_probes_by_seed():
+    """`probe_random_share`: each probe's seed decides whether it gets `probe_random_replies`,
+    the same way every time; the others keep their task's own k (so they still meet the traps
+    a k = 4 probe never does)."""
+    env = load_environment(
+        opponent="optimal", trap_prob=1.0, random_replies=4, probe_random_replies=4, probe_random_share=0.5
+    )
+    tasks = [t for t in env.tasks("train") if t.info["random_replies"] < 4][:400]
+    probes = [env.probe_task(t, seed=5000 + i) for i, t in enumerate(tasks)]
+    fixed = [p.info["random_replies"] == 4 for p in probes]
+    assert 160 <= sum(fixed) <= 240, sum(fixed)  # binomial(400, 0.5): sd 10
+    assert [p.info for p, f in zip(probes, fixed) if not f] == [t.info for t, f in zip(tasks, fixed) if not f]
+    again = [env.probe_task(t, seed=5000 + i).info["random_replies"] == 4 for i, t in enumerate(tasks)]
+    assert again == fixed
+    for share, expected in ((0.0, 0), (1.0, len(tasks))):
+        edge = load_environment(opponent="optimal", random_replies=4, probe_random_replies=4, probe_random_share=share)
+        assert (
+            sum(edge.probe_task(t, seed=5000 + i).info["random_replies"] == 4 for i, t in enumerate(tasks)) == expected
+        )
+    for bad in (-0.1, 1.5, float("nan"), "0.5", None):
+        with pytest.raises(ValueError, match="probe_random_share"):
+            load_environment(probe_random_replies=4, probe_random_share=bad)
+
+
 def test_opening_history_shows_the_conversation_a_real_game_has_at_that_position():
     env = load_environment(opening_plies=7, opening_history=True)
     started = [t for t in env.tasks("train") if "opening" in t.info]
