@@ -37,6 +37,11 @@ FAULTS = Faults(
     max_per_request=3,
 )  # so that 5 retries always get through
 QUESTION = re.compile(r"What is (\d+) \+ (\d+)\?")
+TIMEOUT_S = 3.0
+"""The client's timeout in the fault tests. A served hang says nothing until the client hangs up,
+so any timeout finds it; but a real reply slower than the timeout (the server is a thread of this
+process, and a busy machine delays it) is retried, then served twice, and the accounting below
+is off by one: at 0.5 s that happened with 4 busy processes on 2 cores."""
 
 
 def arithmetic_tasks(n: int, poison_every: int = 0) -> list[dict]:
@@ -165,7 +170,7 @@ async def test_single_turn_eval_with_faults(openai_server, seed) -> None:
     openai_server.force(["429", "500", "hang", "malformed"])
     env = arithmetic_env(n=16, poison_every=5)
     poisoned = {t.id for t in env.dataset if "(poison)" in (t.question or "")}
-    client = OpenAIClient("scripted", base_url=openai_server.base_url, timeout_s=0.5, max_retries=5, backoff_s=0.005)
+    client = OpenAIClient("scripted", base_url=openai_server.base_url, timeout_s=TIMEOUT_S, max_retries=5, backoff_s=0.005)
     async with client:
         rollouts = await run_rollouts(env, client, env.dataset, rollouts_per_task=3, concurrency=16)
     check_accounting(rollouts, env, 3, openai_server, client, poisoned)
@@ -178,7 +183,7 @@ async def test_tool_env_with_faults(openai_server) -> None:
     openai_server.reset(tool_solver, faults=FAULTS, permanent=is_poison)
     env = tool_env(n=10, poison_every=4)
     poisoned = {t.id for t in env.dataset if "(poison)" in (t.question or "")}
-    client = OpenAIClient("scripted", base_url=openai_server.base_url, timeout_s=0.5, backoff_s=0.005)
+    client = OpenAIClient("scripted", base_url=openai_server.base_url, timeout_s=TIMEOUT_S, backoff_s=0.005)
     async with client:
         rollouts = await run_rollouts(env, client, env.dataset, rollouts_per_task=2, concurrency=20)
     check_accounting(rollouts, env, 2, openai_server, client, poisoned, expected_reward=lambda task: 1.0)
@@ -229,7 +234,7 @@ def http_arith_env(monkeypatch):
     return created
 
 
-def eval_cli(server, out, max_retries: int, key_var: str = "RLVR_TEST_NO_SUCH_KEY", timeout: float = 0.5) -> int:
+def eval_cli(server, out, max_retries: int, key_var: str = "RLVR_TEST_NO_SUCH_KEY", timeout: float = TIMEOUT_S) -> int:
     return main(
         [
             "eval",
