@@ -170,7 +170,9 @@ async def test_single_turn_eval_with_faults(openai_server, seed) -> None:
     openai_server.force(["429", "500", "hang", "malformed"])
     env = arithmetic_env(n=16, poison_every=5)
     poisoned = {t.id for t in env.dataset if "(poison)" in (t.question or "")}
-    client = OpenAIClient("scripted", base_url=openai_server.base_url, timeout_s=TIMEOUT_S, max_retries=5, backoff_s=0.005)
+    client = OpenAIClient(
+        "scripted", base_url=openai_server.base_url, timeout_s=TIMEOUT_S, max_retries=5, backoff_s=0.005
+    )
     async with client:
         rollouts = await run_rollouts(env, client, env.dataset, rollouts_per_task=3, concurrency=16)
     check_accounting(rollouts, env, 3, openai_server, client, poisoned)
