@@ -331,8 +331,11 @@ def load_environment(
         raise ValueError(f"opening_plies must be an integer from 0 to 7, got {opening_plies!r}")
     if not isinstance(opening_history, bool):
         raise ValueError(f"opening_history must be true or false, got {opening_history!r}")
-    if not (isinstance(probe_random_share, (int, float)) and 0.0 <= probe_random_share <= 1.0):  # (NaN too)
+    share = probe_random_share  # (not a bool; NaN fails the range)
+    if isinstance(share, bool) or not (isinstance(share, (int, float)) and 0.0 <= share <= 1.0):
         raise ValueError(f"probe_random_share must be a number in [0, 1], got {probe_random_share!r}")
+    if share != 1.0 and probe_random_replies is None:
+        raise ValueError("probe_random_share is the share of probes given probe_random_replies, which is not set")
     reply_counts = {"random_replies": random_replies}
     if probe_random_replies is not None:  # (None: each probe keeps its task's own k)
         reply_counts["probe_random_replies"] = probe_random_replies

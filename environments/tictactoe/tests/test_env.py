@@ -251,9 +251,11 @@ def test_probe_random_share_gives_the_fixed_k_to_that_share_of_probes_by_seed():
         assert (
             sum(edge.probe_task(t, seed=5000 + i).info["random_replies"] == 4 for i, t in enumerate(tasks)) == expected
         )
-    for bad in (-0.1, 1.5, float("nan"), "0.5", None):
+    for bad in (-0.1, 1.5, float("nan"), "0.5", None, True):
         with pytest.raises(ValueError, match="probe_random_share"):
             load_environment(probe_random_replies=4, probe_random_share=bad)
+    with pytest.raises(ValueError, match="probe_random_replies, which is not set"):
+        load_environment(probe_random_share=0.5)
 
 
 def test_opening_history_shows_the_conversation_a_real_game_has_at_that_position():
