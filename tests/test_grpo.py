@@ -272,7 +272,7 @@ def test_tictactoe_two_step_smoke_through_the_cli(tiny, tmp_path, capsys) -> Non
         "--max-turns",
         "2",
         "--env-args",
-        '{"opponent": "random", "num_tasks": 16, "eval_tasks": 4, "random_replies": 2, "probe_random_replies": 2}',
+        '{"opponent": "random", "num_tasks": 16, "eval_tasks": 4, "random_replies": 2, "probe_random_replies": 2, "probe_random_share": 0.5}',
         "--eval-env-args",
         '[{"opponent": "random"}, {"opponent": "optimal"}]',
         "--eval-every",
