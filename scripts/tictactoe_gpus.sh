@@ -269,6 +269,13 @@ start() {
   wait
 }
 
+collect() {  # collect DIR: tables, metrics, logs, exact summaries (no weights) -> DIR/runs.tgz
+  mkdir -p "$1"
+  find "$ROOT" \( -name "*.csv" -o -name "*.md" -o -name "*.log" -o -name "*.seconds" -o -name "*.png" \
+    -o -name "metadata.json" -o -name "config.json" \) -not -path "*/checkpoints/*" -not -path "*/final/*" \
+    | tar czf "$1/runs.tgz" -T -
+}
+
 case ${1:-} in
   start) mkdir -p "$(dirname "$ROOT")"; setsid bash "$0" _start "$2" > "$ROOT.log" 2>&1 < /dev/null & sleep 1; echo "started plan $2 (log $ROOT.log)" ;;
   _start) mkdir -p "$ROOT"; echo $$ > "$ROOT.pid"; trap 'rm -f "$ROOT.pid"' EXIT; start "$2"; echo "plan $2 finished" ;;
@@ -276,12 +283,8 @@ case ${1:-} in
     end=$(( $(date +%s) + $2 ))
     while [ -f "$ROOT.pid" ] && [ "$(date +%s)" -lt "$end" ]; do sleep 10; done
     for f in "$ROOT"/*/pipeline-*.log; do echo "--- $f"; grep -E "^== |step [0-9]+/|exact W/D/L|unbeatable|Error|error" "$f" | tail -6; done
-    if [ -n "${3:-}" ]; then bash "$0" collect "$3"; fi ;;
-  collect)
-    mkdir -p "$2"
-    find "$ROOT" \( -name "*.csv" -o -name "*.md" -o -name "*.log" -o -name "*.seconds" -o -name "*.png" \
-      -o -name "metadata.json" -o -name "config.json" \) -not -path "*/checkpoints/*" -not -path "*/final/*" \
-      | tar czf "$2/runs.tgz" -T - ;;
+    if [ -n "${3:-}" ]; then collect "$3"; fi ;;
+  collect) collect "$2" ;;
   summary)  # every exact table of the plan's stages, the kept bests, and each run's exact curve
     python3 - "$ROOT" <<'EOF'
 import csv, json, sys

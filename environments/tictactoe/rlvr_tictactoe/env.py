@@ -323,18 +323,16 @@ def load_environment(
         raise ValueError(f"need 0 <= min_random_move_prob <= max_random_move_prob <= 1, got {low} and {high}")
     if not (isinstance(loss_reward, (int, float)) and math.isfinite(loss_reward) and loss_reward <= 0.5):
         raise ValueError(f"loss_reward must be a finite number <= 0.5 (a draw's reward), got {loss_reward!r}")
-    if not (isinstance(trap_prob, (int, float)) and 0.0 <= trap_prob <= 1.0):
-        raise ValueError(f"trap_prob must be a number in [0, 1], got {trap_prob!r}")
+    for name, value in {"trap_prob": trap_prob, "probe_random_share": probe_random_share}.items():
+        if isinstance(value, bool) or not (isinstance(value, (int, float)) and 0.0 <= value <= 1.0):  # (NaN too)
+            raise ValueError(f"{name} must be a number in [0, 1], got {value!r}")
     if model_starts not in STARTS:
         raise ValueError(f"model_starts must be one of {', '.join(STARTS)}; got {model_starts!r}")
     if isinstance(opening_plies, bool) or not isinstance(opening_plies, int) or not 0 <= opening_plies <= 7:
         raise ValueError(f"opening_plies must be an integer from 0 to 7, got {opening_plies!r}")
     if not isinstance(opening_history, bool):
         raise ValueError(f"opening_history must be true or false, got {opening_history!r}")
-    share = probe_random_share  # (not a bool; NaN fails the range)
-    if isinstance(share, bool) or not (isinstance(share, (int, float)) and 0.0 <= share <= 1.0):
-        raise ValueError(f"probe_random_share must be a number in [0, 1], got {probe_random_share!r}")
-    if share != 1.0 and probe_random_replies is None:
+    if probe_random_share != 1.0 and probe_random_replies is None:
         raise ValueError("probe_random_share is the share of probes given probe_random_replies, which is not set")
     reply_counts = {"random_replies": random_replies}
     if probe_random_replies is not None:  # (None: each probe keeps its task's own k)

@@ -135,8 +135,9 @@ def test_trap_opponent_opens_in_a_corner_and_sets_the_opposite_corner_trap():
     corners = [t for t in env.tasks("eval") if t.info["board"].index("O") == 0]
     replies = {int(re.search(r"O took (\d)", reply_to(env, t, t.info["board"], 4))[1]) for t in corners}
     assert replies == {5, 7, 8}  # the trap moves after a corner and the centre (game.trap_moves)
-    with pytest.raises(ValueError, match="trap_prob"):
-        load_environment(trap_prob=2)
+    for bad in (2, -0.5, float("nan"), True, "1"):
+        with pytest.raises(ValueError, match="trap_prob"):
+            load_environment(trap_prob=bad)
     uniform = load_environment(opponent="optimal", model_starts="never")
     assert len({task.info["board"] for task in uniform.tasks("eval")}) == 9
 
