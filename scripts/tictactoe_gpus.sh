@@ -273,7 +273,7 @@ collect() {  # collect DIR: tables, metrics, logs, exact summaries (no weights) 
   mkdir -p "$1"
   find "$ROOT" \( -name "*.csv" -o -name "*.md" -o -name "*.log" -o -name "*.seconds" -o -name "*.png" \
     -o -name "metadata.json" -o -name "config.json" \) -not -path "*/checkpoints/*" -not -path "*/final/*" \
-    | tar czf "$1/runs.tgz" -T -
+    | tar czf "$1/runs.tgz.part" -T - && mv "$1/runs.tgz.part" "$1/runs.tgz"  # (a call cut mid-write keeps the last whole one)
 }
 
 case ${1:-} in
