@@ -1,14 +1,15 @@
 """Exact curves of RL runs: lost games over the whole tree at each exact evaluation.
 
     python scripts/tictactoe_curves.py add CSV RUN_DIR SEED OPPONENT VARIANT [FIRST_STEP]  # append a run's points
-    python scripts/tictactoe_curves.py plot CSV PNG                                          # draw every run
+    python scripts/tictactoe_curves.py plot CSV PNG [MATCH]                                  # draw every run
 
 `add` reads RUN_DIR/metrics.csv (written by `rlvr train --eval-exact`). A later RL phase passes
 FIRST_STEP, the step the phase before it ended at, and its steps are counted from there; a point
 the CSV already has for that line and step (a phase's step 0, when it continues the same line)
 is not added again.
 `plot` draws one panel
-per seed, one line per (opponent, variant); a panel whose counts span more than 10x (the weak
+per seed, one line per (opponent, variant), or only the lines whose "opponent, variant" label
+contains MATCH (and only the seeds that have one); a panel whose counts span more than 10x (the weak
 start, or one run's collapse) is drawn linear up to 10 and logarithmic above, so 0 stays visible.
 """
 
@@ -31,6 +32,7 @@ RESTARTS = "restarts"  # lines whose opponent names it (training with --restart-
 EVERY_POINT = "every later move"  # restarts from every later move (--restart-points all): in purple
 WALK_BACK = "walk back"  # restarts that walk back from a lost game's last move (backtrack): in green
 GREEDY = "greedy probes"  # the walk back, restarting greedy probe games too (--restart-greedy): in orange
+COVER = "at 4 random replies"  # greedy probes, a share at 4 random replies (plan cover; in the variant): teal
 TITLES = {"weak": "weak start (200 games)", "shipped": "RL 2, 3 and 4 of the shipped model"}
 
 
@@ -71,14 +73,16 @@ def _number(text: str | None) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def plot(table: Path, out: Path) -> None:
+def plot(table: Path, out: Path, match: str = "") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     with table.open() as f:
-        rows = list(csv.DictReader(f))
+        rows = [r for r in csv.DictReader(f) if match in f"{r['opponent']}, {r['variant']}"]
+    if not rows:
+        sys.exit(f"no line of {table} matches {match!r}")
     seeds = sorted({r["seed"] for r in rows}, key=lambda s: (s == "shipped", s == "weak", s))
     lines = sorted({(r["opponent"], r["variant"]) for r in rows})
     colours = {line: plt.get_cmap("tab20")(i % 20) for i, line in enumerate(lines)}
@@ -88,7 +92,8 @@ def plot(table: Path, out: Path) -> None:
         ("red", [x for x in lines if RESTARTS in x[0] and EVERY_POINT not in x[0] and WALK_BACK not in x[0]]),
         ("purple", [x for x in lines if EVERY_POINT in x[0]]),
         ("green", [x for x in lines if WALK_BACK in x[0] and GREEDY not in x[0]]),
-        ("darkorange", [x for x in lines if GREEDY in x[0]]),
+        ("darkorange", [x for x in lines if GREEDY in x[0] and COVER not in x[1]]),
+        ("teal", [x for x in lines if COVER in x[1]]),
     ):
         styles.update({x: {"color": colour, "lw": 2.2, "ls": ("-", "--", ":")[i % 3]} for i, x in enumerate(picked)})
     legend_in = 0.2 * ((len(lines) + 1) // 2) + 0.4  # inches below the panels: two columns of labels
@@ -123,7 +128,7 @@ if __name__ == "__main__":
         first = int(sys.argv[7]) if len(sys.argv) == 8 else 0
         seed, opponent, variant = sys.argv[4:7]
         print(f"{add(Path(sys.argv[2]), Path(sys.argv[3]), seed, opponent, variant, first)} points added")
-    elif len(sys.argv) == 4 and sys.argv[1] == "plot":
-        plot(Path(sys.argv[2]), Path(sys.argv[3]))
+    elif len(sys.argv) in (4, 5) and sys.argv[1] == "plot":
+        plot(Path(sys.argv[2]), Path(sys.argv[3]), *sys.argv[4:])
     else:
         sys.exit(__doc__)

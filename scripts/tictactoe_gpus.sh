@@ -58,7 +58,9 @@
 #          same SFT (rlC, rlCb), 350 steps; GPU EXTRA_GPU: the weak start with rlC.
 #          Why: plan greedy's last lost lines each came up in 1 to 4 of 10,000 probe games
 #          (scripts/tictactoe_line_odds.py). Run with PROBE_SHARE=1 for 100 steps (ninth session):
-#          no probe met the opposite-corner trap, which stayed in every run
+#          no probe met the opposite-corner trap, which stayed in every run. As it is (tenth
+#          session): 3 of 6 runs unbeatable at step 350, one per seed. RESTART_BELOW=0.65 also
+#          restarts games drawn with a rejected move (untried)
 #   wins   the shipped model, 80 steps at lr 1e-5 against opponents at p = 0.7 after the random
 #          replies: rlW with a KL of 0.05 to the shipped model (GPU WINS_GPU), rlW0 without (WINS_GPU2)
 set -uo pipefail
