@@ -19,6 +19,7 @@ RL_STEPS=${RL_STEPS:-40}          # batches of 64 rollouts: 8 tasks x 8
 RL_BATCH=${RL_BATCH:-64}          # rollouts a step (groups of 8)
 RL_LR=${RL_LR:-3e-5}
 RL_TEMPERATURE=${RL_TEMPERATURE:-0.5}
+EVAL_TOKENS=${EVAL_TOKENS:-}      # tokens a turn in evaluations (default: the env's 128)
 
 mkdir -p "$OUT"
 cd "$OUT"
@@ -48,7 +49,8 @@ PY
 }
 
 evaluate() {  # evaluate MODEL DIR: greedy, one rollout per eval task
-    rlvr eval "$NAME" -m "$1" -a "{\"eval_tasks\": $EVAL_TASKS}" -n "$EVAL_TASKS" -r 1 -T 0 -o "$2" -q >/dev/null
+    rlvr eval "$NAME" -m "$1" -a "{\"eval_tasks\": $EVAL_TASKS}" -n "$EVAL_TASKS" -r 1 -T 0 -o "$2" -q \
+        ${EVAL_TOKENS:+-t "$EVAL_TOKENS"} >/dev/null
 }
 
 rlvr init "$NAME" --kind multi -o envs >/dev/null

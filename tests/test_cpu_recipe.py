@@ -1,8 +1,8 @@
 """scripts/cpu_recipe.sh end to end at a much smaller size: every stage runs and leaves its outputs.
 
 The recipe of docs/training.md ("Train on a CPU"): scaffold the multi-turn env, build a tiny
-model, evaluate it, SFT, evaluate, RL, evaluate. Here with 2 eval tasks, 40 SFT games, 3 SFT
-steps and 2 RL steps of 16 rollouts; it checks that each stage prints its line and writes what
+model, evaluate it, SFT, evaluate, RL, evaluate. Here with 2 eval tasks (16 tokens a turn), 40 SFT
+games, 3 SFT steps and 2 RL steps of 16 rollouts; it checks that each stage prints its line and writes what
 the next one reads, not the gain (the docs report the full-size numbers). Instead of
 `pip install -e` (which would change the venv) the scaffolded module and a dist-info folder
 with its entry point go on PYTHONPATH.
@@ -46,6 +46,7 @@ def test_cpu_recipe_runs_every_stage(tmp_path: Path) -> None:
         "SFT_STEPS": "3",
         "RL_STEPS": "2",
         "RL_BATCH": "16",  # 2 tasks x 8: the untrained model's 64 rollouts took 26 s a step
+        "EVAL_TOKENS": "16",  # an untrained model fills each turn: at 128 tokens an eval took 41-54 s
         "OMP_NUM_THREADS": "1",
     }
     proc = subprocess.run(["bash", str(SCRIPT), str(out)], env=env, capture_output=True, text=True, timeout=280)
