@@ -120,7 +120,9 @@ def plot(table: Path, out: Path, match: str = "") -> None:
     labels = sorted(handles)
     fig.legend([handles[k] for k in labels], labels, loc="lower center", ncol=2, fontsize=8, frameon=False)
     fig.tight_layout(rect=(0, legend_in / (3.6 + legend_in), 1, 1))
-    fig.savefig(out, dpi=120)
+    part = out.with_name(out.name + ".part")  # a kill mid-write keeps the last whole figure
+    fig.savefig(part, dpi=120, format=out.suffix.lstrip(".") or "png")
+    part.replace(out)
 
 
 if __name__ == "__main__":
