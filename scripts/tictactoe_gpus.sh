@@ -9,7 +9,8 @@
 #   scripts/tictactoe_gpus.sh collect DIR    # tables, metrics, logs, exact summaries -> DIR/runs.tgz
 #   scripts/tictactoe_gpus.sh ship MODEL DIR # a model folder (best's answer) in bfloat16, shards under 15 MB
 #   scripts/tictactoe_gpus.sh summary        # every stage's exact table, kept bests, exact curves
-#   scripts/tictactoe_gpus.sh best           # the RL model (final, or a kept best) losing the fewest games
+#   scripts/tictactoe_gpus.sh best           # the RL model (final, or a kept best) losing the fewest games,
+#                                            # then with the fewest rejected-move games
 #
 # Plans (docs/RESULTS.md says which produced what; the shipped models/tictactoe-tiny is seed 0 of
 # `explore`, variant A, then `rlR` of `replies` (reproduce_tictactoe.sh's two RL phases), then
@@ -309,7 +310,8 @@ for metrics in sorted(root.glob("*/*/metrics.csv")):
     print(f"{metrics.parent.relative_to(root)} lost games by step: {curve}")
 EOF
     ;;
-  best)  # fewest lost games over the whole tree, then the highest exact win rate vs random
+  best)  # fewest lost games over the whole tree, then fewest with a rejected move, then the
+    # highest exact win rate vs random
     python3 - "$ROOT" <<'EOF'
 import json, sys
 from pathlib import Path
@@ -319,8 +321,9 @@ for meta in Path(sys.argv[1]).glob("*/eval/*-exact/metadata.json"):
     run = meta.parents[2] / stage.removesuffix(".best") / ("best" if stage.endswith(".best") else "final")
     exact = json.loads(meta.read_text()).get("exact")
     if exact and (run / "config.json").exists() and stage not in ("sft", "base", "teacher"):
-        found.append((len(exact["beaten"]), -exact["rates_pct"]["random"].get("win", 0.0), str(run)))
-print(sorted(found)[0][2] if found else "")  # (a RUN.best was chosen by these evaluations)
+        rejected = exact.get("rejected_move_games", 0)
+        found.append((len(exact["beaten"]), rejected, -exact["rates_pct"]["random"].get("win", 0.0), str(run)))
+print(sorted(found)[0][-1] if found else "")  # (a RUN.best was chosen by these evaluations)
 EOF
     ;;
   ship)
