@@ -20,6 +20,7 @@ RL_BATCH=${RL_BATCH:-64}          # rollouts a step (groups of 8)
 RL_LR=${RL_LR:-3e-5}
 RL_TEMPERATURE=${RL_TEMPERATURE:-0.5}
 EVAL_TOKENS=${EVAL_TOKENS:-}      # tokens a turn in evaluations (default: the env's 128)
+RL_ARGS=${RL_ARGS:-}              # more rlvr train flags, e.g. "--seed 1"
 
 mkdir -p "$OUT"
 cd "$OUT"
@@ -67,7 +68,7 @@ stage sft
 evaluate sft/final eval/sft
 stage eval-sft eval/sft
 rlvr train "$NAME" -m sft/final -o rl --steps "$RL_STEPS" --batch-size "$RL_BATCH" --group-size 8 --max-tokens 16 \
-    -T "$RL_TEMPERATURE" --lr "$RL_LR" --eval-every none --save-every none --device cpu -q
+    -T "$RL_TEMPERATURE" --lr "$RL_LR" --eval-every none --save-every none --device cpu -q $RL_ARGS
 stage rl
 evaluate rl/final eval/rl
 stage eval-rl eval/rl

@@ -8,6 +8,7 @@ import dataclasses
 import json
 import math
 import shutil
+import statistics
 from pathlib import Path
 
 import pytest
@@ -457,6 +458,74 @@ def test_restarts_are_refused_for_an_env_that_cannot_restart(tiny, tmp_path) -> 
         grpo.train(config(tiny, tmp_path / "r2", restart_frac=0.1), make_env=RestartableEnv, quiet=True, plots=False)
     with pytest.raises(UsageError, match="restart_frac must be in"):
         config(tiny, tmp_path / "r3", restart_frac=1.0)
+
+
+# ---- turn_credit: a score per model turn ------------------------------------------------------
+
+
+class TurnScoredEnv(TwoTurnEnv):
+    """TwoTurnEnv whose first turn scores its reply's vowel share, the second 0 (or `broken`)."""
+
+    broken: object = None
+
+    def turn_rewards(self, task, rollout):
+        if TurnScoredEnv.broken is not None:
+            return TurnScoredEnv.broken
+        return [vowel_share([rollout.turns[0].completion.message()]), 0.0][: len(rollout.turns)]
+
+
+def test_turn_credit_gives_each_turn_its_own_advantage(tiny, tmp_path, monkeypatch) -> None:
+    seen = []
+    real = grpo.build_sequences
+
+    def spy(rollouts, advantages, trainable):
+        seqs, split = real(rollouts, advantages, trainable)
+        seen.append((rollouts, seqs))
+        return seqs, split
+
+    monkeypatch.setattr(grpo, "build_sequences", spy)
+    TurnScoredEnv.broken = None
+    cfg = config(tiny, tmp_path / "run", steps=2, loss="cispo", turn_credit=0.5, max_tokens=4)
+    steps = grpo.train(cfg, make_env=TurnScoredEnv, quiet=True, plots=False)
+    assert [m["turn/scored"] for m in steps] == [16.0, 16.0]  # 8 rollouts x 2 turns
+    for rollouts, seqs in seen:  # by hand: the episode's advantage + 0.5 x z-score of the turn
+        for start in range(0, len(rollouts), 4):
+            group = rollouts[start : start + 4]
+            rewards = [r.reward for r in group]
+            mean, std = statistics.fmean(rewards), statistics.pstdev(rewards)
+            scores = [[vowel_share([r.turns[0].completion.message()]), 0.0] for r in group]
+            pooled = [x for row in scores for x in row]
+            s_mean, s_std = statistics.fmean(pooled), statistics.pstdev(pooled)
+            for i, r in enumerate(group):
+                episode = 0.0 if std == 0 else (r.reward - mean) / (std + 1e-6)
+                want = [episode + 0.5 * (x - s_mean) / (s_std + 1e-6) for x in scores[i]] if s_std else [episode] * 2
+                own = [s for s in seqs if s.rollout == start + i]  # one, or one per turn (a split)
+                sampled = [len(t.completion.token_ids) for t in r.turns]
+                got = [a for seq in own for a, m in zip(seq.token_adv, seq.mask) if m]
+                assert got == pytest.approx([want[0]] * sampled[0] + [want[1]] * sampled[1], abs=1e-9)
+    assert any(len({round(a, 9) for a, m in zip(s.token_adv, s.mask) if m}) == 2 for _, q in seen for s in q)
+
+
+def test_turn_credit_is_refused_without_turn_scores_and_bad_scores_name_the_rollout(tiny, tmp_path) -> None:
+    with pytest.raises(UsageError, match="scores no turns"):
+        grpo.train(config(tiny, tmp_path / "a", turn_credit=1.0), make_env=TwoTurnEnv, quiet=True, plots=False)
+    for n, (bad, why) in enumerate(
+        (
+            ([1.0], "one number per model turn \\(2\\), got 1 scores"),
+            ([0.5, math.nan], "nan"),
+            ("0.5", "got '0.5'"),
+            ([True, 0.0], "True"),
+        )
+    ):
+        TurnScoredEnv.broken = bad
+        with pytest.raises(UsageError, match=f"'vowels', rollout \\d+/\\d+: turn_rewards.*{why}"):
+            grpo.train(
+                config(tiny, tmp_path / f"b{n}", turn_credit=1.0), make_env=TurnScoredEnv, quiet=True, plots=False
+            )
+    TurnScoredEnv.broken = None
+    for value in (-1.0, math.nan, math.inf):
+        with pytest.raises(UsageError, match="turn_credit must be a finite number >= 0"):
+            config(tiny, tmp_path / "c", turn_credit=value)
 
 
 def test_a_short_eval_split_is_said_with_its_size(tiny, tmp_path, capsys) -> None:

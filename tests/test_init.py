@@ -6,6 +6,7 @@ import asyncio
 import doctest
 import importlib
 import importlib.util
+import math
 import random
 import sys
 import tomllib
@@ -157,6 +158,32 @@ def test_the_multi_turn_scaffold_restarts_a_game_with_the_turns_it_had_left(tmp_
         late = env.restart_tasks(tasks[longest], games[longest])[2]  # after 3 of the 7 turns
         stuck = asyncio.run(run_rollouts(env, Policy(lambda m, rng: "<guess>0</guess>"), [late]))[0]
         assert len(stuck.turns) == 7 - 3 and stuck.truncated and stuck.reward == 0.0
+    finally:
+        for mod in [m for m in sys.modules if m == MODULE or m.startswith(MODULE + ".")]:
+            del sys.modules[mod]
+
+
+def test_the_multi_turn_scaffold_scores_each_guess_on_its_own(tmp_path: Path, monkeypatch) -> None:
+    """`turn_rewards` (the trainer's turn_credit): binary search scores 1 every turn, from a
+    restart too (only the restart's own turns); a wasted guess scores 0, an edge guess little."""
+    dest = scaffold(NAME, tmp_path, kind="multi")
+    monkeypatch.syspath_prepend(str(dest))
+    try:
+        module = importlib.import_module(MODULE)
+        env = module.load_environment(num_tasks=20)
+        assert env.scores_turns
+        search = env.policies()["binary_search"]()
+        task = next(t for t in env.tasks() if t.info["high"] > 60 and int(t.answer) > 3)
+        game = asyncio.run(run_rollouts(env, search, [task]))[0]
+        assert len(game.turns) >= 3 and env.turn_rewards(task, game) == [1.0] * len(game.turns)
+        restart = env.restart_tasks(task, game)[1]  # after two turns
+        replay = asyncio.run(run_rollouts(env, search, [restart]))[0]
+        assert env.turn_rewards(restart, replay) == [1.0] * len(replay.turns) == [1.0] * (len(game.turns) - 2)
+        high, secret = task.info["high"], int(task.answer)
+        replies = iter(["<guess>1</guess>", "no guess", "<guess>1</guess>", f"<guess>{secret}</guess>"])
+        clumsy = asyncio.run(run_rollouts(env, Policy(lambda m, rng: next(replies)), [task]))[0]
+        first = math.log2(high / (high - 1))  # 1 of 1..high: its "Higher." leaves high - 1
+        assert env.turn_rewards(task, clumsy) == [first, 0.0, 0.0, 1.0]  # the second 1 is below the range
     finally:
         for mod in [m for m in sys.modules if m == MODULE or m.startswith(MODULE + ".")]:
             del sys.modules[mod]

@@ -201,6 +201,24 @@ def test_empty_mask_gives_zero_loss_without_nan(name: str):
     assert all(math.isfinite(v.item()) for v in stats.values())
 
 
+@pytest.mark.parametrize("name", list(SPECS))
+def test_an_advantage_per_token_is_the_same_loss_where_it_is_constant_and_credits_each_token(name: str):
+    # one advantage per sequence, spread over its tokens (padding holds garbage, off the mask)
+    spread = [[1.0, 1.0, 1.0], [-2.0, -2.0, 7.0]]
+    loss, stats, grad = run(name, LossConfig(kl_coef=0.1), adv=spread, ref=LOGP)
+    want_loss, want_stats, want_grad = run(name, LossConfig(kl_coef=0.1), ref=LOGP)
+    close(loss, want_loss.item())
+    torch.testing.assert_close(grad, want_grad, rtol=1e-12, atol=1e-12)
+    assert stats.keys() == want_stats.keys()
+    # one token of advantage 0 (seq 0, token 1): no policy gradient there; the others keep theirs
+    _, _, part = run(name, LossConfig(), adv=[[1.0, 0.0, 1.0], [-2.0, -2.0, 7.0]])
+    _, _, whole = run(name, LossConfig())
+    assert part[0, 1].item() == 0.0
+    torch.testing.assert_close(part[1], whole[1], rtol=1e-12, atol=1e-12)
+    if name == "cispo":  # every token keeps its own gradient: only token 1 changes
+        torch.testing.assert_close(part[0, [0, 2]], whole[0, [0, 2]], rtol=1e-12, atol=1e-12)
+
+
 def test_kl_term_k3_added_with_its_coefficient():
     # On-policy, A = 0: the policy term is 0. ref - logp = log 2 and 0 on the two tokens.
     logp = [[-1.0, -2.0]]
@@ -225,6 +243,8 @@ def test_kl_coef_without_reference_is_an_error():
 def test_bad_shapes_and_config_are_rejected():
     with pytest.raises(ValueError, match=r"adv must be \(B,\)"):
         run("grpo", LossConfig(), adv=[1.0, 2.0, 3.0])
+    with pytest.raises(ValueError, match=r"or \(B, T\) = \(2, 3\)"):
+        run("grpo", LossConfig(), adv=[[1.0, 2.0], [3.0, 4.0]])
     with pytest.raises(UsageError, match="clip_eps"):
         LossConfig(clip_eps=0.0)
     with pytest.raises(UsageError, match="norm_len"):

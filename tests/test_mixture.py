@@ -190,3 +190,26 @@ def test_a_mixture_restarts_through_the_member_that_played() -> None:
     # a greedy probe (restart_greedy) is the member's probe of its task, under the mixture's id
     probe = mix.probe_task(tasks[0], seed=12345)
     assert probe.id == tasks[0].id and probe.seed == 12345 and probe.info == tasks[0].info
+
+
+def test_a_mixture_scores_turns_through_the_member_that_played() -> None:
+    """The trainer's turn_credit on a mixture: the member's own turn scores of its task (the
+    member's id, not the mixture's); a mixture whose members score no turns says so."""
+    ttt, rev = members()
+    assert not EnvGroup([ttt, rev]).scores_turns
+
+    class Scored(type(ttt)):
+        def turn_rewards(self, task, rollout):
+            assert "/" not in task.id  # the member's own id
+            return [float(i) for i in range(len(rollout.turns))]
+
+    ttt.__class__ = Scored
+    mix = EnvGroup([ttt, rev])
+    assert mix.scores_turns
+    tasks = [t for t in mix.tasks("train") if t.id.startswith("tictactoe/")][:2]
+    games = play(mix, mix.policies()["random+echo"](), tasks, rollouts=1)
+    assert [mix.turn_rewards(t, g) for t, g in zip(tasks, games, strict=True)] == [
+        [float(i) for i in range(len(g.turns))] for g in games
+    ]
+    text = [t for t in mix.tasks("train") if t.id.startswith("reverse_text/")][0]
+    assert mix.turn_rewards(text, play(mix, mix.policies()["random+echo"](), [text], rollouts=1)[0]) is None

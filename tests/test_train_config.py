@@ -243,19 +243,25 @@ def _turn(prompt: list[int], sampled: list[int], reply: str = "ok") -> Turn:
 
 
 def test_sequences_follow_sampled_ids_and_mask_only_them() -> None:
-    from rlvr.train.sequences import rollout_sequences
+    from rlvr.train.sequences import build_sequences, rollout_sequences
 
     # turn 2's prompt extends turn 1's prompt + sampled ids: one sequence, env ids masked
     r = Rollout("t", 0, 0, [], turns=[_turn([1, 2, 3], [7, 8]), _turn([1, 2, 3, 7, 8, 4, 5], [9])])
-    [(ids, mask, lps)] = rollout_sequences(r)
+    [(ids, mask, lps, owner)] = rollout_sequences(r)
     assert ids == [1, 2, 3, 7, 8, 4, 5, 9]
     assert mask == [0, 0, 0, 1, 1, 0, 0, 1]
+    assert owner == [-1, -1, -1, 0, 0, -1, -1, 1]  # the model turn that sampled each id
     assert [x for x in lps if not math.isnan(x)] == [-0.5, -0.5, -0.5]
     # the template re-tokenised the first reply (7, 8 -> 78): a new sequence from turn 2's prompt
     r = Rollout("t", 0, 0, [], turns=[_turn([1, 2, 3], [7, 8]), _turn([1, 2, 3, 78, 4, 5], [9, 10])])
     first, second = rollout_sequences(r)
     assert first[:2] == ([1, 2, 3, 7, 8], [0, 0, 0, 1, 1])
     assert second[:2] == ([1, 2, 3, 78, 4, 5, 9, 10], [0, 0, 0, 0, 0, 0, 1, 1])
+    assert (first[3], second[3]) == ([-1, -1, -1, 0, 0], [-1] * 6 + [1, 1])
+    # turn credit: each sampled id takes its own turn's advantage, the rest 0
+    [a, b], split = build_sequences([r], [[0.5, -2.0]], [True])
+    assert split == 1 and (a.token_adv, b.token_adv) == ([0, 0, 0, 0.5, 0.5], [0.0] * 6 + [-2.0, -2.0])
+    assert (a.advantage, b.advantage, a.zero_advantage) == (0.5, -2.0, False)
 
 
 def test_rollout_without_token_ids_is_refused() -> None:

@@ -126,6 +126,21 @@ def test_sequences_of_advantage_zero_skip_the_passes_and_the_gradient_stays(mode
     assert fast["ratio/mean"] == 1.0 if minibatches == 1 else math.isfinite(fast["ratio/mean"])
 
 
+@pytest.mark.parametrize("pack", [False, True])
+@pytest.mark.parametrize("loss", list(SPECS))
+def test_an_advantage_per_token_trains_as_one_per_sequence_where_they_agree(model, loss, pack) -> None:
+    """Turn credit's advantages per token (`TrainSequence.token_adv`), each sequence's own on its
+    sampled tokens: the same gradient to the last bit, the same sequences skipped."""
+    seqs = batch(model.config.vocab_size)
+    spread = [dataclasses.replace(s, token_adv=[s.advantage * m for m in s.mask]) for s in seqs]
+    how = dataclasses.replace(settings(loss), pack_sequences=pack)
+    plain, want, rows_want = train(model, seqs, how)
+    per_token, got, rows_got = train(model, spread, how)
+    assert rows_got == rows_want and per_token["batch/skipped_seqs_frac"] == 5 / 8
+    assert_same_gradients(got, want, exact=True)
+    assert per_token["loss/policy"] == plain["loss/policy"]
+
+
 def test_a_kl_term_or_a_padded_width_normaliser_skips_nothing(model) -> None:
     seqs = batch(model.config.vocab_size)
     stats, _, rows = train(model, seqs, settings("grpo", kl_coef=0.1), ref=copy.deepcopy(model))

@@ -105,6 +105,15 @@ class EnvGroup(MultiTurnEnv[State]):
         name = self.member_name(env)
         return [dataclasses.replace(t, id=f"{name}{SEP}{t.id}") for t in env.restart_tasks(own, rollout)]
 
+    @property
+    def scores_turns(self) -> bool:
+        return any(e.scores_turns for e in self.members.values())
+
+    def turn_rewards(self, task: Task, rollout: Any) -> list[float] | None:
+        """The member's scores of the turns of its own task."""
+        env, own = self.member(task)
+        return env.turn_rewards(own, rollout)
+
     def probe_task(self, task: Task, seed: int) -> Task:
         """The member's probe of its own task, under the mixture's id."""
         env, own = self.member(task)

@@ -104,6 +104,7 @@ class MultiTurnEnv(Generic[S]):
         difficulty(task), difficulty_range, num_buckets   stratified training batches
         restart_tasks(task, rollout)   episodes played again from a later turn (restart_frac)
         probe_task(task, seed)         the task a greedy probe plays (restart_greedy)
+        turn_rewards(task, rollout)    a score per model turn, credited to that turn (turn_credit)
 
     Optional: used by the CLI
         policies()          reference players, selectable as `-m policy:NAME`
@@ -224,6 +225,19 @@ class MultiTurnEnv(Generic[S]):
         greedy game is a function of its task. An env may change what its probes meet, e.g.
         tic-tac-toe's `probe_random_replies`; the id is the trainer's to set."""
         return dataclasses.replace(task, seed=seed)
+
+    @property
+    def scores_turns(self) -> bool:
+        """Whether `turn_rewards` can give anything: the env (or a mixture's member) defines it."""
+        return type(self).turn_rewards is not MultiTurnEnv.turn_rewards
+
+    def turn_rewards(self, task: Task, rollout: Rollout) -> list[float] | None:
+        """One number per model turn of `rollout` (of `task`): how good that turn was on its
+        own, e.g. how much a guess narrowed the range. The trainer's `turn_credit` adds them,
+        normalised within the group, to the advantage of that turn's tokens alone
+        (`rlvr.train.advantages.turn_advantages`), where the episode's reward is shared by all
+        its turns. None = no score for this rollout (the default: the env scores episodes only)."""
+        return None
 
     # ---- optional: a mixture of environments --------------------------------------------
 

@@ -19,6 +19,13 @@ Choices:
 - `batch_advantages` applies all this to a batch of rollouts: failed rollouts (an error) are
   never trained on and take their group's mean of scored rewards for the baseline, so they
   shift nobody's advantage; truncated ones are left out of the loss with `mask_truncated`.
+- Turn credit (`turn_advantages`, the trainer's `turn_credit`): where the env scores each
+  model turn on its own (`MultiTurnEnv.turn_rewards`), a turn's tokens get the episode's
+  advantage plus `weight` x that turn's score normalised over every scored turn of its group
+  (mean 0, unit population std; the process-supervision normalisation of DeepSeekMath, Shao et
+  al. 2024, taken per turn rather than summed over later steps: an env that wants later turns
+  credited puts them in its scores). One shared advantage per episode cannot tell the turn that
+  lost a game from the good turns before it; this can.
 - `group_stats` gives logging metrics: `group/zero_std_frac` (share of groups whose rewards are
   all equal, i.e. that teach nothing), `group/reward_std_mean` (mean within-group std),
   `group/count`.
@@ -108,6 +115,55 @@ def batch_advantages(
         trainable = [t and keep[i // g] for i, t in enumerate(trainable)]
         kept = sum(keep) / max(len(keep), 1)
     return advantages, trainable, kept
+
+
+def turn_advantages(
+    advantages: Sequence[float],
+    scores: Sequence[Sequence[float] | None],
+    turns: Sequence[int],
+    group_size: int,
+    weight: float,
+    eps: float = 1e-6,
+) -> list[list[float]]:
+    """Each rollout's advantage per model turn: its episode advantage plus `weight` x its
+    turn's score normalised within the group (module docstring). `scores[i]` holds one score
+    per model turn of rollout i (`turns[i]` of them) or is None (not scored: every turn gets
+    the episode advantage alone); a group with fewer than two scored turns, or scores all
+    equal, adds nothing.
+
+    >>> got = turn_advantages([0.5, -0.5], [[1.0, 0.0], [0.0]], [2, 1], group_size=2, weight=1.0)
+    >>> [[round(a, 3) for a in row] for row in got]  # scores 1, 0, 0: mean 1/3, std 0.471
+    [[1.914, -0.207], [-1.207]]
+    >>> turn_advantages([0.0, 0.0], [None, [2.0, 2.0]], [1, 2], group_size=2, weight=1.0)
+    [[0.0], [0.0, 0.0]]
+    """
+    out: list[list[float]] = []
+    for start in range(0, len(advantages), group_size):
+        rows = range(start, min(start + group_size, len(advantages)))
+        pooled = [float(x) for i in rows for x in (scores[i] or [])]
+        mean, std = _mean_std(pooled) if len(pooled) > 1 else (0.0, 0.0)
+        for i in rows:
+            own = scores[i]
+            if own is None or std == 0.0:
+                out.append([float(advantages[i])] * turns[i])
+            else:
+                out.append([float(advantages[i]) + weight * (float(x) - mean) / (std + eps) for x in own])
+    return out
+
+
+def check_turn_scores(scores: object, turns: int, where: str) -> list[float] | None:
+    """`scores` as a list of `turns` finite floats, or None; anything else is the env's bug."""
+    if scores is None:
+        return None
+    if not isinstance(scores, (list, tuple)) or len(scores) != turns:
+        got = f"{len(scores)} scores" if isinstance(scores, (list, tuple)) else repr(scores)[:80]
+        raise UsageError(f"{where}: turn_rewards must give one number per model turn ({turns}), got {got}")
+    out = []
+    for x in scores:
+        if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
+            raise UsageError(f"{where}: turn_rewards gave {x!r}; each score must be a finite number")
+        out.append(float(x))
+    return out
 
 
 def group_stats(rewards: Sequence[float], group_size: int, atol: float = 1e-9) -> dict[str, float]:

@@ -119,6 +119,8 @@ class TrainConfig:
     """which of a rollout's restart points join the buffer: random (one), all (the turn before its mistake is then always among them), or backtrack (the last; one turn earlier each time a restart's whole group scores below restart_below again)"""
     restart_greedy: int = 0
     """each step, also play this many games greedily (temperature 0; the batch's tasks in turn, each with a new seed), not trained on: those scoring below restart_below offer restart points too, so restarts also find the mistakes of the policy as it is evaluated (needs restart_frac > 0); 0 = none"""
+    turn_credit: float = 0.0
+    """weight of the env's score of each model turn (turn_rewards, e.g. the scaffold's guess game), normalised within the group and added to that turn's advantage alone, where the episode's reward is shared by all its turns; 0 = off"""
     ema_decay: float = 0.0
     """evaluate and export an exponential moving average of the weights, average = decay * average + (1 - decay) * weights after every step (e.g. 0.98: about the last 50 steps); training uses the current weights; 0 = off"""
     mask_truncated: bool = False
@@ -388,6 +390,10 @@ def _check_values(c: TrainConfig) -> None:
     need(
         c.restart_greedy == 0 or c.restart_frac > 0,
         f"restart_greedy = {c.restart_greedy} finds restart points, but restart_frac is 0 (no batch plays them); set restart_frac",
+    )
+    need(
+        math.isfinite(c.turn_credit) and c.turn_credit >= 0,
+        f"turn_credit must be a finite number >= 0 (0 = off), got {c.turn_credit}",
     )
     need(0 <= c.ema_decay < 1, f"ema_decay must be in [0, 1) (0 = no average), got {c.ema_decay}")
     need(

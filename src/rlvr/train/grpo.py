@@ -75,6 +75,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -89,7 +90,7 @@ from rlvr.errors import TrainingError, UsageError
 from rlvr.exact import GameTree
 from rlvr.sampler import StratifiedSampler, difficulty_buckets
 from rlvr.train import checkpoint as ckpt_io
-from rlvr.train.advantages import batch_advantages
+from rlvr.train.advantages import batch_advantages, check_turn_scores, turn_advantages
 from rlvr.train.average import WeightAverage
 from rlvr.train.best import KeepBest
 from rlvr.train.config import TrainConfig, check_resume
@@ -176,6 +177,11 @@ def train(
         raise UsageError(
             f"restart_greedy = {cfg.restart_greedy} greedy probes do not split over {dist.world} processes; "
             f"make it a multiple of {dist.world}"
+        )
+    if cfg.turn_credit and not env.scores_turns:
+        raise UsageError(
+            f"turn_credit = {cfg.turn_credit}: environment {cfg.env!r} scores no turns (it does not define "
+            "turn_rewards); set turn_credit = 0"
         )
     if cfg.eval_exact and not isinstance(env, GameTree):
         raise UsageError(f"eval_exact: environment {cfg.env!r} offers no game tree to evaluate exactly")
@@ -350,8 +356,12 @@ def train(
                 drop_uniform=cfg.loss_spec.drop_uniform_groups,
             )
 
+            credited: list[float] | list[list[float]] = advantages
+            if cfg.turn_credit:  # each model turn also gets its own score's share
+                credited, scored = _turn_credit(env, tasks, rollouts, advantages, trainable, cfg)
+
             # ---- 4. token sequences from the sampled ids (env tokens masked) ---------------------
-            seqs, split = build_sequences(rollouts, advantages, trainable)
+            seqs, split = build_sequences(rollouts, credited, trainable)
 
             # ---- 5. policy update ----------------------------------------------------------------
             t0 = time.monotonic()
@@ -373,6 +383,10 @@ def train(
             metrics.update(train_stats)
             metrics["rollout/split_frac"] = dist.sum([split])[0] / max(len(everyone), 1)
             metrics["batch/kept_groups_frac"] = kept_groups
+            if cfg.turn_credit:
+                n_scored, total = dist.sum([float(len(scored)), math.fsum(scored)])
+                metrics["turn/scored"] = n_scored
+                metrics["turn/score_mean"] = total / n_scored if n_scored else math.nan
             restarts.add(everyone, batch, step, probes=dist.gather(probes))
             metrics.update(restarts.metrics(everyone))
             metrics["optim/lr"] = lr
@@ -470,6 +484,27 @@ def _last_good(run_dir: Path) -> str:
     last = ckpt_io.latest_checkpoint(run_dir)
     where = f"the last good checkpoint is {last.path}" if last else "no checkpoint was written yet"
     return f"the weights were not updated and {where} (resume with --resume, e.g. after lowering lr)"
+
+
+def _turn_credit(
+    env: MultiTurnEnv[Any],
+    tasks: list[Task],
+    rollouts: list[Rollout],
+    advantages: list[float],
+    trainable: list[bool],
+    cfg: TrainConfig,
+) -> tuple[list[list[float]], list[float]]:
+    """Advantages per model turn (`advantages.turn_advantages`) from the env's turn scores of
+    the trainable rollouts, and every score given (for the log)."""
+    by_id = {t.id: t for t in tasks}
+    scores: list[list[float] | None] = []
+    for rollout, train in zip(rollouts, trainable):
+        given = env.turn_rewards(by_id[rollout.task_id], rollout) if train else None
+        where = f"environment {cfg.env!r}, rollout {rollout.task_id}/{rollout.rollout_index}"
+        scores.append(check_turn_scores(given, len(rollout.turns), where))
+    turns = [len(r.turns) for r in rollouts]
+    per_turn = turn_advantages(advantages, scores, turns, cfg.group_size, cfg.turn_credit)
+    return per_turn, [x for row in scores if row is not None for x in row]
 
 
 async def _play(

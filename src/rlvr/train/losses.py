@@ -8,7 +8,8 @@ loss has the same signature (`LossFn`) and returns `(loss, stats)`:
 
     logp      (B, T)  log pi_theta(token) under the policy being trained (carries the gradient)
     old_logp  (B, T)  log-probs of the same tokens under the policy that sampled them
-    adv       (B,)    one advantage per sequence (see `rlvr.train.advantages`)
+    adv       (B,)    one advantage per sequence (see `rlvr.train.advantages`), or (B, T) one
+                      per token (turn credit: each model turn its own)
     mask      (B, T)  1 (or True) on trainable assistant tokens, 0 on prompt, env and padding
     ref_logp  (B, T)  optional reference-model log-probs for the KL term
 
@@ -113,7 +114,7 @@ class Masked(NamedTuple):
     m: Tensor  # (B, T) `on` in logp's dtype
     log_ratio: Tensor  # (B, T) logp - old_logp, 0 off-mask
     logp_on: Tensor  # (B, T) logp, 0 off-mask
-    adv: Tensor  # (B, 1) detached
+    adv: Tensor  # (B, 1) or (B, T) detached
 
 
 SurrogateFn = Callable[[Masked, LossConfig], tuple[Tensor, Stats]]
@@ -152,13 +153,16 @@ def _prepare(logp: Tensor, old_logp: Tensor, adv: Tensor, mask: Tensor) -> Maske
             f"logp, old_logp and mask must share one (B, T) shape, got "
             f"{tuple(logp.shape)}, {tuple(old_logp.shape)}, {tuple(mask.shape)}"
         )
-    if adv.shape != logp.shape[:1]:
-        raise ValueError(f"adv must be (B,) = {tuple(logp.shape[:1])}, got {tuple(adv.shape)}")
+    if adv.shape not in (logp.shape[:1], logp.shape):
+        raise ValueError(
+            f"adv must be (B,) = {tuple(logp.shape[:1])} or (B, T) = {tuple(logp.shape)}, got {tuple(adv.shape)}"
+        )
     on = mask > 0  # (B, T) bool
     m = on.to(logp.dtype)  # (B, T)
     log_ratio = torch.where(on, logp - old_logp.detach(), 0.0)  # (B, T), 0 off-mask
     logp_on = torch.where(on, logp, 0.0)  # (B, T), 0 off-mask
-    a = adv.detach().to(logp.dtype).unsqueeze(-1)  # (B, 1)
+    a = adv.detach().to(logp.dtype)
+    a = torch.where(on, a, 0.0) if a.dim() == 2 else a.unsqueeze(-1)  # (B, T) 0 off-mask, or (B, 1)
     return Masked(on, m, log_ratio, logp_on, a)
 
 

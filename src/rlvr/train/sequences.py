@@ -59,14 +59,30 @@ class TrainSequence:
     """Logprob of each id under the policy that sampled it (nan where not sampled)."""
     rollout: int
     """Index of the rollout this sequence comes from, within the batch."""
+    token_adv: list[float] | None = None
+    """An advantage per id (turn credit: each turn's own), used instead of `advantage`; 0
+    where the mask is 0."""
+
+    @property
+    def zero_advantage(self) -> bool:
+        """True when no token of it has an advantage (it adds nothing to the policy term)."""
+        if self.token_adv is None:
+            return self.advantage == 0
+        return all(a == 0 for a in self.token_adv)
 
 
-def rollout_sequences(rollout: Rollout) -> list[tuple[list[int], list[int], list[float]]]:
-    """(ids, mask, generation logprobs) of each sequence of one rollout (see module docstring)."""
-    out: list[tuple[list[int], list[int], list[float]]] = []
+Part = tuple[list[int], list[int], list[float], list[int]]
+"""One sequence of a rollout: ids, mask, generation logprobs, and the model turn each id was
+sampled in (-1 where not sampled)."""
+
+
+def rollout_sequences(rollout: Rollout) -> list[Part]:
+    """The sequences of one rollout (see module docstring and `Part`)."""
+    out: list[Part] = []
     prompt: list[int] | None = None
     turns: list[TurnTokens] = []
     logprobs: list[float] = []
+    owner: list[int] = []
     seen: list[int] = []  # ids of the current sequence so far
     for number, turn in enumerate(rollout.turns):
         c = turn.completion
@@ -82,23 +98,27 @@ def rollout_sequences(rollout: Rollout) -> list[tuple[list[int], list[int], list
             new = list(c.prompt_token_ids[len(seen) :])
             turns.append(TurnTokens(new, sampled))
             logprobs += [math.nan] * len(new) + lps
+            owner += [-1] * len(new) + [number] * len(sampled)
             seen += new + sampled
             continue
         if prompt is not None:
-            out.append((*rollout_tokens(prompt, turns), logprobs))
+            out.append((*rollout_tokens(prompt, turns), logprobs, owner))
         prompt = list(c.prompt_token_ids)
         turns = [TurnTokens([], sampled)]
         logprobs = [math.nan] * len(prompt) + lps
+        owner = [-1] * len(prompt) + [number] * len(sampled)
         seen = prompt + sampled
     if prompt is not None:
-        out.append((*rollout_tokens(prompt, turns), logprobs))
+        out.append((*rollout_tokens(prompt, turns), logprobs, owner))
     return out
 
 
 def build_sequences(
-    rollouts: Sequence[Rollout], advantages: Sequence[float], trainable: Sequence[bool]
+    rollouts: Sequence[Rollout], advantages: Sequence[float | Sequence[float]], trainable: Sequence[bool]
 ) -> tuple[list[TrainSequence], int]:
     """Sequences of the `trainable` rollouts of a batch (the others are left out entirely).
+    A rollout's advantage is one number, or one per model turn (turn credit): then each
+    sampled id gets its turn's.
 
     Returns the sequences and the number of rollouts that needed more than one sequence.
     """
@@ -109,7 +129,13 @@ def build_sequences(
             continue
         parts = rollout_sequences(rollout)
         split += len(parts) > 1
-        seqs += [TrainSequence(ids, mask, adv, lps, index) for ids, mask, lps in parts]
+        for ids, mask, lps, owner in parts:
+            if isinstance(adv, (int, float)):
+                seqs.append(TrainSequence(ids, mask, float(adv), lps, index))
+                continue
+            per_id = [float(adv[t]) if t >= 0 and m else 0.0 for t, m in zip(owner, mask)]
+            mean = math.fsum(per_id) / max(sum(mask), 1)  # a summary for logs; the loss reads per_id
+            seqs.append(TrainSequence(ids, mask, mean, lps, index, token_adv=per_id))
     return seqs, split
 
 
@@ -125,7 +151,7 @@ class MicroBatch:
     ids: torch.Tensor  # (B, T) long
     attention: torch.Tensor  # (B, T) long, 1 on real tokens
     mask: torch.Tensor  # (B, T-1) float, 1 on trainable target tokens
-    adv: torch.Tensor  # (B,) float
+    adv: torch.Tensor  # (B,) float, or (B, T-1) with turn credit (aligned with `mask`)
     gen_logp: torch.Tensor  # (B, T-1) float, nan where unknown
     host_mask: torch.Tensor | None = None  # `mask` on the CPU (counts without a GPU wait)
     n_tokens: int | None = None  # real tokens in `ids`
@@ -154,7 +180,11 @@ def micro_batches(
         pads = [width - len(s.ids) for s in chunk]  # one tensor per field, built from lists
         mask = torch.tensor([list(s.mask) + [0] * p for s, p in zip(chunk, pads)], dtype=torch.float32)
         gen = torch.tensor([list(s.gen_logprobs) + [math.nan] * p for s, p in zip(chunk, pads)], dtype=torch.float32)
-        adv = torch.tensor([s.advantage for s in chunk], dtype=torch.float32)
+        if any(s.token_adv is not None for s in chunk):  # (B, T-1) after the shift, like the mask
+            rows = [s.token_adv if s.token_adv is not None else [s.advantage * m for m in s.mask] for s in chunk]
+            adv = torch.tensor([list(r) + [0.0] * p for r, p in zip(rows, pads)], dtype=torch.float32)[:, 1:]
+        else:
+            adv = torch.tensor([s.advantage for s in chunk], dtype=torch.float32)
         n_tokens = sum(len(s.ids) for s in chunk)
         packed: dict[str, torch.Tensor] = {}
         if pack:

@@ -210,7 +210,7 @@ def _episode_tokens(rollout: Rollout, tokenizer: Any) -> tuple[list[int], list[i
     """(prompt ids, completion ids, logprobs, env_mask) of one episode; an episode with no
     model turn (it failed before one) is its prompt and one masked end-of-text id."""
     if rollout.turns and all(t.completion.token_ids is not None for t in rollout.turns):
-        ids, mask, logprobs = rollout_sequences(rollout)[0]
+        ids, mask, logprobs, _ = rollout_sequences(rollout)[0]
         start = len(rollout.turns[0].completion.prompt_token_ids or [])
         lps = [0.0 if math.isnan(x) else x for x in logprobs[start:]]
         return ids[:start], ids[start:], lps, mask[start:]

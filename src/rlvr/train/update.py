@@ -206,8 +206,8 @@ def _plan(seqs: list[TrainSequence], n_rollouts: int, how: UpdateSettings, dist:
     plans = []
     for m in range(how.minibatches):
         mine = [s for s in seqs if s.rollout // per == m]
-        skipped = [s for s in mine if skips and s.advantage == 0]
-        run = [s for s in mine if not (skips and s.advantage == 0)]
+        skipped = [s for s in mine if skips and s.zero_advantage]
+        run = [s for s in mine if not (skips and s.zero_advantage)]
         plan = micro_batches(run, how.micro_batch_size, how.pad_id, dist.device, pack=pack)
         count = dist.max(len(plan) or int(bool(skipped)))
         plans.append(Minibatch(plan + [empty_micro_batch(how.pad_id, dist.device)] * (count - len(plan)), skipped))
