@@ -506,6 +506,27 @@ def test_turn_credit_gives_each_turn_its_own_advantage(tiny, tmp_path, monkeypat
     assert any(len({round(a, 9) for a, m in zip(s.token_adv, s.mask) if m}) == 2 for _, q in seen for s in q)
 
 
+class TurnVowelsEnv(TwoTurnEnv):
+    """Two turns, the same episode reward for every rollout: only turn scores (each reply's
+    vowel share) can teach anything."""
+
+    def __init__(self, **_: object) -> None:
+        super().__init__()
+        self.rubric = Rubric([same_reward])
+
+    def turn_rewards(self, task, rollout):
+        return [vowel_share([t.completion.message()]) for t in rollout.turns]
+
+
+def test_turn_credit_alone_teaches_what_each_turn_is_scored_on(tiny, tmp_path) -> None:
+    cfg = config(tiny, tmp_path / "run", steps=12, batch_size=32, group_size=8, micro_batch_size=32, turn_credit=1.0)
+    history = grpo.train(cfg, make_env=TurnVowelsEnv, quiet=True, plots=False)
+    scores = [m["turn/score_mean"] for m in history]
+    first, last = sum(scores[:2]) / 2, sum(scores[-2:]) / 2
+    assert first < 0.3 and last > first + 0.15, scores  # measured: 0.18 -> 0.57
+    assert all(m["group/zero_std_frac"] == 1.0 for m in history)  # the episodes teach nothing
+
+
 def test_turn_credit_is_refused_without_turn_scores_and_bad_scores_name_the_rollout(tiny, tmp_path) -> None:
     with pytest.raises(UsageError, match="scores no turns"):
         grpo.train(config(tiny, tmp_path / "a", turn_credit=1.0), make_env=TwoTurnEnv, quiet=True, plots=False)
