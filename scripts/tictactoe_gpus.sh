@@ -8,6 +8,9 @@
 #                                            # so: a machine lost between calls keeps nothing)
 #   scripts/tictactoe_gpus.sh collect DIR    # tables, metrics, logs, exact summaries -> DIR/runs.tgz
 #   scripts/tictactoe_gpus.sh ship MODEL DIR # a model folder (best's answer) in bfloat16, shards under 15 MB
+#   scripts/tictactoe_gpus.sh bundle MODEL DIR  # ship MODEL, as DIR/model.tar.00, .01, ... (15 MB
+#                                            # each: $OUT takes 8 files, a model folder has 9);
+#                                            # back here: cat DIR/model.tar.* | tar x -C DEST
 #   scripts/tictactoe_gpus.sh summary        # every stage's exact table, kept bests, exact curves
 #   scripts/tictactoe_gpus.sh best           # the RL model (final, or a kept best) losing the fewest games,
 #                                            # then with the fewest rejected-move games
@@ -61,7 +64,8 @@
 #          (scripts/tictactoe_line_odds.py). Run with PROBE_SHARE=1 for 100 steps (ninth session):
 #          no probe met the opposite-corner trap, which stayed in every run. As it is (tenth
 #          session): 3 of 6 runs unbeatable at step 350, one per seed. RESTART_BELOW=0.65 also
-#          restarts games drawn with a rejected move (untried)
+#          restarts games drawn with a rejected move (untried). End the last call with
+#          `bundle "$(bash $0 best)" $OUT`: weights come back only so
 #   wins   the shipped model, 80 steps at lr 1e-5 against opponents at p = 0.7 after the random
 #          replies: rlW with a KL of 0.05 to the shipped model (GPU WINS_GPU), rlW0 without (WINS_GPU2)
 set -uo pipefail
@@ -337,5 +341,9 @@ AutoTokenizer.from_pretrained(src).save_pretrained(dst)
 print(f"shipped {src} -> {dst} (bfloat16)")
 EOF
     ;;
-  *) sed -n 2,19p "$0"; exit 2 ;;
+  bundle)
+    [ -n "${2:-}" ] && [ -f "$2/config.json" ] || { echo "bundle: no model folder at '${2:-}'" >&2; exit 2; }
+    tmp=$(mktemp -d) && bash "$0" ship "$2" "$tmp/model" && mkdir -p "$3" && rm -f "$3"/model.tar.* \
+      && tar cf - -C "$tmp" model | split -b 15M -d - "$3/model.tar." && rm -rf "$tmp" && ls -l "$3"/model.tar.* ;;
+  *) sed -n 2,22p "$0"; exit 2 ;;
 esac
