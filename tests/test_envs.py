@@ -313,3 +313,16 @@ def test_check_env_names_the_problem() -> None:
 
     with pytest.raises(EnvError, match="no reward functions"):
         check_env(SingleTurnEnv([{"question": "q"}]), SAY)
+
+    class ScoresOneTurnTooFew(CountEnv):
+        def turn_rewards(self, task, rollout):
+            return [1.0] * (len(rollout.turns) - 1)
+
+    with pytest.raises(EnvError, match=r"rollout 0: turn_rewards must give one number per model turn \(2\), got 1"):
+        check_env(ScoresOneTurnTooFew(target=2), SAY)
+
+    class ScoresTurns(CountEnv):
+        def turn_rewards(self, task, rollout):
+            return [0.5] * len(rollout.turns)
+
+    check_env(ScoresTurns(target=2), SAY)

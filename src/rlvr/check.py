@@ -15,8 +15,8 @@ from typing import Any
 from rlvr.clients.base import ChatClient
 from rlvr.clients.policy import Policy
 from rlvr.engine import run_rollouts
-from rlvr.envs.multiturn import MultiTurnEnv
-from rlvr.errors import EnvError
+from rlvr.envs.multiturn import MultiTurnEnv, checked_turn_rewards
+from rlvr.errors import EnvError, UsageError
 from rlvr.types import Rollout, State, Task
 
 
@@ -30,7 +30,8 @@ def check_env(env: MultiTurnEnv[Any], client: ChatClient | None = None, num_task
     Checks: tasks exist with unique ids and prompts; `setup_state` returns a dataclass `State`;
     rollouts with `client` (default: the env's first reference policy, else a placeholder
     reply) finish without errors, end with a known stop reason, get a finite reward from
-    every rubric function, and round-trip through JSON.
+    every rubric function, and round-trip through JSON; an env that scores turns gives one
+    finite number per model turn of each.
     """
     tasks = env.tasks("eval")[:num_tasks]
     if not tasks:
@@ -64,6 +65,12 @@ def check_env(env: MultiTurnEnv[Any], client: ChatClient | None = None, num_task
     by_id = {t.id: t for t in tasks}
     for r in rollouts:
         _check_rollout(r, env.member(by_id[r.task_id])[0], known)  # a mixture's rollout: its member's rubric
+        if env.scores_turns:  # what `rlvr train --turn-credit` will read
+            where = f"task {r.task_id!r} rollout {r.rollout_index}"
+            try:
+                checked_turn_rewards(env.turn_rewards(by_id[r.task_id], r), len(r.turns), where)
+            except UsageError as exc:
+                raise EnvError(str(exc)) from None
 
 
 def _check_rollout(r: Rollout, env: MultiTurnEnv[Any], known: set[str]) -> None:

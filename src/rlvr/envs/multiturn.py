@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import dataclasses
+import math
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -427,3 +428,19 @@ class SingleTurnEnv(MultiTurnEnv[S]):
     @stop(priority=100)
     def answered(self, state: S) -> bool:
         return state.turn >= 1
+
+
+def checked_turn_rewards(scores: object, turns: int, where: str) -> list[float] | None:
+    """What `turn_rewards` gave, as a list of `turns` finite floats, or None; anything else
+    is a bug of the env, a `UsageError` that says so (`where`: which env and rollout)."""
+    if scores is None:
+        return None
+    if not isinstance(scores, (list, tuple)) or len(scores) != turns:
+        got = f"{len(scores)} scores" if isinstance(scores, (list, tuple)) else repr(scores)[:80]
+        raise UsageError(f"{where}: turn_rewards must give one number per model turn ({turns}), got {got}")
+    out = []
+    for x in scores:
+        if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
+            raise UsageError(f"{where}: turn_rewards gave {x!r}; each score must be a finite number")
+        out.append(float(x))
+    return out

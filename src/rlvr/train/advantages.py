@@ -151,21 +151,6 @@ def turn_advantages(
     return out
 
 
-def check_turn_scores(scores: object, turns: int, where: str) -> list[float] | None:
-    """`scores` as a list of `turns` finite floats, or None; anything else is the env's bug."""
-    if scores is None:
-        return None
-    if not isinstance(scores, (list, tuple)) or len(scores) != turns:
-        got = f"{len(scores)} scores" if isinstance(scores, (list, tuple)) else repr(scores)[:80]
-        raise UsageError(f"{where}: turn_rewards must give one number per model turn ({turns}), got {got}")
-    out = []
-    for x in scores:
-        if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
-            raise UsageError(f"{where}: turn_rewards gave {x!r}; each score must be a finite number")
-        out.append(float(x))
-    return out
-
-
 def group_stats(rewards: Sequence[float], group_size: int, atol: float = 1e-9) -> dict[str, float]:
     """Logging metrics over the groups of a batch.
 

@@ -85,12 +85,12 @@ from typing import Any
 import torch
 
 from rlvr.engine import run_rollouts
-from rlvr.envs.multiturn import MultiTurnEnv
+from rlvr.envs.multiturn import MultiTurnEnv, checked_turn_rewards
 from rlvr.errors import TrainingError, UsageError
 from rlvr.exact import GameTree
 from rlvr.sampler import StratifiedSampler, difficulty_buckets
 from rlvr.train import checkpoint as ckpt_io
-from rlvr.train.advantages import batch_advantages, check_turn_scores, turn_advantages
+from rlvr.train.advantages import batch_advantages, turn_advantages
 from rlvr.train.average import WeightAverage
 from rlvr.train.best import KeepBest
 from rlvr.train.config import TrainConfig, check_resume
@@ -501,7 +501,7 @@ def _turn_credit(
     for rollout, train in zip(rollouts, trainable):
         given = env.turn_rewards(by_id[rollout.task_id], rollout) if train else None
         where = f"environment {cfg.env!r}, rollout {rollout.task_id}/{rollout.rollout_index}"
-        scores.append(check_turn_scores(given, len(rollout.turns), where))
+        scores.append(checked_turn_rewards(given, len(rollout.turns), where))
     turns = [len(r.turns) for r in rollouts]
     per_turn = turn_advantages(advantages, scores, turns, cfg.group_size, cfg.turn_credit)
     return per_turn, [x for row in scores if row is not None for x in row]
