@@ -341,9 +341,10 @@ AutoTokenizer.from_pretrained(src).save_pretrained(dst)
 print(f"shipped {src} -> {dst} (bfloat16)")
 EOF
     ;;
-  bundle)
-    [ -n "${2:-}" ] && [ -f "$2/config.json" ] || { echo "bundle: no model folder at '${2:-}'" >&2; exit 2; }
-    tmp=$(mktemp -d) && bash "$0" ship "$2" "$tmp/model" && mkdir -p "$3" && rm -f "$3"/model.tar.* \
-      && tar cf - -C "$tmp" model | split -b 15M -d - "$3/model.tar." && rm -rf "$tmp" && ls -l "$3"/model.tar.* ;;
+  bundle)  # the parts are written beside DIR's and renamed over them: a kill keeps the last whole set
+    [ -f "${2:-}/config.json" ] && [ -n "${3:-}" ] || { echo "bundle MODEL DIR: no model folder at '${2:-}'" >&2; exit 2; }
+    mkdir -p "$3" && tmp=$(mktemp -d "$3/.bundle.XXXXXX") && bash "$0" ship "$2" "$tmp/model" \
+      && tar cf - -C "$tmp" model | split -b 15M -d - "$tmp/model.tar." \
+      && rm -f "$3"/model.tar.* && mv "$tmp"/model.tar.* "$3"/ && rm -rf "$tmp" && ls -l "$3"/model.tar.* ;;
   *) sed -n 2,22p "$0"; exit 2 ;;
 esac

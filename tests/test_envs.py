@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import array
 import asyncio
+import fractions
 import json
 from dataclasses import dataclass, field
 
@@ -322,7 +324,21 @@ def test_check_env_names_the_problem() -> None:
         check_env(ScoresOneTurnTooFew(target=2), SAY)
 
     class ScoresTurns(CountEnv):
-        def turn_rewards(self, task, rollout):
-            return [0.5] * len(rollout.turns)
+        def turn_rewards(self, task, rollout):  # an array (anything with tolist) of real numbers
+            return array.array("f", [0.5] * len(rollout.turns))
 
     check_env(ScoresTurns(target=2), SAY)
+
+    class ScoresFractions(CountEnv):
+        def turn_rewards(self, task, rollout):  # any numbers.Real (numpy's float32 is one)
+            return [fractions.Fraction(1, 2)] * len(rollout.turns)
+
+    check_env(ScoresFractions(target=2), SAY)
+
+    class ScoresText(CountEnv):
+        def turn_rewards(self, task, rollout):
+            return ["x" * 10_000_000] * len(rollout.turns)
+
+    with pytest.raises(EnvError, match=r"turn_rewards gave 'xxxx.*'; each score must be a finite number") as got:
+        check_env(ScoresText(target=2), SAY)
+    assert len(str(got.value)) < 200  # the value is shown cut short

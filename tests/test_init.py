@@ -184,6 +184,13 @@ def test_the_multi_turn_scaffold_scores_each_guess_on_its_own(tmp_path: Path, mo
         clumsy = asyncio.run(run_rollouts(env, Policy(lambda m, rng: next(replies)), [task]))[0]
         first = math.log2(high / (high - 1))  # 1 of 1..high: its "Higher." leaves high - 1
         assert env.turn_rewards(task, clumsy) == [first, 0.0, 0.0, 1.0]  # the second 1 is below the range
+        # hostile replies: a number past int()'s 4,300 digits, a lone surrogate, an unclosed tag
+        replies = iter(
+            [f"<guess>{'9' * 5000}</guess>", "<guess>\ud800</guess>", "<guess>5", f"<guess>{secret}</guess>"]
+        )
+        odd = asyncio.run(run_rollouts(env, Policy(lambda m, rng: next(replies)), [task]))[0]
+        assert odd.error is None and odd.reward == 1.0 and len(odd.turns) == 4
+        assert env.turn_rewards(task, odd)[:2] == [0.0, 0.0] and env.turn_rewards(task, odd)[3] == 1.0
     finally:
         for mod in [m for m in sys.modules if m == MODULE or m.startswith(MODULE + ".")]:
             del sys.modules[mod]

@@ -22,6 +22,8 @@ import asyncio
 import contextvars
 import dataclasses
 import math
+import numbers
+import reprlib
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -431,16 +433,19 @@ class SingleTurnEnv(MultiTurnEnv[S]):
 
 
 def checked_turn_rewards(scores: object, turns: int, where: str) -> list[float] | None:
-    """What `turn_rewards` gave, as a list of `turns` finite floats, or None; anything else
-    is a bug of the env, a `UsageError` that says so (`where`: which env and rollout)."""
+    """What `turn_rewards` gave (a list, tuple or 1-D array), as a list of `turns` finite
+    floats, or None; anything else is a bug of the env, a `UsageError` that says so (`where`:
+    which env and rollout)."""
     if scores is None:
         return None
-    if not isinstance(scores, (list, tuple)) or len(scores) != turns:
-        got = f"{len(scores)} scores" if isinstance(scores, (list, tuple)) else repr(scores)[:80]
+    tolist = getattr(scores, "tolist", None)  # a numpy array or torch tensor
+    values = tolist() if callable(tolist) else scores
+    if not isinstance(values, (list, tuple)) or len(values) != turns:
+        got = f"{len(values)} scores" if isinstance(values, (list, tuple)) else reprlib.repr(scores)
         raise UsageError(f"{where}: turn_rewards must give one number per model turn ({turns}), got {got}")
     out = []
-    for x in scores:
-        if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
-            raise UsageError(f"{where}: turn_rewards gave {x!r}; each score must be a finite number")
+    for x in values:
+        if isinstance(x, bool) or not isinstance(x, numbers.Real) or not math.isfinite(x):
+            raise UsageError(f"{where}: turn_rewards gave {reprlib.repr(x)}; each score must be a finite number")
         out.append(float(x))
     return out

@@ -55,6 +55,7 @@ class TrainSequence:
     mask: list[int]
     """1 on sampled (assistant) ids to train on; 0 on prompt, env replies and headers."""
     advantage: float
+    """The rollout's advantage, on every sampled id (0.0 and unread when `token_adv` is set)."""
     gen_logprobs: list[float]
     """Logprob of each id under the policy that sampled it (nan where not sampled)."""
     rollout: int
@@ -134,8 +135,7 @@ def build_sequences(
                 seqs.append(TrainSequence(ids, mask, float(adv), lps, index))
                 continue
             per_id = [float(adv[t]) if t >= 0 and m else 0.0 for t, m in zip(owner, mask)]
-            mean = math.fsum(per_id) / max(sum(mask), 1)  # a summary for logs; the loss reads per_id
-            seqs.append(TrainSequence(ids, mask, mean, lps, index, token_adv=per_id))
+            seqs.append(TrainSequence(ids, mask, 0.0, lps, index, token_adv=per_id))
     return seqs, split
 
 
