@@ -59,7 +59,7 @@
 #   cover  one GPU per seed: rlG with more probes (PROBES, default 128), a share of them
 #          (PROBE_SHARE, default 0.5; the env's probe_random_share) against an opponent whose
 #          first 4 replies are random (PROBE_REPLIES=4, probe_random_replies), twice from the
-#          same SFT (rlC, rlCb), 350 steps; GPU EXTRA_GPU: the weak start with rlC.
+#          same SFT (rlC, rlCb; TWIN="": rlC alone), 350 steps; GPU EXTRA_GPU: the weak start with rlC.
 #          Why: plan greedy's last lost lines each came up in 1 to 4 of 10,000 probe games
 #          (scripts/tictactoe_line_odds.py). Run with PROBE_SHARE=1 for 100 steps (ninth session):
 #          no probe met the opposite-corner trap, which stayed in every run. As it is (tenth
@@ -117,9 +117,12 @@ per_seed() {  # per_seed "SHARED VARS" VARIANT...: one job per seed (SEEDS, defa
 
 twins_and_weak() {  # twins_and_weak "SHARED VARS" "VARIANT VARS" A B: per seed, runs A and B of one
   # config from the same SFT model (the spread of one recipe); GPU EXTRA_GPU: the weak start with A
-  local r=$1 g=$2 a=$3 b=$4
+  # (TWIN="" leaves B out: one run per seed, e.g. three seeds and the weak start on two GPUs with
+  # SEED_GPUS="0 0 1" EXTRA_GPU=1)
+  local r=$1 g=$2 a=$3 b=$4 runs
+  runs=("$a $g"); [ -n "${TWIN-1}" ] && runs+=("$b $g")
   export FIRST_STAGES=sft LAST_STAGES=""
-  per_seed "RL_STEPS=${RL_STEPS:-350} $r" "$a $g" "$b $g"
+  per_seed "RL_STEPS=${RL_STEPS:-350} $r" "${runs[@]}"
   if [ -n "${EXTRA_GPU-3}" ]; then
     export FIRST_STAGES="base sft"
     job "${EXTRA_GPU-3}" weak "SEED=0 GAMES=200 SFT_STEPS=300 SFT_BATCH=32 RL_STEPS=${WEAK_STEPS:-350} $r" "$a $g"
