@@ -33,6 +33,7 @@ EVERY_POINT = "every later move"  # restarts from every later move (--restart-po
 WALK_BACK = "walk back"  # restarts that walk back from a lost game's last move (backtrack): in green
 GREEDY = "greedy probes"  # the walk back, restarting greedy probe games too (--restart-greedy): in orange
 COVER = "at 4 random replies"  # greedy probes, a share at 4 random replies (plan cover; in the variant): teal
+BELOW = "restarts below 0.65"  # plan cover restarting drawn games with a rejected move too: navy, solid
 TITLES = {"weak": "weak start (200 games)", "shipped": "RL 2, 3 and 4 of the shipped model"}
 
 
@@ -93,9 +94,10 @@ def plot(table: Path, out: Path, match: str = "") -> None:
         ("purple", [x for x in lines if EVERY_POINT in x[0]]),
         ("green", [x for x in lines if WALK_BACK in x[0] and GREEDY not in x[0]]),
         ("darkorange", [x for x in lines if GREEDY in x[0] and COVER not in x[1]]),
-        ("teal", [x for x in lines if COVER in x[1]]),
+        ("teal", [x for x in lines if COVER in x[1] and BELOW not in x[1]]),
     ):
         styles.update({x: {"color": colour, "lw": 2.2, "ls": ("-", "--", ":")[i % 3]} for i, x in enumerate(picked)})
+    styles.update({x: {"color": "navy", "lw": 2.2} for x in lines if BELOW in x[1]})  # its seeds and weak start
     legend_in = 0.2 * ((len(lines) + 1) // 2) + 0.4  # inches below the panels: two columns of labels
     fig, axes = plt.subplots(1, len(seeds), figsize=(4.2 * len(seeds), 3.6 + legend_in), squeeze=False)
     handles: dict[str, Any] = {}
