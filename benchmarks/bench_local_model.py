@@ -13,7 +13,10 @@ tokens per second of wall time:
     local-dynamic   LocalModel over transformers' `DynamicCache` (`static_cache=False`);
                `local-static` over static per-row KV slots (`static_cache=True`; CUDA graphs
                on CUDA). `local` takes LocalModel's default: static on CUDA where the model
-               family allows, dynamic on CPU. `local-dynamic-noreuse` is dynamic without reuse
+               family allows, dynamic on CPU. `local-dynamic-noreuse` is dynamic without reuse.
+               `local-attend` is `local-static` with the step's attention forced to
+               `local_slots.attend` (on CUDA in bf16 the step picks cuDNN's sdpa by default):
+               list both several times, alternated, to compare the two attentions
     generate   `model.generate` once per request, one request at a time (the baseline)
     generate-nocudnn   the same with LocalModel's attention kernels (no cuDNN attention, which
                rebuilds its plan for every new sequence length on some torch/GPU pairs)
@@ -231,12 +234,14 @@ def play(client: Any, games: int, args: argparse.Namespace) -> dict[str, float]:
         raise RuntimeError(f"{len(errors)} rollouts failed, e.g. {errors[0]}")
     tokens = sum(t.completion.usage.completion_tokens for r in rollouts for t in r.turns)
     requests = sum(len(r.turns) for r in rollouts)
+    played = {r.task_id: [tuple(t.completion.token_ids) for t in r.turns] for r in rollouts}
     return {
         "games": games,
         "requests": requests,
         "tokens": tokens,
         "seconds": seconds,
         "tokens_per_s": tokens / seconds,
+        "played": played,  # each game's completion token ids, to compare two modes' games
     }
 
 
@@ -254,8 +259,8 @@ def main() -> None:
     p.add_argument(
         "--modes",
         default="local,generate,padded",
-        help="comma-separated: local,local-noshare,local-noreuse,local-static,local-dynamic,local-dynamic-noreuse,"
-        "generate,generate-nocudnn,padded,cb",
+        help="comma-separated: local,local-noshare,local-noreuse,local-static,local-attend,local-dynamic,"
+        "local-dynamic-noreuse,generate,generate-nocudnn,padded,cb",
     )
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     args = p.parse_args()
@@ -290,6 +295,13 @@ def main() -> None:
         "local-static": variant(static_cache=True),
         "local-dynamic-noreuse": variant(static_cache=False, reuse_cache=False),
     }
+    if "local-attend" in args.modes.split(","):
+        from rlvr.clients.local_slots import attend
+
+        clients["local-attend"] = variant(static_cache=True)
+        decoder = clients["local-attend"].slot_decoder()  # before its first step captures a graph
+        print(f"local-static's step attention: {decoder.attention.__name__}; local-attend's: attend")
+        decoder.attention = attend
     play(lm, min(args.games, 8), args)  # warm-up (allocations, kernels)
     results: dict[str, dict[str, float]] = {}
     for mode in args.modes.split(","):
@@ -334,6 +346,11 @@ def main() -> None:
             f"{mode:<17} {r['games']:>6.0f} {r['requests']:>9.0f} {r['tokens']:>8.0f} {r['seconds']:>8.2f} "
             f"{r['tokens_per_s']:>10.0f} {ratio:>12}"
         )
+    first = {mode.split("#")[0]: r["played"] for mode, r in reversed(results.items())}
+    if "local-static" in first and "local-attend" in first and args.temperature == 0:
+        a, b = first["local-static"], first["local-attend"]
+        same = sum(a[k] == b.get(k) for k in a)
+        print(f"greedy games token for token the same under both attentions: {same} of {len(a)}")
     for mode, r in results.items():
         if mode.split("#")[0] in clients:
             print(
