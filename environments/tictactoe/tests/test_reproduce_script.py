@@ -1,0 +1,88 @@
+"""scripts/reproduce_tictactoe.sh's RECIPE presets: what reaches `rlvr train`.
+
+The script is run with a stand-in `rlvr` on PATH that records its arguments and fails, and with
+the base model, the teacher games and the SFT model already in place, so the first command it
+runs is the RL phase's `rlvr train`: the test reads that command line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "reproduce_tictactoe.sh"
+
+
+def _train_args(tmp_path: Path, **env: str) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    out, bin_dir, args = tmp_path / "run", tmp_path / "bin", tmp_path / "args.txt"
+    for done in ("base/config.json", "teacher.jsonl", "sft/final/config.json"):
+        (out / done).parent.mkdir(parents=True, exist_ok=True)
+        (out / done).write_text("{}")
+    bin_dir.mkdir()
+    fake = bin_dir / "rlvr"
+    fake.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > "{args}"\nexit 3\n')
+    fake.chmod(0o755)
+    proc = subprocess.run(
+        ["bash", str(SCRIPT)],
+        env=os.environ | {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "OUT_DIR": str(out), **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return proc, args.read_text().splitlines() if args.exists() else []
+
+
+def _flag(argv: list[str], name: str) -> str:
+    return argv[argv.index(name) + 1]
+
+
+def test_the_unbeatable_recipe_reaches_rlvr_train(tmp_path: Path) -> None:
+    proc, argv = _train_args(tmp_path, RECIPE="unbeatable")
+    assert proc.returncode == 3, proc.stdout + proc.stderr  # the stand-in's exit: train was called
+    assert argv[:2] == ["train", "tictactoe"]
+    assert _flag(argv, "--steps") == "300"
+    assert _flag(argv, "--restart-frac") == "0.5"
+    assert _flag(argv, "--restart-below") == "0.65"
+    assert _flag(argv, "--restart-points") == "backtrack"
+    assert _flag(argv, "--num-buckets") == "1"
+    assert _flag(argv, "--lr") == "2e-5"
+    assert _flag(argv, "--keep-best") == "min:exact/beaten_games,max:exact/random/win_pct"
+    assert "--restart-greedy=128" in argv
+    env_args = json.loads(_flag(argv, "--env-args"))
+    assert env_args == {
+        "min_random_move_prob": 0.0,
+        "max_random_move_prob": 0.0,
+        "loss_reward": 0.0,
+        "trap_prob": 1.0,
+        "opening_plies": 0,
+        "opening_history": False,
+        "random_replies": 4,
+        "probe_random_replies": 4,
+        "probe_random_share": 0.5,
+    }
+
+
+def test_a_variable_the_caller_sets_wins_over_the_recipe(tmp_path: Path) -> None:
+    proc, argv = _train_args(tmp_path, RECIPE="unbeatable", RL_STEPS="50", RESTART_BELOW="0.5")
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert _flag(argv, "--steps") == "50"
+    assert _flag(argv, "--restart-below") == "0.5"
+    assert _flag(argv, "--restart-points") == "backtrack"  # the rest is still the recipe's
+
+
+def test_without_a_recipe_the_two_phase_defaults_are_unchanged(tmp_path: Path) -> None:
+    proc, argv = _train_args(tmp_path)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert _flag(argv, "--steps") == "80"
+    assert _flag(argv, "--restart-frac") == "0"
+    assert "--keep-best" not in argv
+    assert json.loads(_flag(argv, "--env-args"))["opening_plies"] == 4
+
+
+def test_an_unknown_recipe_is_refused_before_any_work(tmp_path: Path) -> None:
+    proc, argv = _train_args(tmp_path, RECIPE="unbeatabel")
+    assert proc.returncode == 2
+    assert "unknown RECIPE 'unbeatabel' (known: unbeatable)" in proc.stderr
+    assert argv == []  # no rlvr command ran
