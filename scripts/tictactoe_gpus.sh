@@ -13,7 +13,8 @@
 #                                            # back here: cat DIR/model.tar.* | tar x -C DEST
 #   scripts/tictactoe_gpus.sh summary        # every stage's exact table, kept bests, exact curves
 #   scripts/tictactoe_gpus.sh best           # the RL model (final, or a kept best) losing the fewest games,
-#                                            # then with the fewest rejected-move games
+#                                            # then with the fewest rejected-move games; before any
+#                                            # RL stage is evaluated, the best kept best by its record
 #
 # Plans (docs/RESULTS.md says which produced what; the shipped models/tictactoe-tiny is seed 0 of
 # `explore`, variant A, then `rlR` of `replies` (reproduce_tictactoe.sh's two RL phases), then
@@ -331,6 +332,12 @@ for meta in Path(sys.argv[1]).glob("*/eval/*-exact/metadata.json"):
     if exact and (run / "config.json").exists() and stage not in ("sft", "base", "teacher"):
         rejected = exact.get("rejected_move_games", 0)
         found.append((len(exact["beaten"]), rejected, -exact["rates_pct"]["random"].get("win", 0.0), str(run)))
+if not found:  # no RL stage evaluated yet (the runs still going): the kept bests, by their own records
+    for kept in Path(sys.argv[1]).glob("*/*/best/keep_best.json"):
+        metrics = json.loads(kept.read_text()).get("metrics", {})
+        if "exact/beaten_games" in metrics and (kept.parent / "config.json").exists():
+            win = metrics.get("exact/random/win_pct", 0.0)
+            found.append((metrics["exact/beaten_games"], 0, -win, str(kept.parent)))
 print(sorted(found)[0][-1] if found else "")  # (a RUN.best was chosen by these evaluations)
 EOF
     ;;
