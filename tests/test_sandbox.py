@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from child_process import descendants, parents
 
 from rlvr import Policy, Rubric, ToolEnv, sandbox
 from rlvr.engine import run_rollouts
@@ -126,7 +127,8 @@ async def test_other_denials_environment_and_cleanup(monkeypatch) -> None:
     result = await run_python("import os\nprint(os.environ.get('RLVR_TEST_SECRET'))")
     assert result.stdout == "None\n"
     # left behind: a run still under this process, or one orphaned (its parent gone) since the start
-    left = {pid for pid in _sandbox_pids() if _ours(pid) or (_parent(pid) == 1 and pid not in elsewhere)}
+    mine, parent = descendants(os.getpid()), parents()
+    left = {pid for pid in _sandbox_pids() if pid in mine or (parent.get(pid) == 1 and pid not in elsewhere)}
     assert not left
 
 
@@ -141,33 +143,13 @@ async def test_output_and_file_size_limits() -> None:
 async def test_cancelling_a_run_kills_it() -> None:
     task = asyncio.create_task(run_python("import time\ntime.sleep(30)", SandboxLimits(timeout_s=60)))
     await asyncio.sleep(0.5)
-    before = {pid for pid in _sandbox_pids() if _ours(pid)}  # not another test process's runs
+    before = _sandbox_pids() & descendants(os.getpid())  # not another test process's runs
     assert before
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
     await asyncio.sleep(0.2)
     assert not (before & _sandbox_pids())
-
-
-def _parent(pid: int) -> int:
-    """`pid`'s parent, or 0 once it is gone. (/proc/PID/stat: the name in parentheses may hold
-    spaces, so the fields are read after its last ')'.)"""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return int(f.read().rpartition(b")")[2].split()[1])
-    except (OSError, IndexError, ValueError):
-        return 0
-
-
-def _ours(pid: int) -> bool:
-    """Whether `pid` descends from this test process."""
-    me = os.getpid()
-    while pid > 1:
-        pid = _parent(pid)
-        if pid == me:
-            return True
-    return False
 
 
 def _sandbox_pids() -> set[int]:

@@ -28,6 +28,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from child_process import descendants
 
 from rlvr.sandbox import SandboxLimits, run_python
 
@@ -375,7 +376,7 @@ time.sleep(60)
     t0 = time.monotonic()
     run = asyncio.create_task(_run(code, _limits(timeout_s=2.0, max_processes=1)))
     await asyncio.sleep(1.0)
-    tree = _descendants(os.getpid())
+    tree = descendants(os.getpid())
     assert any(_is_sandbox(p) for p in tree), {p: _cmdline(p) for p in tree}
     result = await run
     assert result.timed_out and time.monotonic() - t0 < 8
@@ -431,10 +432,10 @@ def test_kill_9_of_the_parent_kills_the_sandbox_and_leaves_nothing(tmp_path: Pat
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and not any(_is_sandbox(p) for p in tree):
             time.sleep(0.05)
-            tree = _descendants(parent.pid)
+            tree = descendants(parent.pid)
         assert any(_is_sandbox(p) for p in tree), "the sandboxed code never started"
         time.sleep(0.2)
-        tree = _descendants(parent.pid)
+        tree = descendants(parent.pid)
     finally:
         parent.kill()
         parent.wait()
@@ -469,10 +470,6 @@ async def test_overhead_of_one_call() -> None:
     assert ratio < 20 and statistics.median(sandboxed) < 2.0, (sandboxed, baseline)
 
 
-def _all_pids() -> set[int]:
-    return {int(p) for p in os.listdir("/proc") if p.isdigit()}
-
-
 def _alive(pids: set[int]) -> dict[int, str]:
     """Those of `pids` still running (zombies waiting for init to reap them are dead), with their command lines."""
     alive = {}
@@ -497,19 +494,3 @@ def _is_sandbox(pid: int) -> bool:
     """A sandbox's interpreter: the runner file, or (the first sandbox) a temporary directory in its config."""
     line = _cmdline(pid)
     return "rlvr-sandbox-" in line or "runner.py" in line
-
-
-def _descendants(root: int) -> set[int]:
-    children: dict[int, list[int]] = {}
-    for pid in _all_pids():
-        try:
-            ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(ppid, []).append(pid)
-    found, todo = set(), [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.add(child)
-            todo.append(child)
-    return found
