@@ -342,3 +342,11 @@ def test_check_env_names_the_problem() -> None:
     with pytest.raises(EnvError, match=r"turn_rewards gave 'xxxx.*'; each score must be a finite number") as got:
         check_env(ScoresText(target=2), SAY)
     assert len(str(got.value)) < 200  # the value is shown cut short
+
+    class ScoresHugeInts(CountEnv):
+        def turn_rewards(self, task, rollout):  # a real number float() cannot hold
+            return [10**400] * len(rollout.turns)
+
+    with pytest.raises(EnvError, match=r"turn_rewards gave 1000.*; each score must be a finite number") as got:
+        check_env(ScoresHugeInts(target=2), SAY)
+    assert len(str(got.value)) < 200

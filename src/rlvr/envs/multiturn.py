@@ -445,7 +445,11 @@ def checked_turn_rewards(scores: object, turns: int, where: str) -> list[float] 
         raise UsageError(f"{where}: turn_rewards must give one number per model turn ({turns}), got {got}")
     out = []
     for x in values:
-        if isinstance(x, bool) or not isinstance(x, numbers.Real) or not math.isfinite(x):
+        try:  # float() of an int past 1e308 raises OverflowError: not a finite number either
+            value = float(x) if isinstance(x, numbers.Real) and not isinstance(x, bool) else math.nan
+        except OverflowError:
+            value = math.nan
+        if not math.isfinite(value):
             raise UsageError(f"{where}: turn_rewards gave {reprlib.repr(x)}; each score must be a finite number")
-        out.append(float(x))
+        out.append(value)
     return out
