@@ -334,7 +334,11 @@ for meta in Path(sys.argv[1]).glob("*/eval/*-exact/metadata.json"):
         found.append((len(exact["beaten"]), rejected, -exact["rates_pct"]["random"].get("win", 0.0), str(run)))
 if not found:  # no RL stage evaluated yet (the runs still going): the kept bests, by their own records
     for kept in Path(sys.argv[1]).glob("*/*/best/keep_best.json"):
-        metrics = json.loads(kept.read_text()).get("metrics", {})
+        try:
+            metrics = json.loads(kept.read_text()).get("metrics", {})
+        except (ValueError, AttributeError):
+            print(f"best: {kept} is not a keep-best record; passed over", file=sys.stderr)
+            continue
         if "exact/beaten_games" in metrics and (kept.parent / "config.json").exists():
             win = metrics.get("exact/random/win_pct", 0.0)
             found.append((metrics["exact/beaten_games"], 0, -win, str(kept.parent)))
