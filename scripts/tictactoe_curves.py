@@ -42,7 +42,7 @@ def add(table: Path, run: Path, seed: str, opponent: str, variant: str, first_st
     have: set[tuple[str, str, str, int]] = set()
     if not new:
         with table.open() as f:
-            have = {(r["seed"], r["opponent"], r["variant"], int(r["step"])) for r in csv.DictReader(f)}
+            have = {(r["seed"], r["opponent"], r["variant"], int(r["step"])) for r in _whole_rows(f)}
     rows = []
     with (run / "metrics.csv").open() as f:
         for r in csv.DictReader(f):
@@ -65,6 +65,16 @@ def add(table: Path, run: Path, seed: str, opponent: str, variant: str, first_st
     return len(rows)
 
 
+def _whole_rows(f: Any) -> list[dict[str, str]]:
+    """The table's rows, less a torn one (an `add` killed mid-append leaves its last row short)."""
+    return [
+        r
+        for r in csv.DictReader(f)
+        if all(r.get(k) for k in ("seed", "opponent", "variant"))
+        and None not in (_number(r.get("step")), _number(r.get("lost_games")))
+    ]
+
+
 def _number(text: str | None) -> float | None:
     """A finite number, or None (empty, missing, unparsable, NaN or infinite)."""
     try:
@@ -81,7 +91,7 @@ def plot(table: Path, out: Path, match: str = "") -> None:
     import matplotlib.pyplot as plt
 
     with table.open() as f:
-        rows = [r for r in csv.DictReader(f) if match in f"{r['opponent']}, {r['variant']}"]
+        rows = [r for r in _whole_rows(f) if match in f"{r['opponent']}, {r['variant']}"]
     if not rows:
         sys.exit(f"no line of {table} matches {match!r}")
     seeds = sorted({r["seed"] for r in rows}, key=lambda s: (s == "shipped", s == "weak", s))
