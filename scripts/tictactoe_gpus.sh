@@ -68,6 +68,8 @@
 #          restarts games drawn with a rejected move (twelfth session, TWIN="", 300 steps: 2 of
 #          3 seeds unbeatable at their last step). End the last call with
 #          `bundle "$(bash $0 best)" $OUT`: weights come back only so
+#   weaklr the weak start (300 SFT steps on 200 teacher games; seeds 0 and 1, GPUs 0 and 1) with
+#          RECIPE=unbeatable's RL at learning rates WEAK_LRS (default 4e-5 8e-5), WEAK_STEPS (300)
 #   wins   the shipped model, 80 steps at lr 1e-5 against opponents at p = 0.7 after the random
 #          replies: rlW with a KL of 0.05 to the shipped model (GPU WINS_GPU), rlW0 without (WINS_GPU2)
 set -uo pipefail
@@ -269,6 +271,16 @@ start() {
     cover)  # plan greedy, its probes meeting the deep random lines its lost games came from
       twins_and_weak "$restarts5 RESTART_POINTS=backtrack PROBE_REPLIES=${PROBE_REPLIES:-4} PROBE_SHARE=${PROBE_SHARE:-0.5}" \
         "RL_EXTRA=--restart-greedy=${PROBES:-128}" rlC rlCb ;;
+    weaklr)  # the weak start at higher learning rates: RECIPE=unbeatable's RL (plan cover with
+      # restarts below 0.65) at each lr of WEAK_LRS (default 4e-5 8e-5; the plans before ran 2e-5),
+      # from two weak SFT models (seeds 0 and 1 of 200 teacher games, GPUs 0 and 1), WEAK_STEPS each
+      export FIRST_STAGES="base sft" LAST_STAGES=""
+      local r="$restarts5 RESTART_POINTS=backtrack RESTART_BELOW=0.65 PROBE_REPLIES=4 PROBE_SHARE=0.5"
+      local runs=() lr
+      for lr in ${WEAK_LRS:-4e-5 8e-5}; do runs+=("rlC${lr%e-5} RL_LR=$lr RL_EXTRA=--restart-greedy=128"); done
+      for seed in 0 1; do
+        job "$seed" "weak$seed" "SEED=$seed GAMES=200 SFT_STEPS=300 SFT_BATCH=32 RL_STEPS=${WEAK_STEPS:-300} $r" "${runs[@]}"
+      done ;;
     wins)  # the shipped model against opponents at p = 0.7 (whose best response never loses and
       # wins 95.56% vs random): rlW near it by a KL (GPU WINS_GPU), rlW0 without (GPU WINS_GPU2)
       export FIRST_STAGES=sft LAST_STAGES=""
