@@ -1,7 +1,7 @@
 """Exact curves of RL runs: lost games over the whole tree at each exact evaluation.
 
     python scripts/tictactoe_curves.py add CSV RUN_DIR SEED OPPONENT VARIANT [FIRST_STEP]  # append a run's points
-    python scripts/tictactoe_curves.py plot CSV PNG [MATCH]                                  # draw every run
+    python scripts/tictactoe_curves.py plot CSV PNG [MATCH [SEEDS]]                          # draw every run
 
 `add` reads RUN_DIR/metrics.csv (written by `rlvr train --eval-exact`). A later RL phase passes
 FIRST_STEP, the step the phase before it ended at, and its steps are counted from there; a point
@@ -9,7 +9,8 @@ the CSV already has for that line and step (a phase's step 0, when it continues 
 is not added again.
 `plot` draws one panel
 per seed, one line per (opponent, variant), or only the lines whose "opponent, variant" label
-contains MATCH (and only the seeds that have one); a panel whose counts span more than 10x (the weak
+contains MATCH (and only the seeds that have one; with SEEDS, only the seeds whose name starts
+with it, e.g. `weak`); a panel whose counts span more than 10x (the weak
 start, or one run's collapse) is drawn linear up to 10 and logarithmic above, so 0 stays visible.
 """
 
@@ -34,7 +35,11 @@ WALK_BACK = "walk back"  # restarts that walk back from a lost game's last move 
 GREEDY = "greedy probes"  # the walk back, restarting greedy probe games too (--restart-greedy): in orange
 COVER = "at 4 random replies"  # greedy probes, a share at 4 random replies (plan cover; in the variant): teal
 BELOW = "restarts below 0.65"  # plan cover restarting drawn games with a rejected move too: navy, solid
-TITLES = {"weak": "weak start (200 games)", "shipped": "RL 2, 3 and 4 of the shipped model"}
+TITLES = {
+    "weak": "weak start (200 games)",
+    "weak1": "weak start, seed 1 (200 games)",
+    "shipped": "RL 2, 3 and 4 of the shipped model",
+}
 
 
 def add(table: Path, run: Path, seed: str, opponent: str, variant: str, first_step: int = 0) -> int:
@@ -84,17 +89,27 @@ def _number(text: str | None) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def plot(table: Path, out: Path, match: str = "") -> None:
+def select(table: Path, match: str = "", seeds_from: str = "") -> list[dict[str, str]]:
+    """The table's whole rows whose "opponent, variant" contains `match`, of the seeds whose name
+    starts with `seeds_from`."""
+    with table.open() as f:
+        return [
+            r
+            for r in _whole_rows(f)
+            if match in f"{r['opponent']}, {r['variant']}" and r["seed"].startswith(seeds_from)
+        ]
+
+
+def plot(table: Path, out: Path, match: str = "", seeds_from: str = "") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    with table.open() as f:
-        rows = [r for r in _whole_rows(f) if match in f"{r['opponent']}, {r['variant']}"]
+    rows = select(table, match, seeds_from)
     if not rows:
-        sys.exit(f"no line of {table} matches {match!r}")
-    seeds = sorted({r["seed"] for r in rows}, key=lambda s: (s == "shipped", s == "weak", s))
+        sys.exit(f"no line of {table} matches {match!r} with a seed starting {seeds_from!r}")
+    seeds = sorted({r["seed"] for r in rows}, key=lambda s: (s == "shipped", s.startswith("weak"), s))
     lines = sorted({(r["opponent"], r["variant"]) for r in rows})
     colours = {line: plt.get_cmap("tab20")(i % 20) for i, line in enumerate(lines)}
     styles: dict[tuple[str, str], dict[str, Any]] = {}
@@ -108,7 +123,10 @@ def plot(table: Path, out: Path, match: str = "") -> None:
     ):
         styles.update({x: {"color": colour, "lw": 2.2, "ls": ("-", "--", ":")[i % 3]} for i, x in enumerate(picked)})
     styles.update({x: {"color": "navy", "lw": 2.2} for x in lines if BELOW in x[1]})  # its seeds and weak start
-    legend_in = 0.2 * ((len(lines) + 1) // 2) + 0.4  # inches below the panels: two columns of labels
+    faster = [x for x in lines if BELOW in x[1] and "lr " in x[1]]  # the same at other learning rates
+    styles.update({x: {"color": "navy", "lw": 2.2, "ls": ("--", ":", "-.")[i % 3]} for i, x in enumerate(faster)})
+    columns = 2 if len(seeds) > 2 else 1  # (two columns of long labels overrun one or two panels)
+    legend_in = 0.2 * ((len(lines) + columns - 1) // columns) + 0.4  # inches below the panels
     fig, axes = plt.subplots(1, len(seeds), figsize=(4.2 * len(seeds), 3.6 + legend_in), squeeze=False)
     handles: dict[str, Any] = {}
     for ax, seed in zip(axes[0], seeds, strict=True):
@@ -130,7 +148,7 @@ def plot(table: Path, out: Path, match: str = "") -> None:
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("lost games over the whole tree")
     labels = sorted(handles)
-    fig.legend([handles[k] for k in labels], labels, loc="lower center", ncol=2, fontsize=8, frameon=False)
+    fig.legend([handles[k] for k in labels], labels, loc="lower center", ncol=columns, fontsize=8, frameon=False)
     fig.tight_layout(rect=(0, legend_in / (3.6 + legend_in), 1, 1))
     part = out.with_name(out.name + ".part")  # a kill mid-write keeps the last whole figure
     fig.savefig(part, dpi=120, format=out.suffix.lstrip(".") or "png")
@@ -142,7 +160,7 @@ if __name__ == "__main__":
         first = int(sys.argv[7]) if len(sys.argv) == 8 else 0
         seed, opponent, variant = sys.argv[4:7]
         print(f"{add(Path(sys.argv[2]), Path(sys.argv[3]), seed, opponent, variant, first)} points added")
-    elif len(sys.argv) in (4, 5) and sys.argv[1] == "plot":
+    elif len(sys.argv) in (4, 5, 6) and sys.argv[1] == "plot":
         plot(Path(sys.argv[2]), Path(sys.argv[3]), *sys.argv[4:])
     else:
         sys.exit(__doc__)

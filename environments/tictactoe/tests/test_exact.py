@@ -308,6 +308,15 @@ def test_the_curves_script_skips_torn_and_nan_lines_and_never_adds_a_point_twice
     with table.open() as f:
         rows = list(csv.DictReader(f))
     assert [(r["step"], r["lost_games"]) for r in rows] == [("0", "2"), ("40", "1"), ("80", "1")]
+    # plot's choice of lines and panels: a label's part, and seeds by the start of their name
+    curves.add(table, run, "weak", "o", "v, lr 4e-5")
+    curves.add(table, run, "weak1", "o", "v, lr 4e-5")
+    assert {r["seed"] for r in curves.select(table, "lr 4e-5")} == {"weak", "weak1"}
+    assert {r["seed"] for r in curves.select(table, "", "weak")} == {"weak", "weak1"}
+    assert {r["seed"] for r in curves.select(table, "", "0")} == {"0"}
+    assert curves.select(table, "lr 4e-5", "0") == []
+    with pytest.raises(SystemExit, match="no line"):
+        curves.plot(table, tmp_path / "none.png", "lr 4e-5", "0")
 
 
 def test_the_line_odds_script_gives_each_line_its_chance_under_the_training_opponent(tmp_path, capsys):
