@@ -21,24 +21,14 @@ import json
 import sys
 from pathlib import Path
 
-from rlvr_tictactoe.game import EMPTY_BOARD, apply_move
-from rlvr_tictactoe.tasks import reply_prob
-from rlvr_tictactoe.tree import reply_probability
+from rlvr_tictactoe.tree import line_chance
 
 
 def line_odds(line: str, ks: list[int], p: float, trap: float) -> float:
     """The chance that one greedy game plays `line`, k drawn uniformly from `ks`: the env's
     draws (`tasks.reply_prob` for the random replies, `tree.reply_probability` for each reply)."""
     moves = [(step[0], int(step[1:])) for step in line.split(".")]
-    total = 0.0
-    for k in ks:
-        odds, board = 0.5, EMPTY_BOARD  # who starts: a fair coin
-        for mark, cell in moves:
-            if mark == "O":
-                odds *= reply_probability(board, cell, reply_prob(board, p, k), trap)
-            board = apply_move(board, cell, mark)
-        total += odds / len(ks)
-    return total
+    return sum(line_chance(moves, k, p, trap) for k in ks) / len(ks)
 
 
 def every(odds: float, games: int) -> str:

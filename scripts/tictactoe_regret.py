@@ -1,6 +1,6 @@
 """Where a greedy model gives up wins against the random opponent, exactly.
 
-    python scripts/tictactoe_regret.py RUN [--top 12]
+    python scripts/tictactoe_regret.py RUN [--top 12] [--train-p 0.7 [--random-replies 4] [--trap-prob 1]]
 
 RUN is an `rlvr eval tictactoe --exhaustive` folder (or its results.jsonl). The model's move
 after every line it reaches is read from each game's record (`info["exact"]["moves"]`, the
@@ -9,15 +9,29 @@ the keys), and `rlvr_tictactoe.tree.win_rate_gaps` says, for each decision, how 
 against the uniform-random opponent it gives up against the best move that still never loses
 (the policy whose exact rate is the 95.56% limit), weighted by how often the random opponent
 leads there. For an unbeatable model the weighted gaps add up to its distance from that limit.
+
+With `--train-p P`, also what RL against the training opponent sees of each decision (O moves
+first in half the games; k from 0 to `--random-replies`, uniformly; uniformly random replies
+while O has fewer than k marks, then a random move with probability P, else a trap move with
+probability `--trap-prob`, else any best move; the env's draws): "greedy at T 1", the chance
+that the model samples its greedy reply there at temperature 1 (from the record's token
+log-probabilities; 1 less it bounds how often a group tries another move); "reach", the
+chance that one training game, the model playing greedily, gets there; and "reward gap", the
+training reward (win 1, draw 0.5) the best never-losing move earns there over the model's
+move, both followed by the best reply to that opponent, averaged over k as the line weighs it.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import math
 import sys
 from pathlib import Path
 
 from rlvr_tictactoe import tree
+from rlvr_tictactoe.game import Board, apply_move, legal_moves, winner
+from rlvr_tictactoe.tasks import reply_prob
 
 from rlvr.errors import ResultsError
 from rlvr.results import RunDir
@@ -40,13 +54,70 @@ def read_policy(run: Path) -> dict[Line, int]:
     return policy
 
 
+def greedy_odds(run: Path) -> dict[Line, float]:
+    """The chance, at temperature 1, of the model's recorded (greedy) reply after each line:
+    exp of the sum of its tokens' log-probabilities (NaN where a record has none)."""
+    odds: dict[Line, float] = {}
+    for rollout in RunDir.open(run).read():
+        moves = [(step[0], int(step[1:])) for step in rollout.info["exact"]["moves"].split(".")]
+        turns = [i for i, (mark, _) in enumerate(moves) if mark == "X"]
+        for at, turn in zip(turns, rollout.turns, strict=False):  # (a rejected move adds a turn: then unread)
+            logprobs = turn.completion.logprobs
+            if len(rollout.turns) == len(turns) and logprobs:
+                odds[tuple(moves[:at])] = math.exp(sum(logprobs))
+    return odds
+
+
+@functools.cache
+def value(board: Board, x_to_move: bool, k: int, p: float, trap: float) -> float:
+    """The training reward (win 1, draw 0.5, loss 0) X can expect from `board` against the
+    training opponent with k random replies, playing the best reply to it."""
+    if (w := winner(board)) is not None or " " not in board:
+        return {"X": 1.0, "O": 0.0, None: 0.5}[w]
+    if x_to_move:
+        return max(value(apply_move(board, m, "X"), False, k, p, trap) for m in legal_moves(board))
+    q = reply_prob(board, p, k)
+    return sum(
+        tree.reply_probability(board, c, q, trap) * value(apply_move(board, c, "O"), True, k, p, trap)
+        for c in legal_moves(board)
+    )
+
+
+def training_view(gap: tree.Gap, ks: list[int], p: float, trap: float) -> tuple[float, float]:
+    """(reach, reward gap) of one decision under the training opponent (see the module)."""
+    board = tree.EMPTY_BOARD
+    for mark, cell in gap.line:
+        board = apply_move(board, cell, mark)
+    reaches = [tree.line_chance(gap.line, k, p, trap) for k in ks]
+    best = max(gap.best, key=lambda m: sum(value(apply_move(board, m, "X"), False, k, p, trap) for k in ks))
+    gaps = [
+        value(apply_move(board, best, "X"), False, k, p, trap)
+        - value(apply_move(board, gap.move, "X"), False, k, p, trap)
+        for k in ks
+    ]
+    total = sum(reaches)
+    return total / len(ks), sum(r * g for r, g in zip(reaches, gaps, strict=True)) / total if total else math.nan
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("run", type=Path, help="an `rlvr eval tictactoe --exhaustive` folder or its results.jsonl")
     parser.add_argument("--top", type=int, default=12, help="decisions to list (largest weighted gap first)")
+    parser.add_argument(
+        "--train-p", type=float, default=None, help="the training opponent's p after its random replies"
+    )
+    parser.add_argument("--random-replies", type=int, default=4, help="the env's random_replies (k from 0 to this)")
+    parser.add_argument("--trap-prob", type=float, default=1.0, help="the env's trap_prob")
+    parser.add_argument("--games", type=int, default=256, help="training games a step, for the summary line")
     args = parser.parse_args()
+    for name in ("train_p", "trap_prob"):
+        if getattr(args, name) is not None and not 0.0 <= getattr(args, name) <= 1.0:  # (NaN fails this too)
+            parser.error(f"--{name.replace('_', '-')} must be in [0, 1], got {getattr(args, name)}")
+    if not 0 <= args.random_replies <= 5 or args.games < 1:
+        parser.error("--random-replies must be from 0 to 5, --games at least 1")
     try:
         policy = read_policy(args.run)
+        odds = greedy_odds(args.run) if args.train_p is not None else {}
         wins, gaps = tree.win_rate_gaps(lambda line, board: policy[line])
     except ResultsError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -61,10 +132,28 @@ def main() -> int:
     print(
         f"wins vs random {100 * wins:.2f}%, limit {100 * limit:.2f}%: {len(gaps)} decisions give up {100 * total:.2f} points"
     )
-    print("| points | given up there | line | model | best never-losing moves |\n|---|---|---|---|---|")
+    extra = args.train_p is not None
+    head = "| points | given up there | line | model | best never-losing moves |"
+    print(head + (" greedy at T 1 | reach | reward gap |" if extra else ""))
+    print("|---" * (5 + 3 * extra) + "|")
+    ks = list(range(args.random_replies + 1))
     for g in gaps[: args.top]:
         line = " ".join(f"{mark}{cell}" for mark, cell in g.line) or "(X opens)"
-        print(f"| {100 * g.weighted:.2f} | {g.gap:.3f} | {line} | X{g.move} | {', '.join(map(str, g.best))} |")
+        row = f"| {100 * g.weighted:.2f} | {g.gap:.3f} | {line} | X{g.move} | {', '.join(map(str, g.best))} |"
+        if extra:
+            at, gain = training_view(g, ks, args.train_p, args.trap_prob)
+            row += f" {odds.get(g.line, math.nan):.3f} | {at:.4f} | {gain:.3f} |"
+        print(row)
+    if extra:  # over every decision, not only the listed ones
+        views = [(g, *training_view(g, ks, args.train_p, args.trap_prob)) for g in gaps]
+        meets = sum(at for _, at, _ in views)
+        stake = sum(at * gain for _, at, gain in views)
+        other = sum(at * (1 - odds.get(g.line, math.nan)) for g, at, _ in views)
+        print(
+            f"a training game meets these {len(gaps)} decisions {meets:.4f} times on average, with "
+            f"{stake:.4f} of training reward at stake; a step of {args.games} games meets them "
+            f"{args.games * meets:.1f} times and samples another move there {args.games * other:.1f} times"
+        )
     return 0
 
 

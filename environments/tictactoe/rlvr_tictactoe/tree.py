@@ -37,6 +37,7 @@ from rlvr_tictactoe.game import (
     trap_moves,
     winner,
 )
+from rlvr_tictactoe.tasks import reply_prob
 
 OPPONENT_P = {"random": 1.0, "optimal": 0.0}
 """The opponents exact evaluation weighs every game for: name -> random-move probability."""
@@ -62,6 +63,22 @@ def reply_probability(board: Sequence[str], cell: int, p: float, trap_prob: floa
         traps = trap_moves(board, "O")
         chosen = trap_prob * (cell in traps) / len(traps) + (1.0 - trap_prob) * chosen
     return p / len(moves) + (1.0 - p) * chosen
+
+
+def line_chance(line: Sequence[tuple[str, int]], k: int, p: float, trap_prob: float = 0.0) -> float:
+    """The chance that one game against a training opponent plays `line` (("X" or "O", cell) in
+    order; X's moves are given): O moves first in half the games, its replies are uniformly
+    random while it has fewer than k marks (`tasks.reply_prob`), then `reply_probability`'s.
+
+    >>> line_chance([("O", 4), ("X", 0), ("O", 8)], 2, 0.0) == 0.5 / 9 / 7  # both replies random
+    True
+    """
+    chance, board = 0.5, EMPTY_BOARD  # who starts: a fair coin
+    for mark, cell in line:
+        if mark == "O":
+            chance *= reply_probability(board, cell, reply_prob(board, p, k), trap_prob)
+        board = apply_move(board, cell, mark)
+    return chance
 
 
 def line_id(opening: int | None, moves: Sequence[int]) -> str:

@@ -215,6 +215,32 @@ def saved(games, folder: Path) -> Path:
     return folder
 
 
+def test_the_gap_script_values_positions_as_training_games_score_them():
+    """tictactoe_regret.py's training view: `value` is what a training game scores (win 1, draw
+    0.5) when X replies best to the training opponent, checked against games the env itself
+    deals, plays and scores; `training_view` weighs a decision by its lines' chances."""
+    script = gap_script()
+    assert script.value(EMPTY_BOARD, True, 0, 0.0, 0.0) == 0.5  # a perfect opponent: a draw
+    p, trap = 0.7, 1.0
+
+    def best_reply(board) -> int:
+        return max(legal_moves(board), key=lambda m: script.value(apply_move(board, m, "X"), False, 0, p, trap))
+
+    env = load_environment(min_random_move_prob=p, max_random_move_prob=p, trap_prob=trap, num_tasks=2000)
+    games = asyncio.run(run_rollouts(env, as_policy(best_reply), env.tasks("train")))
+    scores = [g.rewards["win"] + 0.5 * g.rewards["draw"] for g in games]
+    mean = sum(scores) / len(scores)
+    sd = math.sqrt(sum((x - mean) ** 2 for x in scores) / len(scores) / len(scores))
+    expected = 0.5 * script.value(EMPTY_BOARD, True, 0, p, trap) + 0.5 * script.value(EMPTY_BOARD, False, 0, p, trap)
+    assert abs(mean - expected) < 4 * sd, (mean, expected)  # (the tasks are seeded: no flake)
+    # a decision's reach is its line's chance, averaged over k; its gap is the k-weighted one
+    wins, gaps = tree.win_rate_gaps(lambda line, board: first_best(board))
+    gap = next(g for g in gaps if g.line)
+    at, gain = script.training_view(gap, [0, 1], p, trap)
+    assert math.isclose(at, sum(tree.line_chance(gap.line, k, p, trap) for k in (0, 1)) / 2)
+    assert 0.0 < gain <= 1.0
+
+
 def test_the_gap_script_reads_a_saved_exhaustive_run(tmp_path, capsys, monkeypatch):
     script, out = gap_script(), tmp_path / "exact"
     assert main(["eval", "tictactoe", "-m", "policy:optimal", "--exhaustive", "-q", "-o", str(out)]) == 0
@@ -230,6 +256,14 @@ def test_the_gap_script_reads_a_saved_exhaustive_run(tmp_path, capsys, monkeypat
 
     capsys.readouterr()
     assert run(out) == 0 and "limit 95.56%" in capsys.readouterr().out
+    monkeypatch.setattr("sys.argv", ["tictactoe_regret.py", str(out), "--train-p", "0.7", "--top", "2"])
+    assert script.main() == 0
+    printed = capsys.readouterr().out  # policy players record no log-probabilities: "nan"
+    assert "| reward gap |" in printed and "| nan |" in printed and "a step of 256 games meets them" in printed
+    for bad in (["--train-p", "nan"], ["--train-p", "1.5"], ["--trap-prob", "-1", "--train-p", "0"], ["--games", "0"]):
+        monkeypatch.setattr("sys.argv", ["tictactoe_regret.py", str(out), *bad])
+        with pytest.raises(SystemExit):
+            script.main()
 
     # a rejected first move in every game (then first_best): the lines are the accepted moves
     def stubborn_once(messages, rng):
