@@ -60,6 +60,7 @@ PROBE_SHARE=${PROBE_SHARE:-}       # with PROBE_REPLIES: the share of probes tha
 RESTART_FRAC=${RESTART_FRAC:-0}   # share of each RL batch that replays a training game lost (scored below
 RESTART_BELOW=${RESTART_BELOW:-0.5}   # RESTART_BELOW) from before one of its moves (rlvr train --restart-frac)
 RESTART_POINTS=${RESTART_POINTS:-random}   # restart from one later move drawn at random, all of them, or backtrack
+RESTART_UNSURE=${RESTART_UNSURE:-}   # with greedy probes: also restart before their turns whose reply had a probability below this
 KEEP_BEST=${KEEP_BEST:-}   # e.g. min:exact/beaten_games: also keep RUN/best, evaluated as stage RUN.best (a selection)
 RL_EXTRA=${RL_EXTRA:-}   # more `rlvr train` flags for the RL phases, e.g. "--kl-coef 0.05"
 EXACT=${EXACT:-1}   # 0: no exact evaluation (the smoke scale, where a barely trained model is slow to walk)
@@ -123,7 +124,7 @@ rl() {  # rl NAME FROM STEPS MIN_P MAX_P LR TEMPERATURE BUCKETS OPENING_PLIES RA
       --eval-env-args '[{"opponent": "random"}, {"opponent": "optimal"}]' $([ "$EXACT" = 1 ] && echo --eval-exact) \
       --eval-every "$EVAL_EVERY" --eval-tasks "$EVAL_TASKS" --save-every "$EVAL_EVERY" $RL_DEVICE_FLAGS $RL_EXTRA \
       --restart-frac "$RESTART_FRAC" --restart-below "$RESTART_BELOW" --restart-points "$RESTART_POINTS" \
-      ${KEEP_BEST:+--keep-best "$KEEP_BEST"}
+      ${KEEP_BEST:+--keep-best "$KEEP_BEST"} ${RESTART_UNSURE:+--restart-unsure "$RESTART_UNSURE"}
     done_in "$name"
   fi
 }

@@ -70,6 +70,8 @@
 #          `bundle "$(bash $0 best)" $OUT`: weights come back only so
 #   weaklr the weak start (300 SFT steps on 200 teacher games; seeds 0 and 1, GPUs 0 and 1) with
 #          RECIPE=unbeatable's RL at learning rates WEAK_LRS (default 4e-5 8e-5), WEAK_STEPS (300)
+#   unsure the shipped model, rlW0's recipe with 128 greedy probes (GPUs 0 and 1), with and without
+#          restarts at the probes' unsure turns (--restart-unsure UNSURE, default 0.9): the wins target
 #   wins   the shipped model, 80 steps at lr 1e-5 against opponents at p = 0.7 after the random
 #          replies: rlW with a KL of 0.05 to the shipped model (GPU WINS_GPU), rlW0 without (WINS_GPU2)
 set -uo pipefail
@@ -281,6 +283,17 @@ start() {
       for seed in 0 1; do
         job "$seed" "weak$seed" "SEED=$seed GAMES=200 SFT_STEPS=300 SFT_BATCH=32 RL_STEPS=${WEAK_STEPS:-300} $r" "${runs[@]}"
       done ;;
+    unsure)  # the wins target: the shipped model with rlW0's recipe (random replies, then p = 0.7,
+      # lr 1e-5) plus 128 greedy probes whose lost games are restarted (walking back), 120 steps;
+      # rlWU also restarts the probes' turns whose reply had a probability below UNSURE (default
+      # 0.9; --restart-unsure) on GPU 0, rlWP without on GPU 1 (the control); not run yet
+      export FIRST_STAGES=sft LAST_STAGES=""
+      local shared="SEED=0 RL_STEPS=${RL_STEPS:-120} EVAL_EVERY=20 TRAP_PROB=1.0 OPENING_PLIES=0 RANDOM_REPLIES=4 RL_MIN_P=0.7 RL_MAX_P=0.7 BUCKETS=1 RL_LR=1e-5 MICRO=32"
+      shared="$shared RESTART_FRAC=0.5 RESTART_BELOW=0.5 RESTART_POINTS=backtrack RL_EXTRA=--restart-greedy=128"
+      shared="$shared KEEP_BEST=min:exact/beaten_games,max:exact/random/win_pct"
+      from_shipped shipped; from_shipped shipped0
+      job 0 shipped "$shared" "rlWU RESTART_UNSURE=${UNSURE:-0.9}"
+      job 1 shipped0 "$shared" "rlWP" ;;
     wins)  # the shipped model against opponents at p = 0.7 (whose best response never loses and
       # wins 95.56% vs random): rlW near it by a KL (GPU WINS_GPU), rlW0 without (GPU WINS_GPU2)
       export FIRST_STAGES=sft LAST_STAGES=""

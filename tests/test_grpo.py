@@ -437,6 +437,11 @@ def test_greedy_probes_are_refused_without_restarts(tiny, tmp_path) -> None:
         config(tiny, tmp_path / "a", restart_greedy=1)
     with pytest.raises(UsageError, match="restart_greedy must be >= 0"):
         config(tiny, tmp_path / "c", restart_frac=0.5, restart_greedy=-1)
+    with pytest.raises(UsageError, match="restart_greedy is 0"):
+        config(tiny, tmp_path / "d", restart_frac=0.5, restart_unsure=0.5)
+    for bad in (-0.1, 1.5, math.nan):
+        with pytest.raises(UsageError, match="restart_unsure must be a probability"):
+            config(tiny, tmp_path / "e", restart_frac=0.5, restart_greedy=1, restart_unsure=bad)
 
 
 class BrokenRestartEnv(RestartableEnv):

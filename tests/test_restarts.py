@@ -174,6 +174,48 @@ def test_greedy_probes_play_ordinary_tasks_with_new_seeds_and_offer_restarts_las
     assert len(r.buffer) == 1 and "restart/greedy_below" not in r.metrics([])
 
 
+class EveryTurn(Echo):
+    """A restart point before each model turn after the first: the conversation up to there."""
+
+    def restart_tasks(self, task, rollout):
+        head, out = list(task.prompt), []
+        for n, turn in enumerate(rollout.turns[:-1], start=1):
+            head += [turn.completion.message(), *turn.env_messages]
+            out.append(Task(id=f"{task.id}@{n}", prompt=tuple(head)))
+        return out
+
+
+def sure(task_id: str, reward: float, *logprobs: list[float] | None, say: str = "reply") -> Rollout:
+    """A probe whose turns' replies had these token log-probabilities."""
+    turns = [
+        Turn(Completion(f"{say} {i}", logprobs=lp), [{"role": "user", "content": f"hint {i}"}])
+        for i, lp in enumerate(logprobs)
+    ]
+    return Rollout(task_id=task_id, rollout_index=0, seed=0, prompt=[], turns=turns, reward=reward)
+
+
+def test_unsure_turns_of_greedy_probes_are_restarted_whatever_the_probe_scored() -> None:
+    batch = [Task(id="a", prompt=({"role": "user", "content": "q"},), seed=1)]
+    r = Restarts(EveryTurn(), frac=0.5, below=0.5, tasks_per_batch=4, seed=3, greedy=2, unsure=0.5)  # 2 a batch
+    r.probe_tasks(batch, 0)
+    won = sure("a~g0", 1.0, [-0.01], [-1.0, -0.5], [-0.05], [-0.3, -0.3, -0.3])  # turns 1 and 3 unsure: 0.22, 0.41
+    lost = sure("a~g1", 0.0, [-0.01], [-0.01], [-0.01], say="lost")  # sure everywhere, but lost: a failure point
+    r.add([], batch, 0, probes=[won, lost])
+    replies = [[m["content"] for m in t.prompt if m["role"] == "assistant"] for t in r.buffer]
+    assert replies[:2] == [["reply 0"], ["reply 0", "reply 1", "reply 2"]] and replies[2][0] == "lost 0"
+    assert r.metrics([])["restart/unsure"] == 2.0  # the least sure first, then the lost probe's point last
+    # at most a batch's worth a step (the least sure kept); no log-probabilities, NaN, turn 0: none
+    r = Restarts(EveryTurn(), frac=0.25, below=0.5, tasks_per_batch=4, seed=3, greedy=2, unsure=0.5)  # 1 a batch
+    r.probe_tasks(batch, 0)
+    r.add([], batch, 0, probes=[won, sure("a~g1", 1.0, [-5.0], None, [math.nan], [-9.0, -9.0])])
+    assert [[m["content"] for m in t.prompt if m["role"] == "assistant"][-1] for t in r.buffer] == ["reply 2"]
+    # off by default: the same probes offer only their failures
+    r = Restarts(EveryTurn(), frac=0.5, below=0.5, tasks_per_batch=4, seed=3, greedy=2)
+    r.probe_tasks(batch, 0)
+    r.add([], batch, 0, probes=[won])
+    assert r.buffer == [] and "restart/unsure" not in r.metrics([])
+
+
 class Harder(Echo):
     """Its probes meet a harder opponent than its training tasks (an env's `probe_task`)."""
 

@@ -119,6 +119,8 @@ class TrainConfig:
     """which of a rollout's restart points join the buffer: random (one), all (the turn before its mistake is then always among them), or backtrack (the last; one turn earlier each time a restart's whole group scores below restart_below again)"""
     restart_greedy: int = 0
     """each step, also play this many games greedily (temperature 0; the batch's tasks in turn, each with a new seed), not trained on: those scoring below restart_below offer restart points too, so restarts also find the mistakes of the policy as it is evaluated (needs restart_frac > 0); 0 = none"""
+    restart_unsure: float = 0.0
+    """greedy probes (restart_greedy) also offer the restart point before each of their model turns whose reply had a probability below this at temperature 1 (the policy's least sure decisions), whatever the probe scored: where a rare better move is tried a whole group at a time, though no game was lost there; 0 = none"""
     turn_credit: float = 0.0
     """weight of the env's score of each model turn (turn_rewards, e.g. the scaffold's guess game), normalised within the group and added to that turn's advantage alone, where the episode's reward is shared by all its turns; 0 = off"""
     ema_decay: float = 0.0
@@ -390,6 +392,13 @@ def _check_values(c: TrainConfig) -> None:
     need(
         c.restart_greedy == 0 or c.restart_frac > 0,
         f"restart_greedy = {c.restart_greedy} finds restart points, but restart_frac is 0 (no batch plays them); set restart_frac",
+    )
+    need(
+        0 <= c.restart_unsure <= 1, f"restart_unsure must be a probability in [0, 1] (0 = none), got {c.restart_unsure}"
+    )
+    need(
+        c.restart_unsure == 0 or c.restart_greedy > 0,
+        f"restart_unsure = {c.restart_unsure} reads the greedy probes' turns, but restart_greedy is 0; set restart_greedy",
     )
     need(
         math.isfinite(c.turn_credit) and c.turn_credit >= 0,

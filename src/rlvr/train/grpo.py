@@ -172,6 +172,7 @@ def train(
         seed=cfg.seed,
         points=cfg.restart_points,
         greedy=cfg.restart_greedy,
+        unsure=cfg.restart_unsure,
     )
     if cfg.restart_greedy % dist.world:
         raise UsageError(

@@ -31,12 +31,24 @@ Why: what an evaluation measures is the greedy policy, and its mistakes are ofte
 moves it prefers by a hair. Sampled games make such a mistake about half the time in that
 position, and only if they reach it; the greedy game makes it every time it gets there. The
 probe games are the policy's own against the training opponent, not an evaluator's.
+
+Unsure turns (`restart_unsure` = u > 0, with probes): each probe, whatever it scored, also
+offers the restart point before each of its model turns whose greedy reply had a probability
+below u at temperature 1 (the exponential of the sum of its tokens' log-probabilities), the
+least sure first, at most one batch's worth of restarts a step, queued before the failures so
+that these stay the newest. Why: a decision where the policy's best move is not its greedy one
+but neither loses (a move that wins less often) is met by few games and tried by fewer
+(`scripts/tictactoe_regret.py --train-p`: the shipped tic-tac-toe model tries another move at its
+28 such decisions about 7 times in a step of 256 games); no failure ever restarts it. A
+restart there lets a whole group compare the moves the policy hesitates between. The
+probability is the policy's own, not an evaluator's.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import random
 import warnings
 from collections.abc import Sequence
@@ -67,6 +79,7 @@ class Restarts:
         seed: int,
         points: str = "random",
         greedy: int = 0,
+        unsure: float = 0.0,
     ) -> None:
         if frac > 0 and not env.restartable:
             raise UsageError(
@@ -76,6 +89,7 @@ class Restarts:
         if points not in RESTART_POINTS:
             raise UsageError(f"unknown restart_points {points!r}; expected one of {', '.join(RESTART_POINTS)}")
         self.env, self.below, self.seed, self.points, self.greedy = env, below, seed, points, greedy
+        self.unsure = unsure
         self.per_batch = round(frac * tasks_per_batch) if frac > 0 else 0
         if frac > 0 and self.per_batch == 0:
             raise UsageError(
@@ -97,6 +111,8 @@ class Restarts:
         """the tasks `probe_tasks` made last"""
         self.probe_scores: list[float] = []
         """the rewards of the last `add`'s greedy probes"""
+        self.queued_unsure = 0
+        """restarts the last `add` queued at the probes' unsure turns"""
 
     @property
     def active(self) -> bool:
@@ -143,6 +159,7 @@ class Restarts:
         by_id = {t.id: t for t in [*tasks, *self.probing]}
         rng = random.Random(mix_seed(self.seed, step, 0xADD))
         known = {_key(t) for t in self.buffer}
+        self.queued_unsure = self._unsure(probes, by_id, known) if self.unsure > 0 else 0
         if self.points == "backtrack":
             self._backtrack(rollouts, known)
         for rollout in rollouts:
@@ -151,15 +168,7 @@ class Restarts:
                 continue
             if self.points == "backtrack" and rollout.task_id in self.played:
                 continue  # a restart's group speaks through _backtrack
-            try:
-                options = self.env.restart_tasks(task, rollout)
-            except Exception as exc:  # an env's bug costs its restarts, not the run
-                if not self.warned:
-                    warnings.warn(
-                        f"restart_tasks failed, no restart from that rollout: {type(exc).__name__}: {exc}", stacklevel=2
-                    )
-                    self.warned = True
-                continue
+            options = self._options(task, rollout)
             if not options:
                 continue
             if self.points == "backtrack":
@@ -171,6 +180,39 @@ class Restarts:
         if self.earlier:  # keep the earlier points of waiting restarts only
             waiting = {t.id for t in self.buffer}
             self.earlier = {k: v for k, v in self.earlier.items() if k in waiting}
+
+    def _options(self, task: Task, rollout: Rollout) -> list[Task]:
+        """The env's restart points of `rollout`; none, with one warning a run, when it fails."""
+        try:
+            return self.env.restart_tasks(task, rollout)
+        except Exception as exc:  # an env's bug costs its restarts, not the run
+            if not self.warned:
+                warnings.warn(
+                    f"restart_tasks failed, no restart from that rollout: {type(exc).__name__}: {exc}", stacklevel=3
+                )
+                self.warned = True
+            return []
+
+    def _unsure(self, probes: Sequence[Rollout], by_id: dict[str, Task], known: set[str]) -> int:
+        """Queue the restart points before the probes' turns whose reply had a probability below
+        `unsure` (the least sure first, at most `per_batch`); the number queued."""
+        found: list[tuple[float, Task, str]] = []
+        for probe in probes:
+            task = by_id.get(probe.task_id)
+            if task is None or probe.error is not None:
+                continue
+            for option in self._options(task, probe):
+                # the turn a point restarts: the model turns its prompt holds beyond the task's
+                turn = sum(1 for m in option.prompt[len(task.prompt) :] if m.get("role") == "assistant")
+                logprobs = probe.turns[turn].completion.logprobs if turn < len(probe.turns) else None
+                if logprobs:
+                    chance = math.exp(math.fsum(logprobs))
+                    if chance < self.unsure:  # (a NaN log-probability is not below)
+                        found.append((chance, option, task.id))
+        before = len(self.buffer)
+        for _, option, of in sorted(found, key=lambda x: x[0])[: self.per_batch]:
+            self._push(option, of, known)
+        return len(self.buffer) - before
 
     def _push(self, pick: Task, of: str, known: set[str], earlier: list[Task] | None = None) -> None:
         """Queue `pick` (a restart point of task `of`) under a new id, unless the buffer holds
@@ -209,6 +251,8 @@ class Restarts:
             out["restart/backtracked"] = float(self.backtracked)
         if self.probe_scores:  # how often the greedy policy scores below restart_below
             out["restart/greedy_below"] = sum(x < self.below for x in self.probe_scores) / len(self.probe_scores)
+        if self.unsure > 0:
+            out["restart/unsure"] = float(self.queued_unsure)
         scores = [r.reward for r in rollouts if r.task_id in self.played and r.error is None]
         if scores:
             out["restart/reward"] = sum(scores) / len(scores)
