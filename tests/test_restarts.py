@@ -207,8 +207,14 @@ def test_unsure_turns_of_greedy_probes_are_restarted_whatever_the_probe_scored()
     # at most a batch's worth a step (the least sure kept); no log-probabilities, NaN, turn 0: none
     r = Restarts(EveryTurn(), frac=0.25, below=0.5, tasks_per_batch=4, seed=3, greedy=2, unsure=0.5)  # 1 a batch
     r.probe_tasks(batch, 0)
-    r.add([], batch, 0, probes=[won, sure("a~g1", 1.0, [-5.0], None, [math.nan], [-9.0, -9.0])])
-    assert [[m["content"] for m in t.prompt if m["role"] == "assistant"][-1] for t in r.buffer] == ["reply 2"]
+    hostile = sure("a~g1", 1.0, [-5.0], None, [math.nan], [-9.0, -9.0], [math.inf, -math.inf], [1000.0], [-math.inf])
+    r.add([], batch, 0, probes=[won, hostile])
+    assert [[m["content"] for m in t.prompt if m["role"] == "assistant"][-1] for t in r.buffer] == ["reply 5"]
+    # (the reply of probability 0 is the least sure); room for all: inf - inf and +1000 are skipped
+    r = Restarts(EveryTurn(), frac=0.5, below=0.5, tasks_per_batch=16, seed=3, greedy=2, unsure=0.5)  # 8 a batch
+    r.probe_tasks(batch, 0)
+    r.add([], batch, 0, probes=[won, hostile])
+    assert sorted(len(t.prompt) for t in r.buffer) == [3, 7, 13]  # turns 1, 3 (both probes: the same), 6
     # off by default: the same probes offer only their failures
     r = Restarts(EveryTurn(), frac=0.5, below=0.5, tasks_per_batch=4, seed=3, greedy=2)
     r.probe_tasks(batch, 0)

@@ -206,9 +206,9 @@ class Restarts:
                 turn = sum(1 for m in option.prompt[len(task.prompt) :] if m.get("role") == "assistant")
                 logprobs = probe.turns[turn].completion.logprobs if turn < len(probe.turns) else None
                 if logprobs:
-                    chance = math.exp(math.fsum(logprobs))
-                    if chance < self.unsure:  # (a NaN log-probability is not below)
-                        found.append((chance, option, task.id))
+                    total = sum(float(x) for x in logprobs)  # (inf and -inf make NaN here, not an error)
+                    if total < math.log(self.unsure):  # in log space: a NaN is not below, +1000 no overflow
+                        found.append((total, option, task.id))
         before = len(self.buffer)
         for _, option, of in sorted(found, key=lambda x: x[0])[: self.per_batch]:
             self._push(option, of, known)
