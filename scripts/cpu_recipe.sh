@@ -2,6 +2,8 @@
 # The CPU recipe of docs/training.md ("Train on a CPU"): scaffold the multi-turn guess-the-number
 # env, build a tiny model, evaluate it, SFT it on its binary-search player's games, evaluate,
 # RL it, evaluate. One line per stage with its wall time and the greedy solved rate.
+# TEACHER=middle_half SFTs on the scaffold's weaker player instead (a random number from the
+# middle half of what the hints leave; docs/training.md says what RL did from it).
 #
 #   scripts/cpu_recipe.sh [OUT_DIR]      # OUT_DIR defaults to a fresh temporary folder
 #
@@ -12,7 +14,8 @@ set -euo pipefail
 
 OUT=${1:-$(mktemp -d -t rlvr-cpu-recipe.XXXXXX)}
 NAME=${RECIPE_ENV:-cpu_guess}
-GEN_TASKS=${GEN_TASKS:-1000}      # binary-search games kept as SFT data
+TEACHER=${TEACHER:-binary_search}  # the player whose solved games are the SFT data (policy:NAME)
+GEN_TASKS=${GEN_TASKS:-1000}      # its games played (the solved ones are kept)
 EVAL_TASKS=${EVAL_TASKS:-100}     # eval-split tasks, one greedy rollout each
 SFT_STEPS=${SFT_STEPS:-400}       # batches of 16 games, lr 2e-3 (the model starts from random weights)
 RL_STEPS=${RL_STEPS:-40}          # batches of 64 rollouts: 8 tasks x 8
@@ -58,7 +61,7 @@ rlvr init "$NAME" --kind multi -o envs >/dev/null
 if [[ $INSTALL == 1 ]]; then pip install -q -e "envs/$NAME" 2>/dev/null; fi
 stage install
 rlvr model new --preset tiny --corpus "$NAME" -o base >/dev/null 2>&1
-rlvr gen "$NAME" -m policy:binary_search -a "{\"num_tasks\": $GEN_TASKS}" -f 'solved == 1' -o sft.jsonl -q >/dev/null
+rlvr gen "$NAME" -m "policy:$TEACHER" -a "{\"num_tasks\": $GEN_TASKS}" -f 'solved == 1' -o sft.jsonl -q >/dev/null
 stage model+data
 evaluate base eval/base
 stage eval-base eval/base

@@ -69,7 +69,7 @@ def test_scaffold_env_passes_check_env_and_its_reference_player_wins(
     env = module.load_environment(num_tasks=4, eval_tasks=4)
     check_env(env)
     assert env.sampling.max_tokens is not None  # the scaffold shows where a per-turn limit goes
-    (player,) = env.policies().values()
+    player = next(iter(env.policies().values()))  # the first one listed: check_env's and the tests'
     rollouts = asyncio.run(run_rollouts(env, player(), env.tasks(), rollouts_per_task=2))
     assert [r.reward for r in rollouts] == [1.0] * 8
     assert doctest.testmod(module).failed == 0
@@ -131,6 +131,12 @@ def test_names_with_dashes_load_under_either_spelling(
         history += [{"role": "user", "content": "Lower."}]
         assert module.binary_search_policy(question, random.Random(0)) == "<guess>50</guess>"
         assert module.binary_search_policy(question + history, random.Random(0)) == "<guess>62</guess>"
+        # the weaker player: a random number from the middle half of what the hints leave
+        picks = {module.middle_half_policy(question + history, random.Random(i)) for i in range(200)}
+        assert picks == {f"<guess>{n}</guess>" for n in range(56, 70)}  # 51..74 left: its middle half
+        weaker = env.policies()["middle_half"]()
+        rollouts = asyncio.run(run_rollouts(env, weaker, env.tasks()))
+        assert all(r.rewards["consistent_guesses"] == 1.0 for r in rollouts)  # never outside the range
     finally:
         del sys.modules["guess_it"]
 
