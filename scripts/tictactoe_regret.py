@@ -30,8 +30,8 @@ import sys
 from pathlib import Path
 
 from rlvr_tictactoe import tree
-from rlvr_tictactoe.game import Board, apply_move, legal_moves, winner
-from rlvr_tictactoe.tasks import reply_prob
+from rlvr_tictactoe.game import Board, apply_move, legal_moves
+from rlvr_tictactoe.tasks import game_outcome, reply_prob
 
 from rlvr.errors import ResultsError
 from rlvr.results import RunDir
@@ -39,41 +39,40 @@ from rlvr.results import RunDir
 Line = tuple[tuple[str, int], ...]
 
 
-def read_policy(run: Path) -> dict[Line, int]:
-    """The model's move after each line of the saved games. A torn last line (a killed run) is
-    dropped by `RunDir`; a run without exact records is refused."""
+def read_records(run: Path) -> tuple[dict[Line, int], dict[Line, float]]:
+    """From one pass over the saved games: the model's move after each line, and the chance at
+    temperature 1 of its recorded (greedy) reply there, exp of the sum of the reply's token
+    log-probabilities (where the record has them, and no rejected move adds a turn). A torn
+    last line (a killed run) is dropped by `RunDir`; a run without exact records is refused."""
     policy: dict[Line, int] = {}
+    odds: dict[Line, float] = {}
     for rollout in RunDir.open(run).read():
         record = rollout.info.get("exact")
         if not isinstance(record, dict) or not record.get("moves"):
             raise ResultsError(f"{run}: game {rollout.task_id} has no exact record (not an --exhaustive run?)")
         moves = [(step[0], int(step[1:])) for step in record["moves"].split(".")]
-        for i, (mark, cell) in enumerate(moves):
-            if mark == "X":
-                policy[tuple(moves[:i])] = cell
-    return policy
+        mine = [i for i, (mark, _) in enumerate(moves) if mark == "X"]
+        for i in mine:
+            policy[tuple(moves[:i])] = moves[i][1]
+        if len(rollout.turns) == len(mine):  # one turn a move: each reply is that move's
+            for i, turn in zip(mine, rollout.turns, strict=True):
+                if turn.completion.logprobs:
+                    total = sum(turn.completion.logprobs)  # (a hostile +1000 is no probability: NaN, no overflow)
+                    odds[tuple(moves[:i])] = math.exp(total) if total <= 0 else math.nan
+    return policy, odds
 
 
-def greedy_odds(run: Path) -> dict[Line, float]:
-    """The chance, at temperature 1, of the model's recorded (greedy) reply after each line:
-    exp of the sum of its tokens' log-probabilities (NaN where a record has none)."""
-    odds: dict[Line, float] = {}
-    for rollout in RunDir.open(run).read():
-        moves = [(step[0], int(step[1:])) for step in rollout.info["exact"]["moves"].split(".")]
-        turns = [i for i, (mark, _) in enumerate(moves) if mark == "X"]
-        for at, turn in zip(turns, rollout.turns, strict=False):  # (a rejected move adds a turn: then unread)
-            logprobs = turn.completion.logprobs
-            if len(rollout.turns) == len(turns) and logprobs:
-                odds[tuple(moves[:at])] = math.exp(sum(logprobs))
-    return odds
+def read_policy(run: Path) -> dict[Line, int]:
+    """The model's move after each line of the saved games (`read_records`)."""
+    return read_records(run)[0]
 
 
 @functools.cache
 def value(board: Board, x_to_move: bool, k: int, p: float, trap: float) -> float:
     """The training reward (win 1, draw 0.5, loss 0) X can expect from `board` against the
     training opponent with k random replies, playing the best reply to it."""
-    if (w := winner(board)) is not None or " " not in board:
-        return {"X": 1.0, "O": 0.0, None: 0.5}[w]
+    if (outcome := game_outcome(board)) is not None:
+        return {"win": 1.0, "draw": 0.5, "loss": 0.0}[outcome]
     if x_to_move:
         return max(value(apply_move(board, m, "X"), False, k, p, trap) for m in legal_moves(board))
     q = reply_prob(board, p, k)
@@ -84,19 +83,21 @@ def value(board: Board, x_to_move: bool, k: int, p: float, trap: float) -> float
 
 
 def training_view(gap: tree.Gap, ks: list[int], p: float, trap: float) -> tuple[float, float]:
-    """(reach, reward gap) of one decision under the training opponent (see the module)."""
+    """(reach, reward gap) of one decision under the training opponent (see the module): each
+    k weighs as often as it leads there."""
     board = tree.EMPTY_BOARD
     for mark, cell in gap.line:
         board = apply_move(board, cell, mark)
     reaches = [tree.line_chance(gap.line, k, p, trap) for k in ks]
-    best = max(gap.best, key=lambda m: sum(value(apply_move(board, m, "X"), False, k, p, trap) for k in ks))
-    gaps = [
-        value(apply_move(board, best, "X"), False, k, p, trap)
-        - value(apply_move(board, gap.move, "X"), False, k, p, trap)
-        for k in ks
-    ]
     total = sum(reaches)
-    return total / len(ks), sum(r * g for r, g in zip(reaches, gaps, strict=True)) / total if total else math.nan
+    if not total:
+        return 0.0, math.nan
+
+    def worth(move: int) -> float:
+        after = apply_move(board, move, "X")
+        return sum(r * value(after, False, k, p, trap) for r, k in zip(reaches, ks, strict=True)) / total
+
+    return total / len(ks), max(worth(m) for m in gap.best) - worth(gap.move)
 
 
 def main() -> int:
@@ -116,8 +117,7 @@ def main() -> int:
     if not 0 <= args.random_replies <= 5 or args.games < 1:
         parser.error("--random-replies must be from 0 to 5, --games at least 1")
     try:
-        policy = read_policy(args.run)
-        odds = greedy_odds(args.run) if args.train_p is not None else {}
+        policy, odds = read_records(args.run)
         wins, gaps = tree.win_rate_gaps(lambda line, board: policy[line])
     except ResultsError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -137,15 +137,14 @@ def main() -> int:
     print(head + (" greedy at T 1 | reach | reward gap |" if extra else ""))
     print("|---" * (5 + 3 * extra) + "|")
     ks = list(range(args.random_replies + 1))
-    for g in gaps[: args.top]:
+    views = [(g, *training_view(g, ks, args.train_p, args.trap_prob)) for g in gaps] if extra else []
+    for i, g in enumerate(gaps[: args.top]):
         line = " ".join(f"{mark}{cell}" for mark, cell in g.line) or "(X opens)"
         row = f"| {100 * g.weighted:.2f} | {g.gap:.3f} | {line} | X{g.move} | {', '.join(map(str, g.best))} |"
         if extra:
-            at, gain = training_view(g, ks, args.train_p, args.trap_prob)
-            row += f" {odds.get(g.line, math.nan):.3f} | {at:.4f} | {gain:.3f} |"
+            row += f" {odds.get(g.line, math.nan):.3f} | {views[i][1]:.4f} | {views[i][2]:.3f} |"
         print(row)
     if extra:  # over every decision, not only the listed ones
-        views = [(g, *training_view(g, ks, args.train_p, args.trap_prob)) for g in gaps]
         meets = sum(at for _, at, _ in views)
         stake = sum(at * gain for _, at, gain in views)
         other = sum(at * (1 - odds.get(g.line, math.nan)) for g, at, _ in views)

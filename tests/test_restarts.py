@@ -215,6 +215,18 @@ def test_unsure_turns_of_greedy_probes_are_restarted_whatever_the_probe_scored()
     r.probe_tasks(batch, 0)
     r.add([], batch, 0, probes=[won, hostile])
     assert sorted(len(t.prompt) for t in r.buffer) == [3, 7, 13]  # turns 1, 3 (both probes: the same), 6
+    # a lost probe's points are asked of the env once, for its unsure turns and its failure
+    asked = []
+
+    class Counting(EveryTurn):
+        def restart_tasks(self, task, rollout):
+            asked.append(rollout.task_id)
+            return super().restart_tasks(task, rollout)
+
+    r = Restarts(Counting(), frac=0.5, below=0.5, tasks_per_batch=4, seed=3, greedy=2, unsure=0.5)
+    r.probe_tasks(batch, 0)
+    r.add([], batch, 0, probes=[won, lost])
+    assert sorted(asked) == ["a~g0", "a~g1"] and len(r.buffer) == 3
     # off by default: the same probes offer only their failures
     r = Restarts(EveryTurn(), frac=0.5, below=0.5, tasks_per_batch=4, seed=3, greedy=2)
     r.probe_tasks(batch, 0)

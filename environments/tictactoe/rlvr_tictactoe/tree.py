@@ -37,7 +37,7 @@ from rlvr_tictactoe.game import (
     trap_moves,
     winner,
 )
-from rlvr_tictactoe.tasks import reply_prob
+from rlvr_tictactoe.tasks import game_outcome, reply_prob
 
 OPPONENT_P = {"random": 1.0, "optimal": 0.0}
 """The opponents exact evaluation weighs every game for: name -> random-move probability."""
@@ -169,13 +169,6 @@ def mistake(moves: str) -> str | None:
 # ---- limits on the bare game tree -----------------------------------------------------------
 
 
-def _outcome(board: Board) -> str | None:
-    w = winner(board)
-    if w is not None:
-        return "win" if w == "X" else "loss"
-    return "draw" if " " not in board else None
-
-
 def _average(boards: list[Board], value: Any) -> Any:
     return sum(value(b) for b in boards) / len(boards)
 
@@ -183,7 +176,7 @@ def _average(boards: list[Board], value: Any) -> Any:
 @functools.cache
 def _safe_win(board: Board, x_to_move: bool) -> float:
     """Highest win probability vs the random O among X policies that never lose."""
-    if (o := _outcome(board)) is not None:
+    if (o := game_outcome(board)) is not None:
         return float(o == "win")
     if x_to_move:
         return max(_safe_win(apply_move(board, m, "X"), False) for m in _never_losing(board))
@@ -210,7 +203,7 @@ def never_losing_max_win_rate() -> float:
 
 @functools.cache
 def _minimax_vs_random(board: Board, x_to_move: bool) -> tuple[float, float, float]:
-    if (o := _outcome(board)) is not None:
+    if (o := game_outcome(board)) is not None:
         return (float(o == "win"), float(o == "draw"), float(o == "loss"))
     mark, moves = ("X", best_moves(board, "X")) if x_to_move else ("O", legal_moves(board))
     rows = [_minimax_vs_random(apply_move(board, m, mark), not x_to_move) for m in moves]
@@ -262,13 +255,13 @@ def win_rate_gaps(choose: Callable[[tuple[tuple[str, int], ...], Board], int]) -
                 if _safe_win(apply_move(board, m, "X"), False) >= _safe_win(board, True) - 1e-9
             ]
             gaps.append(Gap(chance * gap, gap, line, move, best))
-        if (o := _outcome(after)) is not None:
+        if (o := game_outcome(after)) is not None:
             wins += chance * (o == "win")
             return
         replies = legal_moves(after)
         for cell in replies:
             board2, p = apply_move(after, cell, "O"), chance / len(replies)
-            if (o := _outcome(board2)) is not None:
+            if (o := game_outcome(board2)) is not None:
                 wins += p * (o == "win")
             else:
                 walk(board2, (*line, ("X", move), ("O", cell)), p)

@@ -260,6 +260,17 @@ def test_the_gap_script_reads_a_saved_exhaustive_run(tmp_path, capsys, monkeypat
     assert script.main() == 0
     printed = capsys.readouterr().out  # policy players record no log-probabilities: "nan"
     assert "| reward gap |" in printed and "| nan |" in printed and "a step of 256 games meets them" in printed
+    # recorded log-probabilities: a real one read back, hostile ones (no probability) shown as nan
+    lines = (out / "results.jsonl").read_text().splitlines()
+    games = [json.loads(x) for x in lines]
+    for game, logprobs in zip(games, [[-0.5]] * (len(games) - 2) + [[1000.0], [1e308, 1e308]], strict=True):
+        for turn in game["turns"]:  # (the hostile ones last: their lines are read last)
+            turn["completion"]["logprobs"] = logprobs
+    (out / "results.jsonl").write_text("".join(json.dumps(g) + "\n" for g in games))
+    policy, odds = script.read_records(out)
+    assert all(math.isnan(x) or math.isclose(x, math.exp(-0.5)) for x in odds.values())
+    assert any(math.isclose(x, math.exp(-0.5)) for x in odds.values()) and any(math.isnan(x) for x in odds.values())
+    assert script.main() == 0
     for bad in (["--train-p", "nan"], ["--train-p", "1.5"], ["--trap-prob", "-1", "--train-p", "0"], ["--games", "0"]):
         monkeypatch.setattr("sys.argv", ["tictactoe_regret.py", str(out), *bad])
         with pytest.raises(SystemExit):

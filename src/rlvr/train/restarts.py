@@ -159,7 +159,8 @@ class Restarts:
         by_id = {t.id: t for t in [*tasks, *self.probing]}
         rng = random.Random(mix_seed(self.seed, step, 0xADD))
         known = {_key(t) for t in self.buffer}
-        self.queued_unsure = self._unsure(probes, by_id, known) if self.unsure > 0 else 0
+        memo: dict[int, list[Task]] = {}  # a probe's points, asked of the env once (unsure turns, failures)
+        self.queued_unsure = self._unsure(probes, by_id, known, memo) if self.unsure > 0 else 0
         if self.points == "backtrack":
             self._backtrack(rollouts, known)
         for rollout in rollouts:
@@ -168,7 +169,7 @@ class Restarts:
                 continue
             if self.points == "backtrack" and rollout.task_id in self.played:
                 continue  # a restart's group speaks through _backtrack
-            options = self._options(task, rollout)
+            options = self._options(task, rollout, memo)
             if not options:
                 continue
             if self.points == "backtrack":
@@ -181,19 +182,24 @@ class Restarts:
             waiting = {t.id for t in self.buffer}
             self.earlier = {k: v for k, v in self.earlier.items() if k in waiting}
 
-    def _options(self, task: Task, rollout: Rollout) -> list[Task]:
-        """The env's restart points of `rollout`; none, with one warning a run, when it fails."""
-        try:
-            return self.env.restart_tasks(task, rollout)
-        except Exception as exc:  # an env's bug costs its restarts, not the run
-            if not self.warned:
-                warnings.warn(
-                    f"restart_tasks failed, no restart from that rollout: {type(exc).__name__}: {exc}", stacklevel=3
-                )
-                self.warned = True
-            return []
+    def _options(self, task: Task, rollout: Rollout, memo: dict[int, list[Task]]) -> list[Task]:
+        """The env's restart points of `rollout` (kept in `memo` for this `add`); none, with one
+        warning a run, when it fails."""
+        if id(rollout) not in memo:
+            try:
+                memo[id(rollout)] = self.env.restart_tasks(task, rollout)
+            except Exception as exc:  # an env's bug costs its restarts, not the run
+                if not self.warned:
+                    warnings.warn(
+                        f"restart_tasks failed, no restart from that rollout: {type(exc).__name__}: {exc}", stacklevel=3
+                    )
+                    self.warned = True
+                memo[id(rollout)] = []
+        return memo[id(rollout)]
 
-    def _unsure(self, probes: Sequence[Rollout], by_id: dict[str, Task], known: set[str]) -> int:
+    def _unsure(
+        self, probes: Sequence[Rollout], by_id: dict[str, Task], known: set[str], memo: dict[int, list[Task]]
+    ) -> int:
         """Queue the restart points before the probes' turns whose reply had a probability below
         `unsure` (the least sure first, at most `per_batch`); the number queued."""
         found: list[tuple[float, Task, str]] = []
@@ -201,7 +207,7 @@ class Restarts:
             task = by_id.get(probe.task_id)
             if task is None or probe.error is not None:
                 continue
-            for option in self._options(task, probe):
+            for option in self._options(task, probe, memo):
                 # the turn a point restarts: the model turns its prompt holds beyond the task's
                 turn = sum(1 for m in option.prompt[len(task.prompt) :] if m.get("role") == "assistant")
                 logprobs = probe.turns[turn].completion.logprobs if turn < len(probe.turns) else None
