@@ -197,13 +197,15 @@ async def test_timeouts_until_retries_run_out(openai_server) -> None:
 
 
 async def test_unreachable_endpoint_is_retried_then_a_client_error() -> None:
-    with socket.socket() as s:  # a port that nothing listens on
+    # a port bound but not listening: refused, and held so that no other test's server (pytest
+    # -n 2) takes it meanwhile (once, a freed port was reused and the client hung to the timeout)
+    with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    client = OpenAIClient("m", base_url=f"http://127.0.0.1:{port}/v1", max_retries=2, backoff_s=0.001)
-    async with client:
-        with pytest.raises(ClientError, match="failed 3 times; last: connection failed"):
-            await client.chat(HI, SamplingArgs())
+        client = OpenAIClient("m", base_url=f"http://127.0.0.1:{port}/v1", max_retries=2, backoff_s=0.001)
+        async with client:
+            with pytest.raises(ClientError, match="failed 3 times; last: connection failed"):
+                await client.chat(HI, SamplingArgs())
     assert client.requests == 3
 
 
