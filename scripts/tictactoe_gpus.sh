@@ -286,7 +286,8 @@ start() {
     unsure)  # the wins target: the shipped model with rlW0's recipe (random replies, then p = 0.7,
       # lr 1e-5) plus 128 greedy probes whose lost games are restarted (walking back), 120 steps;
       # rlWU also restarts the probes' turns whose reply had a probability below UNSURE (default
-      # 0.9; --restart-unsure) on GPU 0, rlWP without on GPU 1 (the control); not run yet
+      # 0.9; --restart-unsure) on GPU 0, rlWP without on GPU 1 (the control); run 2026-11-28:
+      # no gain (docs/RESULTS.md)
       export FIRST_STAGES=sft LAST_STAGES=""
       local shared="SEED=0 RL_STEPS=${RL_STEPS:-120} EVAL_EVERY=20 TRAP_PROB=1.0 OPENING_PLIES=0 RANDOM_REPLIES=4 RL_MIN_P=0.7 RL_MAX_P=0.7 BUCKETS=1 RL_LR=1e-5 MICRO=32"
       shared="$shared RESTART_FRAC=0.5 RESTART_BELOW=0.5 RESTART_POINTS=backtrack RL_EXTRA=--restart-greedy=128"
