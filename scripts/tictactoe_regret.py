@@ -1,6 +1,6 @@
 """Where a greedy model gives up wins against the random opponent, exactly.
 
-    python scripts/tictactoe_regret.py RUN [--top 12] [--train-p 0.7 [--random-replies 4] [--trap-prob 1]]
+    python scripts/tictactoe_regret.py RUN [--top 12] [--train-p 0.7 [--random-replies 4] [--trap-prob 1] [--unsure 0.9]]
 
 RUN is an `rlvr eval tictactoe --exhaustive` folder (or its results.jsonl). The model's move
 after every line it reaches is read from each game's record (`info["exact"]["moves"]`, the
@@ -19,6 +19,12 @@ log-probabilities; 1 less it bounds how often a group tries another move); "reac
 chance that one training game, the model playing greedily, gets there; and "reward gap", the
 training reward (win 1, draw 0.5) the best never-losing move earns there over the model's
 move, both followed by the best reply to that opponent, averaged over k as the line weighs it.
+
+With `--unsure U` as well, what `rlvr train --restart-unsure U` restarts: every decision whose
+greedy reply has a probability below U at T 1, however it scores, with its reach (here the
+chance that one greedy probe game gets there) and its reward gap against the training opponent
+(0 where the model's move is already the best reply to it), and how much of the probes' meetings
+with such turns fall where a better move exists.
 """
 
 from __future__ import annotations
@@ -100,6 +106,34 @@ def training_view(gap: tree.Gap, ks: list[int], p: float, trap: float) -> tuple[
     return total / len(ks), max(worth(m) for m in gap.best) - worth(gap.move)
 
 
+def unsure_view(
+    policy: dict[Line, int], odds: dict[Line, float], u: float, ks: list[int], p: float, trap: float
+) -> list[tuple[Line, int, float, float, float]]:
+    """(line, model's move, greedy probability, reach, reward gap) of each decision whose greedy reply has a
+    probability below `u` at T 1 (no recorded probability: left out), most often reached
+    first; reach and gap as in `training_view`, over every legal move (not only never-losing
+    ones: against the training opponent the best reply is what the reward favours)."""
+    rows = []
+    for line, move in policy.items():
+        sure = odds.get(line, math.nan)
+        if not sure < u:  # (NaN: not recorded)
+            continue
+        board = tree.EMPTY_BOARD
+        for mark, cell in line:
+            board = apply_move(board, cell, mark)
+        reaches = [tree.line_chance(line, k, p, trap) for k in ks]
+        total = sum(reaches)
+        if not total:
+            continue
+
+        def worth(m: int) -> float:
+            after = apply_move(board, m, "X")
+            return sum(r * value(after, False, k, p, trap) for r, k in zip(reaches, ks, strict=True)) / total
+
+        rows.append((line, move, sure, total / len(ks), max(worth(m) for m in legal_moves(board)) - worth(move)))
+    return sorted(rows, key=lambda row: -row[3])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("run", type=Path, help="an `rlvr eval tictactoe --exhaustive` folder or its results.jsonl")
@@ -110,12 +144,17 @@ def main() -> int:
     parser.add_argument("--random-replies", type=int, default=4, help="the env's random_replies (k from 0 to this)")
     parser.add_argument("--trap-prob", type=float, default=1.0, help="the env's trap_prob")
     parser.add_argument("--games", type=int, default=256, help="training games a step, for the summary line")
+    parser.add_argument(
+        "--unsure", type=float, default=None, help="with --train-p: the decisions --restart-unsure U restarts"
+    )
     args = parser.parse_args()
     for name in ("train_p", "trap_prob"):
         if getattr(args, name) is not None and not 0.0 <= getattr(args, name) <= 1.0:  # (NaN fails this too)
             parser.error(f"--{name.replace('_', '-')} must be in [0, 1], got {getattr(args, name)}")
     if not 0 <= args.random_replies <= 5 or args.games < 1:
         parser.error("--random-replies must be from 0 to 5, --games at least 1")
+    if args.unsure is not None and (args.train_p is None or not 0.0 < args.unsure <= 1.0):
+        parser.error(f"--unsure must be in (0, 1] and needs --train-p, got {args.unsure}")
     try:
         policy, odds = read_records(args.run)
         wins, gaps = tree.win_rate_gaps(lambda line, board: policy[line])
@@ -153,7 +192,28 @@ def main() -> int:
             f"{stake:.4f} of training reward at stake; a step of {args.games} games meets them "
             f"{args.games * meets:.1f} times and samples another move there {args.games * other:.1f} times"
         )
+    if args.unsure is not None:
+        print_unsure(unsure_view(policy, odds, args.unsure, ks, args.train_p, args.trap_prob), args.unsure, args.top)
     return 0
+
+
+def print_unsure(rows: list[tuple[Line, int, float, float, float]], u: float, top: int) -> None:
+    meets = sum(row[3] for row in rows)
+    better = [(at, gain) for *_, at, gain in rows if gain > 1e-9]
+    at_better = sum(at for at, _ in better)
+    mean_gap = sum(at * gain for at, gain in better) / at_better if at_better else 0.0
+    print(f"\n{len(rows)} decisions have a greedy reply below {u} at T 1 (what --restart-unsure {u} restarts)")
+    print("| reach | greedy at T 1 | line | model | reward gap |")
+    print("|---|---|---|---|---|")
+    for line, move, sure, at, gain in rows[:top]:
+        text = " ".join(f"{mark}{cell}" for mark, cell in line) or "(X opens)"
+        print(f"| {at:.4f} | {sure:.3f} | {text} | X{move} | {gain:.3f} |")
+    share = at_better / meets if meets else 0.0
+    print(
+        f"a greedy probe game meets them {meets:.4f} times on average; {100 * share:.1f}% of those meetings are at "
+        f"the {len(better)} with a better move (mean reward gap there {mean_gap:.3f}), "
+        f"{100 * (1 - share):.1f}% where the model's move is already the best reply"
+    )
 
 
 if __name__ == "__main__":

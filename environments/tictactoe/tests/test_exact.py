@@ -241,6 +241,29 @@ def test_the_gap_script_values_positions_as_training_games_score_them():
     assert 0.0 < gain <= 1.0
 
 
+def test_the_gap_script_finds_what_unsure_restarts_would_restart():
+    """`unsure_view`: only decisions below the threshold (not those without a recorded
+    probability); a policy that replies best to the training opponent has no gap anywhere, and
+    a worse opening shows exactly the value it gives up."""
+    script, p, trap = gap_script(), 0.7, 1.0
+
+    def best(board) -> int:
+        return max(legal_moves(board), key=lambda m: script.value(apply_move(board, m, "X"), False, 0, p, trap))
+
+    policy: dict = {}
+    tree.win_rate_gaps(lambda line, board: policy.setdefault(line, best(board)))
+    odds = dict.fromkeys(policy, 0.5)
+    odds[(("O", 4),)], odds[(("O", 0),)] = 0.95, math.nan  # sure, and not recorded
+    rows = script.unsure_view(policy, odds, 0.9, [0], p, trap)
+    assert {row[0] for row in rows} == set(policy) - {(("O", 4),), (("O", 0),)}
+    assert all(abs(gain) < 1e-12 for *_, gain in rows)
+    assert [row[3] for row in rows] == sorted((row[3] for row in rows), reverse=True)
+    policy[()] = 1  # an edge opening
+    (root,) = [row for row in script.unsure_view(policy, odds, 0.9, [0], p, trap) if row[0] == ()]
+    after = [script.value(apply_move(EMPTY_BOARD, m, "X"), False, 0, p, trap) for m in range(9)]
+    assert root[1:4] == (1, 0.5, 0.5) and math.isclose(root[4], max(after) - after[1]) and root[4] > 0
+
+
 def test_the_gap_script_reads_a_saved_exhaustive_run(tmp_path, capsys, monkeypatch):
     script, out = gap_script(), tmp_path / "exact"
     assert main(["eval", "tictactoe", "-m", "policy:optimal", "--exhaustive", "-q", "-o", str(out)]) == 0
@@ -271,6 +294,15 @@ def test_the_gap_script_reads_a_saved_exhaustive_run(tmp_path, capsys, monkeypat
     assert all(math.isnan(x) or math.isclose(x, math.exp(-0.5)) for x in odds.values())
     assert any(math.isclose(x, math.exp(-0.5)) for x in odds.values()) and any(math.isnan(x) for x in odds.values())
     assert script.main() == 0
+    monkeypatch.setattr("sys.argv", ["tictactoe_regret.py", str(out), "--train-p", "0.7", "--unsure", "0.9"])
+    capsys.readouterr()
+    assert script.main() == 0
+    printed = capsys.readouterr().out  # every recorded reply had probability exp(-0.5) < 0.9
+    assert "have a greedy reply below 0.9" in printed and "a greedy probe game meets them" in printed
+    for bad in (["--unsure", "0.5"], ["--train-p", "0.7", "--unsure", "0"], ["--train-p", "0.7", "--unsure", "nan"]):
+        monkeypatch.setattr("sys.argv", ["tictactoe_regret.py", str(out), *bad])
+        with pytest.raises(SystemExit):
+            script.main()
     for bad in (["--train-p", "nan"], ["--train-p", "1.5"], ["--trap-prob", "-1", "--train-p", "0"], ["--games", "0"]):
         monkeypatch.setattr("sys.argv", ["tictactoe_regret.py", str(out), *bad])
         with pytest.raises(SystemExit):
