@@ -9,6 +9,9 @@
 #   scripts/multigpu_bench.sh check-1.7b OUT   # FSDP2 x2 vs DDP x2 vs 1 GPU, first 5 steps' loss
 #   scripts/multigpu_bench.sh build-4b OUT     # only build the 4B model (so check-4b has its 9 minutes)
 #   scripts/multigpu_bench.sh check-4b OUT     # FSDP2 x2 vs 1 GPU (may not fit: reported), 4B
+#   CHECK_ARGS="--ddp --batch 64" scripts/multigpu_bench.sh check-4b OUT   # as measured on 2 x H200
+#                                              # (DDP x2 at 4B needs about 90 GiB a GPU)
+#   The checks train every side and step on the same rollouts (bench_multigpu.py --replay).
 #
 # OUT receives the printed table (OUT/NAME.txt) and every number as JSON (OUT/NAME.json).
 # Models are built once into $MODELS (default /tmp/rlvr-multigpu-models) and reused while the
@@ -41,13 +44,13 @@ case $what in
       | tee "$OUT/$what.txt" ;;
   check-1.7b)
     m=$(model 1.7b)
-    $BENCH fsdp-check --model "$m" --ddp --one-gpu --budget "$(budget)" --json "$OUT/$what.json" \
+    $BENCH fsdp-check --model "$m" --ddp --one-gpu ${CHECK_ARGS:-} --budget "$(budget)" --json "$OUT/$what.json" \
       | tee "$OUT/$what.txt" ;;
   build-4b)
     model 4b > /dev/null ;;
   check-4b)
     m=$(model 4b)
-    $BENCH fsdp-check --model "$m" --one-gpu --timeout 330 --budget "$(budget)" --json "$OUT/$what.json" \
+    $BENCH fsdp-check --model "$m" --one-gpu --timeout 330 ${CHECK_ARGS:-} --budget "$(budget)" --json "$OUT/$what.json" \
       | tee "$OUT/$what.txt" ;;
   *) echo "unknown command $what" >&2; exit 2 ;;
 esac
