@@ -170,6 +170,7 @@ def replay_rollouts(grpo: Any, path: Path, world: int, rank: int) -> None:
     from rlvr.types import Rollout
 
     play = grpo._play
+    lines: list[str] = []  # the file's lines, read once (fresh Rollouts each step)
 
     async def replayed(env: Any, client: Any, tasks: list[Any], probe_tasks: list[Any], **kw: Any) -> Any:
         if not path.exists():
@@ -184,7 +185,8 @@ def replay_rollouts(grpo: Any, path: Path, world: int, rank: int) -> None:
                 part.replace(path)
             if world > 1:
                 tdist.barrier()
-        saved = [Rollout.from_dict(json.loads(line)) for line in path.read_text().splitlines()]
+        lines[:] = lines or path.read_text().splitlines()
+        saved = [Rollout.from_dict(json.loads(line)) for line in lines]
         share = len(saved) // world
         if share * world != len(saved) or share != len(tasks) * kw["group_size"]:
             raise SystemExit(

@@ -88,50 +88,51 @@ def value(board: Board, x_to_move: bool, k: int, p: float, trap: float) -> float
     )
 
 
-def training_view(gap: tree.Gap, ks: list[int], p: float, trap: float) -> tuple[float, float]:
-    """(reach, reward gap) of one decision under the training opponent (see the module): each
-    k weighs as often as it leads there."""
+def line_worths(line: Line, ks: list[int], p: float, trap: float) -> tuple[float, dict[int, float]]:
+    """A decision under the training opponent (see the module): its reach (the line's chance,
+    averaged over k) and the training reward of each legal move there, each k weighing as often
+    as it leads there; ({}) where no k leads there."""
     board = tree.EMPTY_BOARD
-    for mark, cell in gap.line:
+    for mark, cell in line:
         board = apply_move(board, cell, mark)
-    reaches = [tree.line_chance(gap.line, k, p, trap) for k in ks]
+    reaches = [tree.line_chance(line, k, p, trap) for k in ks]
     total = sum(reaches)
     if not total:
-        return 0.0, math.nan
+        return 0.0, {}
+    worths = {
+        m: sum(r * value(apply_move(board, m, "X"), False, k, p, trap) for r, k in zip(reaches, ks, strict=True))
+        / total
+        for m in legal_moves(board)
+    }
+    return total / len(ks), worths
 
-    def worth(move: int) -> float:
-        after = apply_move(board, move, "X")
-        return sum(r * value(after, False, k, p, trap) for r, k in zip(reaches, ks, strict=True)) / total
 
-    return total / len(ks), max(worth(m) for m in gap.best) - worth(gap.move)
+def training_view(gap: tree.Gap, ks: list[int], p: float, trap: float) -> tuple[float, float]:
+    """(reach, reward gap) of one decision: its best never-losing move's reward over the model's."""
+    reach, worth = line_worths(gap.line, ks, p, trap)
+    return (reach, max(worth[m] for m in gap.best) - worth[gap.move]) if worth else (0.0, math.nan)
 
 
 def unsure_view(
     policy: dict[Line, int], odds: dict[Line, float], u: float, ks: list[int], p: float, trap: float
 ) -> list[tuple[Line, int, float, float, float]]:
-    """(line, model's move, greedy probability, reach, reward gap) of each decision whose greedy reply has a
-    probability below `u` at T 1 (no recorded probability: left out), most often reached
-    first; reach and gap as in `training_view`, over every legal move (not only never-losing
-    ones: against the training opponent the best reply is what the reward favours)."""
+    """(line, model's move, greedy probability, reach, reward gap) of each decision whose greedy
+    reply has a probability below `u` at T 1 (no recorded probability: left out), most often
+    reached first; the gap over every legal move (not only never-losing ones: against the
+    training opponent the best reply is what the reward favours)."""
     rows = []
     for line, move in policy.items():
         sure = odds.get(line, math.nan)
         if not sure < u:  # (NaN: not recorded)
             continue
-        board = tree.EMPTY_BOARD
-        for mark, cell in line:
-            board = apply_move(board, cell, mark)
-        reaches = [tree.line_chance(line, k, p, trap) for k in ks]
-        total = sum(reaches)
-        if not total:
-            continue
-
-        def worth(m: int) -> float:
-            after = apply_move(board, m, "X")
-            return sum(r * value(after, False, k, p, trap) for r, k in zip(reaches, ks, strict=True)) / total
-
-        rows.append((line, move, sure, total / len(ks), max(worth(m) for m in legal_moves(board)) - worth(move)))
+        reach, worth = line_worths(line, ks, p, trap)
+        if worth:
+            rows.append((line, move, sure, reach, max(worth.values()) - worth[move]))
     return sorted(rows, key=lambda row: -row[3])
+
+
+def show(line: Line) -> str:
+    return " ".join(f"{mark}{cell}" for mark, cell in line) or "(X opens)"
 
 
 def main() -> int:
@@ -178,8 +179,7 @@ def main() -> int:
     ks = list(range(args.random_replies + 1))
     views = [(g, *training_view(g, ks, args.train_p, args.trap_prob)) for g in gaps] if extra else []
     for i, g in enumerate(gaps[: args.top]):
-        line = " ".join(f"{mark}{cell}" for mark, cell in g.line) or "(X opens)"
-        row = f"| {100 * g.weighted:.2f} | {g.gap:.3f} | {line} | X{g.move} | {', '.join(map(str, g.best))} |"
+        row = f"| {100 * g.weighted:.2f} | {g.gap:.3f} | {show(g.line)} | X{g.move} | {', '.join(map(str, g.best))} |"
         if extra:
             row += f" {odds.get(g.line, math.nan):.3f} | {views[i][1]:.4f} | {views[i][2]:.3f} |"
         print(row)
@@ -206,8 +206,7 @@ def print_unsure(rows: list[tuple[Line, int, float, float, float]], u: float, to
     print("| reach | greedy at T 1 | line | model | reward gap |")
     print("|---|---|---|---|---|")
     for line, move, sure, at, gain in rows[:top]:
-        text = " ".join(f"{mark}{cell}" for mark, cell in line) or "(X opens)"
-        print(f"| {at:.4f} | {sure:.3f} | {text} | X{move} | {gain:.3f} |")
+        print(f"| {at:.4f} | {sure:.3f} | {show(line)} | X{move} | {gain:.3f} |")
     share = at_better / meets if meets else 0.0
     print(
         f"a greedy probe game meets them {meets:.4f} times on average; {100 * share:.1f}% of those meetings are at "
