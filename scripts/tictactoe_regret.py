@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import functools
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -43,6 +44,7 @@ from rlvr.errors import ResultsError
 from rlvr.results import RunDir
 
 Line = tuple[tuple[str, int], ...]
+_STEP = re.compile(r"[XO][0-8]")  # one accepted move of an exact record: who, and the cell
 
 
 def read_records(run: Path) -> tuple[dict[Line, int], dict[Line, float]]:
@@ -56,7 +58,10 @@ def read_records(run: Path) -> tuple[dict[Line, int], dict[Line, float]]:
         record = rollout.info.get("exact")
         if not isinstance(record, dict) or not record.get("moves"):
             raise ResultsError(f"{run}: game {rollout.task_id} has no exact record (not an --exhaustive run?)")
-        moves = [(step[0], int(step[1:])) for step in record["moves"].split(".")]
+        steps = str(record["moves"]).split(".")
+        if len(steps) > 9 or not all(_STEP.fullmatch(step) for step in steps):
+            raise ResultsError(f"{run}: game {rollout.task_id} has no readable moves: {str(record['moves'])[:60]!r}")
+        moves = [(step[0], int(step[1:])) for step in steps]
         mine = [i for i, (mark, _) in enumerate(moves) if mark == "X"]
         for i in mine:
             policy[tuple(moves[:i])] = moves[i][1]

@@ -330,6 +330,16 @@ def test_the_gap_script_reads_a_saved_exhaustive_run(tmp_path, capsys, monkeypat
     assert main(["eval", "tictactoe", "-m", "policy:optimal", "-n", "2", "-r", "1", "-q", "-o", str(plain)]) == 0
     capsys.readouterr()
     assert run(plain) == 2 and "no exact record" in capsys.readouterr().err
+    # hostile move records (a lone surrogate, a cell off the board, an unclosed step, a huge one)
+    games = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
+    for i, moves in enumerate(["X4.O\ud800", "X4.O12", "X4.O", "X4." + "O1" * 100_000]):
+        games[0]["info"]["exact"]["moves"] = moves
+        folder = tmp_path / f"hostile{i}"
+        folder.mkdir()
+        (folder / "results.jsonl").write_text("".join(json.dumps(g) + "\n" for g in games))
+        assert run(folder) == 2
+        err = capsys.readouterr().err
+        assert "has no readable moves" in err and len(err) < 400, err[:400]
 
 
 def test_cli_exhaustive_saves_every_game_and_resume_reprints(tmp_path, capsys):
