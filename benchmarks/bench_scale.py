@@ -30,11 +30,14 @@ phase only; each reports its own peak memory):
     update   rlvr's `update_policy` on 64 synthetic sequences (128 prompt + 32-256 trained
              tokens; float32 weights, bf16 autocast, AdamW): tokens/s, MFU (6 x params) and
              peak memory, padded / packed / activation checkpointing / full logits (the path
-             before chunking) / packed with flash_attention_2 (where flash_attn imports)
+             before chunking) / padded with `compile_blocks` (CUDA) / packed with
+             flash_attention_2 (where flash_attn imports); RLVR_PROFILE=1 adds a kernel table
+             of one padded update and its wall time against its kernels' time
     train    rlvr's trainer against TRL's GRPOTrainer (`bench_train_vs_trl`: 64 rollouts = 8
              prompts x 8, 128 new tokens, 1 warm-up + `--steps` steps; 4b with activation
              checkpointing on both sides), alternated `--repeats` times: seconds per step
-             each, and TRL's / rlvr's as median [min-max] over the repeats
+             each, and TRL's / rlvr's as median [min-max] over the repeats (`--compile-blocks`:
+             rlvr's trainer with that option, TRL as it is)
 
 A wall-clock guard stops starting phases (and kills a running one) at `--budget`; the JSON
 is rewritten after every phase, so a cut run keeps what it had, and a second command with the
@@ -75,6 +78,7 @@ def run_phase(args: argparse.Namespace, phase: str, size: str, work: Path, deadl
     cmd = [sys.executable, str(PHASES), "--phase", phase, "--size", size, "--work", str(work), "--phase-out", str(out)]
     cmd += ["--device", args.device, "--steps", str(args.steps), "--deadline", str(deadline)]
     cmd += ["--micro-batch-size", str(args.micro_batch_size)] if args.micro_batch_size else []
+    cmd += ["--compile-blocks"] if args.compile_blocks else []
     t0 = time.time()
     env = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", **os.environ}  # less fragmentation at 4B
     proc = subprocess.Popen(cmd, start_new_session=True, env=env)
@@ -108,6 +112,7 @@ def main() -> None:
     )
     p.add_argument("--budget", type=float, default=540, help="seconds for the whole command (split over sizes)")
     p.add_argument("--micro-batch-size", type=int, default=None, help="override the per-size micro-batch")
+    p.add_argument("--compile-blocks", action="store_true", help="rlvr's trainer with compile_blocks (TRL as it is)")
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
     p.add_argument("--out", default="benchmarks/results/scale.json", help="JSON results (sizes merged into it)")
     args = p.parse_args()

@@ -248,24 +248,29 @@ def step_split(lm: Any, rows: int, repeats: int = 30) -> dict[str, float]:
     return split
 
 
-def profile_forward(fn: Any, calls: int = 5, top: int = 15) -> list[dict[str, Any]]:
+def profile_forward(fn: Any, calls: int = 5, top: int = 15) -> dict[str, Any]:
     """The CUDA kernels of `calls` runs of `fn`, by total device time: the `top` ones, in ms per
-    call (printed as torch.profiler's table too)."""
+    call (printed as torch.profiler's table too); and per call, the wall time and the sum of
+    every kernel's own time (the device's busy time: the rest of the wall, the device waited)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
     fn()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        t0 = time.perf_counter()
         for _ in range(calls):
             fn()
         torch.cuda.synchronize()
+        wall = time.perf_counter() - t0
     events = sorted(prof.key_averages(), key=lambda e: e.device_time_total, reverse=True)
     print(prof.key_averages().table(sort_by="device_time_total", row_limit=top), file=sys.stderr)
-    return [
+    busy = sum(e.self_device_time_total for e in prof.key_averages()) / 1e3 / calls
+    kernels = [
         {"kernel": e.key[:120], "ms_per_call": e.device_time_total / 1e3 / calls, "count_per_call": e.count / calls}
         for e in events[:top]
     ]
+    return {"wall_ms_per_call": wall * 1e3 / calls, "device_busy_ms_per_call": busy, "kernels": kernels}
 
 
 def prefill(model: Any, device: Any, batch: int, length: int, *, peak: Any) -> dict[str, Any]:
@@ -317,6 +322,8 @@ def phase_update(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         "padded+checkpointing": {"gradient_checkpointing": True},
         "full-logits": {"chunk": 0},
     }
+    if device.type == "cuda":  # each decoder layer through torch.compile (fuses the elementwise work)
+        variants["padded+compile"] = {"compile_blocks": True}
     if importlib.util.find_spec("flash_attn") is not None:
         variants["packed+flash_attention_2"] = {"pack_sequences": True, "attn": "flash_attention_2"}
     out: dict[str, Any] = {"sequences": len(seqs), "tokens": sum(len(s.ids) for s in seqs), "micro_batch": micro}
@@ -328,6 +335,7 @@ def phase_update(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         how = UpdateSettings(
             "grpo", LossConfig(), 1, micro, 1.0, device.type == "cuda", 1.0, 0,
             pack_sequences=v.get("pack_sequences", False), gradient_checkpointing=v.get("gradient_checkpointing", False),
+            compile_blocks=v.get("compile_blocks", False),
         )  # fmt: skip
         saved_chunk, saved_attn = logprobs.CHUNK_ELEMENTS, model.config._attn_implementation
         try:
@@ -358,6 +366,13 @@ def phase_update(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             if device.type == "cuda":
                 torch.cuda.empty_cache()
         print(f"  update {name}: {out[name]}", flush=True)
+    if os.environ.get("RLVR_PROFILE") and device.type == "cuda":  # where the padded update's time goes
+        how = UpdateSettings("grpo", LossConfig(), 1, micro, 1.0, True, 1.0, 0)
+        out["profile"] = profile_forward(
+            lambda: update_policy(model, None, seqs, len(seqs), how, optimizer, Dist(device=device)), calls=2, top=30
+        )
+        print(f"  update profile: {out['profile']['wall_ms_per_call']:.0f} ms wall, "
+              f"{out['profile']['device_busy_ms_per_call']:.0f} ms of kernels per update", flush=True)  # fmt: skip
     return out
 
 
@@ -375,7 +390,10 @@ def phase_train(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     )  # fmt: skip  # 4b: float32 weights + AdamW are 64 GB before activations, for both trainers
     here = Path(tempfile.mkdtemp(dir=work, prefix=args.phase))
     if args.phase == "rlvr":
-        run = run_rlvr(work / "model", ns, here, probe_tasks=0, gradient_checkpointing=ns.gradient_checkpointing)
+        run = run_rlvr(
+            work / "model", ns, here, probe_tasks=0, gradient_checkpointing=ns.gradient_checkpointing,
+            compile_blocks=args.compile_blocks,
+        )  # fmt: skip
     else:
         run = run_trl(work / "model", ns, here)
     run["peak_memory_gb"] = peak_memory(torch.device(args.device)) / 1e9
@@ -449,6 +467,7 @@ def main() -> None:
     p.add_argument("--device", default="cuda")
     p.add_argument("--steps", type=int, default=3, help="timed optimizer steps per training run")
     p.add_argument("--micro-batch-size", type=int, default=None)
+    p.add_argument("--compile-blocks", action="store_true", help="rlvr's trainer with compile_blocks")
     p.add_argument("--deadline", type=float, default=float("inf"), help="epoch seconds: skip what would run past")
     args = p.parse_args()
     import torch

@@ -64,8 +64,11 @@ def test_fsdp_on_two_processes_matches_one_process_and_resumes(tmp_path) -> None
     assert kept["step"] in (0, 2, 3) and sorted(_weights(two / "best")) == sorted(ref)
 
 
-def test_fsdp_refuses_lora() -> None:
+def test_fsdp_refuses_lora_and_compiled_blocks() -> None:
     with pytest.raises(UsageError, match="sharding = fsdp shards full fine-tuning"):
         TrainConfig(env="e", model="m", sharding="fsdp", lora_rank=8)
     with pytest.raises(UsageError, match="unknown sharding 'zero3'; expected one of ddp, fsdp"):
         TrainConfig(env="e", model="m", sharding="zero3")
+    with pytest.raises(UsageError, match="compile_blocks with sharding = fsdp is not supported yet"):
+        TrainConfig(env="e", model="m", sharding="fsdp", compile_blocks=True)
+    assert TrainConfig(env="e", model="m", compile_blocks=True).compile_blocks

@@ -2,7 +2,7 @@
 
 Run on a GPU machine: `pytest -m gpu tests/test_gpu.py`. Where pytest-asyncio is not installed (the
 device machines), this project's pytest options are unknown: `pytest -c /dev/null --rootdir . tests/test_gpu.py`
-(4 passed on an H100, torch 2.11, 2026-11-27).
+(4 passed on an H100, torch 2.11, 2026-11-27; the compiled-blocks test added 2026-11-28).
 """
 
 from __future__ import annotations
@@ -79,6 +79,47 @@ def test_train_two_steps_on_cuda(small, tmp_path, capsys) -> None:
     assert [r["step"] for r in rows][-1] == "2.0"
     assert math.isfinite(float(rows[-1]["loss/policy"])) and math.isfinite(float(rows[-1]["grad/norm"]))
     assert (out / "final" / "config.json").is_file()
+
+
+def test_compiled_blocks_on_cuda_give_the_eager_update_and_train(small, tmp_path, capsys) -> None:
+    """`compile_blocks` with inductor on CUDA under bf16 autocast: the update's parameter change
+    points where the eager one does (bf16 sums differ: cosine, not equality), and the trainer
+    runs two steps with it (sequences of other lengths each step: dynamic shapes)."""
+    import copy
+    import random
+
+    from rlvr.train.distributed import Dist
+    from rlvr.train.losses import LossConfig
+    from rlvr.train.model import load_trainable
+    from rlvr.train.sequences import TrainSequence
+    from rlvr.train.update import UpdateSettings, update_policy
+
+    base = load_trainable(str(small), lora=None, device=torch.device("cuda")).eval()
+    rng = random.Random(3)
+    seqs = []
+    for i in range(16):
+        prompt, reply = rng.randint(8, 40), rng.randint(4, 60)
+        ids = [rng.randrange(base.config.vocab_size) for _ in range(prompt + reply)]
+        seqs.append(TrainSequence(ids, [0] * prompt + [1] * reply, rng.uniform(-1, 1), [float("nan")] * len(ids), i))
+    deltas = []
+    for on in (False, True):
+        m = copy.deepcopy(base)
+        before = torch.cat([p.detach().flatten().clone() for p in m.parameters()])
+        how = UpdateSettings("grpo", LossConfig(), 1, 4, 1.0, True, 1.0, 0, compile_blocks=on)
+        update_policy(
+            m, None, seqs, 16, how, torch.optim.SGD(m.parameters(), lr=1.0), Dist(device=torch.device("cuda"))
+        )
+        deltas.append(torch.cat([p.detach().flatten() for p in m.parameters()]) - before)
+    cosine = torch.nn.functional.cosine_similarity(deltas[0], deltas[1], dim=0).item()
+    assert deltas[0].norm() > 0 and cosine > 0.999, cosine
+    out = tmp_path / "run"
+    argv = ["train", "tictactoe", "--model", str(small), "--output-dir", str(out), "--steps", "2", "--batch-size", "32",
+            "--group-size", "4", "--max-tokens", "16", "--bf16", "--compile-blocks", "--eval-every", "none",
+            "--env-args", '{"opponent": "random", "num_tasks": 64, "eval_tasks": 8}']  # fmt: skip
+    if pytest.importorskip("rlvr_tictactoe"):
+        assert main(argv) == 0, capsys.readouterr().err
+        rows = list(csv.DictReader((out / "metrics.csv").read_text().splitlines()))
+        assert [r["step"] for r in rows][-1] == "2.0" and math.isfinite(float(rows[-1]["grad/norm"]))
 
 
 def test_cuda_graph_slots_give_the_transformers_tokens(small) -> None:

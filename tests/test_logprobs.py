@@ -134,6 +134,38 @@ def test_activation_checkpointing_gives_identical_gradients_and_undoes_itself(mo
         assert torch.equal(x, y)
 
 
+@pytest.mark.filterwarnings("ignore:The .grad attribute of a Tensor that is not a leaf:UserWarning")  # dynamo's probe
+def test_compiled_blocks_give_the_eager_update_compile_once_and_undo_themselves(model, monkeypatch) -> None:
+    """torch.compile through AOTAutograd (inductor's code generation aside: 45 s on 2 cores for
+    this model; `tests/test_gpu.py` runs inductor): the update's result as eagerly, every block
+    eager again after the block, and the compiled forwards kept for the next update."""
+    import copy
+
+    real = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: real(fn, backend="aot_eager", **kw))
+    seqs = sequences(model.config.vocab_size, n=8, seed=7)
+    dist = Dist(rank=0, world=1, device=CPU)
+
+    def step(m, on: bool) -> torch.Tensor:
+        how = update.UpdateSettings("cispo", update.LossConfig(), 1, 3, 1.0, False, 1.0, 0, compile_blocks=on)
+        before = [p.detach().clone() for p in m.parameters()]
+        update.update_policy(m, None, seqs, 8, how, torch.optim.SGD(m.parameters(), lr=0.1), dist)
+        assert not any("forward" in block.__dict__ for block in m.model.layers)
+        return torch.cat([(p.detach() - b).flatten() for p, b in zip(m.parameters(), before)])
+
+    eager, compiled = copy.deepcopy(model), copy.deepcopy(model)
+    want, got = step(eager, False), step(compiled, True)
+    assert want.abs().max() > 0
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
+    forwards = [lp._COMPILED[block] for block in compiled.model.layers]
+    assert len(set(map(id, forwards))) == len(forwards)  # one per block
+    step(compiled, True)
+    assert [lp._COMPILED[block] for block in compiled.model.layers] == forwards  # kept, not compiled again
+    assert not any(block in lp._COMPILED for block in eager.model.layers)
+    with lp.compiled_blocks(compiled), lp.activation_checkpointing(compiled):  # checkpointing recomputes it
+        assert all(block.forward.args[0] is lp._COMPILED[block] for block in compiled.model.layers)
+
+
 def test_packing_falls_back_to_padding_with_one_warning_where_attention_cannot(model, monkeypatch) -> None:
     monkeypatch.setattr(model.config, "_attn_implementation", "some_kernel")
     assert "some_kernel" in lp.packing_unsupported(model)
@@ -189,7 +221,7 @@ def test_the_step_line_shows_mfu_where_the_update_measured_it() -> None:
 def test_the_config_fields_reach_the_update() -> None:
     from rlvr.train.config import TrainConfig
 
-    cfg = TrainConfig(env="e", model="m", pack_sequences=True, gradient_checkpointing=True)
+    cfg = TrainConfig(env="e", model="m", pack_sequences=True, gradient_checkpointing=True, compile_blocks=True)
     how = update.UpdateSettings.from_config(cfg, pad_id=0)
-    assert how.pack_sequences is True and how.gradient_checkpointing is True
+    assert how.pack_sequences is True and how.gradient_checkpointing is True and how.compile_blocks is True
     assert update.UpdateSettings.from_config(TrainConfig(env="e", model="m"), pad_id=0).pack_sequences is None

@@ -42,7 +42,13 @@ from rlvr.errors import TrainingError
 from rlvr.train.config import TrainConfig
 from rlvr.train.distributed import Dist
 from rlvr.train.hardware import device_peak, training_flops_per_token
-from rlvr.train.logprobs import activation_checkpointing, micro_batch_logprobs, packing_unsupported, packs_by_default
+from rlvr.train.logprobs import (
+    activation_checkpointing,
+    compiled_blocks,
+    micro_batch_logprobs,
+    packing_unsupported,
+    packs_by_default,
+)
 from rlvr.train.loss_specs import SPECS, Normalisation
 from rlvr.train.loss_stats import LossStats
 from rlvr.train.losses import LOSSES, LossConfig, zero_advantage_adds_nothing
@@ -86,6 +92,7 @@ class UpdateSettings:
     pad_id: int
     pack_sequences: bool | None = None
     gradient_checkpointing: bool = False
+    compile_blocks: bool = False
     skip_zero_advantage: bool = True
     """leave sequences of advantage 0 out of the passes where that changes nothing (no config
     field: off only to compare with the passes run, in tests and benchmarks)"""
@@ -117,6 +124,7 @@ class UpdateSettings:
             pad_id=pad_id,
             pack_sequences=cfg.pack_sequences,
             gradient_checkpointing=cfg.gradient_checkpointing,
+            compile_blocks=cfg.compile_blocks,
         )
 
 
@@ -138,7 +146,7 @@ def update_policy(
     old = _frozen_logprobs(policy, plans, how, dist.device) if how.minibatches > 1 else {}
     stats = LossStats()
     params = [p for p in policy.parameters() if p.requires_grad]
-    with activation_checkpointing(policy, how.gradient_checkpointing):
+    with compiled_blocks(policy, how.compile_blocks), activation_checkpointing(policy, how.gradient_checkpointing):
         _steps(policy, ref, plans, old, kind, how, optimizer, dist, stats, params)
     stats.count_sequences(len(seqs), sum(len(part.skipped) for part in plans))
     out = stats.result(dist)
