@@ -3,8 +3,10 @@ packed micro-batches and activation checkpointing give today's log-probs and gra
 
 from __future__ import annotations
 
+import gc
 import random
 import warnings
+import weakref
 
 import pytest
 
@@ -157,13 +159,17 @@ def test_compiled_blocks_give_the_eager_update_compile_once_and_undo_themselves(
     want, got = step(eager, False), step(compiled, True)
     assert want.abs().max() > 0
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
-    forwards = [lp._COMPILED[block] for block in compiled.model.layers]
+    forwards = [block.__dict__[lp.COMPILED] for block in compiled.model.layers]
     assert len(set(map(id, forwards))) == len(forwards)  # one per block
     step(compiled, True)
-    assert [lp._COMPILED[block] for block in compiled.model.layers] == forwards  # kept, not compiled again
-    assert not any(block in lp._COMPILED for block in eager.model.layers)
+    assert [block.__dict__[lp.COMPILED] for block in compiled.model.layers] == forwards  # kept, not compiled again
+    assert not any(lp.COMPILED in block.__dict__ for block in eager.model.layers)
     with lp.compiled_blocks(compiled), lp.activation_checkpointing(compiled):  # checkpointing recomputes it
-        assert all(block.forward.args[0] is lp._COMPILED[block] for block in compiled.model.layers)
+        assert all(block.forward.args[0] is block.__dict__[lp.COMPILED] for block in compiled.model.layers)
+    held = weakref.ref(compiled.model.layers[0])
+    del compiled, forwards
+    gc.collect()
+    assert held() is None  # no compiled forward keeps its block alive once the model is gone
 
 
 def test_packing_falls_back_to_padding_with_one_warning_where_attention_cannot(model, monkeypatch) -> None:

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -232,8 +231,9 @@ def _checkpointed(forward: Any, *args: Any, **kwargs: Any) -> Any:
 
 # ---- compiled blocks -------------------------------------------------------------------------
 
-_COMPILED: weakref.WeakKeyDictionary[nn.Module, Any] = weakref.WeakKeyDictionary()
-"""Each block's compiled forward, kept across updates (compiling again would cost each step)."""
+COMPILED = "_rlvr_compiled_forward"
+"""The attribute where a block keeps its compiled forward across updates (compiling again would
+cost each step); on the block itself, so it goes when the block does."""
 
 
 @contextlib.contextmanager
@@ -246,9 +246,9 @@ def compiled_blocks(model: Any, on: bool = True) -> Iterator[None]:
 
 
 def _compiled(block: nn.Module) -> Any:
-    if block not in _COMPILED:
-        _COMPILED[block] = torch.compile(block.forward, dynamic=True)
-    return _COMPILED[block]
+    if COMPILED not in block.__dict__:
+        block.__dict__[COMPILED] = torch.compile(block.forward, dynamic=True)
+    return block.__dict__[COMPILED]
 
 
 # ---- the blocks ------------------------------------------------------------------------------
