@@ -172,6 +172,20 @@ def test_compiled_blocks_give_the_eager_update_compile_once_and_undo_themselves(
     assert held() is None  # no compiled forward keeps its block alive once the model is gone
 
 
+def test_block_options_refuse_a_model_without_blocks() -> None:
+    from rlvr.errors import UsageError
+
+    flat = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ModuleList())
+    for option, context in (
+        ("gradient_checkpointing", lp.activation_checkpointing),
+        ("compile_blocks", lp.compiled_blocks),
+    ):
+        with pytest.raises(UsageError, match=f"{option}: Sequential has no transformer blocks"), context(flat):
+            pass
+        with context(flat, False):  # off: nothing to find, nothing said
+            pass
+
+
 def test_packing_falls_back_to_padding_with_one_warning_where_attention_cannot(model, monkeypatch) -> None:
     monkeypatch.setattr(model.config, "_attn_implementation", "some_kernel")
     assert "some_kernel" in lp.packing_unsupported(model)

@@ -39,6 +39,7 @@ from torch import nn
 from torch.distributed.tensor import DTensor
 from torch.utils.checkpoint import checkpoint
 
+from rlvr.errors import UsageError
 from rlvr.train.sequences import MicroBatch
 
 CHUNK_ELEMENTS = 2**26
@@ -219,7 +220,8 @@ def packs_by_default(model: Any) -> bool:
 def activation_checkpointing(model: Any, on: bool = True) -> Iterator[None]:
     """Within the block, every transformer block of `model` (the longest `nn.ModuleList`)
     keeps only its inputs for the backward pass and recomputes the rest there."""
-    with _forwards_replaced(_blocks(model) if on else [], lambda b: functools.partial(_checkpointed, b.forward)):
+    blocks = _blocks(model, "gradient_checkpointing") if on else []
+    with _forwards_replaced(blocks, lambda b: functools.partial(_checkpointed, b.forward)):
         yield
 
 
@@ -241,7 +243,7 @@ def compiled_blocks(model: Any, on: bool = True) -> Iterator[None]:
     """Within the block, every transformer block of `model` (the longest `nn.ModuleList`) runs
     its forward through `torch.compile(dynamic=True)`; outside it, eagerly as before. Enter it
     before `activation_checkpointing`, which then recomputes the compiled forward."""
-    with _forwards_replaced(_blocks(model) if on else [], _compiled):
+    with _forwards_replaced(_blocks(model, "compile_blocks") if on else [], _compiled):
         yield
 
 
@@ -271,7 +273,14 @@ def _forwards_replaced(blocks: list[nn.Module], make: Callable[[nn.Module], Any]
                 block.forward = forward
 
 
-def _blocks(model: Any) -> list[nn.Module]:
-    """The transformer blocks: the longest `nn.ModuleList` of `model` (none: an empty list)."""
+def _blocks(model: Any, option: str) -> list[nn.Module]:
+    """The transformer blocks: the longest `nn.ModuleList` of `model`; a UsageError naming
+    `option` where there is none (the option would otherwise do nothing, silently)."""
     lists: list[nn.ModuleList] = [m for m in model.modules() if isinstance(m, nn.ModuleList)]
-    return list(max(lists, key=lambda m: len(list(m)))) if lists else []
+    blocks = list(max(lists, key=lambda m: len(list(m)))) if lists else []
+    if not blocks:
+        raise UsageError(
+            f"{option}: {type(model).__name__} has no transformer blocks (no non-empty nn.ModuleList) to apply it to; "
+            f"turn {option} off"
+        )
+    return blocks
