@@ -1,6 +1,6 @@
 """Where a greedy model gives up wins against the random opponent, exactly.
 
-    python scripts/tictactoe_regret.py RUN [--top 12] [--train-p 0.7 [--random-replies 4] [--trap-prob 1] [--unsure 0.9]]
+    python scripts/tictactoe_regret.py RUN [--top 12] [--by-symmetry] [--train-p 0.7 [--random-replies 4] [--trap-prob 1] [--unsure 0.9]]
 
 RUN is an `rlvr eval tictactoe --exhaustive` folder (or its results.jsonl). The model's move
 after every line it reaches is read from each game's record (`info["exact"]["moves"]`, the
@@ -19,6 +19,11 @@ log-probabilities; 1 less it bounds how often a group tries another move); "reac
 chance that one training game, the model playing greedily, gets there; and "reward gap", the
 training reward (win 1, draw 0.5) the best never-losing move earns there over the model's
 move, both followed by the best reply to that opponent, averaged over k as the line weighs it.
+
+With `--by-symmetry`, the decisions grouped by their board up to the board's 8 symmetries
+(rotations and reflections): the model's text policy can get one orientation of a position right
+and another wrong, so a class shows how many of the orientations the model reaches it gets wrong,
+and whether the lost points are one habit or many separate mistakes.
 
 With `--unsure U` as well, what `rlvr train --restart-unsure U` restarts: every decision whose
 greedy reply has a probability below U at T 1, however it scores, with its reach (here the
@@ -136,6 +141,47 @@ def unsure_view(
     return sorted(rows, key=lambda row: -row[3])
 
 
+def _symmetries() -> list[tuple[int, ...]]:
+    """The board's 8 symmetries, each as the image of cells 0-8."""
+    rotate = tuple((i % 3) * 3 + 2 - i // 3 for i in range(9))  # (row, col) -> (col, 2 - row)
+    flip = tuple((i // 3) * 3 + 2 - i % 3 for i in range(9))  # (row, col) -> (row, 2 - col)
+    out, m = [], tuple(range(9))
+    for _ in range(4):
+        out += [m, tuple(flip[c] for c in m)]
+        m = tuple(rotate[c] for c in m)
+    return out
+
+
+SYMMETRIES = _symmetries()
+
+
+def marks(line: Line) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The board after `line`: X's cells and O's, sorted."""
+    return tuple(sorted(c for m, c in line if m == "X")), tuple(sorted(c for m, c in line if m == "O"))
+
+
+def canonical(board: tuple[tuple[int, ...], tuple[int, ...]]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The least image of `board` under the 8 symmetries: equal for boards that are one position."""
+    return min(tuple(tuple(sorted(s[c] for c in cells)) for cells in board) for s in SYMMETRIES)  # type: ignore[return-value]
+
+
+def symmetry_view(gaps: list[tree.Gap], policy: dict[Line, int]) -> list[tuple[float, int, int, int, tree.Gap]]:
+    """Per position up to symmetry, largest first: (points given up, decisions, boards given up
+    there, boards of that position the model reaches at all, the largest decision)."""
+    reached: dict[tuple, set[tuple]] = {}
+    for line in policy:
+        board = marks(line)
+        reached.setdefault(canonical(board), set()).add(board)
+    classes: dict[tuple, list[tree.Gap]] = {}
+    for g in gaps:
+        classes.setdefault(canonical(marks(g.line)), []).append(g)
+    rows = [
+        (sum(g.weighted for g in gs), len(gs), len({marks(g.line) for g in gs}), len(reached.get(key, ())), max(gs))
+        for key, gs in classes.items()
+    ]
+    return sorted(rows, key=lambda r: -r[0])
+
+
 def show(line: Line) -> str:
     return " ".join(f"{mark}{cell}" for mark, cell in line) or "(X opens)"
 
@@ -150,6 +196,9 @@ def main() -> int:
     parser.add_argument("--random-replies", type=int, default=4, help="the env's random_replies (k from 0 to this)")
     parser.add_argument("--trap-prob", type=float, default=1.0, help="the env's trap_prob")
     parser.add_argument("--games", type=int, default=256, help="training games a step, for the summary line")
+    parser.add_argument(
+        "--by-symmetry", action="store_true", help="also group the decisions by their position up to symmetry"
+    )
     parser.add_argument(
         "--unsure", type=float, default=None, help="with --train-p: the decisions --restart-unsure U restarts"
     )
@@ -197,6 +246,15 @@ def main() -> int:
             f"{stake:.4f} of training reward at stake; a step of {args.games} games meets them "
             f"{args.games * meets:.1f} times and samples another move there {args.games * other:.1f} times"
         )
+    if args.by_symmetry:
+        rows = symmetry_view(gaps, policy)
+        print(f"\n{len(gaps)} decisions, {len(rows)} positions up to symmetry:")
+        print("| points | decisions | boards given up / reached | a line | model | best never-losing moves |")
+        print("|---|---|---|---|---|---|")
+        for points, n, wrong, seen, g in rows[: args.top]:
+            print(
+                f"| {100 * points:.2f} | {n} | {wrong} / {seen} | {show(g.line)} | X{g.move} | {', '.join(map(str, g.best))} |"
+            )
     if args.unsure is not None:
         print_unsure(unsure_view(policy, odds, args.unsure, ks, args.train_p, args.trap_prob), args.unsure, args.top)
     return 0

@@ -264,6 +264,17 @@ def test_the_gap_script_finds_what_unsure_restarts_would_restart():
     assert root[1:4] == (1, 0.5, 0.5) and math.isclose(root[4], max(after) - after[1]) and root[4] > 0
 
 
+def test_the_board_symmetries_are_the_eight_of_the_square():
+    script = gap_script()
+    assert len(set(script.SYMMETRIES)) == 8 and all(sorted(m) == list(range(9)) for m in script.SYMMETRIES)
+    assert all(m[4] == 4 for m in script.SYMMETRIES)  # the centre stays
+    knight = ((4,), (1, 8))  # O on a corner and an edge a knight's move away, X in the centre
+    images = {tuple(tuple(sorted(m[c] for c in cells)) for cells in knight) for m in script.SYMMETRIES}
+    assert len(images) == 8 and {script.canonical(b) for b in images} == {script.canonical(knight)}
+    assert script.canonical(((4,), (0, 8))) != script.canonical(knight)  # two corners: another position
+    assert script.marks((("O", 8), ("X", 4), ("O", 1))) == knight
+
+
 def test_the_gap_script_reads_a_saved_exhaustive_run(tmp_path, capsys, monkeypatch):
     script, out = gap_script(), tmp_path / "exact"
     assert main(["eval", "tictactoe", "-m", "policy:optimal", "--exhaustive", "-q", "-o", str(out)]) == 0
@@ -279,6 +290,14 @@ def test_the_gap_script_reads_a_saved_exhaustive_run(tmp_path, capsys, monkeypat
 
     capsys.readouterr()
     assert run(out) == 0 and "limit 95.56%" in capsys.readouterr().out
+    rows = script.symmetry_view(gaps, policy)  # every decision in one class; the classes add up
+    assert sum(r[1] for r in rows) == len(gaps) and len(rows) < len(gaps)
+    assert math.isclose(sum(r[0] for r in rows), sum(g.weighted for g in gaps), abs_tol=1e-12)
+    assert all(0 < wrong <= seen <= 8 for _, _, wrong, seen, _ in rows)
+    monkeypatch.setattr("sys.argv", ["tictactoe_regret.py", str(out), "--by-symmetry"])
+    assert (
+        script.main() == 0 and f"{len(gaps)} decisions, {len(rows)} positions up to symmetry" in capsys.readouterr().out
+    )
     monkeypatch.setattr("sys.argv", ["tictactoe_regret.py", str(out), "--train-p", "0.7", "--top", "2"])
     assert script.main() == 0
     printed = capsys.readouterr().out  # policy players record no log-probabilities: "nan"
