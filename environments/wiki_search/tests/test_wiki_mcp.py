@@ -29,16 +29,30 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 def _servers() -> set[int]:
-    """Pids of running wiki MCP servers (Linux)."""
+    """Pids of running wiki MCP servers started by this process (Linux): its descendants only,
+    since tests on other workers, or other jobs on the machine, start their own."""
     found = set()
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if b"wiki_search.server" in f.read():
+                if b"wiki_search.server" in f.read() and _descends_from_us(int(pid)):
                     found.add(int(pid))
         except OSError:
             pass
     return found
+
+
+def _descends_from_us(pid: int) -> bool:
+    me = os.getpid()
+    while pid > 1:
+        try:
+            with open(f"/proc/{pid}/stat") as f:  # "pid (comm) state ppid ...": comm may hold spaces
+                pid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return False
+        if pid == me:
+            return True
+    return False
 
 
 def _bad_then_answer(messages, rng) -> Completion | str:
