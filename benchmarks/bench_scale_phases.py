@@ -263,9 +263,10 @@ def profile_forward(fn: Any, calls: int = 5, top: int = 15) -> dict[str, Any]:
             fn()
         torch.cuda.synchronize()
         wall = time.perf_counter() - t0
-    events = sorted(prof.key_averages(), key=lambda e: e.device_time_total, reverse=True)
-    print(prof.key_averages().table(sort_by="device_time_total", row_limit=top), file=sys.stderr)
-    busy = sum(e.self_device_time_total for e in prof.key_averages()) / 1e3 / calls
+    averages = prof.key_averages()
+    events = sorted(averages, key=lambda e: e.device_time_total, reverse=True)
+    print(averages.table(sort_by="device_time_total", row_limit=top), file=sys.stderr)
+    busy = sum(e.self_device_time_total for e in averages) / 1e3 / calls
     kernels = [
         {"kernel": e.key[:120], "ms_per_call": e.device_time_total / 1e3 / calls, "count_per_call": e.count / calls}
         for e in events[:top]

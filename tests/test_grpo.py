@@ -727,3 +727,25 @@ def test_a_lora_run_averages_its_adapters_and_exports_the_merged_average(tiny, t
     averaged = WeightAverage(model, 0.5).average  # the adapters only
     assert averaged and set(averaged) == {n for n, p in model.named_parameters() if p.requires_grad}
     assert all("lora" in n for n in averaged)
+
+
+def test_block_options_on_a_model_without_blocks_fail_before_any_rollout(tiny, tmp_path, monkeypatch) -> None:
+    load = grpo.load_trainable
+
+    def without_blocks(*args, **kwargs):
+        model = load(*args, **kwargs)
+        model.model.layers = torch.nn.ModuleList()  # (a model of 0 layers still runs)
+        return model
+
+    played = []
+
+    async def play(*args, **kwargs):
+        played.append(1)
+        raise AssertionError("rollouts before the refusal")
+
+    monkeypatch.setattr(grpo, "load_trainable", without_blocks)
+    monkeypatch.setattr(grpo, "_play", play)
+    for option in ("gradient_checkpointing", "compile_blocks"):
+        with pytest.raises(UsageError, match=f"{option}: Qwen3ForCausalLM has no transformer blocks"):
+            fit(config(tiny, tmp_path / option, **{option: True}))
+    assert played == []

@@ -140,11 +140,14 @@ def test_activation_checkpointing_gives_identical_gradients_and_undoes_itself(mo
 def test_compiled_blocks_give_the_eager_update_compile_once_and_undo_themselves(model, monkeypatch) -> None:
     """torch.compile through AOTAutograd (inductor's code generation aside: 45 s on 2 cores for
     this model; `tests/test_gpu.py` runs inductor): the update's result as eagerly, every block
-    eager again after the block, and the compiled forwards kept for the next update."""
+    eager again after the block, one compiled forward kept for the next update, and a deep
+    copy of a compiled model trains its own weights (a forward kept per block, bound to it, ran
+    the original's)."""
     import copy
 
     real = torch.compile
     monkeypatch.setattr(torch, "compile", lambda fn, **kw: real(fn, backend="aot_eager", **kw))
+    monkeypatch.setattr(lp, "_COMPILED", {})
     seqs = sequences(model.config.vocab_size, n=8, seed=7)
     dist = Dist(rank=0, world=1, device=CPU)
 
@@ -159,17 +162,19 @@ def test_compiled_blocks_give_the_eager_update_compile_once_and_undo_themselves(
     want, got = step(eager, False), step(compiled, True)
     assert want.abs().max() > 0
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
-    forwards = [block.__dict__[lp.COMPILED] for block in compiled.model.layers]
-    assert len(set(map(id, forwards))) == len(forwards)  # one per block
-    step(compiled, True)
-    assert [block.__dict__[lp.COMPILED] for block in compiled.model.layers] == forwards  # kept, not compiled again
-    assert not any(lp.COMPILED in block.__dict__ for block in eager.model.layers)
+    [forward] = lp._COMPILED.values()  # one for the block class
+    twin, twin_eager = copy.deepcopy(compiled), copy.deepcopy(compiled)
+    with torch.no_grad():
+        for a, b in zip(twin.parameters(), twin_eager.parameters()):
+            a.mul_(1.5), b.mul_(1.5)  # the copy's own weights, far from the original's
+    torch.testing.assert_close(step(twin, True), step(twin_eager, False), rtol=1e-4, atol=1e-6)
+    assert list(lp._COMPILED.values()) == [forward]  # kept, not compiled again
     with lp.compiled_blocks(compiled), lp.activation_checkpointing(compiled):  # checkpointing recomputes it
-        assert all(block.forward.args[0] is block.__dict__[lp.COMPILED] for block in compiled.model.layers)
+        assert all(block.forward.args[0].func is forward for block in compiled.model.layers)
     held = weakref.ref(compiled.model.layers[0])
-    del compiled, forwards
+    del compiled, twin
     gc.collect()
-    assert held() is None  # no compiled forward keeps its block alive once the model is gone
+    assert held() is None  # nothing compiled keeps a block alive once its model is gone
 
 
 def test_block_options_refuse_a_model_without_blocks() -> None:

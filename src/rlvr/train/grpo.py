@@ -107,6 +107,7 @@ from rlvr.train.evaluation import (
 )
 from rlvr.train.generation import open_generation
 from rlvr.train.logging import MetricsLog
+from rlvr.train.logprobs import blocks
 from rlvr.train.metrics import rollout_metrics, step_line, timing_metrics
 from rlvr.train.model import (
     export_final,
@@ -213,6 +214,9 @@ def train(
     model.eval()  # no dropout anywhere: generation, old and new log-probs see the same network
     bf16 = use_bf16(cfg.bf16, dist.device)
     policy = wrap(model, dist, cfg.sharding, bf16=bf16)  # DDP, FSDP2 (in place) or the model alone
+    for option in ("gradient_checkpointing", "compile_blocks"):  # a model they cannot apply to: said before any rollout
+        if getattr(cfg, option):
+            blocks(policy, option)
     ref = load_reference(cfg.model, load_on) if cfg.kl_coef > 0 and cfg.lora is None else None
     ref = wrap(ref, dist, cfg.sharding, bf16=bf16, trainable=False) if ref is not None else None
     optimizer = make_optimizer(model, cfg.lr)

@@ -23,8 +23,8 @@
 - `compiled_blocks` runs each transformer block through `torch.compile` (dynamic shapes), which
   fuses the many small elementwise kernels of an eager block (norms, rotary embeddings, the
   MLP's gate, autocast's casts): at 1.7B on an H200 they were half the update's device time
-  and kept the GPU waiting on the host (docs/benchmarks.md). Compiled once per block and shape
-  kind, kept for the next updates; generation never sees it.
+  and kept the GPU waiting on the host (docs/benchmarks.md). Compiled once per block class (the
+  blocks share one graph) and kept for the next updates; generation never sees it.
 """
 
 from __future__ import annotations
@@ -220,8 +220,8 @@ def packs_by_default(model: Any) -> bool:
 def activation_checkpointing(model: Any, on: bool = True) -> Iterator[None]:
     """Within the block, every transformer block of `model` (the longest `nn.ModuleList`)
     keeps only its inputs for the backward pass and recomputes the rest there."""
-    blocks = _blocks(model, "gradient_checkpointing") if on else []
-    with _forwards_replaced(blocks, lambda b: functools.partial(_checkpointed, b.forward)):
+    found = blocks(model, "gradient_checkpointing") if on else []
+    with _forwards_replaced(found, lambda b: functools.partial(_checkpointed, b.forward)):
         yield
 
 
@@ -233,24 +233,27 @@ def _checkpointed(forward: Any, *args: Any, **kwargs: Any) -> Any:
 
 # ---- compiled blocks -------------------------------------------------------------------------
 
-COMPILED = "_rlvr_compiled_forward"
-"""The attribute where a block keeps its compiled forward across updates (compiling again would
-cost each step); on the block itself, so it goes when the block does."""
+_COMPILED: dict[type, Any] = {}
+"""Each block class's forward through torch.compile, kept across updates (compiling again would
+cost each step). Per class, not per block: the blocks of a model share one graph (their weights
+are its inputs), and nothing here refers to a block, so a deep copy of a model runs its own
+weights and a discarded model is freed."""
 
 
 @contextlib.contextmanager
 def compiled_blocks(model: Any, on: bool = True) -> Iterator[None]:
     """Within the block, every transformer block of `model` (the longest `nn.ModuleList`) runs
-    its forward through `torch.compile(dynamic=True)`; outside it, eagerly as before. Enter it
-    before `activation_checkpointing`, which then recomputes the compiled forward."""
-    with _forwards_replaced(_blocks(model, "compile_blocks") if on else [], _compiled):
+    its class's forward through `torch.compile(dynamic=True)`; outside it, eagerly as before.
+    Enter it before `activation_checkpointing`, which then recomputes the compiled forward."""
+    with _forwards_replaced(blocks(model, "compile_blocks") if on else [], _compiled):
         yield
 
 
 def _compiled(block: nn.Module) -> Any:
-    if COMPILED not in block.__dict__:
-        block.__dict__[COMPILED] = torch.compile(block.forward, dynamic=True)
-    return block.__dict__[COMPILED]
+    kind = type(block)
+    if kind not in _COMPILED:
+        _COMPILED[kind] = torch.compile(kind.forward, dynamic=True)
+    return functools.partial(_COMPILED[kind], block)
 
 
 # ---- the blocks ------------------------------------------------------------------------------
@@ -273,14 +276,14 @@ def _forwards_replaced(blocks: list[nn.Module], make: Callable[[nn.Module], Any]
                 block.forward = forward
 
 
-def _blocks(model: Any, option: str) -> list[nn.Module]:
+def blocks(model: Any, option: str) -> list[nn.Module]:
     """The transformer blocks: the longest `nn.ModuleList` of `model`; a UsageError naming
     `option` where there is none (the option would otherwise do nothing, silently)."""
     lists: list[nn.ModuleList] = [m for m in model.modules() if isinstance(m, nn.ModuleList)]
-    blocks = list(max(lists, key=lambda m: len(list(m)))) if lists else []
-    if not blocks:
+    found = list(max(lists, key=lambda m: len(list(m)))) if lists else []
+    if not found:
         raise UsageError(
             f"{option}: {type(model).__name__} has no transformer blocks (no non-empty nn.ModuleList) to apply it to; "
             f"turn {option} off"
         )
-    return blocks
+    return found
