@@ -55,7 +55,7 @@ def run_rlvr(
     model_dir: Path, args: argparse.Namespace, work: Path, static_cache: bool | None = None, **overrides: Any
 ) -> dict[str, Any]:
     """rlvr's trainer on the vowel task (`overrides`: more `TrainConfig` fields)."""
-    import rlvr.train.grpo
+    import rlvr.train.generation
     from rlvr import Rubric, SingleTurnEnv
     from rlvr.clients.local import LocalModel
     from rlvr.train.config import TrainConfig
@@ -86,11 +86,11 @@ def run_rlvr(
         **overrides,
     )
     if static_cache is False:  # the trainer's LocalModel over transformers' DynamicCache
-        rlvr.train.grpo.LocalModel = functools.partial(LocalModel, static_cache=False)  # type: ignore[misc]
+        rlvr.train.generation.LocalModel = functools.partial(LocalModel, static_cache=False)  # type: ignore[misc]
     try:
         history = train(cfg, make_env=make_env, quiet=True, plots=False)
     finally:
-        rlvr.train.grpo.LocalModel = LocalModel  # type: ignore[misc]
+        rlvr.train.generation.LocalModel = LocalModel  # type: ignore[misc]
     timed = history[args.warmup :]
     seconds = [m["time/step"] for m in timed]
     return _summary(
