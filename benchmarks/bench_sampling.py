@@ -1,12 +1,14 @@
 """The token sampler of LocalModel's decode step (`rlvr.clients.local_sampling.draw`) against the
-one it replaced (Gumbel noise hashed per row and token id, written out below as the baseline),
-on (rows, vocabulary) float32 logits, alternated, several repeats:
+ones it replaced, written out below: Gumbel noise hashed per row and token id (the first), and
+the inverse CDF over one float64 running sum of the whole row (the second); on (rows,
+vocabulary) float32 logits, alternated, several repeats:
 
     python benchmarks/bench_sampling.py                        # CPU, 64 rows x 151,936
-    python benchmarks/bench_sampling.py --device cuda --rows 256
+    python benchmarks/bench_sampling.py --device cuda --rows 256 --compile
 
-Both draw from softmax(logits / T) with per-row keys; only the time differs. Prints each
-sampler's ms per call (median and range over the repeats) and the baseline / current ratio.
+All draw from softmax(logits / T) with per-row keys; only the time differs. Prints each
+sampler's ms per call (median and range over the repeats) and each earlier one's / the current
+one's. `--compile` adds `draw` through torch.compile (dynamic shapes, compiled before timing).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import time
 
 import torch
 
-from rlvr.clients.local_sampling import _M32, _mix32, draw, row_key
+from rlvr.clients.local_sampling import _M32, _mix32, draw, row_key, uniform
 
 
 def baseline_draw(logits: torch.Tensor, temps: torch.Tensor, keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -33,6 +35,20 @@ def baseline_draw(logits: torch.Tensor, temps: torch.Tensor, keys: torch.Tensor)
     return choice, logp.gather(1, choice[:, None]).squeeze(1)
 
 
+def running_sum_draw(
+    logits: torch.Tensor, temps: torch.Tensor, keys: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The sampler before block sums: the inverse CDF over a float64 running sum of the whole
+    row (a (rows, vocabulary) float64 array written and searched)."""
+    scaled = logits / torch.where(temps > 0, temps, 1.0)[:, None]
+    lse = torch.logsumexp(scaled, dim=-1, keepdim=True)
+    cdf = (scaled - scaled.amax(dim=-1, keepdim=True)).exp_().double().cumsum_(dim=-1)
+    total = cdf[:, -1]
+    index = torch.searchsorted(cdf, uniform(keys)[:, None] * total[:, None]).squeeze(1).clamp_(max=cdf.shape[1] - 1)
+    choice = torch.where((temps > 0) & torch.isfinite(total), index, logits.argmax(dim=-1))
+    return choice, (scaled.gather(1, choice[:, None]) - lse).squeeze(1)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu")
@@ -40,6 +56,7 @@ def main() -> None:
     parser.add_argument("--vocab", type=int, default=151_936)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--calls", type=int, default=5, help="timed calls per repeat")
+    parser.add_argument("--compile", action="store_true", help="also draw through torch.compile")
     args = parser.parse_args()
     device = torch.device(args.device)
     logits = 3 * torch.randn(args.rows, args.vocab, generator=torch.Generator().manual_seed(0)).to(device)
@@ -50,7 +67,9 @@ def main() -> None:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
-    samplers = {"baseline (hashed Gumbel)": baseline_draw, "draw (inverse CDF)": draw}
+    samplers = {"hashed Gumbel": baseline_draw, "one running sum": running_sum_draw, "draw (block sums)": draw}
+    if args.compile:
+        samplers["draw, compiled"] = torch.compile(draw, dynamic=True)
     times: dict[str, list[float]] = {name: [] for name in samplers}
     with torch.inference_mode():
         for fn in samplers.values():  # warm-up
@@ -68,9 +87,11 @@ def main() -> None:
     )
     for name, ms in times.items():
         print(f"  {name:26s} {statistics.median(ms):9.2f} ms a call [{min(ms):.2f}-{max(ms):.2f}]")
-    base, new = times["baseline (hashed Gumbel)"], times["draw (inverse CDF)"]
-    ratios = [b / n for b, n in zip(base, new, strict=True)]
-    print(f"  baseline / draw: {statistics.median(ratios):.2f}x [{min(ratios):.2f}-{max(ratios):.2f}]")
+    new = times["draw (block sums)"]
+    for name, ms in times.items():
+        if name != "draw (block sums)":
+            ratios = [b / n for b, n in zip(ms, new, strict=True)]
+            print(f"  {name} / draw: {statistics.median(ratios):.2f}x [{min(ratios):.2f}-{max(ratios):.2f}]")
 
 
 if __name__ == "__main__":

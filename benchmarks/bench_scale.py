@@ -25,7 +25,8 @@ phase only; each reports its own peak memory):
              weights + the rows' KV cache read once per step, at the GPU's peak bandwidth);
              with static slots (CUDA), the step split: the captured step replayed back to back
              (the device's time), over the rows' span and over the whole buffer (alternated),
-             its sampling alone and its forward run eagerly
+             its sampling alone and its forward run eagerly (`--no-split`: not); and whole
+             runs with the step's layers eager and compiled (`compile_decode`), alternated
     prefill  one no-grad bf16 forward of 8 x 512 tokens: tokens/s and MFU (2 x params)
     update   rlvr's `update_policy` on 64 synthetic sequences (128 prompt + 32-256 trained
              tokens; float32 weights, bf16 autocast, AdamW): tokens/s, MFU (6 x params) and
@@ -36,8 +37,8 @@ phase only; each reports its own peak memory):
     train    rlvr's trainer against TRL's GRPOTrainer (`bench_train_vs_trl`: 64 rollouts = 8
              prompts x 8, 128 new tokens, 1 warm-up + `--steps` steps; 4b with activation
              checkpointing on both sides), alternated `--repeats` times: seconds per step
-             each, and TRL's / rlvr's as median [min-max] over the repeats (`--compile-blocks`:
-             rlvr's trainer with that option, TRL as it is)
+             each, and TRL's / rlvr's as median [min-max] over the repeats (`--compile-blocks`,
+             `--compile-decode`: rlvr's trainer with that option, TRL as it is)
 
 A wall-clock guard stops starting phases (and kills a running one) at `--budget`; the JSON
 is rewritten after every phase, so a cut run keeps what it had, and a second command with the
@@ -76,9 +77,12 @@ def run_phase(args: argparse.Namespace, phase: str, size: str, work: Path, deadl
     out = work / f"{phase}.json"
     out.unlink(missing_ok=True)
     cmd = [sys.executable, str(PHASES), "--phase", phase, "--size", size, "--work", str(work), "--phase-out", str(out)]
-    cmd += ["--device", args.device, "--steps", str(args.steps), "--deadline", str(deadline)]
+    cmd += ["--device", args.device, "--steps", str(args.steps), "--warmup", str(args.warmup)]
+    cmd += ["--deadline", str(deadline)]
     cmd += ["--micro-batch-size", str(args.micro_batch_size)] if args.micro_batch_size else []
     cmd += ["--compile-blocks"] if args.compile_blocks else []
+    cmd += ["--compile-decode"] if args.compile_decode else []
+    cmd += ["--no-split"] if args.no_split else []
     t0 = time.time()
     env = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", **os.environ}  # less fragmentation at 4B
     proc = subprocess.Popen(cmd, start_new_session=True, env=env)
@@ -105,7 +109,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes", default="0.5b,1.7b,4b", help=f"comma-separated, of {', '.join(SHAPES)}")
     p.add_argument("--repeats", type=int, default=3, help="rlvr/TRL training runs, alternated")
-    p.add_argument("--steps", type=int, default=3, help="timed optimizer steps per training run (after 1 warm-up)")
+    p.add_argument("--steps", type=int, default=3, help="timed optimizer steps per training run")
+    p.add_argument("--warmup", type=int, default=1, help="untimed optimizer steps before them (compiling options: 2)")
     p.add_argument("--skip-trl", action="store_true", help="measure rlvr's trainer only")
     p.add_argument(
         "--phases", default="build,decode,update,train", help="comma-separated, of build,decode,update,train"
@@ -113,6 +118,8 @@ def main() -> None:
     p.add_argument("--budget", type=float, default=540, help="seconds for the whole command (split over sizes)")
     p.add_argument("--micro-batch-size", type=int, default=None, help="override the per-size micro-batch")
     p.add_argument("--compile-blocks", action="store_true", help="rlvr's trainer with compile_blocks (TRL as it is)")
+    p.add_argument("--compile-decode", action="store_true", help="rlvr's trainer with compile_decode (TRL as it is)")
+    p.add_argument("--no-split", action="store_true", help="decode phase: skip the step split and attention runs")
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
     p.add_argument("--out", default="benchmarks/results/scale.json", help="JSON results (sizes merged into it)")
     args = p.parse_args()

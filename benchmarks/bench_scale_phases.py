@@ -110,9 +110,11 @@ def phase_decode(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     if peak is not None:
         out["floor_ms_per_step"] = 1e3 * out["bytes_per_step"] / peak.bandwidth
         out["floor_share"] = out["floor_ms_per_step"] / out["ms_per_step"]
-    if lm.static_cache:
+    if lm.static_cache and not args.no_split:
         out["step_split"] = step_split(lm, w["games"])
         out["runs_with_attention"] = runs_with_attention(lm, w, short)
+    if lm.static_cache:
+        out["runs_compiled"] = runs_compiled(lm, w, short)
     try:
         out["prefill"] = prefill(lm.model, lm.device, *w["prefill"], peak=peak)
     except Exception as exc:  # e.g. a transformers without logits_to_keep
@@ -168,6 +170,78 @@ def runs_with_attention(lm: Any, w: dict[str, Any], short: dict[str, Any], round
             out[f"ms_per_step_{name}"] = statistics.median(values)
             out[f"ms_per_step_{name}_each"] = values
     return out
+
+
+def runs_compiled(lm: Any, w: dict[str, Any], short: dict[str, Any], rounds: int = 3) -> dict[str, Any]:
+    """ms per decode step of whole runs with the step eager and with its layers and sampler
+    through torch.compile (`compile_decode`; the attention is cuDNN's either way); graphs
+    captured again at each switch, then a warm-up run; alternated `rounds` times, and the
+    captured step alone (30 replays, at the rows' span where the run left them) each time:
+    medians and each round's values. The first warm-up of each variant includes its compiling
+    (`first_*_run_s`)."""
+    from rlvr.clients import local_slots
+
+    decoder = lm.slot_decoder()
+    own = decoder.parts, decoder.attention
+    compiled = local_slots.compiled_parts()
+    variants = {"eager": (local_slots.EAGER, own[1]), "compiled": (compiled, own[1])}
+    each: dict[str, list[float]] = {name: [] for name in variants}
+    device: dict[str, list[float]] = {name: [] for name in variants}
+    out: dict[str, Any] = {"attention": own[1].__name__}
+    try:
+        for r in range(rounds):
+            for name, (parts, attention) in variants.items():
+                if name in out.get("failed", {}):
+                    continue
+                decoder.parts, decoder.attention = parts, attention
+                decoder._drop_graphs()
+                try:
+                    warm = timed(lm, w, w["max_tokens"])  # captures this variant's graphs (compiles once)
+                except Exception as exc:  # a compile that fails here: reported, the others go on
+                    out.setdefault("failed", {})[name] = f"{type(exc).__name__}: {str(exc)[:300]}"
+                    continue
+                if r == 0:
+                    out[f"first_{name}_run_s"] = warm["seconds"]
+                each[name].append(ms_per_step(short, timed(lm, w, w["max_tokens"])))
+                device[name].append(replayed_ms(lm, decoder))
+                if decoder.parts is not parts:
+                    out.setdefault("failed", {})[name] = "fell back to the eager step (see the warning above)"
+    finally:
+        decoder.parts, decoder.attention = own
+        decoder._drop_graphs()
+    for name in variants:
+        if each[name]:
+            out[f"ms_per_step_{name}"] = statistics.median(each[name])
+            out[f"device_ms_{name}"] = statistics.median(device[name])
+            out[f"ms_per_step_{name}_each"], out[f"device_ms_{name}_each"] = each[name], device[name]
+            if name != "eager" and each["eager"]:
+                ratios = [a / b for a, b in zip(device["eager"], device[name])]
+                out[f"device_eager_over_{name}"] = {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)}  # fmt: skip
+    return out
+
+
+def replayed_ms(lm: Any, decoder: Any, repeats: int = 30) -> float:
+    """The step at the rows' span where the last run left the slots, replayed `repeats` times
+    back to back (its graph captured first if needed): the device's ms a step."""
+    import torch
+
+    from rlvr.clients.local_load import attention_backends
+
+    n = decoder.slots
+    need = min(int(decoder.pos[:n].max()) + 1, decoder.length)
+    state = [t.clone() for t in (decoder.tokens, decoder.pos, decoder.counts)]
+    with torch.inference_mode(), attention_backends(lm.device):
+        try:
+            decoder.step(n, need)
+            sync(lm.device)
+            t0 = time.perf_counter()
+            for _ in range(repeats):
+                decoder.step(n, need)
+            sync(lm.device)
+        finally:
+            for t, saved in zip((decoder.tokens, decoder.pos, decoder.counts), state):
+                t.copy_(saved)
+    return 1e3 * (time.perf_counter() - t0) / repeats
 
 
 def step_split(lm: Any, rows: int, repeats: int = 30) -> dict[str, float]:
@@ -386,14 +460,14 @@ def phase_train(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     batch = 8 if args.size == "tiny" else 64
     micro = args.micro_batch_size or (4 if args.size in ("tiny", "4b") else 16)
     ns = argparse.Namespace(
-        warmup=1, steps=args.steps, batch_size=batch, group_size=4 if args.size == "tiny" else 8, lr=1e-6,
+        warmup=args.warmup, steps=args.steps, batch_size=batch, group_size=4 if args.size == "tiny" else 8, lr=1e-6,
         max_tokens=tokens, micro_batch_size=micro, device=args.device, gradient_checkpointing=args.size == "4b",
     )  # fmt: skip  # 4b: float32 weights + AdamW are 64 GB before activations, for both trainers
     here = Path(tempfile.mkdtemp(dir=work, prefix=args.phase))
     if args.phase == "rlvr":
         run = run_rlvr(
             work / "model", ns, here, probe_tasks=0, gradient_checkpointing=ns.gradient_checkpointing,
-            compile_blocks=args.compile_blocks,
+            compile_blocks=args.compile_blocks, compile_decode=args.compile_decode,
         )  # fmt: skip
     else:
         run = run_trl(work / "model", ns, here)
@@ -467,8 +541,11 @@ def main() -> None:
     p.add_argument("--phase-out", required=True, help="JSON results of the phase")
     p.add_argument("--device", default="cuda")
     p.add_argument("--steps", type=int, default=3, help="timed optimizer steps per training run")
+    p.add_argument("--warmup", type=int, default=1, help="untimed optimizer steps first")
     p.add_argument("--micro-batch-size", type=int, default=None)
     p.add_argument("--compile-blocks", action="store_true", help="rlvr's trainer with compile_blocks")
+    p.add_argument("--compile-decode", action="store_true", help="rlvr's trainer with compile_decode")
+    p.add_argument("--no-split", action="store_true", help="decode: skip the step split and the attention runs")
     p.add_argument("--deadline", type=float, default=float("inf"), help="epoch seconds: skip what would run past")
     args = p.parse_args()
     import torch

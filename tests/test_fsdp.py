@@ -72,3 +72,7 @@ def test_fsdp_refuses_lora_and_compiled_blocks() -> None:
     with pytest.raises(UsageError, match="compile_blocks with sharding = fsdp is not supported yet"):
         TrainConfig(env="e", model="m", sharding="fsdp", compile_blocks=True)
     assert TrainConfig(env="e", model="m", compile_blocks=True).compile_blocks
+    for other in ({"sharding": "fsdp"}, {"vllm_url": "http://localhost:8000"}):
+        with pytest.raises(UsageError, match="compile_decode compiles rlvr's own decode step"):
+            TrainConfig(env="e", model="m", compile_decode=True, **other)
+    assert TrainConfig(env="e", model="m", compile_decode=True).compile_decode

@@ -2,7 +2,8 @@
 
 Run on a GPU machine: `pytest -m gpu tests/test_gpu.py`. Where pytest-asyncio is not installed (the
 device machines), this project's pytest options are unknown: `pytest -c /dev/null --rootdir . tests/test_gpu.py`
-(4 passed on an H100, torch 2.11, 2026-11-27; the compiled-blocks test added 2026-11-28).
+(4 passed on an H100, torch 2.11, 2026-11-27; the compiled-blocks test added 2026-11-28, the
+compiled decode step's 2026-11-28, 6 passed on an H200).
 """
 
 from __future__ import annotations
@@ -112,11 +113,16 @@ def test_compiled_blocks_on_cuda_give_the_eager_update_and_train(small, tmp_path
         deltas.append(torch.cat([p.detach().flatten() for p in m.parameters()]) - before)
     cosine = torch.nn.functional.cosine_similarity(deltas[0], deltas[1], dim=0).item()
     assert deltas[0].norm() > 0 and cosine > 0.999, cosine
+    _train_two_steps(small, tmp_path, capsys, "--compile-blocks")
+
+
+def _train_two_steps(small, tmp_path, capsys, option: str) -> None:
+    """The trainer runs two bf16 tic-tac-toe steps with `option` and saves finite numbers."""
+    pytest.importorskip("rlvr_tictactoe")
     out = tmp_path / "run"
     argv = ["train", "tictactoe", "--model", str(small), "--output-dir", str(out), "--steps", "2", "--batch-size", "32",
-            "--group-size", "4", "--max-tokens", "16", "--bf16", "--compile-blocks", "--eval-every", "none",
+            "--group-size", "4", "--max-tokens", "16", "--bf16", option, "--eval-every", "none",
             "--env-args", '{"opponent": "random", "num_tasks": 64, "eval_tasks": 8}']  # fmt: skip
-    pytest.importorskip("rlvr_tictactoe")
     assert main(argv) == 0, capsys.readouterr().err
     rows = list(csv.DictReader((out / "metrics.csv").read_text().splitlines()))
     assert [r["step"] for r in rows][-1] == "2.0" and math.isfinite(float(rows[-1]["grad/norm"]))
@@ -158,6 +164,35 @@ def test_cuda_graph_slots_give_the_transformers_tokens(small) -> None:
     graphs.clear_cache()
     compare(play(plain), play(graphs))
     assert decoder.captures > captures
+
+
+def test_a_compiled_decode_step_in_cuda_graphs_gives_the_eager_tokens(small, tmp_path, capsys) -> None:
+    """`compile_decode` with Inductor inside the captured graphs, float32: the same replies as
+    the eager step (a near-tie may flip one now and then), one compile for every slot count;
+    then the trainer runs two steps with it under bf16."""
+    from rlvr.clients import local_slots
+
+    eager = LocalModel(str(small), device="cuda", dtype="float32", max_batch_size=64)
+    compiled = LocalModel("small", model=eager.model, tokenizer=eager.tokenizer, compile_decode=True)
+
+    def play(client, n):
+        async def together():
+            return await asyncio.gather(
+                *(client.chat(_ask(i), SamplingArgs(max_tokens=40, temperature=float(i % 2), seed=i)) for i in range(n))
+            )
+
+        return asyncio.run(together())
+
+    for n in (48, 12):  # two slot-count buckets
+        want, got = play(eager, n), play(compiled, n)
+        same = [(a, b) for a, b in zip(want, got) if a.token_ids == b.token_ids]
+        assert len(same) >= 0.9 * n, f"{len(same)} of {n} replies identical"
+        for a, b in same:
+            assert b.logprobs == pytest.approx(a.logprobs, abs=1e-3)
+    decoder = compiled._decoder
+    assert decoder is not None and decoder.graphs and decoder.captures >= 2
+    assert decoder.parts is not local_slots.EAGER  # compiled, not fallen back
+    _train_two_steps(small, tmp_path, capsys, "--compile-decode")
 
 
 def test_a_weight_average_swapped_in_place_is_what_the_cuda_graphs_play(small) -> None:

@@ -172,6 +172,34 @@ def test_inverse_cdf_gives_each_token_exactly_its_share_of_the_uniforms() -> Non
         assert inverse_cdf(big.log().float(), torch.tensor([at]))[0].item() == want
 
 
+def test_block_sums_find_the_token_of_one_running_sum() -> None:
+    """The two-level search (block sums, then one block) against one float64 running sum of the
+    whole row: the same token for 64 rows x 300 uniforms over a vocabulary of 5 blocks and a
+    tail, with -inf tokens (top-p's mask) in whole blocks, at block edges and in the tail; and
+    uniforms at the very ends of (0, 1) stay on tokens of positive weight."""
+    from rlvr.clients.local_sampling import BLOCK
+
+    vocab = 5 * BLOCK + 37
+    gen = torch.Generator().manual_seed(3)
+    logits = 4 * torch.randn(64, vocab, generator=gen)
+    logits[::2, BLOCK : 2 * BLOCK] = float("-inf")  # a whole block masked
+    logits[1::3, BLOCK - 1] = float("-inf")  # the last token of a block
+    logits[::4, 5 * BLOCK :] = float("-inf")  # the tail
+    logits[5, :] = float("-inf")
+    logits[5, 3 * BLOCK] = 0.0  # one token only
+    u = torch.rand(300, generator=gen, dtype=torch.float64)
+    u[:2] = torch.tensor([2.0**-33, 1 - 2.0**-33])
+    for scores in (logits, logits * 1e-3):  # peaked and nearly flat rows
+        cdf = (scores - scores.amax(-1, keepdim=True)).exp().double().cumsum(-1)  # float32 terms
+        for j in range(len(u)):
+            uj = u[j].expand(64)
+            want = torch.searchsorted(cdf, uj[:, None] * cdf[:, -1:]).squeeze(1)
+            got, total = inverse_cdf(scores, uj)
+            assert got.tolist() == want.tolist()
+            assert torch.allclose(total, cdf[:, -1], rtol=1e-12)
+            assert torch.isfinite(scores[torch.arange(64), got]).all()
+
+
 def test_draw_survives_nan_and_infinite_logits() -> None:
     """A NaN or +inf logit (a diverged or overflowing model) or a row masked down to one token:
     the draw stays a valid index, the argmax (the +inf token takes all the weight)."""
@@ -314,3 +342,62 @@ def test_the_step_keeps_the_matmul_attention_where_cudnn_cannot_run(tiny) -> Non
     assert not local_slots.cudnn_attention_works(decoder)
     decoder.device, decoder.dtype = torch.device("cuda"), torch.bfloat16  # claims a GPU this machine lacks
     assert not local_slots.cudnn_attention_works(decoder)
+
+
+# ---- compile_decode: the step's layers through torch.compile ------------------------------------
+
+
+@pytest.fixture
+def compiling(monkeypatch):
+    """`compiled_parts` made afresh with the aot_eager backend (Inductor's C++ build takes about a
+    minute on 2 cores; tests/test_gpu.py compiles with Inductor on CUDA), and Dynamo's counters."""
+    import torch._dynamo.utils
+
+    from rlvr.clients import local_slots
+
+    monkeypatch.setattr(local_slots, "COMPILE_BACKEND", "aot_eager")
+    monkeypatch.setattr(local_slots, "_COMPILED", [])
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    yield torch._dynamo.utils.counters
+    torch._dynamo.reset()
+
+
+@pytest.mark.filterwarnings("ignore:.*script_method.*:DeprecationWarning")
+def test_a_compiled_step_gives_the_eager_tokens_with_one_graph_per_part(tiny, compiling) -> None:
+    """20 conversations of 3 turns (slot counts 8-32, buffers growing past MIN_LENGTH) decode the
+    same tokens compiled as eagerly, and every layer and slot count shares one graph per part."""
+    from rlvr.clients import local_slots
+
+    model, tokenizer = tiny
+    eager = LocalModel("t", model=model, tokenizer=tokenizer, static_cache=True)
+    compiled = LocalModel("t", model=model, tokenizer=tokenizer, static_cache=True, compile_decode=True)
+    want, got = _games(eager, 20, 3, nucleus=False), _games(compiled, 20, 3, nucleus=False)
+    for a, b in zip(want, got):
+        _same(b, a)
+    decoder = compiled._decoder
+    assert decoder is not None and decoder.slots > MIN_SLOTS
+    assert decoder.parts is not local_slots.EAGER
+    # the 3 layer parts and the sampler once each, not once per slot count or layer
+    assert compiling["stats"]["unique_graphs"] == 4, dict(compiling["stats"])
+
+
+def test_a_failed_compile_falls_back_to_the_eager_step(tiny, compiling, monkeypatch) -> None:
+    """A part that torch.compile cannot build (here: a backend that raises) costs a warning, not
+    the request: the step runs eagerly from then on, with the same tokens."""
+    from rlvr.clients import local_slots
+
+    def broken(gm, example_inputs):
+        raise RuntimeError("no C++ compiler found")
+
+    monkeypatch.setattr(local_slots, "COMPILE_BACKEND", broken)
+    model, tokenizer = tiny
+    client = LocalModel("t", model=model, tokenizer=tokenizer, static_cache=True, compile_decode=True)
+    plain = LocalModel("t", model=model, tokenizer=tokenizer, static_cache=True)
+    sampling = SamplingArgs(max_tokens=6, temperature=1.0, seed=4)
+    with pytest.warns(RuntimeWarning, match="compiling the decode step failed .*no C.. compiler"):
+        c = asyncio.run(client.chat([{"role": "user", "content": "hi"}], sampling))
+    assert client._decoder is not None and client._decoder.parts is local_slots.EAGER
+    assert c.token_ids == asyncio.run(plain.chat([{"role": "user", "content": "hi"}], sampling)).token_ids
+    with pytest.raises(UsageError, match="compile_decode compiles the static-slot decode step"):
+        LocalModel("t", model=model, tokenizer=tokenizer, static_cache=False, compile_decode=True)

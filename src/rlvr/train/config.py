@@ -57,6 +57,7 @@ RESUME_MAY_CHANGE = frozenset(
         "pack_sequences",
         "gradient_checkpointing",
         "compile_blocks",
+        "compile_decode",
     }
 )
 """Fields a resumed run may change; any other difference from the saved config is an error."""
@@ -144,6 +145,8 @@ class TrainConfig:
     """recompute each transformer block's activations in the backward pass (less memory, ~1/3 more compute)"""
     compile_blocks: bool = False
     """run each transformer block through torch.compile in the update (fuses its elementwise kernels; the first updates compile; needs a C++ compiler on a CPU)"""
+    compile_decode: bool = False
+    """run the generation decode step's layers through torch.compile (static KV slots, also on a CPU; the first rollouts compile)"""
     seed: int = 0
     """seed of the sampler, the rollouts, and torch"""
     device: str | None = None
@@ -434,6 +437,11 @@ def _check_values(c: TrainConfig) -> None:
     need(
         c.sharding == "ddp" or not c.compile_blocks,
         "compile_blocks with sharding = fsdp is not supported yet (not measured with sharded weights); use one of them",
+    )
+    need(
+        not c.compile_decode or (c.sharding == "ddp" and c.vllm_url is None),
+        "compile_decode compiles rlvr's own decode step: not with vllm_url (the server generates), and not yet "
+        "with sharding = fsdp (not measured with sharded weights)",
     )
     need(
         c.sharding == "ddp" or c.vllm_url is None,
