@@ -177,6 +177,41 @@ def test_compiled_blocks_give_the_eager_update_compile_once_and_undo_themselves(
     assert held() is None  # nothing compiled keeps a block alive once its model is gone
 
 
+@pytest.mark.filterwarnings("ignore:The .grad attribute of a Tensor that is not a leaf:UserWarning")  # dynamo's probe
+def test_compiled_blocks_compile_once_with_and_without_padding(model, monkeypatch) -> None:
+    """Micro-batches of equal-length sequences have no padding, and transformers then gives the
+    blocks no mask: inside `compiled_blocks` such a micro-batch gets one pad column, so that
+    padded and unpadded micro-batches share one compiled graph (without it: two, the second in
+    whichever step first met an unpadded micro-batch), with the same log-probs as without it."""
+    import torch._dynamo.utils
+
+    real = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: real(fn, backend="aot_eager", **kw))
+    monkeypatch.setattr(lp, "_COMPILED", {})
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    vocab = model.config.vocab_size
+    rng = random.Random(5)
+    same = [rng.randrange(vocab) for _ in range(12)]
+    even = [TrainSequence([*same[:-1], i], [0] * 4 + [1] * 8, 0.5, [float("nan")] * 12, i) for i in range(4)]
+    padded, unpadded = micro_batches(sequences(vocab, n=4, seed=3), 4, 0, CPU)[0], micro_batches(even, 4, 0, CPU)[0]
+    assert padded.n_tokens < padded.ids.numel() and unpadded.n_tokens == unpadded.ids.numel()
+    want = lp.micro_batch_logprobs(model, unpadded, 1.0)[0]
+    with lp.compiled_blocks(model):
+        assert lp._inputs(unpadded)["input_ids"].shape == (4, 13)  # one pad column
+        assert lp._inputs(padded)["input_ids"].shape == padded.ids.shape  # padded already
+        for mb in (padded, unpadded, padded):
+            got = lp.micro_batch_logprobs(model, mb, 1.0)[0]
+        full = lp.micro_batch_logprobs(model, unpadded, 1.0, chunk_elements=0)[0]  # the full-logits path
+    torch.testing.assert_close(lp.micro_batch_logprobs(model, unpadded, 1.0)[0], want)  # eager again
+    with lp.compiled_blocks(model):
+        got = lp.micro_batch_logprobs(model, unpadded, 1.0)[0]
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(full, want, rtol=1e-4, atol=1e-5)
+    assert lp._inputs(unpadded)["input_ids"].shape == unpadded.ids.shape  # no column outside the block
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1, dict(torch._dynamo.utils.counters["stats"])
+
+
 def test_block_options_refuse_a_model_without_blocks() -> None:
     from rlvr.errors import UsageError
 

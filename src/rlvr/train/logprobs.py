@@ -83,7 +83,7 @@ def micro_batch_logprobs(
         chunk = max(1, size // weight.shape[0])
         logp, ent = _chunked(head, hidden.reshape(-1, hidden.shape[-1])[at], targets, temperature, entropy, chunk)
     else:
-        logits = model(**_inputs(mb)).logits
+        logits = model(**_inputs(mb)).logits[:, : mb.ids.shape[1]]
         logp, ent = _logprobs(logits.reshape(-1, logits.shape[-1])[at], targets, temperature, entropy)
     if empty:
         logp, ent = logp * 0, None if ent is None else ent * 0
@@ -94,9 +94,18 @@ def micro_batch_logprobs(
 
 
 def _inputs(mb: MicroBatch) -> dict[str, Any]:
-    if mb.positions is None:
-        return {"input_ids": mb.ids, "attention_mask": mb.attention, "use_cache": False}
-    return {"input_ids": mb.ids, "position_ids": mb.position_ids, "use_cache": False}
+    """The model's inputs. Inside `compiled_blocks`, a padded micro-batch without padding gets
+    one pad column after its last (attention 0, after every real token, so no token sees it;
+    callers cut its outputs off): transformers gives the blocks no mask at all where nothing is
+    padded, and a compiled block would compile a second graph for that, in whichever step first
+    has such a micro-batch."""
+    if mb.positions is not None:
+        return {"input_ids": mb.ids, "position_ids": mb.position_ids, "use_cache": False}
+    ids, attention = mb.ids, mb.attention
+    if _ALWAYS_MASKED and mb.n_tokens == ids.numel():  # counted on the host: no device wait
+        ids = torch.nn.functional.pad(ids, (0, 1), value=0)
+        attention = torch.nn.functional.pad(attention, (0, 1), value=0)
+    return {"input_ids": ids, "attention_mask": attention, "use_cache": False}
 
 
 def _head(model: Any) -> nn.Module | None:
@@ -125,15 +134,16 @@ def _hidden_states(model: Any, mb: MicroBatch, head: nn.Module) -> torch.Tensor:
         return (args[0][..., :0, :], *args[1:])
 
     hook = head.register_forward_pre_hook(take)
+    inputs = _inputs(mb)
     try:
-        model(**_inputs(mb))
+        model(**inputs)
     finally:
         hook.remove()
-    if len(seen) != 1 or seen[0].shape[:-1] != mb.ids.shape:
+    if len(seen) != 1 or seen[0].shape[:-1] != inputs["input_ids"].shape:
         raise RuntimeError(
             f"the output head saw {[tuple(s.shape) for s in seen]}, not the hidden states of every input"
         )
-    return seen[0]
+    return seen[0][:, : mb.ids.shape[1]]
 
 
 def _chunked(
@@ -233,6 +243,9 @@ def _checkpointed(forward: Any, *args: Any, **kwargs: Any) -> Any:
 
 # ---- compiled blocks -------------------------------------------------------------------------
 
+_ALWAYS_MASKED = False
+"""Inside `compiled_blocks`: every padded micro-batch reaches the blocks with a mask (`_inputs`)."""
+
 _COMPILED: dict[type, Any] = {}
 """Each block class's forward through torch.compile, kept across updates (compiling again would
 cost each step). Per class, not per block: the blocks of a model share one graph (their weights
@@ -244,9 +257,16 @@ weights and a discarded model is freed."""
 def compiled_blocks(model: Any, on: bool = True) -> Iterator[None]:
     """Within the block, every transformer block of `model` (the longest `nn.ModuleList`) runs
     its class's forward through `torch.compile(dynamic=True)`; outside it, eagerly as before.
-    Enter it before `activation_checkpointing`, which then recomputes the compiled forward."""
+    Enter it before `activation_checkpointing`, which then recomputes the compiled forward.
+    Micro-batches without padding get one pad column inside it (`_inputs`), so that the blocks
+    compile once, not once more for a call without an attention mask."""
+    global _ALWAYS_MASKED
     with _forwards_replaced(blocks(model, "compile_blocks") if on else [], _compiled):
-        yield
+        saved, _ALWAYS_MASKED = _ALWAYS_MASKED, on
+        try:
+            yield
+        finally:
+            _ALWAYS_MASKED = saved
 
 
 def _compiled(block: nn.Module) -> Any:
