@@ -16,7 +16,9 @@ tokens per second of wall time:
                family allows, dynamic on CPU. `local-dynamic-noreuse` is dynamic without reuse.
                `local-attend` is `local-static` with the step's attention forced to
                `local_slots.attend` (on CUDA in bf16 the step picks cuDNN's sdpa by default):
-               list both several times, alternated, to compare the two attentions
+               list both several times, alternated, to compare the two attentions.
+               `local-compiled` is `local-static` with `compile_decode=True` (the step's layers
+               and sampler through torch.compile; its warm-up compiles)
     generate   `model.generate` once per request, one request at a time (the baseline)
     generate-nocudnn   the same with LocalModel's attention kernels (no cuDNN attention, which
                rebuilds its plan for every new sequence length on some torch/GPU pairs)
@@ -295,6 +297,8 @@ def main() -> None:
         "local-static": variant(static_cache=True),
         "local-dynamic-noreuse": variant(static_cache=False, reuse_cache=False),
     }
+    if "local-compiled" in args.modes.split(","):
+        clients["local-compiled"] = variant(static_cache=True, compile_decode=True)
     if "local-attend" in args.modes.split(","):
         from rlvr.clients.local_slots import attend
 

@@ -98,8 +98,8 @@ def test_static_slots_need_a_supported_family(tiny) -> None:
     assert not supported(windowed)
     with pytest.raises(UsageError, match="static_cache needs"):
         LocalModel("sw", model=windowed, tokenizer=tokenizer, static_cache=True)
-    # by default the CPU decodes over the DynamicCache, and a windowed model always does
-    assert not LocalModel("t", model=model, tokenizer=tokenizer).static_cache
+    # by default a supported model decodes over slots, on the CPU too; a windowed model never
+    assert LocalModel("t", model=model, tokenizer=tokenizer).static_cache
     assert not LocalModel("sw", model=windowed, tokenizer=tokenizer).static_cache
 
 

@@ -79,7 +79,6 @@ def open_generation(
             tokenizer=tokenizer,
             max_batch_size=batch,
             autocast="bfloat16" if use_bf16(cfg.bf16, dist.device) else None,
-            static_cache=True if cfg.compile_decode else None,
             compile_decode=cfg.compile_decode,
         )
         return Generation(local)
