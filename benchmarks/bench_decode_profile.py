@@ -4,9 +4,10 @@ graph, eager and with `compile_decode`'s compiled parts:
 
     python benchmarks/bench_decode_profile.py --size 0.5b
 
-For each: ms per replayed step (3 rounds of 30 replays), then torch.profiler over 5 replays:
-the kernels' time per step, how many kernels a step launches, and the `--top` kernels by time.
-Random keys and values fill the buffers (the step's cost does not depend on their values).
+For each: ms per replayed step (3 rounds of 30 replays), then bench_scale's `profile_forward`
+over 5 replays: the kernels' time a step, how many kernels a step launches, and the `--top`
+kernels by time. Random keys and values fill the buffers (the step's cost does not depend on
+their values).
 """
 
 from __future__ import annotations
@@ -15,8 +16,7 @@ import argparse
 import time
 
 import torch
-from bench_scale_phases import qwen3_config
-from torch.profiler import ProfilerActivity, profile
+from bench_scale_phases import profile_forward, qwen3_config
 from transformers import AutoModelForCausalLM
 
 from rlvr.clients.local_load import attention_backends
@@ -43,35 +43,29 @@ def main() -> None:
         dec.temps.fill_(1.0)
         start = torch.randint(100, 200, (dec.slots,), device=dev)
         name = "compiled" if compiled else "eager"
+
+        def step() -> None:  # from the same positions each time: the span stays put
+            dec.pos.copy_(start)
+            dec.counts.zero_()
+            dec.step(args.slots, need)
+
         with torch.inference_mode(), attention_backends(dev):
-
-            def reset() -> None:
-                dec.pos.copy_(start)
-                dec.counts.zero_()
-
-            reset()
-            dec.step(args.slots, need)  # compiles (the first time) and captures
+            step()  # compiles (the first time) and captures
             for _ in range(3):
-                reset()
                 torch.cuda.synchronize()
                 t0 = time.perf_counter()
                 for _ in range(30):
-                    dec.step(args.slots, need)
+                    step()
                 torch.cuda.synchronize()
                 ms = 1e3 * (time.perf_counter() - t0) / 30
                 print(
                     f"{args.size} {name}: {ms:.3f} ms a replayed step (span {dec.span(need)}, {dec.attention.__name__})"
                 )
-            reset()
-            with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                for _ in range(5):
-                    dec.step(args.slots, need)
-                torch.cuda.synchronize()
-        events = prof.key_averages()
-        busy = sum(e.self_device_time_total for e in events) / 5 / 1e3
-        launches = sum(e.count for e in events) / 5
-        print(f"{args.size} {name}: kernels {busy:.3f} ms a step, {launches:.0f} kernels a step")
-        print(events.table(sort_by="self_cuda_time_total", row_limit=args.top, max_name_column_width=60))
+            prof = profile_forward(step, calls=5, top=args.top)
+        print(
+            f"{args.size} {name}: kernels {prof['device_busy_ms_per_call']:.3f} ms a step, "
+            f"{prof['launches_per_call']:.0f} kernels a step"
+        )
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ One GPU, one command per size (each stays under `--budget` seconds, 540 by defau
     python benchmarks/bench_scale.py --sizes 0.5b --out benchmarks/results/scale-h100.json
     python benchmarks/bench_scale.py --sizes 1.7b --out benchmarks/results/scale-h100.json
     python benchmarks/bench_scale.py --sizes 4b --out benchmarks/results/scale-h100.json
-CPU smoke check (a 10M model with the real vocabulary, about a minute):
+CPU smoke check (a 10M model with the real vocabulary, about 2.5 minutes):
     python benchmarks/bench_scale.py --sizes tiny --skip-trl --out /tmp/scale.json
 The decode phase alone, with its step split (about a minute at 0.5B; RLVR_PROFILE=1 adds a
 kernel table of the step's forward):
@@ -222,17 +222,18 @@ def table(results: dict[str, Any]) -> str:
                     if key.startswith("device_ms_attention_") and not key.endswith("_each")
                 )
             )
-        if runs := d.get("runs_with_attention"):
-            lines.append(
-                f"{size} whole runs, ms per decode step (median of alternated rounds): "
-                + ", ".join(
-                    f"{key.removeprefix('ms_per_step_')} {value:.2f} "
-                    f"[{min(runs[key + '_each']):.2f}-{max(runs[key + '_each']):.2f}]"
-                    for key, value in runs.items()
-                    if key.startswith("ms_per_step_") and not key.endswith("_each")
+        for what in ("runs_with_attention", "runs_compiled"):
+            if runs := d.get(what):
+                lines.append(
+                    f"{size} whole runs, ms per decode step (median of alternated rounds): "
+                    + ", ".join(
+                        f"{key.removeprefix('ms_per_step_')} {value:.2f} "
+                        f"[{min(runs[key + '_each']):.2f}-{max(runs[key + '_each']):.2f}]"
+                        for key, value in runs.items()
+                        if key.startswith("ms_per_step_") and not key.endswith("_each")
+                    )
+                    + f" (attention: {runs.get('in_use') or runs.get('attention', '?')})"
                 )
-                + f" (the step uses {runs.get('in_use', '?')})"
-            )
     return "\n".join(lines)
 
 

@@ -9,6 +9,7 @@ results as JSON to OUT.json. Shapes, workloads and what each phase measures: ben
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import json
 import os
@@ -17,6 +18,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -143,80 +145,77 @@ def ms_per_step(short: dict[str, Any], run: dict[str, Any]) -> float:
 
 
 def runs_with_attention(lm: Any, w: dict[str, Any], short: dict[str, Any], rounds: int = 3) -> dict[str, Any]:
-    """ms per decode step of whole runs with the step's attention set to `attend` (two matmuls)
-    and to `attend_cudnn` (graphs captured again at each switch, then a warm-up run), alternated
-    `rounds` times: medians and each round's value. A gain in the replayed step must survive a
-    real run (an sdpa layout gained 12% in replays and cost 10x in the run, 2026-11-27)."""
+    """`alternated_runs` with the step's attention set to `attend` (two matmuls) and to
+    `attend_cudnn`. A gain in the replayed step must survive a real run (an sdpa layout gained
+    12% in replays and cost 10x in the run, 2026-11-27)."""
     from rlvr.clients import local_slots
 
     decoder = lm.slot_decoder()
-    own, out = decoder.attention, {"in_use": decoder.attention.__name__}
+    own = decoder.attention
     fns = {"attend": local_slots.attend, "attend_cudnn": local_slots.attend_cudnn}
-    each: dict[str, list[float]] = {name: [] for name in fns}
     try:
-        for _ in range(rounds):
-            for name, fn in fns.items():
-                decoder.attention = fn
-                decoder._drop_graphs()
-                timed(lm, w, w["max_tokens"])  # captures this attention's graphs
-                each[name].append(ms_per_step(short, timed(lm, w, w["max_tokens"])))
-    except RuntimeError as exc:  # e.g. no cuDNN sdpa here
-        out["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+        out = alternated_runs(lm, w, short, {n: functools.partial(setattr, decoder, "attention", f) for n, f in fns.items()}, rounds)  # fmt: skip
     finally:
         decoder.attention = own
         decoder._drop_graphs()
-    for name, values in each.items():
-        if values:
-            out[f"ms_per_step_{name}"] = statistics.median(values)
-            out[f"ms_per_step_{name}_each"] = values
-    return out
+    return {"in_use": own.__name__, **out}
 
 
 def runs_compiled(lm: Any, w: dict[str, Any], short: dict[str, Any], rounds: int = 3) -> dict[str, Any]:
-    """ms per decode step of whole runs with the step eager and with its layers and sampler
-    through torch.compile (`compile_decode`; the attention is cuDNN's either way); graphs
-    captured again at each switch, then a warm-up run; alternated `rounds` times, and the
-    captured step alone (30 replays, at the rows' span where the run left them) each time:
-    medians and each round's values. The first warm-up of each variant includes its compiling
-    (`first_*_run_s`)."""
+    """`alternated_runs` with the step eager and with its layers and sampler through
+    torch.compile (`compile_decode`; the attention is cuDNN's either way). The first warm-up of
+    each variant includes its compiling (`first_*_run_s`)."""
     from rlvr.clients import local_slots
 
     decoder = lm.slot_decoder()
-    own = decoder.parts, decoder.attention
-    compiled = local_slots.compiled_parts()
-    variants = {"eager": (local_slots.EAGER, own[1]), "compiled": (compiled, own[1])}
-    each: dict[str, list[float]] = {name: [] for name in variants}
-    device: dict[str, list[float]] = {name: [] for name in variants}
-    out: dict[str, Any] = {"attention": own[1].__name__}
+    own = decoder.parts
+    parts = {"eager": local_slots.EAGER, "compiled": local_slots.compiled_parts()}
     try:
-        for r in range(rounds):
-            for name, (parts, attention) in variants.items():
-                if name in out.get("failed", {}):
-                    continue
-                decoder.parts, decoder.attention = parts, attention
-                decoder._drop_graphs()
-                try:
-                    warm = timed(lm, w, w["max_tokens"])  # captures this variant's graphs (compiles once)
-                except Exception as exc:  # a compile that fails here: reported, the others go on
-                    out.setdefault("failed", {})[name] = f"{type(exc).__name__}: {str(exc)[:300]}"
-                    continue
-                if r == 0:
-                    out[f"first_{name}_run_s"] = warm["seconds"]
-                each[name].append(ms_per_step(short, timed(lm, w, w["max_tokens"])))
-                device[name].append(replayed_ms(lm, decoder))
-                if decoder.parts is not parts:
-                    out.setdefault("failed", {})[name] = "fell back to the eager step (see the warning above)"
+        out = alternated_runs(lm, w, short, {n: functools.partial(setattr, decoder, "parts", p) for n, p in parts.items()}, rounds)  # fmt: skip
+        if decoder.parts is not parts["compiled"] and "ms_per_step_compiled" in out:
+            out["failed"] = "the compiled step fell back to the eager one (see the warning above)"
     finally:
-        decoder.parts, decoder.attention = own
+        decoder.parts = own
         decoder._drop_graphs()
+    return {"attention": decoder.attention.__name__, **out}
+
+
+def alternated_runs(
+    lm: Any, w: dict[str, Any], short: dict[str, Any], variants: dict[str, Callable[[], None]], rounds: int
+) -> dict[str, Any]:
+    """Whole generation runs with each of `variants` applied to the slot decoder (graphs
+    captured again at each switch, then a warm-up run and a timed run), alternated `rounds`
+    times; after each timed run, the captured step alone (`replayed_ms`). Per variant: ms a step
+    of the runs and of the replays (medians and each round's), the first warm-up's seconds
+    (compiling, where a variant compiles), and the first variant's replay ms over each other's
+    (median [min-max] over the rounds). A variant that raises is reported and left out."""
+    decoder = lm.slot_decoder()
+    runs: dict[str, list[float]] = {name: [] for name in variants}
+    replays: dict[str, list[float]] = {name: [] for name in variants}
+    out: dict[str, Any] = {}
+    for r in range(rounds):
+        for name, apply in variants.items():
+            if f"error_{name}" in out:
+                continue
+            apply()
+            decoder._drop_graphs()
+            try:
+                warm = timed(lm, w, w["max_tokens"])  # captures this variant's graphs
+            except Exception as exc:  # e.g. no cuDNN sdpa here, a failed compile
+                out[f"error_{name}"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+                continue
+            if r == 0:
+                out[f"first_{name}_run_s"] = warm["seconds"]
+            runs[name].append(ms_per_step(short, timed(lm, w, w["max_tokens"])))
+            replays[name].append(replayed_ms(lm, decoder))
+    base = next(iter(variants))
     for name in variants:
-        if each[name]:
-            out[f"ms_per_step_{name}"] = statistics.median(each[name])
-            out[f"device_ms_{name}"] = statistics.median(device[name])
-            out[f"ms_per_step_{name}_each"], out[f"device_ms_{name}_each"] = each[name], device[name]
-            if name != "eager" and each["eager"]:
-                ratios = [a / b for a, b in zip(device["eager"], device[name])]
-                out[f"device_eager_over_{name}"] = {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)}  # fmt: skip
+        if runs[name]:
+            out[f"ms_per_step_{name}"], out[f"ms_per_step_{name}_each"] = statistics.median(runs[name]), runs[name]
+            out[f"device_ms_{name}"], out[f"device_ms_{name}_each"] = statistics.median(replays[name]), replays[name]
+        if name != base and replays[name] and len(replays[base]) == len(replays[name]):
+            ratios = [a / b for a, b in zip(replays[base], replays[name])]
+            out[f"device_{base}_over_{name}"] = {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)}  # fmt: skip
     return out
 
 
@@ -345,7 +344,8 @@ def profile_forward(fn: Any, calls: int = 5, top: int = 15) -> dict[str, Any]:
         {"kernel": e.key[:120], "ms_per_call": e.device_time_total / 1e3 / calls, "count_per_call": e.count / calls}
         for e in events[:top]
     ]
-    return {"wall_ms_per_call": wall * 1e3 / calls, "device_busy_ms_per_call": busy, "kernels": kernels}
+    launches = sum(e.count for e in averages) / calls
+    return {"wall_ms_per_call": wall * 1e3 / calls, "device_busy_ms_per_call": busy, "launches_per_call": launches, "kernels": kernels}  # fmt: skip
 
 
 def prefill(model: Any, device: Any, batch: int, length: int, *, peak: Any) -> dict[str, Any]:

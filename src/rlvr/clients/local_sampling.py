@@ -3,9 +3,10 @@
 The randomness of a row comes only from its own key, hashed from (request seed, token index):
 a seeded request draws the same tokens whatever else shares its batch. A token is drawn by
 inverting the row's cumulative distribution (float64) at one uniform made from that key: a few
-passes over the vocabulary (block sums first, then the running sum inside one block). The sampler before this one added Gumbel noise hashed per (row,
-token), some twenty int64 passes over (rows, vocabulary), 4.6x slower on a 2-core CPU at 64 rows
-of a 151,936-token vocabulary (`benchmarks/bench_sampling.py`).
+passes over the vocabulary (block sums first, then the running sum inside one block). The
+sampler before this one added Gumbel noise hashed per (row, token), some twenty int64 passes
+over (rows, vocabulary), 4.6x slower on a 2-core CPU at 64 rows of a 151,936-token vocabulary
+(`benchmarks/bench_sampling.py`).
 """
 
 from __future__ import annotations

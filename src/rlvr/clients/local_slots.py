@@ -302,12 +302,21 @@ class SlotDecoder:
     def decode(self, n: int, span: int | None = None) -> Step:
         """`forward`, then draw each slot's token and advance its state (what a graph holds)."""
         logits = self.forward(n, span)
-        rows_only = _rows_only if self.parts is not EAGER else _as_is
-        choice, logprob = self.parts[3](rows_only(logits), self.temps[:n], self.seeds[:n], self.counts[:n])
+        choice, logprob = self.parts[3](self._rows_only(logits), self.temps[:n], self.seeds[:n], self.counts[:n])
         self.tokens[:n] = choice
         self.pos[:n] += 1
         self.counts[:n] += 1
         return logits, choice, logprob
+
+    def _rows_only(self, t: torch.Tensor) -> torch.Tensor:
+        """`t`, with every size but the first (the slots) marked static when the parts are
+        compiled: a dynamic size of equal value (a head size of 32 at 32 slots) would share the
+        slots' symbol, and the model's constant would then pin the compiled parts to that slot
+        count (a recompile)."""
+        if self.parts is not EAGER:
+            for dim in range(1, t.dim()):
+                torch._dynamo.mark_static(t, dim)
+        return t
 
     def forward(self, n: int, span: int | None = None) -> torch.Tensor:
         """One token for each of slots [0, n): the model's layers, called module by module, with
@@ -321,7 +330,7 @@ class SlotDecoder:
         bias = step_bias(pos, span)  # (n, 1, 1, span)
         groups = self.q_heads // self.kv_heads
         first, second, last, _ = self.parts
-        rows_only = _rows_only if self.parts is not EAGER else _as_is
+        rows_only = self._rows_only
         cos, sin = rows_only(cos), rows_only(sin)
         for i, layer in enumerate(self.core.layers):
             q, k, v = first(layer, rows_only(x), cos, sin, self.rope, self.dtype)
@@ -332,19 +341,6 @@ class SlotDecoder:
             out = self.attention(q, keys[:n, :, :span], values[:n, :, :span], bias, layer.self_attn.scaling)
             x = second(layer, x, rows_only(out.reshape(n, 1, self.q_heads * self.head_dim)))
         return last(self.core.norm, self.head, rows_only(x))
-
-
-def _rows_only(t: torch.Tensor) -> torch.Tensor:
-    """`t` with every size but the first (the slots) marked static for torch.compile: a dynamic
-    size of equal value (a head size of 32 at 32 slots) would share the slots' symbol, and the
-    model's constant would then pin the compiled parts to that slot count (a recompile)."""
-    for dim in range(1, t.dim()):
-        torch._dynamo.mark_static(t, dim)
-    return t
-
-
-def _as_is(t: torch.Tensor) -> torch.Tensor:
-    return t
 
 
 def layer_first(
