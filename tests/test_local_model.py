@@ -239,6 +239,24 @@ def test_tools_reach_the_chat_template(lm) -> None:
     assert "lookup_weather" in lm.tokenizer.decode(c.prompt_token_ids)
 
 
+def test_a_lone_surrogate_in_a_prompt_is_read_as_the_replacement_character(lm) -> None:
+    """A lone surrogate (JSON holds them: a saved reply, a tool's output) in a message or a tool
+    description: the prompt of U+FFFD in its place, not the tokenizer's TypeError."""
+    tool = {"type": "function", "function": {"name": "f\udc80", "description": "d", "parameters": {"type": "object"}}}
+    for content in ("a\ud800b", "\udfff", "x" * 1000 + "\ud83d"):
+        fixed = content.replace("\ud800", "\ufffd").replace("\udfff", "\ufffd").replace("\ud83d", "\ufffd")
+        got = run(
+            lm.chat([{"role": "user", "content": content}], SamplingArgs(max_tokens=3, temperature=0.0), tools=[tool])
+        )
+        fixed_tool = {**tool, "function": {**tool["function"], "name": "f\ufffd"}}
+        want = run(
+            lm.chat(
+                [{"role": "user", "content": fixed}], SamplingArgs(max_tokens=3, temperature=0.0), tools=[fixed_tool]
+            )
+        )
+        assert got.prompt_token_ids == want.prompt_token_ids and got.token_ids == want.token_ids
+
+
 def test_parse_hermes_tool_calls() -> None:
     text = (
         'Checking.\n<tool_call>{"name": "add", "arguments": {"a": 1, "b": 2}}</tool_call>\n'

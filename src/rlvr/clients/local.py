@@ -74,6 +74,7 @@ from rlvr.clients.local_load import (
     attention_backends,
     autocast_dtype,
     context_length,
+    encodable,
     eos_ids,
     eval_mode,
     forward_options,
@@ -206,8 +207,11 @@ class LocalModel:
             key = None
         if key is not None and (hit := self._renders.get(key)) is not None:
             return list(hit)
-        text = self.tokenizer.apply_chat_template(
-            messages, tools=[*tools] if tools else None, add_generation_prompt=True, tokenize=False
+        text = self.tokenizer.apply_chat_template(  # lone surrogates as U+FFFD: the tokenizer refuses them
+            encodable(messages),
+            tools=encodable([*tools]) if tools else None,
+            add_generation_prompt=True,
+            tokenize=False,
         )
         ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
         if key is not None:

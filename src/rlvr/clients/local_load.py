@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import inspect
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -139,3 +140,19 @@ class eval_mode:
     def __exit__(self, *exc: object) -> None:
         if self.was_training:
             self.model.train()
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def encodable(value: Any) -> Any:
+    """`value` (text, or dicts and lists of it) with each lone surrogate replaced by U+FFFD,
+    which a tokenizer can encode: JSON and Python strings hold lone surrogates (a model's reply
+    saved by `rlvr gen`, a tool's output), and a fast tokenizer refuses them with a TypeError."""
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, dict):
+        return {encodable(k): encodable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [encodable(v) for v in value]
+    return value

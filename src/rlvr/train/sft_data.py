@@ -10,17 +10,16 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from rlvr.clients.local_load import encodable
 from rlvr.errors import UsageError, first_line
 
 ROLES = ("system", "user", "assistant", "tool")
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass
@@ -77,19 +76,7 @@ def _check_line(line: str) -> tuple[str | None, dict[str, Any]]:
     tools = row.get("tools")
     if tools is not None and not isinstance(tools, list):
         return "tools must be a list of tool schemas", {}
-    return None, {"messages": _encodable(row["messages"]), "tools": _encodable(tools)}
-
-
-def _encodable(value: Any) -> Any:
-    """`value` with each lone surrogate (valid in JSON, e.g. in a model's reply that `rlvr gen`
-    saved) replaced by U+FFFD, which a tokenizer can encode."""
-    if isinstance(value, str):
-        return _SURROGATE.sub("\ufffd", value)
-    if isinstance(value, dict):
-        return {_encodable(k): _encodable(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_encodable(v) for v in value]
-    return value
+    return None, {"messages": encodable(row["messages"]), "tools": encodable(tools)}
 
 
 def tokenize_rows(tokenizer: Any, rows: list[dict[str, Any]], max_length: int) -> list[Sample]:
