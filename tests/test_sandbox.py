@@ -5,11 +5,13 @@ isolated where is described in rlvr/sandbox/__init__.py; the escapes it stops ar
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -150,6 +152,80 @@ async def test_cancelling_a_run_kills_it() -> None:
         await task
     await asyncio.sleep(0.2)
     assert not (before & _sandbox_pids())
+
+
+@contextlib.contextmanager
+def _runner(cwd: Path, stdin: int) -> Iterator[subprocess.Popen[bytes]]:
+    """The sandbox's runner started directly (unisolated, as `unsafe` runs it), in a session of its
+    own; its group is killed at the end, whatever the test found."""
+    args = [sys.executable, "-I", "-B", "-S", str(command.RUNNER)]
+    with subprocess.Popen(args, stdin=stdin, stdout=subprocess.PIPE, cwd=cwd, start_new_session=True) as proc:
+        try:
+            yield proc
+        finally:
+            try:
+                os.killpg(proc.pid, 9)
+            except ProcessLookupError:
+                pass
+
+
+def test_a_runner_whose_caller_hung_up_before_it_started_runs_nothing(tmp_path: Path) -> None:
+    """The race that bubblewrap's parent-death signal leaves open: the caller wrote the settings and
+    died before the sandbox was up. The runner finds the pipe hung up and kills its group first."""
+    read, write = os.pipe()
+    os.write(write, command.settings("print('ran')", SandboxLimits(), None, hooks=False, isolated=False))
+    os.close(write)
+    with _runner(tmp_path, read) as proc:
+        os.close(read)
+        out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == -9 and out == b""
+    assert not (tmp_path / "main.py").exists()
+
+
+@pytest.mark.parametrize("session", [False, True])
+def test_a_runner_dies_with_its_children_when_its_caller_hangs_up(tmp_path: Path, session: bool) -> None:
+    """Mid-run, the caller's end closing kills the runner and what it started, in a one-shot run
+    (stdin replaced by /dev/null) and in a session, whose lines (each raising SIGIO) do not."""
+    code = """
+import subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+print(child.pid, flush=True)
+for line in sys.stdin:
+    print(line.strip().upper(), flush=True)
+time.sleep(60)
+"""
+    limits = SandboxLimits(max_processes=2)
+    with _runner(tmp_path, subprocess.PIPE) as proc:
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(command.settings(code, limits, None, hooks=False, isolated=False, stdin=session))
+        proc.stdin.flush()
+        child = int(proc.stdout.readline())
+        if session:
+            for word in ("one", "two", "three"):
+                proc.stdin.write(word.encode() + b"\n")
+                proc.stdin.flush()
+                assert proc.stdout.readline() == word.upper().encode() + b"\n"
+        time.sleep(0.2)
+        assert proc.poll() is None, "it stopped while its caller was there"
+        t0 = time.monotonic()
+        proc.stdin.close()
+        assert proc.wait(timeout=10) == -9 and time.monotonic() - t0 < 2
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and child in _running():
+        time.sleep(0.05)
+    assert child not in _running()
+
+
+def _running() -> set[int]:
+    """Processes that are not zombies."""
+    found = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] not in ("Z", "X"):
+                found.add(int(pid))
+        except (OSError, IndexError):
+            pass
+    return found
 
 
 def _sandbox_pids() -> set[int]:

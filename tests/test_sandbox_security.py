@@ -420,30 +420,73 @@ async def test_sockets_reach_nothing_on_the_host() -> None:
         unix.close()
 
 
-def test_kill_9_of_the_parent_kills_the_sandbox_and_leaves_nothing(tmp_path: Path) -> None:
-    """`rlvr` killed with SIGKILL mid-run: its sandbox dies at once and leaves no files behind."""
-    driver = (
-        "import asyncio\nfrom rlvr.sandbox import SandboxLimits, run_python\n"
-        "asyncio.run(run_python('import time\\ntime.sleep(60)', SandboxLimits(timeout_s=60)))\n"
-    )
-    parent = subprocess.Popen([sys.executable, "-c", driver], env={**os.environ, "TMPDIR": str(tmp_path)})
+# Adopts the processes orphaned under it (a child subreaper), so that nothing the killed caller
+# started can leave the test's sight; prints the caller's pid, then reaps until it is killed.
+KEEPER = """
+import ctypes, os, subprocess, sys, time
+if ctypes.CDLL(None).prctl(36, 1, 0, 0, 0) != 0:  # PR_SET_CHILD_SUBREAPER
+    raise SystemExit("prctl failed")
+caller = subprocess.Popen([sys.executable, "-c", *sys.argv[1:]])
+print(caller.pid, flush=True)
+while True:
     try:
-        tree: set[int] = set()
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and not any(_is_sandbox(p) for p in tree):
+        os.wait()
+    except ChildProcessError:
+        time.sleep(0.02)
+"""
+
+
+# The caller: one sandboxed run of a minute's sleep. With `die_at_spawn` it SIGKILLs itself as soon
+# as the run's settings are in the pipe, while bubblewrap is still setting the sandbox up.
+CALLER = """
+import asyncio, os, sys
+import rlvr.sandbox
+from rlvr.sandbox import SandboxLimits, run_python
+
+if sys.argv[1] == "die_at_spawn":
+    spawn = rlvr.sandbox.spawn
+
+    async def spawn_and_die(*args, **kwargs):
+        proc = await spawn(*args, **kwargs)
+        asyncio.get_running_loop().call_soon(os.kill, os.getpid(), 9)  # runs once the settings are written
+        return proc
+
+    rlvr.sandbox.spawn = spawn_and_die
+asyncio.run(run_python("import time\\ntime.sleep(60)", SandboxLimits(timeout_s=60)))
+"""
+
+
+@pytest.mark.parametrize("when", ["during_setup", "mid_run"])
+def test_kill_9_of_the_parent_kills_the_sandbox_and_leaves_nothing(tmp_path: Path, when: str) -> None:
+    """`rlvr` killed with SIGKILL while bubblewrap sets the sandbox up (before bwrap's own
+    parent-death signal is armed: the code then ran to its end) or while the code runs: every
+    process it started dies within seconds, and no file is left behind."""
+    keeper = subprocess.Popen(
+        [sys.executable, "-c", KEEPER, CALLER, "die_at_spawn" if when == "during_setup" else "wait"],
+        stdout=subprocess.PIPE,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+        start_new_session=True,
+    )
+    try:
+        assert keeper.stdout is not None
+        caller = int(keeper.stdout.readline())
+        if when == "mid_run":
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline and not any(_is_runner(p) for p in descendants(caller)):
+                time.sleep(0.02)
+            assert any(_is_runner(p) for p in descendants(caller)), "the sandbox never started"
+            time.sleep(0.3)
+            os.kill(caller, 9)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and (_alive({caller}) or _alive(descendants(keeper.pid))):
             time.sleep(0.05)
-            tree = descendants(parent.pid)
-        assert any(_is_sandbox(p) for p in tree), "the sandboxed code never started"
-        time.sleep(0.2)
-        tree = descendants(parent.pid)
+        assert not _alive({caller}), "the caller did not die"
+        assert not _alive(descendants(keeper.pid))
+        assert not list(tmp_path.iterdir())
     finally:
-        parent.kill()
-        parent.wait()
-    deadline = time.monotonic() + 3
-    while time.monotonic() < deadline and _alive(tree):
-        time.sleep(0.05)
-    assert not _alive(tree)
-    assert not list(tmp_path.iterdir())
+        os.killpg(keeper.pid, 9)
+        keeper.wait()
+        keeper.stdout.close()  # type: ignore[union-attr]
 
 
 async def test_overhead_of_one_call() -> None:
@@ -488,6 +531,12 @@ def _cmdline(pid: int) -> str:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return ""
+
+
+def _is_runner(pid: int) -> bool:
+    """The sandbox's interpreter itself (not bubblewrap, whose command line names the runner too)."""
+    line = _cmdline(pid)
+    return "runner.py" in line and "bwrap" not in line.split(" ", 1)[0]
 
 
 def _is_sandbox(pid: int) -> bool:

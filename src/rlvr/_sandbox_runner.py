@@ -1,11 +1,17 @@
 """The first program of every sandboxed run: `rlvr.sandbox` starts it as `python -I -B -S <this file>`.
 
 It reads one JSON line from stdin (the code and the run's settings), then, in this order:
-switches to the run's own user id when it was started as root (bubblewrap leaves it only the
+ties its life to the caller's (below), switches to the run's own user id when it was started as root (bubblewrap leaves it only the
 capabilities to do so), sets the resource limits, writes the code to `main.py` in the working
 directory, installs the audit hook, and runs the code as `__main__`. A traceback leaves out the
 runner's frames. The code's stdin is empty, unless the settings ask to keep it (`stdin`: a
 `SandboxSession`, whose program talks to the caller in lines over stdin and stdout).
+
+The caller keeps its end of stdin open for the whole run, so the pipe hanging up means the caller
+is gone: the runner then kills its process group at once, checked on start and on every SIGIO
+after it. bubblewrap's `--die-with-parent` cannot cover that case alone: its sandboxed process asks
+for the parent-death signal only after setting up its mounts, so a caller killed during that setup
+(tens of milliseconds, longer on a loaded machine) left the code to run to its end.
 
 The audit hook is an extra layer, not the isolation: it turns common mistakes (a socket, a
 subprocess, a write outside the working directory) into a clear `PermissionError`, and code that
@@ -17,9 +23,11 @@ Standard library only: nothing else is importable where it runs.
 from __future__ import annotations
 
 import builtins
+import fcntl
 import json
 import os
 import resource
+import select
 import signal
 import sys
 import traceback
@@ -54,6 +62,27 @@ O_WRITE = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 def on_xcpu(signum: int, frame: object) -> None:
     os.write(2, b"sandbox: CPU time limit exceeded\n")
     os._exit(CPU_EXIT)
+
+
+def hung_up(fd: int) -> bool:
+    """Whether nobody holds the write end of the pipe `fd` any longer (data may still be waiting)."""
+    poll = select.poll()
+    poll.register(fd, select.POLLIN)
+    return any(events & (select.POLLHUP | select.POLLERR) for _, events in poll.poll(0))
+
+
+def die_with_caller(fd: int) -> None:
+    """Kill this process group once the caller's end of the pipe `fd` hangs up, now or later."""
+
+    def on_io(signum: int, frame: object) -> None:  # also raised by each line a session's caller sends
+        if hung_up(fd):
+            os.killpg(0, signal.SIGKILL)
+
+    signal.signal(signal.SIGIO, on_io)
+    fcntl.fcntl(fd, fcntl.F_SETOWN, os.getpid())
+    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_ASYNC)
+    if hung_up(fd):  # it hung up before the signal was armed
+        os.killpg(0, signal.SIGKILL)
 
 
 def become(uid: int) -> None:
@@ -124,6 +153,7 @@ def audit_hook(workdir: str, processes: bool, raw_memory: bool) -> Callable[[str
 def main() -> None:
     signal.signal(signal.SIGXCPU, on_xcpu)
     config = json.loads(sys.stdin.buffer.readline())
+    die_with_caller(os.dup(0))  # a descriptor of its own (not inherited), kept when stdin is replaced
     if not config.get("stdin"):
         os.dup2(os.open(os.devnull, os.O_RDONLY), 0)  # the code's stdin is empty
     if config["uid"] is not None:

@@ -23,7 +23,9 @@ Each run is a new process tree started through bubblewrap (`bwrap`, from the `sa
   - resources: address space per process (`memory_mb`), so the tree holds at most
     (1 + max_processes) x memory_mb plus `disk_mb`; CPU seconds, file size, open files;
   - lifetime: after `timeout_s`, on cancellation, and when the calling process dies (even by
-    SIGKILL: bwrap's parent-death signal), the PID namespace is killed as a whole.
+    SIGKILL), the PID namespace is killed as a whole. The caller's death is seen twice: bwrap's
+    parent-death signal, and the runner's stdin hanging up (the caller holds it open until the
+    run ends), which also covers a caller killed while bwrap was still setting up.
 Inside the interpreter, an audit hook (rlvr/_sandbox_runner.py) adds clear errors for sockets,
 processes, ctypes and paths outside the working directory: a second layer, not the isolation.
 
@@ -159,12 +161,13 @@ async def _run(
                     await proc.stdin.drain()
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # it died before reading: its status and stderr say why
-                proc.stdin.close()
-                await proc.wait()
+                await proc.wait()  # stdin stays open until then: its hanging up tells the runner we died
         except TimeoutError:
             timed_out = True
         finally:  # also on cancellation: bwrap dies, and its PID namespace with it
             kill_group(proc.pid)
+            if proc.stdin is not None:
+                proc.stdin.close()
         try:
             async with asyncio.timeout(5.0):  # a straggler holding the pipes cannot hang us
                 await proc.wait()

@@ -61,12 +61,16 @@ def isolation() -> Isolation:
     if bwrap is None:
         return Isolation(False, why, None, as_root)
     limits = SandboxLimits()
+    config = settings("print('ok')", limits, ROOT_UID_BASE if as_root else None, hooks=True)
+    read, write = os.pipe()  # held open while it runs: the runner stops when its caller's end hangs up
     try:
-        args = bwrap_args(bwrap, limits, as_root)
-        config = settings("print('ok')", limits, ROOT_UID_BASE if as_root else None, hooks=True)
-        done = subprocess.run(args, input=config, capture_output=True, env={}, timeout=30)
+        os.write(write, config)  # far below a pipe's buffer
+        done = subprocess.run(bwrap_args(bwrap, limits, as_root), stdin=read, capture_output=True, env={}, timeout=30)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return Isolation(False, f"{bwrap} could not run: {exc}", bwrap, as_root)
+    finally:
+        os.close(read)
+        os.close(write)
     if done.returncode != 0 or done.stdout != b"ok\n":
         lines = (done.stderr or done.stdout).decode(errors="replace").strip().splitlines() or ["no output"]
         hint = (
