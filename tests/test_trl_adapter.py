@@ -117,3 +117,17 @@ def test_episode_tokens_mask_the_environments_reply(tiny) -> None:
     failed = Rollout(task_id="t", rollout_index=0, seed=0, prompt=[{"role": "user", "content": "hi"}], error="X: y")
     prompt, completion, logprobs, mask = _episode_tokens(failed, tokenizer)
     assert prompt and completion == [tokenizer.eos_token_id] and mask == [0]  # nothing to train on
+
+
+def test_a_lone_surrogate_in_a_prompt_is_read_as_the_replacement_character(tiny) -> None:
+    """A task's text may hold a lone surrogate (a Python string can; UTF-8 cannot): the TRL
+    dataset (Arrow, UTF-8 only) and a failed episode's prompt ids take U+FFFD in its place."""
+    tokenizer = AutoTokenizer.from_pretrained(tiny)
+    env = SingleTurnEnv([{"id": "s", "question": "rain \ud800 snow"}], rubric=Rubric([vowels]))
+    assert TRLEnv(env).dataset()[0]["prompt"][-1]["content"] == "rain \ufffd snow"
+    failed = Rollout(
+        task_id="s", rollout_index=0, seed=0, prompt=[{"role": "user", "content": "a \udfff b"}], error="X"
+    )
+    want = tokenizer.apply_chat_template([{"role": "user", "content": "a \ufffd b"}], add_generation_prompt=True)
+    prompt, _, _, _ = _episode_tokens(failed, tokenizer)
+    assert prompt == list(want["input_ids"] if isinstance(want, dict) else want)

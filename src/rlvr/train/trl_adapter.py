@@ -42,6 +42,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 from rlvr.clients.local import LocalModel
+from rlvr.clients.local_load import encodable
 from rlvr.engine import rollout_seed, score_group
 from rlvr.envs.multiturn import MultiTurnEnv, SingleTurnEnv
 from rlvr.errors import UsageError
@@ -92,7 +93,10 @@ class TRLEnv:
             raise UsageError("TRL datasets need the datasets package: pip install 'rlvr[hf]'") from None
         rows = []
         for task in self.tasks:
-            prompt = [{"role": m["role"], "content": m.get("content") or ""} for m in self.env.initial_prompt(task)]
+            # a lone surrogate (legal in a Python string) becomes U+FFFD: Arrow stores UTF-8 only
+            prompt = [
+                {"role": m["role"], "content": encodable(m.get("content") or "")} for m in self.env.initial_prompt(task)
+            ]
             if self.multi_turn:
                 prompt[0][TASK_KEY] = task.id
             rows.append({"prompt": prompt, TASK_KEY: task.id})
@@ -214,7 +218,7 @@ def _episode_tokens(rollout: Rollout, tokenizer: Any) -> tuple[list[int], list[i
         start = len(rollout.turns[0].completion.prompt_token_ids or [])
         lps = [0.0 if math.isnan(x) else x for x in logprobs[start:]]
         return ids[:start], ids[start:], lps, mask[start:]
-    prompt = tokenizer.apply_chat_template(rollout.prompt, add_generation_prompt=True, tokenize=True)
+    prompt = tokenizer.apply_chat_template(encodable(rollout.prompt), add_generation_prompt=True, tokenize=True)
     prompt_ids = list(prompt["input_ids"] if isinstance(prompt, dict) else prompt)
     end = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else 0
     return prompt_ids, [end], [0.0], [0]
