@@ -43,7 +43,8 @@ class SFTConfig:
     lr_schedule: str = "constant"
     """learning rate after warm-up: constant, or a linear or cosine decay to 0 at the last step"""
     warmup_steps: int = 0
-    """steps of linear learning-rate warm-up from 0"""
+    """steps of linear learning-rate warm-up from 0 (from random weights at a high lr, give it about a
+    tenth of the steps: docs/training.md, "Train on a CPU")"""
     weight_decay: float = 0.0
     """AdamW weight decay"""
     max_grad_norm: float = 1.0
