@@ -4,16 +4,20 @@ latency are reported."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
+import types
 
 import pytest
 from openai_server import OpenAIServer
 
+import rlvr.clients.endpoints
 import rlvr.clients.openai
 from rlvr.cli import main
 from rlvr.clients.endpoints import EndpointPool
 from rlvr.clients.openai import OpenAIClient
+from rlvr.clients.openai_session import Session
 from rlvr.engine import run_rollouts
 from rlvr.envs.multiturn import SingleTurnEnv
 from rlvr.types import SamplingArgs
@@ -38,6 +42,25 @@ def test_pick_prefers_the_least_busy_and_avoids_the_one_that_failed() -> None:
     for _ in range(3):
         pool.take(b), pool.take(c)
     assert pool.pick() is None and pool.ready_in() is not None and 59 < pool.ready_in() <= 60
+
+
+async def test_a_rest_that_ends_between_the_pick_and_the_wait_does_not_hang(monkeypatch) -> None:
+    """The clock moves on between reading it for the pick and for the wait: the only endpoint's
+    rest ends in between, no request is on the wire to wake the waiter. A request must still get
+    the endpoint (it waited with no timer for ever: CI hung 300 s in the retry test)."""
+    pool = EndpointPool(["a"], limit=8)
+    (ep,) = pool.endpoints
+    readings = iter([0.0, 0.0])  # on_unreachable, then the first reading in acquire; 2 ms after that
+    clock = types.SimpleNamespace(monotonic=lambda: next(readings, 0.002))
+    monkeypatch.setattr(rlvr.clients.endpoints, "time", clock)  # the pool's clock alone, not asyncio's
+    ep.on_unreachable(rest_s=0.001)  # rests until 0.001
+    session = Session(asyncio.get_running_loop(), lambda url, n: None, pool, "test")  # type: ignore[arg-type,return-value]
+    try:
+        async with asyncio.timeout(5):
+            assert await session.acquire() is ep
+    finally:
+        session.released.set()
+        await session.holder
 
 
 def test_eval_over_three_endpoints_one_dead_one_slow(monkeypatch, tmp_path, capsys) -> None:

@@ -84,12 +84,18 @@ class Session:
     async def acquire(self, avoid: Endpoint | None = None) -> Endpoint:
         """A free endpoint (the least busy; not `avoid` if another is free), counted as in flight
         until `give_back`; waits for one when none is free."""
-        ep = self.pool.pick(avoid)
-        while ep is None:
+        while True:
+            # the clock for the wait first, then the pick: a rest that ends in between is seen
+            # by the pick, where the other order waited, with no timer, for an answer that no
+            # request was on the wire to give (a 1 ms rest on a loaded machine hung a test)
+            ready_in = self.pool.ready_in()
+            ep = self.pool.pick(avoid)
+            if ep is not None:
+                break
             woken = self.loop.create_future()
             self.waiting.append(woken)
             try:
-                async with asyncio.timeout(self.pool.ready_in()):  # or a resting endpoint is back
+                async with asyncio.timeout(ready_in):  # or a resting endpoint is back
                     await woken
             except TimeoutError:
                 pass
@@ -97,7 +103,6 @@ class Session:
                 if woken.done() and not woken.cancelled():
                     self.wake()  # cancelled once woken: pass the slot on
                 raise
-            ep = self.pool.pick(avoid)
         self.pool.take(ep)
         return ep
 
