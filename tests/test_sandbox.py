@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -194,7 +195,9 @@ for line in sys.stdin:
     print(line.strip().upper(), flush=True)
 time.sleep(60)
 """
-    limits = SandboxLimits(max_processes=2)
+    # unisolated, RLIMIT_NPROC counts every process of a non-root user: keep this one's limit
+    soft, _ = resource.getrlimit(resource.RLIMIT_NPROC)
+    limits = SandboxLimits(max_processes=4096 if soft == resource.RLIM_INFINITY else soft - 1)
     with _runner(tmp_path, subprocess.PIPE) as proc:
         assert proc.stdin is not None and proc.stdout is not None
         proc.stdin.write(command.settings(code, limits, None, hooks=False, isolated=False, stdin=session))
