@@ -154,7 +154,8 @@ def runs_with_attention(lm: Any, w: dict[str, Any], short: dict[str, Any], round
     own = decoder.attention
     fns = {"attend": local_slots.attend, "attend_cudnn": local_slots.attend_cudnn}
     try:
-        out = alternated_runs(lm, w, short, {n: functools.partial(setattr, decoder, "attention", f) for n, f in fns.items()}, rounds)  # fmt: skip
+        variants = {name: functools.partial(setattr, decoder, "attention", fn) for name, fn in fns.items()}
+        out = alternated_runs(lm, w, short, variants, rounds)
     finally:
         decoder.attention = own
         decoder._drop_graphs()
@@ -171,7 +172,8 @@ def runs_compiled(lm: Any, w: dict[str, Any], short: dict[str, Any], rounds: int
     own = decoder.parts
     parts = {"eager": local_slots.EAGER, "compiled": local_slots.compiled_parts()}
     try:
-        out = alternated_runs(lm, w, short, {n: functools.partial(setattr, decoder, "parts", p) for n, p in parts.items()}, rounds)  # fmt: skip
+        variants = {name: functools.partial(setattr, decoder, "parts", p) for name, p in parts.items()}
+        out = alternated_runs(lm, w, short, variants, rounds)
         if decoder.parts is not parts["compiled"] and "ms_per_step_compiled" in out:
             out["failed"] = "the compiled step fell back to the eager one (see the warning above)"
     finally:

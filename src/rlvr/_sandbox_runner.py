@@ -1,11 +1,12 @@
 """The first program of every sandboxed run: `rlvr.sandbox` starts it as `python -I -B -S <this file>`.
 
-It reads one JSON line from stdin (the code and the run's settings), then, in this order:
-ties its life to the caller's (below), switches to the run's own user id when it was started as root (bubblewrap leaves it only the
-capabilities to do so), sets the resource limits, writes the code to `main.py` in the working
-directory, installs the audit hook, and runs the code as `__main__`. A traceback leaves out the
-runner's frames. The code's stdin is empty, unless the settings ask to keep it (`stdin`: a
-`SandboxSession`, whose program talks to the caller in lines over stdin and stdout).
+It reads one JSON line from stdin (the code and the run's settings), then, in this order: ties
+its life to the caller's (below), switches to the run's own user id when it was started as root
+(bubblewrap leaves it only the capabilities to do so), sets the resource limits, writes the code
+to `main.py` in the working directory, installs the audit hook, and runs the code as `__main__`.
+A traceback leaves out the runner's frames. The code's stdin is empty, unless the settings ask
+to keep it (`stdin`: a `SandboxSession`, whose program talks to the caller in lines over stdin
+and stdout).
 
 The caller keeps its end of stdin open for the whole run, so the pipe hanging up means the caller
 is gone: the runner then kills its process group at once, checked on start and on every SIGIO
@@ -81,8 +82,7 @@ def die_with_caller(fd: int) -> None:
     signal.signal(signal.SIGIO, on_io)
     fcntl.fcntl(fd, fcntl.F_SETOWN, os.getpid())
     fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_ASYNC)
-    if hung_up(fd):  # it hung up before the signal was armed
-        os.killpg(0, signal.SIGKILL)
+    on_io(signal.SIGIO, None)  # it may have hung up before the signal was armed
 
 
 def become(uid: int) -> None:

@@ -207,13 +207,11 @@ class LocalModel:
             key = None
         if key is not None and (hit := self._renders.get(key)) is not None:
             return list(hit)
-        text = self.tokenizer.apply_chat_template(  # lone surrogates as U+FFFD: the tokenizer refuses them
-            encodable(messages),
-            tools=encodable([*tools]) if tools else None,
-            add_generation_prompt=True,
-            tokenize=False,
+        text = self.tokenizer.apply_chat_template(
+            messages, tools=[*tools] if tools else None, add_generation_prompt=True, tokenize=False
         )
-        ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        # lone surrogates as U+FFFD, which the tokenizer refuses: one pass over the rendered text
+        ids = list(self.tokenizer(encodable(text), add_special_tokens=False)["input_ids"])
         if key is not None:
             if len(self._renders) >= RENDER_CACHE:
                 self._renders.clear()
