@@ -25,6 +25,7 @@ RL_LR=${RL_LR:-3e-5}
 RL_TEMPERATURE=${RL_TEMPERATURE:-0.5}
 EVAL_TOKENS=${EVAL_TOKENS:-}      # tokens a turn in evaluations (default: the env's 128)
 RL_ARGS=${RL_ARGS:-}              # more rlvr train flags, e.g. "--seed 1"
+ENV_ARGS=${ENV_ARGS:-}            # more env arguments for every stage, JSON members: '"high": 100'
 
 mkdir -p "$OUT"
 cd "$OUT"
@@ -54,7 +55,7 @@ PY
 }
 
 evaluate() {  # evaluate MODEL DIR: greedy, one rollout per eval task
-    rlvr eval "$NAME" -m "$1" -a "{\"eval_tasks\": $EVAL_TASKS}" -n "$EVAL_TASKS" -r 1 -T 0 -o "$2" -q \
+    rlvr eval "$NAME" -m "$1" -a "{\"eval_tasks\": $EVAL_TASKS${ENV_ARGS:+, $ENV_ARGS}}" -n "$EVAL_TASKS" -r 1 -T 0 -o "$2" -q \
         ${EVAL_TOKENS:+-t "$EVAL_TOKENS"} >/dev/null
 }
 
@@ -62,7 +63,7 @@ rlvr init "$NAME" --kind multi -o envs >/dev/null
 if [[ $INSTALL == 1 ]]; then pip install -q -e "envs/$NAME" 2>/dev/null; fi
 stage install
 rlvr model new --preset tiny --corpus "$NAME" -o base >/dev/null 2>&1
-rlvr gen "$NAME" -m "policy:$TEACHER" -a "{\"num_tasks\": $GEN_TASKS}" -f 'solved == 1' -o sft.jsonl -q >/dev/null
+rlvr gen "$NAME" -m "policy:$TEACHER" -a "{\"num_tasks\": $GEN_TASKS${ENV_ARGS:+, $ENV_ARGS}}" -f 'solved == 1' -o sft.jsonl -q >/dev/null
 stage model+data
 evaluate base eval/base
 stage eval-base eval/base
@@ -71,7 +72,7 @@ rlvr sft -m base -d sft.jsonl -o sft --max-steps "$SFT_STEPS" --batch-size 16 --
 stage sft
 evaluate sft/final eval/sft
 stage eval-sft eval/sft
-rlvr train "$NAME" -m sft/final -o rl --steps "$RL_STEPS" --batch-size "$RL_BATCH" --group-size 8 --max-tokens 16 \
+rlvr train "$NAME" -m sft/final -o rl -a "{${ENV_ARGS}}" --steps "$RL_STEPS" --batch-size "$RL_BATCH" --group-size 8 --max-tokens 16 \
     -T "$RL_TEMPERATURE" --lr "$RL_LR" --eval-every none --save-every none --device cpu -q $RL_ARGS
 stage rl
 evaluate rl/final eval/rl

@@ -202,6 +202,36 @@ def test_the_multi_turn_scaffold_scores_each_guess_on_its_own(tmp_path: Path, mo
             del sys.modules[mod]
 
 
+def test_the_multi_turn_scaffold_takes_one_high_or_a_range(tmp_path: Path, monkeypatch) -> None:
+    """`high`: one number for every game (the eval split then lists every secret once, in order),
+    or [lowest, highest]; the default range keeps the tasks it had; bad values fail in one line."""
+    dest = scaffold(NAME, tmp_path, kind="multi")
+    monkeypatch.syspath_prepend(str(dest))
+    try:
+        module = importlib.import_module(MODULE)
+        default = module.load_environment(num_tasks=30, eval_tasks=30)
+        assert module.load_environment(num_tasks=30, eval_tasks=30, high=[10, 100]).tasks() == default.tasks()
+        assert len({t.info["high"] for t in default.tasks()}) > 10 and default.difficulty_range == (10.0, 100.0)
+        fixed = module.load_environment(num_tasks=50, eval_tasks=40, high=30)
+        evals = fixed.tasks("eval")
+        assert [int(t.answer) for t in evals] == [*range(1, 31), *range(1, 11)]
+        assert {t.info["high"] for t in fixed.tasks() + evals} == {30}
+        assert all("between 1 and 30." in t.question for t in evals)
+        assert len({t.answer for t in fixed.tasks()}) > 15  # training secrets are drawn
+        assert fixed.difficulty_range == (30.0, 30.0)
+        search = fixed.policies()["binary_search"]()
+        games = asyncio.run(run_rollouts(fixed, search, evals[:30]))
+        assert [g.reward for g in games] == [1.0] * 30 and max(g.rewards["num_guesses"] for g in games) <= 5
+        narrow = module.load_environment(eval_tasks=5, high=[20, 25])
+        assert {t.info["high"] for t in narrow.tasks()} <= set(range(20, 26))
+        for bad in (1, 0, [30, 10], [5], [1.5, 9], "30", True, 10**10):
+            with pytest.raises(ValueError, match="high must"):
+                module.load_environment(high=bad)
+    finally:
+        for mod in [m for m in sys.modules if m == MODULE or m.startswith(MODULE + ".")]:
+            del sys.modules[mod]
+
+
 def test_cli_creates_and_refuses_to_overwrite(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["init", "fresh_env", "-o", str(tmp_path)]) == 0
     assert f"pip install -e {tmp_path / 'fresh_env'}" in capsys.readouterr().out
