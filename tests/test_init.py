@@ -7,7 +7,9 @@ import doctest
 import importlib
 import importlib.util
 import math
+import os
 import random
+import subprocess
 import sys
 import tomllib
 from collections.abc import Iterator
@@ -230,6 +232,17 @@ def test_the_multi_turn_scaffold_takes_one_high_or_a_range(tmp_path: Path, monke
     finally:
         for mod in [m for m in sys.modules if m == MODULE or m.startswith(MODULE + ".")]:
             del sys.modules[mod]
+
+
+def test_every_scaffold_passes_mypy_strict(tmp_path: Path) -> None:
+    """A user who type-checks the generated package sees no error: every kind under
+    `mypy --strict` (the stop decorator keeps methods typed; the parser and the rubric's
+    functions are typed as rlvr declares them)."""
+    pytest.importorskip("mypy")
+    packages = [scaffold(f"typed_{kind}", tmp_path, kind=kind) / f"typed_{kind}" for kind in KINDS]
+    cmd = [sys.executable, "-m", "mypy", "--strict", "--no-incremental", "--cache-dir", os.devnull]
+    proc = subprocess.run([*cmd, *map(str, packages)], capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def test_cli_creates_and_refuses_to_overwrite(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -27,7 +27,7 @@ import reprlib
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Generic, TypedDict, TypeVar, final
+from typing import Any, Generic, TypedDict, TypeVar, final, overload
 
 from rlvr.clients.base import ChatClient
 from rlvr.envs.task_source import TaskSource, task_splits
@@ -38,7 +38,6 @@ from rlvr.seeding import mix_seed
 from rlvr.types import DEFAULT_MAX_TOKENS, Messages, Rollout, SamplingArgs, State, Task, Turn
 
 S = TypeVar("S", bound=State)
-StopFn = Callable[[Any, Any], bool]
 
 
 _CLIENT: contextvars.ContextVar[ChatClient] = contextvars.ContextVar("rlvr_rollout_client")
@@ -53,14 +52,22 @@ def rollout_client() -> ChatClient:
         raise EnvError("rollout_client() is only available inside MultiTurnEnv.rollout") from None
 
 
-def stop(fn: StopFn | None = None, *, priority: int = 0, truncated: bool = False) -> Any:
+StopF = TypeVar("StopF", bound=Callable[..., bool])
+
+
+@overload
+def stop(fn: StopF, *, priority: int = 0, truncated: bool = False) -> StopF: ...
+@overload
+def stop(fn: None = None, *, priority: int = 0, truncated: bool = False) -> Callable[[StopF], StopF]: ...
+def stop(fn: Any = None, *, priority: int = 0, truncated: bool = False) -> Any:
     """Mark a method `(self, state) -> bool` as a stop condition.
 
     `priority` orders the checks (highest first); `truncated=True` marks an episode that was
-    cut short rather than finished.
+    cut short rather than finished. Typed, so a checked env's stop methods stay typed under
+    either spelling (`@stop` or `@stop(truncated=True)`).
     """
 
-    def mark(f: StopFn) -> StopFn:
+    def mark(f: StopF) -> StopF:
         f.__rlvr_stop__ = (priority, truncated)  # type: ignore[attr-defined]
         return f
 
