@@ -206,7 +206,8 @@ def test_the_multi_turn_scaffold_scores_each_guess_on_its_own(tmp_path: Path, mo
 
 def test_the_multi_turn_scaffold_takes_one_high_or_a_range(tmp_path: Path, monkeypatch) -> None:
     """`high`: one number for every game (the eval split then lists every secret once, in order),
-    or [lowest, highest]; the default range keeps the tasks it had; bad values fail in one line."""
+    or [lowest, highest]; the default range keeps the tasks it had; `max_turns` bounds a game and
+    its restarts; bad values fail in one line."""
     dest = scaffold(NAME, tmp_path, kind="multi")
     monkeypatch.syspath_prepend(str(dest))
     try:
@@ -229,6 +230,20 @@ def test_the_multi_turn_scaffold_takes_one_high_or_a_range(tmp_path: Path, monke
         for bad in (1, 0, [30, 10], [5], [1.5, 9], "30", True, 10**10):
             with pytest.raises(ValueError, match="high must"):
                 module.load_environment(high=bad)
+        # max_turns: binary search fits 1..15 in 4 guesses; a player stuck on 1 stops at 4, and a
+        # restart after 2 turns has 2 left
+        short = module.load_environment(eval_tasks=15, high=15, max_turns=4)
+        games = asyncio.run(run_rollouts(short, search, short.tasks("eval")))
+        assert [g.reward for g in games] == [1.0] * 15 and max(len(g.turns) for g in games) == 4
+        stuck = Policy(lambda m, rng: "<guess>1</guess>")
+        lost = asyncio.run(run_rollouts(short, stuck, short.tasks("eval")[14:]))[0]
+        assert len(lost.turns) == 4 and lost.truncated and lost.reward == 0.0
+        late = short.restart_tasks(short.tasks("eval")[14], lost)
+        assert [t.info["turns_used"] for t in late] == [1, 2, 3]
+        assert len(asyncio.run(run_rollouts(short, stuck, late[1:2]))[0].turns) == 2
+        for bad_turns in (0, -1, 2.5, True, "4"):
+            with pytest.raises(ValueError, match="max_turns must"):
+                module.load_environment(max_turns=bad_turns)
     finally:
         for mod in [m for m in sys.modules if m == MODULE or m.startswith(MODULE + ".")]:
             del sys.modules[mod]
