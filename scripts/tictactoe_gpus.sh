@@ -6,7 +6,8 @@
 #   scripts/tictactoe_gpus.sh wait SECONDS [DIR]  # wait until every job ended or SECONDS passed;
 #                                            # with DIR, then collect into DIR (end every device call
 #                                            # so: a machine lost between calls keeps nothing)
-#   scripts/tictactoe_gpus.sh collect DIR    # tables, metrics, logs, exact summaries -> DIR/runs.tgz
+#   scripts/tictactoe_gpus.sh collect DIR    # tables, metrics, logs, exact summaries, plots -> DIR/runs.tgz
+#                                            # (wait's collection leaves the plots out: a short reply)
 #   scripts/tictactoe_gpus.sh ship MODEL DIR # a model folder (best's answer) in bfloat16, shards under 15 MB
 #   scripts/tictactoe_gpus.sh bundle MODEL DIR  # ship MODEL, as DIR/model.tar.00, .01, ... (15 MB
 #                                            # each: $OUT takes 8 files, a model folder has 9);
@@ -307,9 +308,13 @@ start() {
   wait
 }
 
-collect() {  # collect DIR: tables, metrics, logs, exact summaries (no weights) -> DIR/runs.tgz
+collect() {  # collect DIR [noplots]: tables, metrics, logs, exact summaries (no weights) -> DIR/runs.tgz;
+  # noplots leaves out the PNGs (89% of the 7.7 MB of three 200-step runs; `rlvr report RUN`
+  # draws the curves from metrics.csv): what `wait` collects, so that a call's reply comes back
+  # fast and the next call reaches the machine within its 30 s idle release
   mkdir -p "$1"
-  find "$ROOT" \( -name "*.csv" -o -name "*.md" -o -name "*.log" -o -name "*.seconds" -o -name "*.png" \
+  local png=(-o -name "*.png"); [ "${2:-}" = noplots ] && png=()
+  find "$ROOT" \( -name "*.csv" -o -name "*.md" -o -name "*.log" -o -name "*.seconds" "${png[@]}" \
     -o -name "metadata.json" -o -name "config.json" \) -not -path "*/checkpoints/*" -not -path "*/final/*" \
     | tar czf "$1/runs.tgz.part" -T - && mv "$1/runs.tgz.part" "$1/runs.tgz"  # (a call cut mid-write keeps the last whole one)
 }
@@ -321,8 +326,8 @@ case ${1:-} in
     end=$(( $(date +%s) + $2 ))
     while [ -f "$ROOT.pid" ] && [ "$(date +%s)" -lt "$end" ]; do sleep 10; done
     for f in "$ROOT"/*/pipeline-*.log; do echo "--- $f"; grep -E "^== |step [0-9]+/|exact W/D/L|unbeatable|Error|error" "$f" | tail -6; done
-    if [ -n "${3:-}" ]; then collect "$3"; fi ;;
-  collect) collect "$2" ;;
+    if [ -n "${3:-}" ]; then collect "$3" noplots; fi ;;
+  collect) collect "$2" "${3:-}" ;;
   summary)  # every exact table of the plan's stages, the kept bests, and each run's exact curve
     python3 - "$ROOT" <<'EOF'
 import csv, json, sys
