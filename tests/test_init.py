@@ -227,7 +227,7 @@ def test_the_multi_turn_scaffold_takes_one_high_or_a_range(tmp_path: Path, monke
         assert [g.reward for g in games] == [1.0] * 30 and max(g.rewards["num_guesses"] for g in games) <= 5
         narrow = module.load_environment(eval_tasks=5, high=[20, 25])
         assert {t.info["high"] for t in narrow.tasks()} <= set(range(20, 26))
-        for bad in (1, 0, [30, 10], [5], [1.5, 9], "30", True, 10**10):
+        for bad in (1, 0, [30, 10], [5], [1.5, 9], "30", True, 10**10, 30.5, None, {"a": 1, "b": 2}):
             with pytest.raises(ValueError, match="high must"):
                 module.load_environment(high=bad)
         # max_turns: binary search fits 1..15 in 4 guesses; a player stuck on 1 stops at 4, and a
