@@ -198,13 +198,15 @@ def test_eval_of_an_endpoint_keeps_the_endpoints_limit(openai_server, capsys, mo
 @pytest.mark.parametrize(
     ("argv", "status"),
     [
-        (["list"], 141),
-        (["--help"], 0),  # argparse swallows its own write errors, then exits 0
-        (["train", "--help"], 0),
-        (["eval", "reverse_text", "-m", "policy:oracle", "-n", "2", "-r", "1", "-q", "-o", "{tmp}/run"], 141),
+        (["list"], {141}),
+        # argparse of Python 3.11.7 swallows its own write errors and exits 0; that of 3.11.2
+        # (Debian 12) lets them reach rlvr's handler: 141
+        (["--help"], {0, 141}),
+        (["train", "--help"], {0, 141}),
+        (["eval", "reverse_text", "-m", "policy:oracle", "-n", "2", "-r", "1", "-q", "-o", "{tmp}/run"], {141}),
     ],
 )
-def test_a_reader_that_closes_early_gets_no_traceback(argv: list[str], status: int, tmp_path) -> None:
+def test_a_reader_that_closes_early_gets_no_traceback(argv: list[str], status: set[int], tmp_path) -> None:
     """`rlvr list | head`: the pipe is closed before the command writes; 141 as for SIGPIPE, stderr empty."""
     command = [sys.executable, "-m", "rlvr.cli", *(a.format(tmp=tmp_path) for a in argv)]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -212,5 +214,5 @@ def test_a_reader_that_closes_early_gets_no_traceback(argv: list[str], status: i
     proc.stdout.close()  # the reader is gone before the first line
     with proc.stderr:
         err = proc.stderr.read().decode()
-    assert proc.wait(timeout=120) == status, err
+    assert proc.wait(timeout=120) in status, err
     assert err == ""
