@@ -79,6 +79,20 @@ def test_bad_specs_are_rejected() -> None:
         XMLParser(["a"], answer_field="c")
 
 
+def test_the_scanner_uses_no_possessive_quantifier() -> None:
+    """Python 3.11.2 (Debian 12's python3) matched `(?:...)*+` wrongly: `<think>2+2</think>`
+    read as a field with no content, so every reply of that shape was ill-formatted. The suite
+    runs on a later 3.11 where the same pattern works, so the tests above cannot see it; this
+    one looks at the patterns themselves (a possessive quantifier is `*+`, `++`, `?+` or `}+`
+    outside a character class)."""
+    parser = XMLParser(["think", "move"], optional=["think"])
+    parser.parse("<think>a</think><move>4</move><move>5")  # builds the scanners it needs
+    assert parser._scanners
+    for scanner in parser._scanners.values():
+        outside_classes = re.sub(r"\[(?:\\.|[^\]])*\]", "", scanner.pattern)
+        assert not re.search(r"(?<!\\)[*+?}]\+", outside_classes), scanner.pattern
+
+
 def test_think_parser() -> None:
     tp = ThinkParser()
     assert tp.parse_answer("<think>2+2</think> 4") == "4"
