@@ -142,7 +142,7 @@ async def test_tools_schemas_calls_bad_input_timeouts_and_one_server_per_env(ser
         )
         t0 = time.monotonic()
         rollouts = await run_rollouts(env, policy, env.tasks(), concurrency=3)
-        assert time.monotonic() - t0 < 12  # the 30 s nap was cut at 2 s
+        assert time.monotonic() - t0 < 25  # the 30 s nap was cut at 2 s (margin: server start-up on a loaded machine)
         pids = set()
         for r in rollouts:
             replies = _replies(r)
@@ -208,7 +208,7 @@ async def test_server_that_never_answers_times_out_and_is_killed() -> None:
     t0 = time.monotonic()
     with pytest.raises(EnvError, match="no answer within 1 s"):
         await env.start()
-    assert time.monotonic() - t0 < 8
+    assert time.monotonic() - t0 < 20  # not the 60 s the server would sleep
     await env.aclose()
 
 

@@ -185,7 +185,7 @@ async def test_timeout_then_success(openai_server) -> None:
     async with client_for(openai_server, timeout_s=0.3, max_retries=1) as client:
         t0 = time.monotonic()
         completion = await client.chat(HI, SamplingArgs())
-    assert completion.text == "echo: hi" and 0.3 <= time.monotonic() - t0 < 2.0
+    assert completion.text == "echo: hi" and 0.3 <= time.monotonic() - t0 < 10  # the server would hang 30 s
     assert openai_server.counts["hang"] == 1 and openai_server.counts["requests"] == 2
 
 

@@ -55,7 +55,7 @@ async def test_runs_code_and_returns_what_it_prints() -> None:
 async def test_infinite_loop_is_killed_at_the_wall_clock_limit() -> None:
     t0 = time.monotonic()
     message = await _error("while True:\n    pass", SandboxLimits(timeout_s=1.0))
-    assert time.monotonic() - t0 < 4
+    assert time.monotonic() - t0 < 10  # not forever (margin: sandbox start-up on a loaded machine)
     assert message == "time limit exceeded: the code ran for more than 1 s and was killed"
 
 
