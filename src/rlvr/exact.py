@@ -228,10 +228,14 @@ def print_exact(result: ExactResult, *, title: str, console: Any = None, show: i
     console = console or Console(emoji=False)
     s = result.summary()
     labels = sorted({o for o in result.outcomes}, key=_outcome_order)
-    table = Table(
-        title=escape(f"{title}: exact, {s['games']} games (every line of play), {s['model_calls']} model calls"),
-        title_justify="left",
+    # the heading is a line of its own: as the table's title it wrapped to the table's width
+    # (29 columns) when the output is not a terminal
+    console.print(
+        escape(f"{title}: exact, {s['games']} games (every line of play), {s['model_calls']} model calls"),
+        highlight=False,
+        soft_wrap=True,
     )
+    table = Table()
     table.add_column("opponent")
     for label in labels:
         table.add_column(f"{label} %", justify="right")
