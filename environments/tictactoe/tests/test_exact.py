@@ -369,7 +369,9 @@ def test_cli_exhaustive_saves_every_game_and_resume_reprints(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "unbeatable: yes" in printed and "random" in printed
     # one heading line, not wrapped to the table's width (output that is not a terminal)
-    assert re.search(r"^tictactoe / policy:optimal: exact, \d+ games \(every line of play\), \d+ model calls$", printed, re.M), printed
+    assert re.search(
+        r"^tictactoe / policy:optimal: exact, \d+ games \(every line of play\), \d+ model calls$", printed, re.M
+    ), printed
     meta = json.loads((out / "metadata.json").read_text())
     lines = (out / "results.jsonl").read_text().splitlines()
     assert meta["status"] == "complete" and meta["exact"]["unbeatable"] is True
