@@ -12,10 +12,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from rlvr.errors import UsageError
+from rlvr.progress import INTERVAL_S
 
 
 def run(args: argparse.Namespace, out: Path, env: Any, client: Any, model: str, sampling: Any) -> int:
@@ -87,15 +90,34 @@ def _complete(out: Path) -> bool:
     return meta.get("mode") == "exact" and meta.get("status") == "complete" and "exact" in meta
 
 
-def _progress(run_dir: Any, quiet: bool) -> Any:
-    """Append each game to the results file; count games on stderr (one line, rewritten)."""
-    count = 0
+def _progress(
+    run_dir: Any,
+    quiet: bool,
+    *,
+    stream: Any = None,
+    clock: Callable[[], float] = time.monotonic,
+    interval_s: float = INTERVAL_S,
+) -> Any:
+    """Append each game to the results file and count games on stderr: on a terminal one line,
+    rewritten every 25 games; elsewhere (a log, a pipe) a plain line at the first game finished
+    `interval_s` after the last line, so a long evaluation never looks hung. The number of games
+    is not known before the tree is walked, so there is no total."""
+    out = stream if stream is not None else sys.stderr
+    terminal = out.isatty()
+    count, start = 0, clock()
+    last = start
 
     def on_game(game: Any) -> None:
-        nonlocal count
+        nonlocal count, last
         run_dir.append(game)
         count += 1
-        if not quiet and count % 25 == 0:
-            print(f"\rexact evaluation: {count} games finished", end="", file=sys.stderr, flush=True)
+        if quiet:
+            return
+        if terminal:
+            if count % 25 == 0:
+                print(f"\rexact evaluation: {count} games finished", end="", file=out, flush=True)
+        elif clock() - last >= interval_s:
+            last = clock()
+            print(f"exact evaluation: {count} games finished, {last - start:.0f} s", file=out, flush=True)
 
     return on_game
