@@ -33,6 +33,17 @@ def test_plain_lines_every_tenth_after_a_quiet_spell_and_at_the_end() -> None:
     assert lines[-1] == "rollouts 25/25 (100%)  reward 2.4  64 s"
 
 
+def test_no_total_gives_a_count_every_interval() -> None:
+    """A walk whose size is found as it goes (the exact evaluation's game tree): no percentage,
+    no count-based lines, a line at the first item `interval_s` after the last one."""
+    out, clock = io.StringIO(), Clock()
+    with Progress("games played", None, stream=out, clock=clock) as progress:
+        for _ in range(100):
+            clock.now += 1.0  # one game a second
+            progress.advance()
+    assert out.getvalue().splitlines() == [f"games played {n}  {n} s" for n in (30, 60, 90)]
+
+
 def test_resumed_counts_and_quiet() -> None:
     out = io.StringIO()
     with Progress("sft step", 4, completed=2, stream=out, every=10) as progress:

@@ -4,7 +4,8 @@ A rich bar redraws one line in place, which a log file or a pipe cannot show: wi
 redirected, rich draws nothing until the loop ends, and a run looks hung for as long as it
 takes. There `Progress` prints a plain line every `every` items (default: each tenth of the
 total) or, at the next item, once `interval_s` seconds (default 30) have passed since the last
-line; the last item always gets its line. `quiet` prints nothing at all.
+line; the last item always gets its line. With no total (`None`: a walk whose size is found as
+it goes) only the interval applies. `quiet` prints nothing at all.
 
 `silence_third_party_bars()` turns off the progress bars of Hugging Face libraries
 ("Loading weights", downloads), for `-q`.
@@ -28,7 +29,7 @@ class Progress:
     def __init__(
         self,
         label: str,
-        total: int,
+        total: int | None,
         *,
         completed: int = 0,
         quiet: bool = False,
@@ -39,7 +40,9 @@ class Progress:
     ) -> None:
         self.label, self.total, self.done = label, total, completed
         self.quiet = quiet
-        self.every = every if every is not None else max(1, total // 10)
+        if every is None:  # each tenth of the total; with no total, the interval alone
+            every = 0 if total is None else max(1, total // 10)
+        self.every = every
         self.interval_s = interval_s
         self.stream = stream if stream is not None else sys.stdout
         self.clock = clock
@@ -78,15 +81,16 @@ class Progress:
         if not self.plain:
             return
         now = self.clock()
-        if self.done % self.every == 0 or self.done >= self.total or now - self._last >= self.interval_s:
+        counted = self.every > 0 and self.done % self.every == 0
+        last = self.total is not None and self.done >= self.total
+        if counted or last or now - self._last >= self.interval_s:
             self._last = now
             shown = f"  {status}" if status else ""
-            percent = 100 * self.done / self.total if self.total else 100.0
-            print(
-                f"{self.label} {self.done}/{self.total} ({percent:.0f}%){shown}  {now - self._start:.0f} s",
-                file=self.stream,
-                flush=True,
-            )
+            count = f"{self.done}" if self.total is None else f"{self.done}/{self.total} ({self._percent():.0f}%)"
+            print(f"{self.label} {count}{shown}  {now - self._start:.0f} s", file=self.stream, flush=True)
+
+    def _percent(self) -> float:
+        return 100 * self.done / self.total if self.total else 100.0
 
 
 def silence_third_party_bars() -> None:

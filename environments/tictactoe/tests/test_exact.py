@@ -378,6 +378,8 @@ def test_cli_exhaustive_saves_every_game_and_resume_reprints(tmp_path, capsys):
     assert len(lines) == meta["exact"]["games"] > 100
     assert main([*argv, "--resume"]) == 0
     assert "nothing played" in capsys.readouterr().out
+    assert main([*argv[:-3], "-o", str(tmp_path / "loud")]) == 0  # with progress, into a log: no \r
+    assert "unbeatable: yes" in (loud := capsys.readouterr().out) and "\r" not in loud
     hot = ["eval", "tictactoe", "-m", "policy:optimal", "--exhaustive", "-T", "0.7", "-o", str(tmp_path / "x")]
     assert main(hot) == 1
     assert "temperature 0" in capsys.readouterr().err and not (tmp_path / "x").exists()
@@ -476,32 +478,3 @@ def test_the_line_odds_script_gives_each_line_its_chance_under_the_training_oppo
     for bad in (["--p", "nan"], ["--trap-prob", "2"], ["--probe-k", "6"], ["--probes", "0"]):
         with pytest.raises(SystemExit):
             script.main([str(folder), *bad])
-
-
-def test_exact_progress_prints_plain_lines_every_interval_when_not_a_terminal() -> None:
-    """`make run` logs: an exact evaluation of several minutes prints a line at least every
-    interval, not one `\\r`-rewritten line (a log shows that only at the end, as one line)."""
-    import io
-
-    from rlvr.commands.exact import _progress
-
-    class Games:
-        def __init__(self) -> None:
-            self.saved: list[int] = []
-
-        def append(self, game: int) -> None:
-            self.saved.append(game)
-
-    now = [0.0]
-    out, games = io.StringIO(), Games()
-    on_game = _progress(games, False, stream=out, clock=lambda: now[0], interval_s=30.0)
-    for i in range(100):
-        now[0] = i * 1.0  # one game a second: a line at 30, 60 and 90 s
-        on_game(i)
-    lines = out.getvalue().splitlines()
-    assert games.saved == list(range(100)) and "\r" not in out.getvalue()
-    assert lines == [f"exact evaluation: {n} games finished, {n - 1} s" for n in (31, 61, 91)]
-    quiet = io.StringIO()
-    on_quiet = _progress(Games(), True, stream=quiet, clock=lambda: now[0], interval_s=0.0)
-    on_quiet(0)
-    assert quiet.getvalue() == ""

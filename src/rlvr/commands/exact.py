@@ -12,13 +12,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from rlvr.errors import UsageError
-from rlvr.progress import INTERVAL_S
+from rlvr.progress import Progress
 
 
 def run(args: argparse.Namespace, out: Path, env: Any, client: Any, model: str, sampling: Any) -> int:
@@ -59,21 +57,24 @@ def run(args: argparse.Namespace, out: Path, env: Any, client: Any, model: str, 
     run_dir, _ = RunDir.create(out, metadata, resume=args.resume)
 
     async def play() -> ExactResult:
-        try:
-            return await enumerate_games(
-                env, client, sampling, concurrency=args.concurrency, on_game=_progress(run_dir, args.quiet)
-            )
-        finally:
-            await client.aclose()
-            await env.aclose()
+        # the number of games is found by the walk: a count, no total (a line every 30 s in a log)
+        with Progress("games played", None, quiet=args.quiet) as progress:
+
+            def on_game(game: Any) -> None:
+                run_dir.append(game)
+                progress.advance()
+
+            try:
+                return await enumerate_games(env, client, sampling, concurrency=args.concurrency, on_game=on_game)
+            finally:
+                await client.aclose()
+                await env.aclose()
 
     try:
         result = asyncio.run(play())
     except BaseException:
         run_dir.close(status="interrupted")
         raise
-    if not args.quiet:
-        print(file=sys.stderr)
     summary = {**result.summary(), "failures": list(result.failures)}
     run_dir.close(status="complete", rollouts=len(result.games), exact=summary)
     print_exact(result, title=title)
@@ -88,36 +89,3 @@ def _complete(out: Path) -> bool:
         return False
     meta = RunDir.open(out).metadata
     return meta.get("mode") == "exact" and meta.get("status") == "complete" and "exact" in meta
-
-
-def _progress(
-    run_dir: Any,
-    quiet: bool,
-    *,
-    stream: Any = None,
-    clock: Callable[[], float] = time.monotonic,
-    interval_s: float = INTERVAL_S,
-) -> Any:
-    """Append each game to the results file and count games on stderr: on a terminal one line,
-    rewritten every 25 games; elsewhere (a log, a pipe) a plain line at the first game finished
-    `interval_s` after the last line, so a long evaluation never looks hung. The number of games
-    is not known before the tree is walked, so there is no total."""
-    out = stream if stream is not None else sys.stderr
-    terminal = out.isatty()
-    count, start = 0, clock()
-    last = start
-
-    def on_game(game: Any) -> None:
-        nonlocal count, last
-        run_dir.append(game)
-        count += 1
-        if quiet:
-            return
-        if terminal:
-            if count % 25 == 0:
-                print(f"\rexact evaluation: {count} games finished", end="", file=out, flush=True)
-        elif clock() - last >= interval_s:
-            last = clock()
-            print(f"exact evaluation: {count} games finished, {last - start:.0f} s", file=out, flush=True)
-
-    return on_game
