@@ -219,3 +219,42 @@ def test_bad_input_is_one_line(tiny_dir, data, tmp_path, capsys) -> None:
     )
     with pytest.raises(UsageError, match="unknown lr_schedule 'step'; expected one of constant, linear, cosine"):
         SFTConfig(model="m", data="d", output_dir="o", lr_schedule="step")
+
+
+def test_deterministic_kernels_are_on_for_the_run_only(tiny_dir, data, tmp_path, monkeypatch) -> None:
+    from rlvr.train import grpo, sft
+    from rlvr.train.config import TrainConfig
+
+    seen = []
+    monkeypatch.setattr(sft, "_train_sft", lambda cfg, **kw: seen.append(torch.are_deterministic_algorithms_enabled()))
+    monkeypatch.setattr(grpo, "_train", lambda cfg, **kw: seen.append(torch.are_deterministic_algorithms_enabled()))
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    for deterministic in (True, False):
+        sft.train_sft(config(tiny_dir, data, tmp_path / "s", deterministic=deterministic))
+        grpo.train(TrainConfig(env="x", model=str(tiny_dir), deterministic=deterministic))
+    assert seen == [True, True, False, False]
+    assert not torch.are_deterministic_algorithms_enabled()
+    assert "CUBLAS_WORKSPACE_CONFIG" not in __import__("os").environ
+
+
+def test_a_kernel_without_a_deterministic_version_is_a_one_line_error() -> None:
+    from rlvr.errors import ModelError
+    from rlvr.train.model import deterministic_kernels
+
+    expected = "^--deterministic: .*does not have a deterministic implementation.*; run without"
+    with pytest.raises(ModelError, match=expected), deterministic_kernels(True):
+        torch.zeros(3).put_(torch.tensor([0]), torch.tensor([1.0]))  # no deterministic version on any device
+    assert not torch.are_deterministic_algorithms_enabled()
+    with pytest.raises(RuntimeError, match="other"), deterministic_kernels(True):
+        raise RuntimeError("other")  # any other error passes through as it is
+
+
+def test_deterministic_sft_on_a_cpu_trains_the_same_weights_twice(tiny_dir, data, tmp_path) -> None:
+    from safetensors.torch import load_file
+
+    finals = []
+    for name in ("a", "b"):
+        train_sft(config(tiny_dir, data, tmp_path / name, max_steps=6, deterministic=True), quiet=True)
+        finals.append(load_file(str(tmp_path / name / "final" / "model.safetensors")))
+    assert finals[0].keys() == finals[1].keys()
+    assert all(torch.equal(finals[0][k], finals[1][k]) for k in finals[0])

@@ -58,6 +58,7 @@ RESUME_MAY_CHANGE = frozenset(
         "gradient_checkpointing",
         "compile_blocks",
         "compile_decode",
+        "deterministic",
     }
 )
 """Fields a resumed run may change; any other difference from the saved config is an error."""
@@ -149,6 +150,8 @@ class TrainConfig:
     """run the generation decode step's layers through torch.compile (static KV slots, also on a CPU; the first rollouts compile)"""
     seed: int = 0
     """seed of the sampler, the rollouts, and torch"""
+    deterministic: bool = False
+    """torch's deterministic kernels (as rlvr sft --deterministic); on a GPU two runs can still differ: measured after 3 steps on an H200, cause not yet found (generation batches requests as they arrive)"""
     device: str | None = None
     """cpu, cuda, cuda:1 ...; None = CUDA when available (one GPU per process under torchrun)"""
     sharding: str = "ddp"

@@ -110,6 +110,7 @@ from rlvr.train.logging import MetricsLog
 from rlvr.train.logprobs import blocks
 from rlvr.train.metrics import rollout_metrics, step_line, timing_metrics
 from rlvr.train.model import (
+    deterministic_kernels,
     export_final,
     exported,
     load_model_config,
@@ -146,6 +147,13 @@ def train(
     `plots=False` skips the PNG plots (tests, benchmarks). Returns the metrics of each step
     this call trained.
     """
+    with deterministic_kernels(cfg.deterministic):
+        return _train(cfg, resume=resume, make_env=make_env, quiet=quiet, plots=plots)
+
+
+def _train(
+    cfg: TrainConfig, *, resume: bool, make_env: EnvFactory | None, quiet: bool, plots: bool
+) -> list[dict[str, float]]:
     dist = setup_distributed(cfg.device)
     # flushed: a redirected stdout is block-buffered, and a step may take minutes on a CPU
     say: Callable[..., None] = (

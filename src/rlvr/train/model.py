@@ -14,6 +14,7 @@ import contextlib
 import copy
 import json
 import math
+import os
 import shutil
 import warnings
 from collections.abc import Iterator
@@ -205,6 +206,48 @@ def exported(path: Path) -> bool:
 def unwrap(model: Any) -> Any:
     """The model inside a DistributedDataParallel wrapper (or the model itself)."""
     return getattr(model, "module", model)
+
+
+NOT_DETERMINISTIC = "does not have a deterministic implementation"
+"""Part of the RuntimeError torch raises for a kernel without a deterministic version."""
+
+
+@contextlib.contextmanager
+def deterministic_kernels(on: bool) -> Iterator[None]:
+    """torch's deterministic kernels for the block (`on`; off: nothing changes): SFT with the same
+    seed, data and machine gives the same weights bit for bit, where on a GPU the default kernels'
+    atomic sums can differ from run to run (two `rlvr sft --deterministic` runs on an H200: the
+    same weights; two RL runs of 3 steps with it: not, so something in RL's rollouts still varies).
+    cuDNN's autotuning is off and cuBLAS gets a fixed workspace
+    (`CUBLAS_WORKSPACE_CONFIG`, read when the process first calls cuBLAS: the block must come
+    before that, as `rlvr sft` and `rlvr train` do). Everything is restored afterwards. A kernel
+    without a deterministic version stops the run with a ModelError naming it.
+    """
+    if not on:
+        yield
+        return
+    before = (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+        torch.backends.cudnn.benchmark,
+        os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
+    )
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.benchmark = False
+    try:
+        yield
+    except RuntimeError as e:
+        if NOT_DETERMINISTIC not in str(e):
+            raise
+        raise ModelError(f"--deterministic: {first_line(e)}; run without --deterministic") from e
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+        torch.backends.cudnn.benchmark = before[2]
+        if before[3] is None:
+            os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
+        else:
+            os.environ["CUBLAS_WORKSPACE_CONFIG"] = before[3]
 
 
 def use_bf16(setting: bool | None, device: Any) -> bool:

@@ -130,6 +130,13 @@ def evaluate(
 
 def train_sft(cfg: SFTConfig, *, resume: bool = False, quiet: bool = False) -> SFTResult:
     """Fine-tune `cfg.model` on `cfg.data`; the final model lands in `OUTPUT_DIR/final`."""
+    from rlvr.train.model import deterministic_kernels
+
+    with deterministic_kernels(cfg.deterministic):
+        return _train_sft(cfg, resume=resume, quiet=quiet)
+
+
+def _train_sft(cfg: SFTConfig, *, resume: bool, quiet: bool) -> SFTResult:
     from rlvr.train.checkpoint import model_fingerprint, open_run_dir, restore_training, save_checkpoint
     from rlvr.train.logging import MetricsLog
     from rlvr.train.model import (

@@ -15,7 +15,7 @@ from rlvr.train import fields
 from rlvr.train.fields import LR_SCHEDULES, LoraSpec
 
 RESUME_MAY_CHANGE = frozenset(
-    {"output_dir", "epochs", "max_steps", "eval_every", "save_every", "skip_bad_lines", "device"}
+    {"output_dir", "epochs", "max_steps", "eval_every", "save_every", "skip_bad_lines", "device", "deterministic"}
 )
 """Fields a resumed run may change; any other difference from the saved config is an error."""
 
@@ -67,6 +67,8 @@ class SFTConfig:
     """checkpoint every N steps (and after the last); None = only after the last"""
     seed: int = 0
     """seed of the eval split, the batch order, LoRA init and dropout"""
+    deterministic: bool = False
+    """torch's deterministic kernels: the same seed, data and machine give the same weights bit for bit (on a GPU the default kernels' sums can differ from run to run)"""
     skip_bad_lines: bool = False
     """skip malformed dataset lines (reporting their numbers) instead of stopping"""
     device: str | None = None
