@@ -3,7 +3,8 @@
 # each job gets one GPU, and each job's RL variants share that GPU, started once its SFT is done.
 #
 #   scripts/tictactoe_gpus.sh start PLAN     # start the plan's jobs in the background (setsid)
-#   scripts/tictactoe_gpus.sh wait SECONDS [DIR]  # wait until every job ended or SECONDS passed;
+#   scripts/tictactoe_gpus.sh wait SECONDS [DIR]  # wait until every job ended or SECONDS passed, print each
+#                                            # run's last step and exact count;
 #                                            # with DIR, then collect into DIR (end every device call
 #                                            # so: a machine lost between calls keeps nothing)
 #   scripts/tictactoe_gpus.sh collect DIR    # tables, metrics, logs, exact summaries, plots -> DIR/runs.tgz
@@ -326,6 +327,18 @@ case ${1:-} in
     end=$(( $(date +%s) + $2 ))
     while [ -f "$ROOT.pid" ] && [ "$(date +%s)" -lt "$end" ]; do sleep 10; done
     for f in "$ROOT"/*/pipeline-*.log; do echo "--- $f"; grep -E "^== |step [0-9]+/|exact W/D/L|unbeatable|Error|error" "$f" | tail -6; done
+    # the pipelines run quietly, so their logs hold no steps: each run's last step from its metrics
+    python3 - "$ROOT"/*/*/metrics.csv <<'EOF' 2>/dev/null
+import csv, sys
+for path in sys.argv[1:]:
+    try:
+        rows = list(csv.DictReader(open(path)))
+        exact = [r for r in rows if r.get("exact/beaten_games")]
+        lost = f", lost games at step {float(exact[-1]['step']):.0f}: {float(exact[-1]['exact/beaten_games']):.0f}" if exact else ""
+        print(f"{path}: step {float(rows[-1]['step']):.0f}{lost}")
+    except (OSError, ValueError, IndexError, KeyError):  # no row yet, or a line being written
+        print(f"{path}: no whole step yet")
+EOF
     if [ -n "${3:-}" ]; then collect "$3" noplots; fi ;;
   collect) collect "$2" "${3:-}" ;;
   summary)  # every exact table of the plan's stages, the kept bests, and each run's exact curve
