@@ -63,6 +63,7 @@ RESTART_POINTS=${RESTART_POINTS:-random}   # restart from one later move drawn a
 RESTART_UNSURE=${RESTART_UNSURE:-}   # with greedy probes: also restart before their turns whose reply had a probability below this
 KEEP_BEST=${KEEP_BEST:-}   # e.g. min:exact/beaten_games: also keep RUN/best, evaluated as stage RUN.best (a selection)
 RL_EXTRA=${RL_EXTRA:-}   # more `rlvr train` flags for the RL phases, e.g. "--kl-coef 0.05"
+SFT_EXTRA=${SFT_EXTRA:-}   # more `rlvr sft` flags, e.g. --deterministic (on a GPU: the same SFT model for a seed every time)
 EXACT=${EXACT:-1}   # 0: no exact evaluation (the smoke scale, where a barely trained model is slow to walk)
 RL_NAME=${RL_NAME:-rl}   # another name runs another RL variant from the same SFT model, side by side
 EVAL_STAGES=${EVAL_STAGES:-base sft $RL_NAME ${RL_NAME}2 teacher}
@@ -107,7 +108,7 @@ if [ ! -f "$OUT/sft/final/config.json" ]; then
   rlvr sft --model "$OUT/base" --data "$OUT/teacher.jsonl" -o "$OUT/sft" $resume -q \
     --max-steps "$SFT_STEPS" --batch-size "$SFT_BATCH" --micro-batch-size "$SFT_BATCH" --lr 1e-3 \
     --warmup-steps $(( SFT_STEPS < 500 ? SFT_STEPS / 10 : 50 )) --lr-schedule cosine \
-    --eval-every 100 --save-every 250 --seed "$SEED" $DEVICE_FLAGS
+    --eval-every 100 --save-every 250 --seed "$SEED" $DEVICE_FLAGS $SFT_EXTRA
   done_in sft
 fi
 
