@@ -38,12 +38,13 @@ async def test_a_streamed_reply_is_the_same_completion(openai_server) -> None:
 
 async def test_a_server_that_queues_is_not_sent_the_same_work_again_and_again(openai_server) -> None:
     """Like `transformers serve`: one request at a time, and a plain request is computed to the
-    end even after the client hung up. 8 requests of 0.1 s each with a 0.35 s timeout: the
+    end even after the client hung up. 8 requests of 0.3 s each with a 1.05 s timeout: the
     first wave times out from the fourth on; then the client streams (a stream it hangs up on
     is dropped) and halves its requests in flight, so every request gets its answer and the
-    server computes each at most about twice."""
-    openai_server.reset(delay_s=0.1, sequential=True)
-    async with client_for(openai_server, timeout_s=0.35, max_retries=6, concurrency=8) as client:
+    server computes each at most about twice. (Sized so that a loaded machine's delays of tens of
+    milliseconds stay well inside the 0.15 s between an answer and the timeout.)"""
+    openai_server.reset(delay_s=0.3, sequential=True)
+    async with client_for(openai_server, timeout_s=1.05, max_retries=6, concurrency=8) as client:
         replies = await asyncio.gather(
             *(client.chat([{"role": "user", "content": str(i)}], SamplingArgs()) for i in range(8))
         )
