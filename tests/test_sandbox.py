@@ -212,7 +212,7 @@ time.sleep(60)
         assert proc.poll() is None, "it stopped while its caller was there"
         t0 = time.monotonic()
         proc.stdin.close()
-        assert proc.wait(timeout=10) == -9 and time.monotonic() - t0 < 2
+        assert proc.wait(timeout=10) == -9 and time.monotonic() - t0 < 5  # not its 60 s (margin: a loaded machine)
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline and child in _running():
         time.sleep(0.05)
