@@ -237,10 +237,12 @@ def deterministic_kernels(on: bool) -> Iterator[None]:
     torch.backends.cudnn.benchmark = False
     try:
         yield
-    except RuntimeError as e:
-        if NOT_DETERMINISTIC not in str(e):
+    except Exception as e:  # torch's RuntimeError, or an error that carried it out of a worker thread
+        text = first_line(e)
+        if NOT_DETERMINISTIC not in text:
             raise
-        raise ModelError(f"--deterministic: {first_line(e)}; run without --deterministic") from e
+        kernel = text[: text.index(NOT_DETERMINISTIC) + len(NOT_DETERMINISTIC)]  # not torch's advice, made for code
+        raise ModelError(f"--deterministic: {kernel}; run without --deterministic") from e
     finally:
         torch.use_deterministic_algorithms(before[0], warn_only=before[1])
         torch.backends.cudnn.benchmark = before[2]
