@@ -3,8 +3,8 @@
 # each job gets one GPU, and each job's RL variants share that GPU, started once its SFT is done.
 #
 #   scripts/tictactoe_gpus.sh start PLAN     # start the plan's jobs in the background (setsid)
-#   scripts/tictactoe_gpus.sh wait SECONDS [DIR]  # wait until every job ended or SECONDS passed, print each
-#                                            # run's last step and exact count;
+#   scripts/tictactoe_gpus.sh wait SECONDS [DIR]  # wait until every job ended or SECONDS passed, print the
+#                                            # summary (each run's step and exact curve);
 #                                            # with DIR, then collect into DIR (end every device call
 #                                            # so: a machine lost between calls keeps nothing)
 #   scripts/tictactoe_gpus.sh collect DIR    # tables, metrics, logs, exact summaries, plots -> DIR/runs.tgz
@@ -327,18 +327,7 @@ case ${1:-} in
     end=$(( $(date +%s) + $2 ))
     while [ -f "$ROOT.pid" ] && [ "$(date +%s)" -lt "$end" ]; do sleep 10; done
     for f in "$ROOT"/*/pipeline-*.log; do echo "--- $f"; grep -E "^== |step [0-9]+/|exact W/D/L|unbeatable|Error|error" "$f" | tail -6; done
-    # the pipelines run quietly, so their logs hold no steps: each run's last step from its metrics
-    python3 - "$ROOT"/*/*/metrics.csv <<'EOF' 2>/dev/null
-import csv, sys
-for path in sys.argv[1:]:
-    try:
-        rows = list(csv.DictReader(open(path)))
-        exact = [r for r in rows if r.get("exact/beaten_games")]
-        lost = f", lost games at step {float(exact[-1]['step']):.0f}: {float(exact[-1]['exact/beaten_games']):.0f}" if exact else ""
-        print(f"{path}: step {float(rows[-1]['step']):.0f}{lost}")
-    except (OSError, ValueError, IndexError, KeyError):  # no row yet, or a line being written
-        print(f"{path}: no whole step yet")
-EOF
+    bash "$0" summary  # the pipelines run quietly, so their logs hold no steps: each run's from its metrics
     if [ -n "${3:-}" ]; then collect "$3" noplots; fi ;;
   collect) collect "$2" "${3:-}" ;;
   summary)  # every exact table of the plan's stages, the kept bests, and each run's exact curve
@@ -357,10 +346,16 @@ for meta in sorted(root.glob("*/eval/*-exact/metadata.json")):
           f"vs random W {r['random'].get('win', 0):.2f}, vs optimal D {r['optimal'].get('draw', 0):.2f}")
 for kept in sorted(root.glob("*/*/best/keep_best.json")):
     print(f"{kept.parent.parent.relative_to(root)} kept: {kept.read_text().strip()}")
+def number(row, key):
+    try:
+        return int(float(row.get(key) or ""))
+    except ValueError:  # empty, or a line still being written
+        return None
 for metrics in sorted(root.glob("*/*/metrics.csv")):
-    rows = [x for x in csv.DictReader(metrics.open()) if x.get("exact/beaten_games")]
-    curve = ", ".join(f"{int(float(x['step']))}:{int(float(x['exact/beaten_games']))}" for x in rows)
-    print(f"{metrics.parent.relative_to(root)} lost games by step: {curve}")
+    rows = [x for x in csv.DictReader(metrics.open()) if number(x, "step") is not None]
+    curve = ", ".join(f"{number(x, 'step')}:{n}" for x in rows if (n := number(x, "exact/beaten_games")) is not None)
+    at = f"step {number(rows[-1], 'step')}" if rows else "no step yet"
+    print(f"{metrics.parent.relative_to(root)} at {at}; lost games by step: {curve}")
 EOF
     ;;
   best)  # fewest lost games over the whole tree, then fewest with a rejected move, then the

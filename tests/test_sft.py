@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -226,15 +227,19 @@ def test_deterministic_kernels_are_on_for_the_run_only(tiny_dir, data, tmp_path,
     from rlvr.train.config import TrainConfig
 
     seen = []
-    monkeypatch.setattr(sft, "_train_sft", lambda cfg, **kw: seen.append(torch.are_deterministic_algorithms_enabled()))
-    monkeypatch.setattr(grpo, "_train", lambda cfg, **kw: seen.append(torch.are_deterministic_algorithms_enabled()))
+
+    def state(cfg, **kw) -> None:
+        seen.append((torch.are_deterministic_algorithms_enabled(), os.environ.get("CUBLAS_WORKSPACE_CONFIG")))
+
+    monkeypatch.setattr(sft, "_train_sft", state)
+    monkeypatch.setattr(grpo, "_train", state)
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
     for deterministic in (True, False):
         sft.train_sft(config(tiny_dir, data, tmp_path / "s", deterministic=deterministic))
         grpo.train(TrainConfig(env="x", model=str(tiny_dir), deterministic=deterministic))
-    assert seen == [True, True, False, False]
+    assert seen == [(True, ":4096:8")] * 2 + [(False, None)] * 2
     assert not torch.are_deterministic_algorithms_enabled()
-    assert "CUBLAS_WORKSPACE_CONFIG" not in __import__("os").environ
+    assert "CUBLAS_WORKSPACE_CONFIG" not in os.environ
 
 
 def test_a_kernel_without_a_deterministic_version_is_a_one_line_error() -> None:

@@ -151,7 +151,7 @@ class TrainConfig:
     seed: int = 0
     """seed of the sampler, the rollouts, and torch"""
     deterministic: bool = False
-    """torch's deterministic kernels (as rlvr sft --deterministic); on a GPU two runs can still differ: measured after 3 steps on an H200, cause not yet found (generation batches requests as they arrive)"""
+    """torch's deterministic kernels (as rlvr sft --deterministic); on a GPU two RL runs can still differ (docs/training.md, Repeatable runs)"""
     device: str | None = None
     """cpu, cuda, cuda:1 ...; None = CUDA when available (one GPU per process under torchrun)"""
     sharding: str = "ddp"

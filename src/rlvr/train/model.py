@@ -214,42 +214,39 @@ NOT_DETERMINISTIC = "does not have a deterministic implementation"
 
 @contextlib.contextmanager
 def deterministic_kernels(on: bool) -> Iterator[None]:
-    """torch's deterministic kernels for the block (`on`; off: nothing changes): SFT with the same
-    seed, data and machine gives the same weights bit for bit, where on a GPU the default kernels'
-    atomic sums can differ from run to run (two `rlvr sft --deterministic` runs on an H200: the
-    same weights; two RL runs of 3 steps with it: not, so something in RL's rollouts still varies).
-    cuDNN's autotuning is off and cuBLAS gets a fixed workspace
-    (`CUBLAS_WORKSPACE_CONFIG`, read when the process first calls cuBLAS: the block must come
-    before that, as `rlvr sft` and `rlvr train` do). Everything is restored afterwards. A kernel
-    without a deterministic version stops the run with a ModelError naming it.
+    """torch's deterministic kernels for the block (`on`; off: nothing changes), where a GPU's
+    default kernels may sum in another order each run: no cuDNN autotuning, and a fixed cuBLAS
+    workspace (`CUBLAS_WORKSPACE_CONFIG`, read at the process's first cuBLAS call, so the block
+    comes first, as in `rlvr sft` and `rlvr train`). All is restored afterwards. A kernel without
+    a deterministic version stops the run with a ModelError naming it. What it measured to make
+    repeatable (SFT) and what not (RL): docs/training.md, "Repeatable runs".
     """
     if not on:
         yield
         return
-    before = (
+    was_on, warn_only = (
         torch.are_deterministic_algorithms_enabled(),
         torch.is_deterministic_algorithms_warn_only_enabled(),
-        torch.backends.cudnn.benchmark,
-        os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
     )
+    autotune, workspace = torch.backends.cudnn.benchmark, os.environ.get("CUBLAS_WORKSPACE_CONFIG")
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.use_deterministic_algorithms(True)
     torch.backends.cudnn.benchmark = False
     try:
         yield
-    except Exception as e:  # torch's RuntimeError, or an error that carried it out of a worker thread
+    except RuntimeError as e:
         text = first_line(e)
         if NOT_DETERMINISTIC not in text:
             raise
-        kernel = text[: text.index(NOT_DETERMINISTIC) + len(NOT_DETERMINISTIC)]  # not torch's advice, made for code
+        kernel = text[: text.index(NOT_DETERMINISTIC) + len(NOT_DETERMINISTIC)]  # torch's advice after it is for code
         raise ModelError(f"--deterministic: {kernel}; run without --deterministic") from e
     finally:
-        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
-        torch.backends.cudnn.benchmark = before[2]
-        if before[3] is None:
+        torch.use_deterministic_algorithms(was_on, warn_only=warn_only)
+        torch.backends.cudnn.benchmark = autotune
+        if workspace is None:
             os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
         else:
-            os.environ["CUBLAS_WORKSPACE_CONFIG"] = before[3]
+            os.environ["CUBLAS_WORKSPACE_CONFIG"] = workspace
 
 
 def use_bf16(setting: bool | None, device: Any) -> bool:
