@@ -13,6 +13,8 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from completions import same_completions
+
 from rlvr.clients.local import LocalModel
 from rlvr.clients.local_sampling import draw, inverse_cdf, row_key, sample_tokens
 from rlvr.clients.local_slots import MIN_LENGTH, MIN_SLOTS, SlotDecoder, _rms_norm, supported
@@ -69,10 +71,7 @@ def test_static_slots_give_the_transformers_tokens_and_grow(tiny, reuse) -> None
     dynamic = LocalModel("tiny", model=model, tokenizer=tokenizer, static_cache=False, reuse_cache=reuse)
     static = LocalModel("tiny", model=model, tokenizer=tokenizer, static_cache=True, reuse_cache=reuse)
     want, got = _games(dynamic, 20, 3), _games(static, 20, 3)
-    for a, b in zip(want, got):
-        assert [c.token_ids for c in a] == [c.token_ids for c in b]
-        for x, y in zip(a, b):
-            assert y.logprobs == pytest.approx(x.logprobs, abs=2e-4)
+    same_completions(got, want, abs_tol=2e-4)
     decoder = static._decoder
     assert decoder is not None and not decoder.graphs  # no CUDA graphs on the CPU
     assert decoder.slots > MIN_SLOTS and decoder.length > MIN_LENGTH  # both grew
@@ -264,13 +263,26 @@ def test_a_failed_graph_capture_falls_back_to_plain_decoding(tiny, monkeypatch) 
 # ---- span: a step attends over the rows' positions, not the whole buffer -----------------------
 
 
-def _same(got: list, want: list) -> None:
-    """The same completions; logprobs to float tolerance (a row's logits differ in the last bits
-    with the number of slots a step decodes, which depends on when requests arrive)."""
-    assert [c.token_ids for c in got] == [c.token_ids for c in want]
-    for a, b in zip(got, want):
-        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
-    assert [(c.text, c.finish_reason) for c in got] == [(c.text, c.finish_reason) for c in want]
+def test_same_lets_a_conversation_part_only_on_a_knife_edge() -> None:
+    """`same_completions` can fail: a token off by more than one id at unequal logprobs, a
+    logprob off before the parting, or three conversations parting."""
+    from types import SimpleNamespace as C
+
+    def c(ids: list[int], lps: list[float]) -> C:
+        return C(token_ids=ids, logprobs=lps, text=str(ids), finish_reason="length")
+
+    base = [[c([5, 6, 7], [-1.0, -2.0, -3.0])] for _ in range(4)]
+    same_completions(base, base)
+    same_completions([[c([5, 8, 1], [-1.0, -2.0, -3.0])]] + base[1:], base)  # a greedy tie at 1: 6 vs 8
+    same_completions([[c([5, 7, 1], [-1.0, -0.5, -3.0])]] + base[1:], base)  # a sampled border: 6 vs 7
+    for wrong in (
+        [[c([5, 9, 7], [-1.0, -1.0, -3.0])]] + base[1:],  # neither a tie nor neighbours
+        [[c([5, 7, 7], [-1.5, -0.5, -3.0])]] + base[1:],  # a logprob off before the parting
+        [[c([5, 7, 7], [-1.0, -2.0, -3.0])] for _ in range(3)] + base[3:],  # three part
+        [[c([5, 6], [-1.0, -2.0])]] + base[1:],  # shorter
+    ):
+        with pytest.raises(AssertionError):
+            same_completions(wrong, base)
 
 
 def _ask_all(client: LocalModel, sampling: list[SamplingArgs], gap_s: float = 0.002) -> list:
@@ -312,7 +324,7 @@ def test_a_step_attends_over_the_rows_span_not_the_whole_buffer(tiny, monkeypatc
         got[whole] = _ask_all(client, short)
         if not whole:
             assert any(span is not None and span < length for span, length in spans)
-    _same(got[False], got[True])
+    same_completions(got[False], got[True])
     monkeypatch.setattr(SlotDecoder, "span", span_of)
     decoder = client._decoder  # one step straight at a span's edge: a row whose own key is at 128
     n = 8
@@ -373,8 +385,7 @@ def test_a_compiled_step_gives_the_eager_tokens_with_one_graph_per_part(tiny, co
     eager = LocalModel("t", model=model, tokenizer=tokenizer, static_cache=True)
     compiled = LocalModel("t", model=model, tokenizer=tokenizer, static_cache=True, compile_decode=True)
     want, got = _games(eager, 20, 3, nucleus=False), _games(compiled, 20, 3, nucleus=False)
-    for a, b in zip(want, got):
-        _same(b, a)
+    same_completions(got, want)
     decoder = compiled._decoder
     assert decoder is not None and decoder.slots > MIN_SLOTS
     assert decoder.parts is not local_slots.EAGER
