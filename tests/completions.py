@@ -13,10 +13,11 @@ def same_completions(got: list, want: list, abs_tol: float = 1e-4) -> None:
     thousands: two greedy candidates within 1e-3 of each other, or a sampled uniform on the
     border of two neighbouring tokens of the inverse cdf (ids one apart). A conversation may
     part there, once or twice in a run; it is compared up to that token and dropped after it.
-    Any other difference fails."""
+    Any other difference fails, a turn's prompt ids included where completions carry them."""
     parted = []
     for i, (g, w) in enumerate(zip(got, want, strict=True)):
         for a, b in zip(g if isinstance(g, list) else [g], w if isinstance(w, list) else [w], strict=True):
+            assert getattr(a, "prompt_token_ids", None) == getattr(b, "prompt_token_ids", None), (i, "prompt")
             k = next((k for k, (x, y) in enumerate(zip(a.token_ids, b.token_ids)) if x != y), None)
             if k is None:
                 assert a.token_ids == b.token_ids, (i, "lengths")

@@ -280,6 +280,7 @@ def test_same_lets_a_conversation_part_only_on_a_knife_edge() -> None:
         [[c([5, 7, 7], [-1.5, -0.5, -3.0])]] + base[1:],  # a logprob off before the parting
         [[c([5, 7, 7], [-1.0, -2.0, -3.0])] for _ in range(3)] + base[3:],  # three part
         [[c([5, 6], [-1.0, -2.0])]] + base[1:],  # shorter
+        [[C(**vars(c([5, 6, 7], [-1.0, -2.0, -3.0])), prompt_token_ids=[1])]] + base[1:],  # another prompt
     ):
         with pytest.raises(AssertionError):
             same_completions(wrong, base)
