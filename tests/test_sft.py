@@ -255,6 +255,8 @@ def test_a_kernel_without_a_deterministic_version_is_a_one_line_error() -> None:
 
 
 def test_deterministic_sft_on_a_cpu_trains_the_same_weights_twice(tiny_dir, data, tmp_path) -> None:
+    """The run under the flag, end to end and repeatable. A CPU's kernels repeat without the flag
+    too, so this does not show the flag's effect: that needs a GPU (tests/test_gpu.py)."""
     from safetensors.torch import load_file
 
     finals = []
