@@ -74,6 +74,8 @@
 #          RECIPE=unbeatable's RL at learning rates WEAK_LRS (default 4e-5 8e-5), WEAK_STEPS (300)
 #   unsure the shipped model, rlW0's recipe with 128 greedy probes (GPUs 0 and 1), with and without
 #          restarts at the probes' unsure turns (--restart-unsure UNSURE, default 0.9): the wins target
+#   batch  1024 games a step instead of 256: the shipped model (rlWP's recipe, lr 1e-5 and 2e-5,
+#          GPUs 0-1: wins) and the weak start (rlG at 256 and 1024 games, GPUs 2-3)
 #   wins   the shipped model, 80 steps at lr 1e-5 against opponents at p = 0.7 after the random
 #          replies: rlW with a KL of 0.05 to the shipped model (GPU WINS_GPU), rlW0 without (WINS_GPU2)
 set -uo pipefail
@@ -297,6 +299,23 @@ start() {
       from_shipped shipped; from_shipped shipped0
       job 0 shipped "$shared" "rlWU RESTART_UNSURE=${UNSURE:-0.9}"
       job 1 shipped0 "$shared" "rlWP" ;;
+    batch)  # four games a step for one: the same minutes, more visits to rare decisions (a step of
+      # 256 games leaves the GPU mostly idle). GPUs 0 and 1: plan unsure's control (rlWP) from
+      # the shipped model with BATCH=1024 at lr 1e-5 (rlWB) and 2e-5 (rlWB2), 100 steps (the
+      # wins target); GPUs 2 and 3: the weak start with plan greedy's rlG at 256 games a step
+      # (rlG, WEAK_STEPS) and 1024 at lr 2e-5 (rlGB, WEAK_BIG_STEPS), each from its own SFT
+      # (pass SFT_EXTRA=--deterministic for one SFT model twice)
+      export FIRST_STAGES=sft LAST_STAGES=""
+      local shared="SEED=0 RL_STEPS=${RL_STEPS:-100} EVAL_EVERY=20 TRAP_PROB=1.0 OPENING_PLIES=0 RANDOM_REPLIES=4 RL_MIN_P=0.7 RL_MAX_P=0.7 BUCKETS=1 MICRO=32"
+      shared="$shared RESTART_FRAC=0.5 RESTART_BELOW=0.5 RESTART_POINTS=backtrack RL_EXTRA=--restart-greedy=128 BATCH=1024"
+      shared="$shared KEEP_BEST=min:exact/beaten_games,max:exact/random/win_pct"
+      from_shipped shipped; from_shipped shipped2
+      job 0 shipped "$shared" "rlWB RL_LR=1e-5"
+      job 1 shipped2 "$shared" "rlWB2 RL_LR=2e-5"
+      export FIRST_STAGES="base sft"
+      local weak="SEED=0 GAMES=200 SFT_STEPS=300 SFT_BATCH=32 $restarts5 RESTART_POINTS=backtrack RL_EXTRA=--restart-greedy=64"
+      job 2 weak "$weak RL_STEPS=${WEAK_STEPS:-300}" "rlG"
+      job 3 weakB "$weak RL_STEPS=${WEAK_BIG_STEPS:-250} BATCH=1024" "rlGB" ;;
     wins)  # the shipped model against opponents at p = 0.7 (whose best response never loses and
       # wins 95.56% vs random): rlW near it by a KL (GPU WINS_GPU), rlW0 without (GPU WINS_GPU2)
       export FIRST_STAGES=sft LAST_STAGES=""
