@@ -7,7 +7,8 @@ it walks the model greedily to a position (the opponent's moves given), then pla
 from there for each candidate move (the move forced in the teacher's words, the rest sampled
 from the model at each temperature) against the training opponent (random with probability
 p, else a best move, a trap when it can), and the same with the model choosing the move
-itself. Every arm uses the same opponent seeds, so two arms' games differ only by what X
+itself. The forced reply says there is no threat on the board (the teacher's words for a free
+choice), so pick positions without one. Every arm uses the same opponent seeds, so two arms' games differ only by what X
 played. Score: a win 1, a draw 0.5, a loss 0 (the env's reward without its format terms).
 
     python scripts/tictactoe_move_values.py models/tictactoe-tiny --line O8.X4.O1 --moves 0,3,5 \\
@@ -40,9 +41,11 @@ from rlvr.types import Completion
 def parse_line(text: str) -> tuple[int | None, list[int], list[int]]:
     """'O8.X4.O1' -> (opening 8, X's moves [4], O's replies [1]); 'X4.O0' -> (None, [4], [0])."""
     steps = [s for s in text.replace(" ", ".").split(".") if s]
-    if not steps or any(len(s) != 2 or s[0] not in "XO" or not s[1].isdigit() for s in steps):
-        raise SystemExit(f"--line: moves like O8.X4.O1, got {text!r}")
+    if not steps or any(len(s) != 2 or s[0] not in "XO" or s[1] not in "012345678" for s in steps):
+        raise SystemExit(f"--line: moves like O8.X4.O1 (cells 0-8), got {text!r}")
     marks, cells = [s[0] for s in steps], [int(s[1]) for s in steps]
+    if len(set(cells)) < len(cells):
+        raise SystemExit(f"--line takes a cell twice: {text!r}")
     if any(a == b for a, b in zip(marks, marks[1:])) or marks[-1] != "O":
         raise SystemExit(f"--line must alternate and end with O's move (X to play next), got {text!r}")
     opening = cells[0] if marks[0] == "O" else None
@@ -86,6 +89,8 @@ async def main(args: argparse.Namespace) -> None:
     from rlvr.clients.local import LocalModel
 
     opening, x_moves, o_replies = parse_line(args.line)
+    if args.games < 2:
+        raise SystemExit("--games must be at least 2 (a standard error needs two games)")
     p = args.p
     env = load_environment(min_random_move_prob=p, max_random_move_prob=p, trap_prob=args.trap_prob, max_turns=8)
     client = LocalModel(args.model, device="cpu", max_batch_size=args.concurrency)
@@ -107,7 +112,13 @@ async def main(args: argparse.Namespace) -> None:
     own = (await client.chat(messages, greedy)).text
     own_cell, _ = read_move(own, board)
     print(f"the model's greedy reply: {own!r}")
-    moves = [int(m) for m in args.moves.split(",")] if args.moves else [c for c in range(9) if board[c] == " "]
+    free = [c for c in range(9) if board[c] == " "]
+    try:
+        moves = [int(m) for m in args.moves.split(",")] if args.moves else free
+    except ValueError:
+        raise SystemExit(f"--moves: cells separated by commas, got {args.moves!r}") from None
+    if taken := [m for m in moves if m not in free]:
+        raise SystemExit(f"--moves: {taken} not free on this board (free: {free})")
     if own_cell is not None and own_cell not in moves:
         moves.insert(0, own_cell)
     info = {"random_move_prob": p, "bucket": 0, "model_starts": opening is None, "board": "".join(board)}

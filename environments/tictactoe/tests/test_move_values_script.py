@@ -28,7 +28,7 @@ def test_a_line_names_the_opening_x_moves_and_o_replies():
     assert parse("O8.X4.O1") == (8, [4], [1])
     assert parse("X4.O0") == (None, [4], [0])
     assert parse("O8 X4 O1 X0 O6") == (8, [4, 0], [1, 6])
-    for bad in ("", "O8.X4", "O8.O4", "Y4.O1", "O8.X44.O1"):
+    for bad in ("", "O8.X4", "O8.O4", "Y4.O1", "O8.X44.O1", "O8.X9.O1", "O8.X4.O8"):
         with pytest.raises(SystemExit):
             parse(bad)
 
