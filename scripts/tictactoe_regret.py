@@ -1,6 +1,6 @@
 """Where a greedy model gives up wins against the random opponent, exactly.
 
-    python scripts/tictactoe_regret.py RUN [--top 12] [--by-symmetry] [--train-p 0.7 [--random-replies 4] [--trap-prob 1] [--unsure 0.9]]
+    python scripts/tictactoe_regret.py RUN [--top 12] [--by-symmetry] [--claims] [--train-p 0.7 [--random-replies 4] [--trap-prob 1] [--unsure 0.9]]
 
 RUN is an `rlvr eval tictactoe --exhaustive` folder (or its results.jsonl). The model's move
 after every line it reaches is read from each game's record (`info["exact"]["moves"]`, the
@@ -25,6 +25,10 @@ With `--by-symmetry`, the decisions grouped by their board up to the board's 8 s
 and another wrong, so a class shows how many of the orientations the model reaches it gets wrong,
 and whether the lost points are one habit or many separate mistakes.
 
+With `--claims`, whether the reasoning of the model's reply at each listed decision states the
+board truly (`rlvr_tictactoe.game.claim_truth`: a line it wins on, a threat it blocks, or no
+threat), and how many of all decisions state something false.
+
 With `--unsure U` as well, what `rlvr train --restart-unsure U` restarts: every decision whose
 greedy reply has a probability below U at T 1, however it scores, with its reach (here the
 chance that one greedy probe game gets there) and its reward gap against the training opponent
@@ -42,7 +46,7 @@ import sys
 from pathlib import Path
 
 from rlvr_tictactoe import tree
-from rlvr_tictactoe.game import Board, apply_move, legal_moves
+from rlvr_tictactoe.game import EMPTY_BOARD, Board, apply_move, claim_truth, legal_moves
 from rlvr_tictactoe.tasks import game_outcome, reply_prob
 
 from rlvr.errors import ResultsError
@@ -52,13 +56,14 @@ Line = tuple[tuple[str, int], ...]
 _STEP = re.compile(r"[XO][0-8]")  # one accepted move of an exact record: who, and the cell
 
 
-def read_records(run: Path) -> tuple[dict[Line, int], dict[Line, float]]:
-    """From one pass over the saved games: the model's move after each line, and the chance at
+def read_records(run: Path) -> tuple[dict[Line, int], dict[Line, float], dict[Line, str]]:
+    """From one pass over the saved games: the model's move after each line, the chance at
     temperature 1 of its recorded (greedy) reply there, exp of the sum of the reply's token
-    log-probabilities (where the record has them, and no rejected move adds a turn). A torn
-    last line (a killed run) is dropped by `RunDir`; a run without exact records is refused."""
+    log-probabilities, and the reply's text (the last two where no rejected move adds a turn).
+    A torn last line (a killed run) is dropped by `RunDir`; a run without exact records is refused."""
     policy: dict[Line, int] = {}
     odds: dict[Line, float] = {}
+    texts: dict[Line, str] = {}
     for rollout in RunDir.open(run).read():
         record = rollout.info.get("exact")
         if not isinstance(record, dict) or not record.get("moves"):
@@ -72,10 +77,11 @@ def read_records(run: Path) -> tuple[dict[Line, int], dict[Line, float]]:
             policy[tuple(moves[:i])] = moves[i][1]
         if len(rollout.turns) == len(mine):  # one turn a move: each reply is that move's
             for i, turn in zip(mine, rollout.turns, strict=True):
+                texts[tuple(moves[:i])] = turn.completion.text
                 if turn.completion.logprobs:
                     total = sum(turn.completion.logprobs)  # (a hostile +1000 is no probability: NaN, no overflow)
                     odds[tuple(moves[:i])] = math.exp(total) if total <= 0 else math.nan
-    return policy, odds
+    return policy, odds, texts
 
 
 def read_policy(run: Path) -> dict[Line, int]:
@@ -102,7 +108,7 @@ def line_worths(line: Line, ks: list[int], p: float, trap: float) -> tuple[float
     """A decision under the training opponent (see the module): its reach (the line's chance,
     averaged over k) and the training reward of each legal move there, each k weighing as often
     as it leads there; ({}) where no k leads there."""
-    board = tree.EMPTY_BOARD
+    board: Board = EMPTY_BOARD
     for mark, cell in line:
         board = apply_move(board, cell, mark)
     reaches = [tree.line_chance(line, k, p, trap) for k in ks]
@@ -202,6 +208,9 @@ def main() -> int:
     parser.add_argument(
         "--unsure", type=float, default=None, help="with --train-p: the decisions --restart-unsure U restarts"
     )
+    parser.add_argument(
+        "--claims", action="store_true", help="also whether the model's reasoning states the board truly there"
+    )
     args = parser.parse_args()
     for name in ("train_p", "trap_prob"):
         if getattr(args, name) is not None and not 0.0 <= getattr(args, name) <= 1.0:  # (NaN fails this too)
@@ -211,7 +220,7 @@ def main() -> int:
     if args.unsure is not None and (args.train_p is None or not 0.0 < args.unsure <= 1.0):
         parser.error(f"--unsure must be in (0, 1] and needs --train-p, got {args.unsure}")
     try:
-        policy, odds = read_records(args.run)
+        policy, odds, texts = read_records(args.run)
         wins, gaps = tree.win_rate_gaps(lambda line, board: policy[line])
     except ResultsError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -255,9 +264,44 @@ def main() -> int:
             print(
                 f"| {100 * points:.2f} | {n} | {wrong} / {seen} | {show(g.line)} | X{g.move} | {', '.join(map(str, g.best))} |"
             )
+    if args.claims:
+        print_claims(gaps, policy, texts, args.top)
     if args.unsure is not None:
         print_unsure(unsure_view(policy, odds, args.unsure, ks, args.train_p, args.trap_prob), args.unsure, args.top)
     return 0
+
+
+def board_after(line: Line) -> Board:
+    board: Board = EMPTY_BOARD
+    for mark, cell in line:
+        board = apply_move(board, cell, mark)
+    return board
+
+
+def print_claims(gaps: list[tree.Gap], policy: dict[Line, int], texts: dict[Line, str], top: int) -> None:
+    """Whether the reasoning of each listed decision's reply states the board truly
+    (`game.claim_truth`: a win, a threat to block, or no threat), and the counts over every
+    decision: a reply that names a threat not on the board can make a move look forced."""
+
+    def truth(line: Line) -> str:
+        said = claim_truth(texts[line], board_after(line)) if line in texts else None
+        return {True: "true", False: "false", None: "-"}[said]
+
+    print("\nthe model's reasoning at the decisions that give up wins:")
+    print("| points | line | model | its reasoning | states the board |")
+    print("|---|---|---|---|---|")
+    for g in gaps[:top]:
+        found = re.search(r"<think>(.*?)</think>", texts.get(g.line, ""), re.S)
+        print(
+            f"| {100 * g.weighted:.2f} | {show(g.line)} | X{g.move} | {found.group(1) if found else '?'} | {truth(g.line)} |"
+        )
+    false_gaps = [g for g in gaps if truth(g.line) == "false"]
+    every = [truth(line) for line in policy]
+    print(
+        f"{len(false_gaps)} of {len(gaps)} such decisions state something false ({100 * sum(g.weighted for g in false_gaps):.2f} "
+        f"points); over all {len(policy)} decisions: {every.count('false')} false, {every.count('true')} true, "
+        f"{every.count('-')} with no claim checked"
+    )
 
 
 def print_unsure(rows: list[tuple[Line, int, float, float, float]], u: float, top: int) -> None:

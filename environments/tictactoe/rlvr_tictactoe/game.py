@@ -313,6 +313,38 @@ def teacher_player(board: Board, mark: str, rng: random.Random) -> int:
     return teacher_move(board, mark, rng)[0]
 
 
+_WIN_CLAIM = re.compile(r"I can complete the line ([0-8])-([0-8])-([0-8]) and win, so I play ([0-8])")
+_BLOCK_CLAIM = re.compile(r"([XO]) threatens to complete ([0-8])-([0-8])-([0-8]), so I block at ([0-8])")
+
+
+def claim_truth(text: str, board: Sequence[str], mark: str = "X") -> bool | None:
+    """Whether the reasoning of a reply by `mark` on `board` states the board truly, for the
+    three claims `teacher_move` makes: a line it completes to win, a line the opponent
+    threatens to complete (and the cell that blocks it), or no immediate threat (the opponent
+    can complete no line). None: the reply makes none of these claims.
+
+    >>> claim_truth("O threatens to complete 0-1-2, so I block at 0.", ".O..X...O".replace(".", " "))
+    False
+    >>> claim_truth("O threatens to complete 2-5-8, so I block at 5.", "..O.X...O".replace(".", " "))
+    True
+    >>> claim_truth("There is no immediate threat, so I take the corner 0.", ".O..X...O".replace(".", " "))
+    True
+    >>> claim_truth("I like 3.", " " * 9) is None
+    True
+    """
+    b = _board(board)
+    if found := _WIN_CLAIM.search(text):
+        *line, cell = map(int, found.groups())
+        return (cell, tuple(sorted(line))) in _completing_cells(b, _mark(mark))  # (LINES are ascending)
+    if found := _BLOCK_CLAIM.search(text):
+        who, *rest = found.groups()
+        *line, cell = map(int, rest)
+        return who == other(mark) and (cell, tuple(sorted(line))) in _completing_cells(b, who)
+    if "no immediate threat" in text:
+        return not _completing_cells(b, other(mark))
+    return None
+
+
 def play_game(x_player: Player, o_player: Player, first: str, rng: random.Random) -> str | None:
     """Play one game from the empty board; the winner's mark, or None for a draw."""
     board, mark = EMPTY_BOARD, _mark(first)

@@ -310,10 +310,31 @@ def test_the_gap_script_reads_a_saved_exhaustive_run(tmp_path, capsys, monkeypat
         for turn in game["turns"]:  # (the hostile ones last: their lines are read last)
             turn["completion"]["logprobs"] = logprobs
     (out / "results.jsonl").write_text("".join(json.dumps(g) + "\n" for g in games))
-    policy, odds = script.read_records(out)
+    policy, odds, texts = script.read_records(out)
     assert all(math.isnan(x) or math.isclose(x, math.exp(-0.5)) for x in odds.values())
     assert any(math.isclose(x, math.exp(-0.5)) for x in odds.values()) and any(math.isnan(x) for x in odds.values())
     assert script.main() == 0
+    # --claims: every reply now blocks a threat on 0-1-2; true only where O holds the other two
+    for game in games:
+        for turn in game["turns"]:
+            cell = turn["completion"]["text"].rsplit("<move>", 1)[1][0]
+            turn["completion"]["text"] = (
+                f"<think>O threatens to complete 0-1-2, so I block at {cell}.</think>\n<move>{cell}</move>"
+            )
+    (out / "results.jsonl").write_text("".join(json.dumps(g) + "\n" for g in games))
+    policy, _, texts = script.read_records(out)
+    true = 0
+    for line, cell in policy.items():
+        board = script.board_after(line)
+        true += cell in (0, 1, 2) and board[cell] == " " and all(board[c] == "O" for c in {0, 1, 2} - {cell})
+    assert 0 < true < len(policy) and set(texts) == set(policy)  # (one turn a move: every reply's text kept)
+    monkeypatch.setattr("sys.argv", ["tictactoe_regret.py", str(out), "--claims"])
+    capsys.readouterr()
+    assert script.main() == 0
+    printed = capsys.readouterr().out
+    assert (
+        f"over all {len(policy)} decisions: {len(policy) - true} false, {true} true, 0 with no claim checked" in printed
+    )
     monkeypatch.setattr("sys.argv", ["tictactoe_regret.py", str(out), "--train-p", "0.7", "--unsure", "0.9"])
     capsys.readouterr()
     assert script.main() == 0
