@@ -34,6 +34,7 @@ from rlvr_tictactoe.game import (
     EMPTY_BOARD,
     Board,
     apply_move,
+    claim_truth,
     move_rng,
     opponent_move,
     render,
@@ -104,13 +105,14 @@ class TicTacToeEnv(MultiTurnEnv[GameState]):
         trap_prob: float = 0.0,
         probe_random_replies: int | None = None,
         probe_random_share: float = 1.0,
+        claim_penalty: float = 0.0,
     ) -> None:
         super().__init__(
             dataset,
             eval_dataset=eval_dataset,
             system_prompt=SYSTEM_PROMPT,
             parser=PARSER,
-            rubric=make_rubric(loss_reward),
+            rubric=make_rubric(loss_reward, claim_penalty),
             sampling=sampling or SamplingArgs(max_tokens=256),  # a think + move is ~30 tokens
             max_turns=max_turns,
         )
@@ -134,7 +136,10 @@ class TicTacToeEnv(MultiTurnEnv[GameState]):
         return state
 
     async def env_response(self, messages: Messages, state: GameState) -> Messages:
-        cell, error = read_move(str(messages[-1].get("content") or ""), state.board)
+        text = str(messages[-1].get("content") or "")
+        if claim_truth(text, state.board) is False:  # its reasoning misstates the board (a metric)
+            state.false_claims += 1
+        cell, error = read_move(text, state.board)
         if cell is None:
             state.invalid_moves += 1
             return [_user(board_view(f"Invalid move: {error}. Try again.", state.board))]
@@ -308,6 +313,7 @@ def load_environment(
     random_replies: int = 0,
     probe_random_replies: int | None = None,
     probe_random_share: float = 1.0,
+    claim_penalty: float = 0.0,
 ) -> TicTacToeEnv:
     """Build the environment; every argument is documented in the package README.
 
@@ -323,7 +329,11 @@ def load_environment(
         raise ValueError(f"need 0 <= min_random_move_prob <= max_random_move_prob <= 1, got {low} and {high}")
     if not (isinstance(loss_reward, (int, float)) and math.isfinite(loss_reward) and loss_reward <= 0.5):
         raise ValueError(f"loss_reward must be a finite number <= 0.5 (a draw's reward), got {loss_reward!r}")
-    for name, value in {"trap_prob": trap_prob, "probe_random_share": probe_random_share}.items():
+    for name, value in {
+        "trap_prob": trap_prob,
+        "probe_random_share": probe_random_share,
+        "claim_penalty": claim_penalty,
+    }.items():
         if isinstance(value, bool) or not (isinstance(value, (int, float)) and 0.0 <= value <= 1.0):  # (NaN too)
             raise ValueError(f"{name} must be a number in [0, 1], got {value!r}")
     if model_starts not in STARTS:
@@ -367,4 +377,5 @@ def load_environment(
         trap_prob=float(trap_prob),
         probe_random_replies=probe_random_replies,
         probe_random_share=float(probe_random_share),
+        claim_penalty=float(claim_penalty),
     )

@@ -46,6 +46,9 @@ class GameState(State):
     """Model turns rejected: no readable move, not a cell number 0-8, or a taken cell."""
     moves: list[int] = field(default_factory=list)
     """Cells taken after the prompt's board, both sides, in order."""
+    false_claims: int = 0
+    """Model turns whose reasoning misstates the board (`game.claim_truth`: a win, a threat, or no
+    threat that is not there)."""
     line_ended: bool = False
     """Exact evaluation only: O was to move and the task's fixed line of replies had run out."""
 
@@ -134,6 +137,26 @@ def turns(state: GameState) -> float:
     return float(state.turn)
 
 
+def false_claims(state: GameState) -> float:
+    """Number of model turns whose reasoning misstates the board (`game.claim_truth`)."""
+    return float(state.false_claims)
+
+
+def claim_reward(penalty: float) -> RewardFn:
+    """-`penalty` if any of the model's turns misstated the board, else 0 (the env option
+    `claim_penalty`; not in the reference rubric).
+
+    >>> from rlvr import Task
+    >>> [claim_reward(0.1)(GameState(task=Task("t"), false_claims=n)) for n in (0, 2)]
+    [0.0, -0.1]
+    """
+
+    def claim_penalty(state: GameState) -> float:
+        return -penalty if state.false_claims else 0.0
+
+    return claim_penalty
+
+
 def outcome_reward(loss_reward: float) -> RewardFn:
     """`win_reward` with another value for a lost or unfinished game (an env option; the
     reference rubric is `loss_reward = 0`).
@@ -153,10 +176,14 @@ def outcome_reward(loss_reward: float) -> RewardFn:
     return scored
 
 
-def make_rubric(loss_reward: float = 0.0) -> Rubric:
-    metrics: list[RewardFn] = [win, draw, loss, timeout, invalid_moves, turns]
-    funcs: list[RewardFn] = [outcome_reward(loss_reward), format_reward, invalid_move_penalty, *metrics]
-    return Rubric(funcs, weights=[*WEIGHTS.values(), *[0.0] * len(metrics)], parser=PARSER)
+def make_rubric(loss_reward: float = 0.0, claim_penalty: float = 0.0) -> Rubric:
+    metrics: list[RewardFn] = [win, draw, loss, timeout, invalid_moves, turns, false_claims]
+    funcs: list[RewardFn] = [outcome_reward(loss_reward), format_reward, invalid_move_penalty]
+    weights = list(WEIGHTS.values())
+    if claim_penalty:  # (the reference rubric has no such term)
+        funcs.append(claim_reward(claim_penalty))
+        weights.append(1.0)
+    return Rubric([*funcs, *metrics], weights=[*weights, *[0.0] * len(metrics)], parser=PARSER)
 
 
 def summarize(rollouts: Sequence[Any]) -> dict[str, float] | None:

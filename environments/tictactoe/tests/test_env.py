@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import re
 from collections import Counter
 
 import pytest
 from rlvr_tictactoe import GameState, load_environment
 from rlvr_tictactoe.env import make_task, read_move
-from rlvr_tictactoe.game import EMPTY_BOARD, apply_move, best_moves, game_value, legal_moves, parse_board, winner
+from rlvr_tictactoe.game import (
+    EMPTY_BOARD,
+    LINES,
+    apply_move,
+    best_moves,
+    game_value,
+    legal_moves,
+    parse_board,
+    winner,
+)
 from rlvr_tictactoe.rewards import PARSER, format_reward, is_formatted
 from rlvr_tictactoe.tasks import opening_task
 
@@ -502,6 +512,37 @@ def test_loss_reward_option_changes_only_a_lost_games_win_reward():
     for bad in (float("nan"), 1.0, "x"):
         with pytest.raises(ValueError, match="loss_reward"):
             load_environment(loss_reward=bad)
+
+
+def test_false_claims_are_counted_always_and_cost_only_with_claim_penalty():
+    """A player that always claims "no immediate threat" misstates the board exactly on its
+    turns where O can complete a line; the count is a metric everywhere, a reward term only
+    with `claim_penalty`."""
+
+    def calm(board, rng) -> str:
+        return f"<think>There is no immediate threat, so I play it.</think><move>{board.index(' ')}</move>"
+
+    def threatened(board) -> bool:
+        return any([board[i] for i in line].count("O") == 2 and " " in [board[i] for i in line] for line in LINES)
+
+    seen: list[int] = []
+
+    def counting(board, rng) -> str:
+        seen.append(threatened(board))
+        return calm(board, rng)
+
+    plain = load_environment(opponent="optimal", eval_tasks=40)
+    rollouts = play(plain, scripted(counting), plain.tasks("eval"))
+    assert sum(r.rewards["false_claims"] for r in rollouts) == sum(seen) > 0
+    assert "claim_penalty" not in plain.rubric.names  # the reference rubric is unchanged
+    costly = load_environment(opponent="optimal", eval_tasks=40, claim_penalty=0.25)
+    again = play(costly, scripted(calm), costly.tasks("eval"))
+    for a, b in zip(rollouts, again, strict=True):
+        assert b.rewards["claim_penalty"] == (-0.25 if a.rewards["false_claims"] else 0.0)
+        assert math.isclose(b.reward, a.reward + b.rewards["claim_penalty"])
+    for bad in (float("nan"), -0.1, 1.5, "x", True):
+        with pytest.raises(ValueError, match="claim_penalty"):
+            load_environment(claim_penalty=bad)
 
 
 # ---- restarts (the trainer's restart_frac) ---------------------------------------------------
