@@ -152,6 +152,11 @@ start() {
   # the best exact evaluation kept (RUN.best, a selection): plans points and backtrack
   local restarts5="TRAP_PROB=1.0 OPENING_PLIES=0 RANDOM_REPLIES=4 RL_LR=2e-5 EVAL_EVERY=25 RL_MAX_P=0.0 BUCKETS=1"
   restarts5="$restarts5 RESTART_FRAC=0.5 KEEP_BEST=min:exact/beaten_games,max:exact/random/win_pct MICRO=32"
+  # plan unsure's recipe from the shipped model, for the wins target (plans unsure and batch): random
+  # replies, then p = 0.7 with traps, 128 greedy probes whose lost games restart walking back
+  local wins_probes="SEED=0 EVAL_EVERY=20 TRAP_PROB=1.0 OPENING_PLIES=0 RANDOM_REPLIES=4 RL_MIN_P=0.7 RL_MAX_P=0.7 BUCKETS=1 MICRO=32"
+  wins_probes="$wins_probes RESTART_FRAC=0.5 RESTART_BELOW=0.5 RESTART_POINTS=backtrack RL_EXTRA=--restart-greedy=128"
+  wins_probes="$wins_probes KEEP_BEST=min:exact/beaten_games,max:exact/random/win_pct"
   case $1 in
     pilot)  # one GPU: a short SFT, the env's reward vs loss_reward = -1
       job 0 s0 "SEED=0 SFT_STEPS=300 RL_STEPS=20 EVAL_EVERY=10 RL_LR=3e-5 $plain" "rl" "rlB LOSS_REWARD=-1.0" ;;
@@ -293,9 +298,7 @@ start() {
       # 0.9; --restart-unsure) on GPU 0, rlWP without on GPU 1 (the control); run 2026-11-28:
       # no gain (docs/RESULTS.md)
       export FIRST_STAGES=sft LAST_STAGES=""
-      local shared="SEED=0 RL_STEPS=${RL_STEPS:-120} EVAL_EVERY=20 TRAP_PROB=1.0 OPENING_PLIES=0 RANDOM_REPLIES=4 RL_MIN_P=0.7 RL_MAX_P=0.7 BUCKETS=1 RL_LR=1e-5 MICRO=32"
-      shared="$shared RESTART_FRAC=0.5 RESTART_BELOW=0.5 RESTART_POINTS=backtrack RL_EXTRA=--restart-greedy=128"
-      shared="$shared KEEP_BEST=min:exact/beaten_games,max:exact/random/win_pct"
+      local shared="$wins_probes RL_STEPS=${RL_STEPS:-120} RL_LR=1e-5"
       from_shipped shipped; from_shipped shipped0
       job 0 shipped "$shared" "rlWU RESTART_UNSURE=${UNSURE:-0.9}"
       job 1 shipped0 "$shared" "rlWP" ;;
@@ -306,9 +309,7 @@ start() {
       # (rlG, WEAK_STEPS) and 1024 at lr 2e-5 (rlGB, WEAK_BIG_STEPS), each from its own SFT
       # (pass SFT_EXTRA=--deterministic for one SFT model twice)
       export FIRST_STAGES=sft LAST_STAGES=""
-      local shared="SEED=0 RL_STEPS=${RL_STEPS:-100} EVAL_EVERY=20 TRAP_PROB=1.0 OPENING_PLIES=0 RANDOM_REPLIES=4 RL_MIN_P=0.7 RL_MAX_P=0.7 BUCKETS=1 MICRO=32"
-      shared="$shared RESTART_FRAC=0.5 RESTART_BELOW=0.5 RESTART_POINTS=backtrack RL_EXTRA=--restart-greedy=128 BATCH=1024"
-      shared="$shared KEEP_BEST=min:exact/beaten_games,max:exact/random/win_pct"
+      local shared="$wins_probes RL_STEPS=${RL_STEPS:-100} BATCH=1024"
       from_shipped shipped; from_shipped shipped2
       job 0 shipped "$shared" "rlWB RL_LR=1e-5"
       job 1 shipped2 "$shared" "rlWB2 RL_LR=2e-5"

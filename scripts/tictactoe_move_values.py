@@ -9,7 +9,8 @@ from the model at each temperature) against the training opponent (random with p
 p, else a best move, a trap when it can), and the same with the model choosing the move
 itself. The forced reply says there is no threat on the board (the teacher's words for a free
 choice), so pick positions without one. Every arm uses the same opponent seeds, so two arms' games differ only by what X
-played. Score: a win 1, a draw 0.5, a loss 0 (the env's reward without its format terms).
+played. Score: the env's `win_reward` (a win 1, a draw 0.5, a loss or a timeout 0), without its format terms;
+W / D / L counts leave timeouts out.
 
     python scripts/tictactoe_move_values.py models/tictactoe-tiny --line O8.X4.O1 --moves 0,3,5 \\
         --temperature 1 0 --games 400 --p 0.7 --trap-prob 1
@@ -34,6 +35,7 @@ from rlvr_tictactoe.game import CENTRE, CORNERS
 from rlvr_tictactoe.tasks import opening_task
 
 from rlvr import SamplingArgs, Task
+from rlvr.clients.resolve import make_client
 from rlvr.engine import run_rollouts
 from rlvr.types import Completion
 
@@ -79,21 +81,13 @@ class Forced:
         pass
 
 
-def score(rollout: Any) -> tuple[float, str]:
-    r = rollout.rewards
-    outcome = "win" if r.get("win") else "draw" if r.get("draw") else "loss"
-    return {"win": 1.0, "draw": 0.5, "loss": 0.0}[outcome], outcome
-
-
 async def main(args: argparse.Namespace) -> None:
-    from rlvr.clients.local import LocalModel
-
     opening, x_moves, o_replies = parse_line(args.line)
     if args.games < 2:
         raise SystemExit("--games must be at least 2 (a standard error needs two games)")
     p = args.p
     env = load_environment(min_random_move_prob=p, max_random_move_prob=p, trap_prob=args.trap_prob, max_turns=8)
-    client = LocalModel(args.model, device="cpu", max_batch_size=args.concurrency)
+    client = make_client(args.model, env, concurrency=args.concurrency, device=args.device)
     greedy = SamplingArgs(temperature=0.0, max_tokens=48)
     # walk to the position: the model's greedy replies, the line's O moves
     base = opening_task("walk", 0, p, opening)
@@ -131,9 +125,8 @@ async def main(args: argparse.Namespace) -> None:
             started = time.monotonic()
             arm_client = client if arm == "model" else Forced(client, len(messages), move_text(int(arm)))
             rollouts = await run_rollouts(env, arm_client, tasks, concurrency=args.concurrency, sampling=sampling)
-            scored = [score(r) for r in rollouts]
-            results[arm] = [s for s, _ in scored]
-            counts[arm] = {k: sum(o == k for _, o in scored) for k in ("win", "draw", "loss")}
+            results[arm] = [r.rewards["win_reward"] for r in rollouts]  # (the env's: win 1, draw 0.5)
+            counts[arm] = {k: round(sum(r.rewards[k] for r in rollouts)) for k in ("win", "draw", "loss")}
             if arm == "model":  # what it chose at the position, sampled at this temperature
                 firsts = [read_move(r.turns[0].completion.text, board)[0] for r in rollouts if r.turns]
                 chosen = {c: firsts.count(c) for c in sorted(set(firsts), key=lambda c: -firsts.count(c))}
@@ -173,5 +166,6 @@ if __name__ == "__main__":
     parser.add_argument("--p", type=float, default=0.7, help="the opponent's random-move probability")
     parser.add_argument("--trap-prob", type=float, default=1.0, help="the env's trap_prob")
     parser.add_argument("--seed", type=int, default=0, help="the first opponent seed")
+    parser.add_argument("--device", default=None, help="cpu, cuda, ... (default: CUDA when available)")
     parser.add_argument("--concurrency", type=int, default=128, help="games played at once")
     asyncio.run(main(parser.parse_args()))

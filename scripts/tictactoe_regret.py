@@ -47,6 +47,7 @@ from pathlib import Path
 
 from rlvr_tictactoe import tree
 from rlvr_tictactoe.game import EMPTY_BOARD, Board, apply_move, claim_truth, legal_moves
+from rlvr_tictactoe.rewards import parse
 from rlvr_tictactoe.tasks import game_outcome, reply_prob
 
 from rlvr.errors import ResultsError
@@ -104,13 +105,19 @@ def value(board: Board, x_to_move: bool, k: int, p: float, trap: float) -> float
     )
 
 
+def board_after(line: Line) -> Board:
+    """The board a line of moves leads to."""
+    board: Board = EMPTY_BOARD
+    for mark, cell in line:
+        board = apply_move(board, cell, mark)
+    return board
+
+
 def line_worths(line: Line, ks: list[int], p: float, trap: float) -> tuple[float, dict[int, float]]:
     """A decision under the training opponent (see the module): its reach (the line's chance,
     averaged over k) and the training reward of each legal move there, each k weighing as often
     as it leads there; ({}) where no k leads there."""
-    board: Board = EMPTY_BOARD
-    for mark, cell in line:
-        board = apply_move(board, cell, mark)
+    board = board_after(line)
     reaches = [tree.line_chance(line, k, p, trap) for k in ks]
     total = sum(reaches)
     if not total:
@@ -271,13 +278,6 @@ def main() -> int:
     return 0
 
 
-def board_after(line: Line) -> Board:
-    board: Board = EMPTY_BOARD
-    for mark, cell in line:
-        board = apply_move(board, cell, mark)
-    return board
-
-
 def print_claims(gaps: list[tree.Gap], policy: dict[Line, int], texts: dict[Line, str], top: int) -> None:
     """Whether the reasoning of each listed decision's reply states the board truly
     (`game.claim_truth`: a win, a threat to block, or no threat), and the counts over every
@@ -291,16 +291,16 @@ def print_claims(gaps: list[tree.Gap], policy: dict[Line, int], texts: dict[Line
     print("| points | line | model | its reasoning | states the board |")
     print("|---|---|---|---|---|")
     for g in gaps[:top]:
-        found = re.search(r"<think>(.*?)</think>", texts.get(g.line, ""), re.S)
-        print(
-            f"| {100 * g.weighted:.2f} | {show(g.line)} | X{g.move} | {found.group(1) if found else '?'} | {truth(g.line)} |"
-        )
+        said = parse(texts.get(g.line, "")).last("think") or "?"
+        said = " ".join(said.encode("utf-8", "replace").decode().replace("|", "/").split())  # one printable cell
+        said = said if len(said) <= 100 else said[:99] + "..."
+        print(f"| {100 * g.weighted:.2f} | {show(g.line)} | X{g.move} | {said} | {truth(g.line)} |")
     false_gaps = [g for g in gaps if truth(g.line) == "false"]
     every = [truth(line) for line in policy]
     print(
         f"{len(false_gaps)} of {len(gaps)} such decisions state something false ({100 * sum(g.weighted for g in false_gaps):.2f} "
         f"points); over all {len(policy)} decisions: {every.count('false')} false, {every.count('true')} true, "
-        f"{every.count('-')} with no claim checked"
+        f"{every.count('-')} with no claim checked (or no single reply recorded)"
     )
 
 

@@ -333,8 +333,20 @@ def test_the_gap_script_reads_a_saved_exhaustive_run(tmp_path, capsys, monkeypat
     assert script.main() == 0
     printed = capsys.readouterr().out
     assert (
-        f"over all {len(policy)} decisions: {len(policy) - true} false, {true} true, 0 with no claim checked" in printed
+        f"over all {len(policy)} decisions: {len(policy) - true} false, {true} true, 0 with no claim checked (or no single reply recorded)"
+        in printed
     )
+    # hostile replies: a table cell each (no pipe, no newline, cut), a lone surrogate printable
+    for game in games:
+        for turn in game["turns"]:
+            cell = turn["completion"]["text"].rsplit("<move>", 1)[1][0]
+            turn["completion"]["text"] = f"<think>\ud800\n{'a|b' * 5_000}</think>\n<move>{cell}</move>"
+    (out / "results.jsonl").write_text("".join(json.dumps(g) + "\n" for g in games))
+    assert script.main() == 0
+    printed = capsys.readouterr().out
+    rows = [x for x in printed.splitlines() if x.startswith("| ") and "a/b" in x]
+    assert rows and all(len(x) < 200 and x.count("|") == 6 and "| ? a/b" in x for x in rows)
+    assert f"0 false, 0 true, {len(policy)} with no claim checked" in printed
     monkeypatch.setattr("sys.argv", ["tictactoe_regret.py", str(out), "--train-p", "0.7", "--unsure", "0.9"])
     capsys.readouterr()
     assert script.main() == 0
