@@ -395,6 +395,58 @@ def test_backtrack_restarts_reach_the_trainer(tiny, tmp_path) -> None:
     assert [m["restart/backtracked"] for m in steps] == [0.0, 0.0, 0.0]  # one point an episode: none earlier
 
 
+class ExploredEnv(RestartableEnv):
+    """RestartableEnv whose restarts offer two other first replies."""
+
+    def other_replies(self, task):
+        return ["aeiou aeiou", "i o u"]
+
+
+def test_explore_gives_restarts_replies_trained_as_the_ids_they_would_be_sampled_as(
+    tiny, tmp_path, monkeypatch
+) -> None:
+    seen = []
+    real = grpo.build_sequences
+
+    def spy(rollouts, advantages, trainable):
+        seqs, split = real(rollouts, advantages, trainable)
+        seen.append((rollouts, seqs, trainable))
+        return seqs, split
+
+    monkeypatch.setattr(grpo, "build_sequences", spy)
+    changes = {"steps": 3, "restart_frac": 0.5, "restart_below": 1.0, "restart_explore": 1, "max_tokens": 4}
+    steps = grpo.train(config(tiny, tmp_path / "run", **changes), make_env=ExploredEnv, quiet=True, plots=False)
+    assert [m["restart/given"] for m in steps] == [0.0, 1.0, 1.0]  # one restart a batch, one reply given in it
+    assert all(0 <= m["restart/given_reward"] <= 1 and 0 <= m["restart/own_reward"] <= 1 for m in steps[1:])
+    tokenizer = LocalModel(str(tiny)).tokenizer
+    given = 0
+    for rollouts, seqs, trainable in seen:
+        for index, r in enumerate(rollouts):
+            first = r.turns[0].completion
+            if first.finish_reason != "given":
+                assert not first.text.startswith(("aeiou", "i o u")) or "~r" in r.task_id
+                continue
+            given += 1
+            assert "~r" in r.task_id and r.rollout_index == 3 and first.text in ExploredEnv().other_replies(None)
+            assert first.logprobs is None and tokenizer.decode(first.token_ids[:-1]) == first.text
+            if trainable[index]:  # one sequence (the next prompt extends the given ids), trained on them
+                (seq,) = [q for q in seqs if q.rollout == index]
+                trained = [i for i, m in zip(seq.ids, seq.mask) if m]
+                assert trained[: len(first.token_ids)] == first.token_ids
+    assert given == 2
+
+
+def test_explore_needs_other_replies_and_a_group_to_compare_with(tiny, tmp_path) -> None:
+    cfg = config(tiny, tmp_path / "a", restart_frac=0.5, restart_explore=1)
+    with pytest.raises(UsageError, match="offers no other replies"):
+        grpo.train(cfg, make_env=RestartableEnv, quiet=True, plots=False)
+    cfg = config(tiny, tmp_path / "b", restart_frac=0.5, restart_explore=4)
+    with pytest.raises(UsageError, match="fewer replies than the group"):
+        grpo.train(cfg, make_env=ExploredEnv, quiet=True, plots=False)
+    with pytest.raises(UsageError, match="restart_frac is 0"):
+        config(tiny, tmp_path / "c", restart_explore=1)
+
+
 def test_greedy_probes_find_restarts_that_sampled_games_miss_and_are_not_trained_on(
     tiny, tmp_path, monkeypatch
 ) -> None:

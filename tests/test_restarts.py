@@ -255,3 +255,37 @@ def test_the_env_makes_its_probes_and_the_trainer_names_them() -> None:
 def test_no_probes_without_restarts() -> None:
     r = Restarts(Echo(), frac=0.0, below=0.5, tasks_per_batch=2, seed=3, greedy=4)
     assert r.probe_tasks([Task(id="a", prompt=())], 0) == []
+
+
+class Offers(Echo):
+    """Echo whose restarts offer `options` as other replies (an exception is raised)."""
+
+    options: object = ("a", "b", "c")
+
+    def other_replies(self, task):
+        if isinstance(self.options, Exception):
+            raise self.options
+        return list(self.options)
+
+
+def test_explore_gives_the_last_rollouts_of_each_restart_distinct_replies_while_there_are_enough() -> None:
+    tasks = [Task(id=f"t{i}", question="q") for i in range(4)]
+    env = Offers()
+    r = Restarts(env, frac=0.5, below=0.5, tasks_per_batch=4, seed=0, explore=2, group_size=4)
+    r.add([rollout(f"t{i}", f"lost {i}", 0.0) for i in range(4)], tasks, step=0)
+    r.fill(tasks, step=1)
+    assert len(r.played) == 2 and {i for _, i in r.given} == {2, 3} and {t for t, _ in r.given} == r.played
+    for played in r.played:
+        assert len({r.given[played, 2], r.given[played, 3]}) == 2  # drawn without replacement
+    env.options = ("only",)
+    r.fill(tasks, step=2)
+    assert set(r.given.values()) == {"only"} and len(r.given) == 4  # too few: drawn with replacement
+    env.options = RuntimeError("board unreadable")
+    r.add([rollout(f"t{i}", f"lost again {i}", 0.0) for i in range(4)], tasks, step=3)
+    with pytest.warns(UserWarning, match="other_replies failed.*board unreadable"):
+        r.fill(tasks, step=4)
+    assert len(r.played) == 2 and r.given == {}  # the restarts play on, every rollout its own
+    with pytest.raises(Exception, match="offers no other replies"):
+        Restarts(Echo(), frac=0.5, below=0.5, tasks_per_batch=4, seed=0, explore=1, group_size=4)
+    with pytest.raises(Exception, match="fewer replies than the group"):
+        Restarts(env, frac=0.5, below=0.5, tasks_per_batch=4, seed=0, explore=4, group_size=4)

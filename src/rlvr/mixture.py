@@ -106,6 +106,15 @@ class EnvGroup(MultiTurnEnv[State]):
         return [dataclasses.replace(t, id=f"{name}{SEP}{t.id}") for t in env.restart_tasks(own, rollout)]
 
     @property
+    def offers_replies(self) -> bool:
+        return any(e.offers_replies for e in self.members.values())
+
+    def other_replies(self, task: Task) -> list[str]:
+        """The member's other replies at its own task."""
+        env, own = self.member(task)
+        return env.other_replies(own)
+
+    @property
     def scores_turns(self) -> bool:
         return any(e.scores_turns for e in self.members.values())
 

@@ -205,7 +205,8 @@ class Completion:
     """Token ids of the prompt as the backend rendered it (chat template applied)."""
     tool_calls: list[ToolCall] = field(default_factory=list)
     finish_reason: str = "stop"
-    """`stop`, `length` (hit max_tokens) or `tool_calls`."""
+    """`stop`, `length` (hit max_tokens), `tool_calls`, or `given` (the text was given, not
+    sampled: `run_rollouts(replies=...)`)."""
     usage: Usage = field(default_factory=Usage)
 
     def message(self) -> Message:

@@ -257,6 +257,41 @@ class LocalModel:
             request.cancelled = True
             raise
 
+    async def give(self, messages: Messages, text: str, tools: list[dict[str, Any]] | None = None) -> Completion:
+        """`text` as the reply to `messages`, given rather than sampled: the ids it would have
+        been sampled as (the chat template's, up to and including its end-of-turn token, so
+        that the next turn's prompt extends them), no logprobs, finish reason "given". The
+        model does not run."""
+        prompt_ids = self.render(messages, tools)
+        if len(prompt_ids) >= self.context_length:
+            raise PromptTooLongError(f"prompt has {len(prompt_ids)} tokens; {self.name} holds {self.context_length}")
+        ids = self._reply_ids(messages, text, tools, prompt_ids)
+        return Completion(
+            text=text,
+            token_ids=ids,
+            prompt_token_ids=prompt_ids,
+            finish_reason="given",
+            usage=Usage(prompt_tokens=len(prompt_ids), completion_tokens=len(ids)),
+        )
+
+    def _reply_ids(
+        self, messages: Messages, text: str, tools: list[dict[str, Any]] | None, prompt_ids: list[int]
+    ) -> list[int]:
+        """The template's ids of `text` after `prompt_ids`, through the first end-of-turn id;
+        where the template does not extend the prompt so (or rewrites the text: some drop
+        `<think>` blocks), the text's own ids and an EOS id."""
+        whole = self.tokenizer.apply_chat_template(
+            [*messages, {"role": "assistant", "content": text}], tools=[*tools] if tools else None, tokenize=False
+        )
+        ids = list(self.tokenizer(encodable(whole), add_special_tokens=False)["input_ids"])
+        tail = ids[len(prompt_ids) :] if ids[: len(prompt_ids)] == prompt_ids else []
+        ends = [i for i, t in enumerate(tail) if t in self.eos_ids]
+        if ends and self.tokenizer.decode(tail[: ends[0]], skip_special_tokens=True) == text:
+            return tail[: ends[0] + 1]
+        eos = self.tokenizer.eos_token_id
+        own = list(self.tokenizer(encodable(text), add_special_tokens=False)["input_ids"])
+        return [*own, eos if eos in self.eos_ids else min(self.eos_ids)]
+
     async def aclose(self) -> None:
         """Take no more requests: those in flight are answered, the worker thread ends (waited
         for up to 10 s) and the KV caches are dropped. A later `chat()` raises

@@ -229,6 +229,18 @@ class MultiTurnEnv(Generic[S]):
         restart its episodes (the default)."""
         return []
 
+    @property
+    def offers_replies(self) -> bool:
+        """Whether `other_replies` can give anything: the env (or a mixture's member) defines it."""
+        return type(self).other_replies is not MultiTurnEnv.other_replies
+
+    def other_replies(self, task: Task) -> list[str]:
+        """Replies the policy could give at `task`'s next model turn, for exploration: the
+        trainer's `restart_explore` gives some rollouts of a restart one of them, drawn at
+        random, in place of their own first reply (`rlvr.train.restarts`). E.g. a game's legal
+        moves, each in a reference player's words. [] = none (the default)."""
+        return []
+
     def probe_task(self, task: Task, seed: int) -> Task:
         """The task a greedy probe plays in place of the training task `task` (the trainer's
         `restart_greedy`, `rlvr.train.restarts`): by default `task` with the new `seed`, since a

@@ -124,6 +124,8 @@ class TrainConfig:
     """each step, also play this many games greedily (temperature 0; the batch's tasks in turn, each with a new seed), not trained on: those scoring below restart_below offer restart points too, so restarts also find the mistakes of the policy as it is evaluated (needs restart_frac > 0); 0 = none"""
     restart_unsure: float = 0.0
     """greedy probes (restart_greedy) also offer the restart point before each of their model turns whose reply had a probability below this at temperature 1 (the policy's least sure decisions), whatever the probe scored: where a rare better move is tried a whole group at a time, though no game was lost there; 0 = none"""
+    restart_explore: int = 0
+    """in each restart's group, this many rollouts are given their first reply, drawn from the environment's other_replies there (tictactoe: a move the teacher might make, in its words), instead of sampling it; trained like sampled replies, so a better move the policy almost never samples meets its habit in one group (local generation only); 0 = none"""
     turn_credit: float = 0.0
     """weight of the env's score of each model turn (turn_rewards, e.g. the scaffold's guess game), normalised within the group and added to that turn's advantage alone, where the episode's reward is shared by all its turns; 0 = off"""
     ema_decay: float = 0.0
@@ -408,6 +410,15 @@ def _check_values(c: TrainConfig) -> None:
     need(
         c.restart_unsure == 0 or c.restart_greedy > 0,
         f"restart_unsure = {c.restart_unsure} reads the greedy probes' turns, but restart_greedy is 0; set restart_greedy",
+    )
+    need(c.restart_explore >= 0, f"restart_explore must be >= 0 (0 = none), got {c.restart_explore}")
+    need(
+        c.restart_explore == 0 or c.restart_frac > 0,
+        f"restart_explore = {c.restart_explore} gives replies in restarts, but restart_frac is 0; set restart_frac",
+    )
+    need(
+        c.restart_explore == 0 or c.vllm_url is None,
+        "restart_explore gives replies as token ids, which only local generation makes; leave it at 0 with vllm_url",
     )
     need(
         math.isfinite(c.turn_credit) and c.turn_credit >= 0,

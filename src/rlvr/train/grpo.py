@@ -182,6 +182,8 @@ def _train(
         points=cfg.restart_points,
         greedy=cfg.restart_greedy,
         unsure=cfg.restart_unsure,
+        explore=cfg.restart_explore,
+        group_size=cfg.group_size,
     )
     if cfg.restart_greedy % dist.world:
         raise UsageError(
@@ -356,6 +358,7 @@ def _train(
                         dist.shard(restarts.probe_tasks(batch, step)),
                         sampling=sampling,
                         group_size=cfg.group_size,
+                        replies=restarts.given,
                     )
                 )
             t_rollouts = time.monotonic() - t0
@@ -528,11 +531,13 @@ async def _play(
     *,
     sampling: SamplingArgs,
     group_size: int,
+    replies: dict[tuple[str, int], str],
 ) -> tuple[list[Rollout], list[Rollout]]:
-    """A group of rollouts of each task and one greedy rollout of each probe task, played
-    side by side (one engine's batches hold both)."""
+    """A group of rollouts of each task (some first `replies` given: restart_explore) and one
+    greedy rollout of each probe task, played side by side (one engine's batches hold both)."""
+    concurrency = len(tasks) * group_size
     train = run_rollouts(
-        env, client, tasks, sampling=sampling, rollouts_per_task=group_size, concurrency=len(tasks) * group_size
+        env, client, tasks, sampling=sampling, rollouts_per_task=group_size, concurrency=concurrency, replies=replies
     )
     if not probe_tasks:
         return await train, []

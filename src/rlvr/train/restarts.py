@@ -42,6 +42,16 @@ but neither loses (a move that wins less often) is met by few games and tried by
 28 such decisions about 7 times in a step of 256 games); no failure ever restarts it. A
 restart there lets a whole group compare the moves the policy hesitates between. The
 probability is the policy's own, not an evaluator's.
+
+Given replies (`restart_explore` = k > 0): in each restart's group, k rollouts do not sample
+their first reply: each is given one of the environment's `other_replies` at that point (for
+tic-tac-toe, a move the teacher might make there, in its words), drawn at random; the rest of
+the episode is the policy's own, and the given reply's tokens are trained like sampled ones,
+with the rollout's advantage. Why: a better move the policy gives a probability of 1 in 1,000
+at a position it reaches in 1 game of 100 is sampled there about once in 100,000 games, so no
+group ever compares it with the habit (`scripts/tictactoe_move_values.py`: the shipped model's
+largest give-up). The replies are the environment's legal options, not labelled ones: which one
+is better is left to the group's rewards.
 """
 
 from __future__ import annotations
@@ -80,16 +90,28 @@ class Restarts:
         points: str = "random",
         greedy: int = 0,
         unsure: float = 0.0,
+        explore: int = 0,
+        group_size: int = 1,
     ) -> None:
         if frac > 0 and not env.restartable:
             raise UsageError(
                 f"restart_frac = {frac}: environment {type(env).__name__} cannot restart its episodes "
                 "(it does not define restart_tasks); set restart_frac = 0"
             )
+        if explore > 0 and not env.offers_replies:
+            raise UsageError(
+                f"restart_explore = {explore}: environment {type(env).__name__} offers no other replies "
+                "(it does not define other_replies); set restart_explore = 0"
+            )
+        if not 0 <= explore < group_size:
+            raise UsageError(
+                f"restart_explore = {explore} of a group of {group_size}: give fewer replies than the group "
+                "has rollouts (at least one plays the policy's own move), or 0"
+            )
         if points not in RESTART_POINTS:
             raise UsageError(f"unknown restart_points {points!r}; expected one of {', '.join(RESTART_POINTS)}")
         self.env, self.below, self.seed, self.points, self.greedy = env, below, seed, points, greedy
-        self.unsure = unsure
+        self.unsure, self.explore, self.group_size = unsure, explore, group_size
         self.per_batch = round(frac * tasks_per_batch) if frac > 0 else 0
         if frac > 0 and self.per_batch == 0:
             raise UsageError(
@@ -113,6 +135,8 @@ class Restarts:
         """the rewards of the last `add`'s greedy probes"""
         self.queued_unsure = 0
         """restarts the last `add` queued at the probes' unsure turns"""
+        self.given: dict[tuple[str, int], str] = {}
+        """(restart id, rollout index) -> the first reply `fill` gave that rollout (explore)"""
 
     @property
     def active(self) -> bool:
@@ -129,7 +153,28 @@ class Restarts:
         for at, task in zip(rng.sample(range(len(out)), n), chosen, strict=True):
             out[at] = task
         self.played = {t.id for t in chosen}
+        self.given = self._give(chosen, rng) if self.explore else {}
         return out
+
+    def _give(self, chosen: Sequence[Task], rng: random.Random) -> dict[tuple[str, int], str]:
+        """For each restart, its last `explore` rollouts' first replies: the env's other
+        replies there, drawn at random (each at most once while there are enough)."""
+        given: dict[tuple[str, int], str] = {}
+        for task in chosen:
+            try:
+                options = list(self.env.other_replies(task))
+            except Exception as exc:  # an env's bug costs its exploration, not the run
+                if not self.warned:
+                    warnings.warn(f"other_replies failed, no reply given: {type(exc).__name__}: {exc}", stacklevel=3)
+                    self.warned = True
+                options = []
+            if not options:
+                continue
+            k = self.explore
+            picks = rng.sample(options, k) if len(options) >= k else [rng.choice(options) for _ in range(k)]
+            for i, text in enumerate(picks):
+                given[task.id, self.group_size - k + i] = text
+        return given
 
     def probe_tasks(self, batch: Sequence[Task], step: int) -> list[Task]:
         """The greedy probes' tasks: the batch's ordinary tasks (not restarts) in turn, each
@@ -249,7 +294,9 @@ class Restarts:
 
     def metrics(self, rollouts: Sequence[Rollout]) -> dict[str, float]:
         """restart/tasks (restarts in this batch), restart/buffer (waiting), restart/reward
-        (the mean reward of the restarts' rollouts; absent when none was played)."""
+        (the mean reward of the restarts' rollouts; absent when none was played); with
+        explore, restart/given (rollouts given a reply) and the mean rewards of those and of
+        the restarts' other rollouts (restart/given_reward, restart/own_reward)."""
         if not self.active:
             return {}
         out = {"restart/tasks": float(len(self.played)), "restart/buffer": float(len(self.buffer))}
@@ -262,6 +309,15 @@ class Restarts:
         scores = [r.reward for r in rollouts if r.task_id in self.played and r.error is None]
         if scores:
             out["restart/reward"] = sum(scores) / len(scores)
+        if self.explore:  # the given replies' games beside the policy's own, in the same restarts
+            given = [r.reward for r in rollouts if r.key in self.given and r.error is None]
+            own = [
+                r.reward for r in rollouts if r.task_id in self.played and r.key not in self.given and r.error is None
+            ]
+            out["restart/given"] = float(len(given))
+            if given and own:
+                out["restart/given_reward"] = sum(given) / len(given)
+                out["restart/own_reward"] = sum(own) / len(own)
         return out
 
     def state_dict(self) -> dict[str, Any]:

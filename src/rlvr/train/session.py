@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 from rlvr.clients.base import ChatClient
 from rlvr.envs.multiturn import MultiTurnEnv
+from rlvr.errors import UsageError
 from rlvr.seeding import mix_seed
 from rlvr.train.logging import MetricsLog
 from rlvr.types import Completion, Messages, SamplingArgs
@@ -76,6 +77,14 @@ class StepSeeded:
     ) -> Completion:
         seed = mix_seed(self.seed, self.step, sampling.seed or 0)
         return await self.client.chat(messages, sampling.replace(seed=seed), tools)
+
+    async def give(self, messages: Messages, text: str, tools: list[dict[str, Any]] | None = None) -> Completion:
+        """The wrapped client's `give` (a reply given, not sampled: no seed to mix)."""
+        give = getattr(self.client, "give", None)
+        if give is None:
+            raise UsageError(f"{type(self.client).__name__} cannot give a reply (it has no `give`)")
+        completion: Completion = await give(messages, text, tools)
+        return completion
 
     async def aclose(self) -> None:
         """The wrapped client belongs to the trainer, which closes it."""
