@@ -62,6 +62,7 @@ RESTART_FRAC=${RESTART_FRAC:-0}   # share of each RL batch that replays a traini
 RESTART_BELOW=${RESTART_BELOW:-0.5}   # RESTART_BELOW) from before one of its moves (rlvr train --restart-frac)
 RESTART_POINTS=${RESTART_POINTS:-random}   # restart from one later move drawn at random, all of them, or backtrack
 RESTART_UNSURE=${RESTART_UNSURE:-}   # with greedy probes: also restart before their turns whose reply had a probability below this
+RESTART_EXPLORE=${RESTART_EXPLORE:-}   # in each restart's group, this many rollouts are given a move the teacher might make there
 KEEP_BEST=${KEEP_BEST:-}   # e.g. min:exact/beaten_games: also keep RUN/best, evaluated as stage RUN.best (a selection)
 RL_EXTRA=${RL_EXTRA:-}   # more `rlvr train` flags for the RL phases, e.g. "--kl-coef 0.05"
 SFT_EXTRA=${SFT_EXTRA:-}   # more `rlvr sft` flags, e.g. --deterministic (on a GPU: the same SFT model for a seed every time)
@@ -85,15 +86,18 @@ log() { printf '\n== %s [%s]\n' "$*" "$(date +%H:%M:%S)"; }
 stamp() { date +%s > "$OUT/$1.start"; }
 done_in() { echo $(( $(date +%s) - $(cat "$OUT/$1.start") )) > "$OUT/$1.seconds"; }
 
-# 1. base model: random weights, tokenizer trained on tic-tac-toe text
-if [ ! -f "$OUT/base/config.json" ]; then
+# 1. base model: random weights, tokenizer trained on tic-tac-toe text. Steps 1 and 2 only feed
+# SFT (and the base's own evaluation): skipped where the SFT model is there, e.g. RL from the
+# shipped model, whose variants side by side (tictactoe_gpus.sh) would otherwise write one file together
+sft_done() { [ -f "$OUT/sft/final/config.json" ]; }
+if [ ! -f "$OUT/base/config.json" ] && { ! sft_done || [[ " $EVAL_STAGES " == *" base "* ]]; }; then
   log "base model ($PRESET)"; stamp base
   rlvr model new --preset "$PRESET" --corpus tictactoe --seed "$SEED" -o "$OUT/base"
   done_in base
 fi
 
 # 2. SFT data: teacher games, lost games and imperfect format filtered out
-if [ ! -f "$OUT/teacher.jsonl" ]; then
+if [ ! -f "$OUT/teacher.jsonl" ] && ! sft_done; then
   log "teacher games ($GAMES)"; stamp gen
   rlvr gen tictactoe -m policy:teacher -n -1 -r 1 -q -o "$OUT/teacher.jsonl.part" --overwrite \
     -a "{\"num_tasks\": $GAMES, \"seed\": $((SEED + 100))}" \
@@ -126,7 +130,8 @@ rl() {  # rl NAME FROM STEPS MIN_P MAX_P LR TEMPERATURE BUCKETS OPENING_PLIES RA
       --eval-env-args '[{"opponent": "random"}, {"opponent": "optimal"}]' $([ "$EXACT" = 1 ] && echo --eval-exact) \
       --eval-every "$EVAL_EVERY" --eval-tasks "$EVAL_TASKS" --save-every "$EVAL_EVERY" $RL_DEVICE_FLAGS $RL_EXTRA \
       --restart-frac "$RESTART_FRAC" --restart-below "$RESTART_BELOW" --restart-points "$RESTART_POINTS" \
-      ${KEEP_BEST:+--keep-best "$KEEP_BEST"} ${RESTART_UNSURE:+--restart-unsure "$RESTART_UNSURE"}
+      ${KEEP_BEST:+--keep-best "$KEEP_BEST"} ${RESTART_UNSURE:+--restart-unsure "$RESTART_UNSURE"} \
+      ${RESTART_EXPLORE:+--restart-explore "$RESTART_EXPLORE"}
     done_in "$name"
   fi
 }

@@ -7,9 +7,9 @@ it walks the model greedily to a position (the opponent's moves given), then pla
 from there for each candidate move (the move forced in the teacher's words, the rest sampled
 from the model at each temperature) against the training opponent (random with probability
 p, else a best move, a trap when it can), and the same with the model choosing the move
-itself. The forced reply says there is no threat on the board (the teacher's words for a free
-choice), so pick positions without one. Every arm uses the same opponent seeds, so two arms' games differ only by what X
-played. Score: the env's `win_reward` (a win 1, a draw 0.5, a loss or a timeout 0), without its format terms;
+itself. The forced reply gives the teacher's reason for that move on that board (a win, a
+block, or no threat), as the trainer's `restart_explore` does. Every arm uses the same opponent
+seeds, so two arms' games differ only by what X played. Score: the env's `win_reward` (a win 1, a draw 0.5, a loss or a timeout 0), without its format terms;
 W / D / L counts leave timeouts out.
 
     python scripts/tictactoe_move_values.py models/tictactoe-tiny --line O8.X4.O1 --moves 0,3,5 \\
@@ -27,11 +27,12 @@ import asyncio
 import math
 import sys
 import time
+from collections.abc import Sequence
 from typing import Any
 
-from rlvr_tictactoe import tree
+from rlvr_tictactoe import players, tree
 from rlvr_tictactoe.env import load_environment, read_move
-from rlvr_tictactoe.game import CENTRE, CORNERS
+from rlvr_tictactoe.game import teacher_replies
 from rlvr_tictactoe.tasks import opening_task
 
 from rlvr import SamplingArgs, Task
@@ -55,15 +56,11 @@ def parse_line(text: str) -> tuple[int | None, list[int], list[int]]:
     return opening, [c for m, c in rest if m == "X"], [c for m, c in rest if m == "O"]
 
 
-def move_text(cell: int) -> str:
-    """The reply in the teacher's words (`game.teacher_move`) for a move with no threat on the board."""
-    if cell == CENTRE:
-        why = "There is no immediate threat and the centre is free, so I take 4."
-    elif cell in CORNERS:
-        why = f"There is no immediate threat, so I take the corner {cell}."
-    else:
-        why = f"There is no immediate threat, so I play {cell} to keep my options open."
-    return f"<think>{why}</think>\n<move>{cell}</move>"
+def move_text(board: Sequence[str], cell: int) -> str:
+    """The reply for `cell` in the teacher's words (`game.teacher_replies`, as the trainer's
+    `restart_explore` gives it); a move the teacher never makes there says only "I play N."."""
+    why = dict(teacher_replies(board, "X")).get(cell, f"I play {cell}.")
+    return players.reply(cell, why)
 
 
 class Forced:
@@ -123,7 +120,7 @@ async def main(args: argparse.Namespace) -> None:
         counts: dict[str, dict[str, int]] = {}
         for arm in ["model", *map(str, moves)]:
             started = time.monotonic()
-            arm_client = client if arm == "model" else Forced(client, len(messages), move_text(int(arm)))
+            arm_client = client if arm == "model" else Forced(client, len(messages), move_text(board, int(arm)))
             rollouts = await run_rollouts(env, arm_client, tasks, concurrency=args.concurrency, sampling=sampling)
             results[arm] = [r.rewards["win_reward"] for r in rollouts]  # (the env's: win 1, draw 0.5)
             counts[arm] = {k: round(sum(r.rewards[k] for r in rollouts)) for k in ("win", "draw", "loss")}

@@ -38,6 +38,7 @@ from rlvr_tictactoe.game import (
     move_rng,
     opponent_move,
     render,
+    teacher_replies,
 )
 from rlvr_tictactoe.rewards import PARSER, GameState, make_rubric, parse, summarize
 from rlvr_tictactoe.tasks import board_view, game_outcome, make_task, opening_task, reply_prob
@@ -227,6 +228,16 @@ class TicTacToeEnv(MultiTurnEnv[GameState]):
             info = {**task.info, "board": "".join(board)}
             out.append(Task(id=f"{task.id}@{played}", prompt=tuple(prompt), info=info, seed=task.seed))
         return out
+
+    def other_replies(self, task: Task) -> list[str]:
+        """The replies the trainer's `restart_explore` may give at a restart: every move the
+        teacher might make on the task's board (`game.teacher_replies`: a win, else a block,
+        else any free cell), in its words and the rewarded format. The teacher's moves, not
+        the best ones: which is better is left to the games. None on a finished board."""
+        board = tuple(task.info.get("board") or ())
+        if len(board) != 9 or game_outcome(board) is not None:
+            return []
+        return [players.reply(cell, why) for cell, why in teacher_replies(board, "X")]
 
     # ---- the game tree, for exact evaluation (`rlvr eval tictactoe --exhaustive`) -------------
 

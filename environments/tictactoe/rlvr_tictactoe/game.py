@@ -308,6 +308,42 @@ def teacher_move(board: Sequence[str], mark: str, rng: random.Random) -> tuple[i
     return cell, f"There is no immediate threat and only sides are left, so I take {cell}."
 
 
+def teacher_replies(board: Sequence[str], mark: str) -> list[tuple[int, str]]:
+    """Every move `teacher_move` can make on `board`, each with the reason it would give (one
+    reason a move: the first winning or threatened line in `LINES` order where there are two).
+    Where there is no threat, any free cell: the teacher's random move reaches them all.
+
+    >>> teacher_replies("XX OO    ", "O")
+    [(5, 'I can complete the line 3-4-5 and win, so I play 5.')]
+    >>> [cell for cell, _ in teacher_replies("    X    ", "O")]
+    [0, 1, 2, 3, 5, 6, 7, 8]
+    """
+    b = _board(board)
+    moves = legal_moves(b)
+    if not moves:
+        raise ValueError(f"the game is over, no move to make on {b!r}")
+    for found, says in (
+        (_completing_cells(b, _mark(mark)), "I can complete the line {line} and win, so I play {cell}."),
+        (_completing_cells(b, other(mark)), other(mark) + " threatens to complete {line}, so I block at {cell}."),
+    ):
+        if found:
+            first = {cell: line for cell, line in reversed(found)}
+            return [(cell, says.format(line=_line(first[cell]), cell=cell)) for cell in sorted(first)]
+    corners = [c for c in CORNERS if b[c] == EMPTY]
+    out = []
+    for cell in moves:
+        if cell == CENTRE:
+            why = "There is no immediate threat and the centre is free, so I take 4."
+        elif cell in corners:
+            why = f"There is no immediate threat, so I take the corner {cell}."
+        elif b[CENTRE] != EMPTY and not corners:
+            why = f"There is no immediate threat and only sides are left, so I take {cell}."
+        else:
+            why = f"There is no immediate threat, so I play {cell} to keep my options open."
+        out.append((cell, why))
+    return out
+
+
 def teacher_player(board: Board, mark: str, rng: random.Random) -> int:
     """`teacher_move` without the reasoning, as a `Player`."""
     return teacher_move(board, mark, rng)[0]

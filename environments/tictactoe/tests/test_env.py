@@ -18,6 +18,7 @@ from rlvr_tictactoe.game import (
     game_value,
     legal_moves,
     parse_board,
+    teacher_replies,
     winner,
 )
 from rlvr_tictactoe.rewards import PARSER, format_reward, is_formatted
@@ -565,6 +566,25 @@ def test_a_restart_replays_the_game_from_before_each_later_move():
             assert again.info["moves"] == moves[played:] and again.reward == game.reward
             checked += 1
     assert checked >= 40
+
+
+def test_other_replies_at_a_restart_are_the_teachers_moves_in_the_rewarded_format():
+    """What `restart_explore` gives: each reply is rewarded as formatted, read as a free cell of
+    the restart's board, and the game played on from it is an ordinary game."""
+    env = load_environment(num_tasks=16, seed=3, min_random_move_prob=0.5, max_random_move_prob=1.0)
+    tasks = env.tasks("train")[:8]
+    checked = 0
+    for game, task in zip(play(env, scripted(first_free), tasks), tasks, strict=True):
+        for restart in env.restart_tasks(task, game):
+            board = tuple(restart.info["board"])
+            replies = env.other_replies(restart)
+            cells = [read_move(r, board) for r in replies]
+            assert replies and all(is_formatted(r) for r in replies) and all(why is None for _, why in cells)
+            assert sorted(c for c, _ in cells) == sorted(cell for cell, _ in teacher_replies(board, "X"))
+            checked += 1
+    assert checked >= 8
+    assert env.other_replies(Task(id="done", info={"board": "XXXOO    "})) == []  # X has won
+    assert env.other_replies(Task(id="none", info={})) == []
 
 
 def test_restart_points_skip_rejected_turns_and_refuse_a_record_that_does_not_match():

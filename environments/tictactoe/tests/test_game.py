@@ -18,6 +18,7 @@ from rlvr_tictactoe.game import (
     EMPTY_BOARD,
     apply_move,
     best_moves,
+    claim_truth,
     game_value,
     is_draw,
     legal_moves,
@@ -31,6 +32,7 @@ from rlvr_tictactoe.game import (
     render,
     teacher_move,
     teacher_player,
+    teacher_replies,
     trap_moves,
     winner,
 )
@@ -350,3 +352,16 @@ def test_play_game_outcomes():
     assert results["X"] >= 160, results  # measured ~91% over 1000 games
     with pytest.raises(ValueError, match="already taken"):
         play_game(lambda b, m, r: 0, random_player, "X", rng)
+
+
+def test_teacher_replies_are_every_move_the_teacher_makes_with_a_true_reason(live_states):
+    for i, (board, mover) in enumerate(live_states):
+        replies = dict(teacher_replies(board, mover))
+        made = {teacher_move(board, mover, random.Random(s))[0] for s in range(i % 7, 400, 7)}
+        assert made <= set(replies), (board, mover, made, replies)
+        if _wins_now(board, mover) or _wins_now(board, other(mover)):
+            assert set(replies) == (_wins_now(board, mover) or _wins_now(board, other(mover)))
+        else:  # no threat: the teacher's random move reaches every free cell
+            assert set(replies) == set(legal_moves(board))
+        for cell, why in replies.items():
+            assert f"{cell}" in why and claim_truth(why, board, mover) is not False, (board, cell, why)

@@ -37,10 +37,13 @@ def test_a_forced_move_is_read_back_as_that_move_in_the_teachers_words():
     text = _script().move_text
     board = tuple(".O..X...O".replace(".", " "))
     for cell in (0, 2, 3, 5, 6, 7):
-        assert read_move(text(cell), board) == (cell, None)
+        assert read_move(text(board, cell), board) == (cell, None)
     empty = tuple(" " * 9)  # no threat: the teacher's own sentences for the centre and a corner
-    assert text(4) == f"<think>{teacher_move(empty, 'X', random.Random(1))[1]}</think>\n<move>4</move>"
-    assert text(0) == "<think>There is no immediate threat, so I take the corner 0.</think>\n<move>0</move>"
+    assert text(empty, 4) == f"<think>{teacher_move(empty, 'X', random.Random(1))[1]}</think>\n<move>4</move>"
+    assert text(board, 0) == "<think>There is no immediate threat, so I take the corner 0.</think>\n<move>0</move>"
+    threat = tuple("OO  X    ")  # a block in the teacher's words; a move it never makes, plainly
+    assert text(threat, 2) == "<think>O threatens to complete 0-1-2, so I block at 2.</think>\n<move>2</move>"
+    assert text(threat, 8) == "<think>I play 8.</think>\n<move>8</move>"
 
 
 def test_the_script_plays_every_arm_from_a_position_with_the_shipped_model():

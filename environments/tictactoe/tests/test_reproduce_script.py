@@ -86,3 +86,21 @@ def test_an_unknown_recipe_is_refused_before_any_work(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert "unknown RECIPE 'unbeatabel' (known: unbeatable)" in proc.stderr
     assert argv == []  # no rlvr command ran
+
+
+def test_rl_from_a_given_model_makes_no_base_or_teacher_games_and_passes_explore(tmp_path: Path) -> None:
+    """RL from a model put in sft/final (the shipped one, plan `given`): nothing before the RL
+    phase runs, so two variants of one folder side by side never write one file together."""
+    out, bin_dir, args = tmp_path / "run", tmp_path / "bin", tmp_path / "args.txt"
+    (out / "sft" / "final").mkdir(parents=True)
+    (out / "sft" / "final" / "config.json").write_text("{}")
+    bin_dir.mkdir()
+    (bin_dir / "rlvr").write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" >> "{args}"\nexit 3\n')
+    (bin_dir / "rlvr").chmod(0o755)
+    env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "OUT_DIR": str(out)}
+    env |= {"EVAL_STAGES": "sft rl", "RESTART_FRAC": "0.5", "RESTART_EXPLORE": "2"}
+    proc = subprocess.run(["bash", str(SCRIPT)], env=os.environ | env, capture_output=True, text=True, timeout=60)
+    argv = args.read_text().splitlines()
+    assert proc.returncode == 3 and argv[:2] == ["train", "tictactoe"], proc.stdout + proc.stderr
+    assert _flag(argv, "--restart-explore") == "2"
+    assert not (out / "base").exists() and not (out / "teacher.jsonl").exists()
