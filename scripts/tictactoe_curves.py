@@ -38,6 +38,7 @@ BELOW = "restarts below 0.65"  # plan cover restarting drawn games with a reject
 TITLES = {
     "weak": "weak start (200 games)",
     "weak1": "weak start, seed 1 (200 games)",
+    "weak2": "weak start, plan given (200 games)",
     "shipped": "RL 2, 3 and 4 of the shipped model",
 }
 

@@ -76,6 +76,8 @@
 #          restarts at the probes' unsure turns (--restart-unsure UNSURE, default 0.9): the wins target
 #   batch  1024 games a step instead of 256: the shipped model (rlWP's recipe, lr 1e-5 and 2e-5,
 #          GPUs 0-1: wins) and the weak start (rlG at 256 and 1024 games, GPUs 2-3)
+#   given  restarts whose groups also play moves given in the teacher's words (--restart-explore):
+#          the shipped model (wins, GPU 0) and the weak start (GPU 1), each beside its control
 #   wins   the shipped model, 80 steps at lr 1e-5 against opponents at p = 0.7 after the random
 #          replies: rlW with a KL of 0.05 to the shipped model (GPU WINS_GPU), rlW0 without (WINS_GPU2)
 set -uo pipefail
@@ -317,6 +319,20 @@ start() {
       local weak="SEED=0 GAMES=200 SFT_STEPS=300 SFT_BATCH=32 $restarts5 RESTART_POINTS=backtrack RL_EXTRA=--restart-greedy=64"
       job 2 weak "$weak RL_STEPS=${WEAK_STEPS:-300}" "rlG"
       job 3 weakB "$weak RL_STEPS=${WEAK_BIG_STEPS:-250} BATCH=1024" "rlGB" ;;
+    given)  # restarts whose groups also play moves the policy almost never samples
+      # (--restart-explore EXPLORE, default 2 of each group of 8: moves the teacher might make
+      # there, in its words), each beside its control from the same start, sharing a GPU.
+      # GPU 0: the shipped model, plan unsure's control recipe restarting every game not won
+      # (RESTART_BELOW=1.0: the give-ups are draws), rlWX vs rlWN, RL_STEPS (120); GPU 1: the
+      # weak start, rlG vs rlGX, WEAK_STEPS (250). Run 2026-11-29 (docs/RESULTS.md): the weak start
+      # gained beside its control, the shipped model's wins did not
+      export FIRST_STAGES=sft LAST_STAGES=""
+      from_shipped shipped
+      job 0 shipped "$wins_probes RL_STEPS=${RL_STEPS:-120} RL_LR=1e-5 RESTART_BELOW=1.0" \
+        "rlWX RESTART_EXPLORE=${EXPLORE:-2}" "rlWN"
+      export FIRST_STAGES="base sft"
+      job 1 weak "SEED=0 GAMES=200 SFT_STEPS=300 SFT_BATCH=32 $restarts5 RESTART_POINTS=backtrack RL_EXTRA=--restart-greedy=64 RL_STEPS=${WEAK_STEPS:-250}" \
+        "rlGX RESTART_EXPLORE=${EXPLORE:-2}" "rlG" ;;
     wins)  # the shipped model against opponents at p = 0.7 (whose best response never loses and
       # wins 95.56% vs random): rlW near it by a KL (GPU WINS_GPU), rlW0 without (GPU WINS_GPU2)
       export FIRST_STAGES=sft LAST_STAGES=""
