@@ -215,6 +215,26 @@ def test_prompt_too_long_and_context_cap(lm) -> None:
         lm.context_length = saved
 
 
+def test_a_given_reply_is_the_ids_it_would_be_sampled_as_and_the_next_prompt_extends_them(lm) -> None:
+    text = "<think>no threat</think>\n<move>4</move>"
+    given = run(lm.give(ask(1), text))
+    assert given.finish_reason == "given" and given.text == text and given.logprobs is None
+    assert given.token_ids[-1] in lm.eos_ids and lm.tokenizer.decode(given.token_ids[:-1]) == text
+    assert given.prompt_token_ids == lm.render(ask(1))
+    after = lm.render([*ask(1), given.message(), {"role": "user", "content": "next"}])
+    assert after[: len(given.prompt_token_ids) + len(given.token_ids)] == given.prompt_token_ids + given.token_ids
+    hostile = "\ud800 lone surrogate <think> unclosed " + "x" * 2_000  # not what the template re-reads
+    odd = run(lm.give(ask(1), hostile))
+    assert odd.token_ids[-1] in lm.eos_ids and len(odd.token_ids) > 100 and odd.text == hostile
+    saved = lm.context_length
+    try:
+        lm.context_length = len(given.prompt_token_ids) + len(given.token_ids) - 1  # one id short
+        with pytest.raises(PromptTooLongError, match="given reply"):
+            run(lm.give(ask(1), text))
+    finally:
+        lm.context_length = saved
+
+
 def test_a_repeated_prompt_is_rendered_once(lm, monkeypatch) -> None:
     client = like(lm)
     calls = []

@@ -114,7 +114,9 @@ async def run_rollouts(
 
 
 class GivenFirst:
-    """`client`, except that its first reply is `text`, given: the ids `client.give` makes of it."""
+    """`client`, except that its first reply is `text`, given: the ids `client.give` makes of it.
+    The first request of the rollout is its first model turn, unless the env's `begin` asks the
+    model something itself (`rollout_client()`) before it: that request would get the text."""
 
     def __init__(self, client: ChatClient, text: str) -> None:
         self.client, self.text, self.name, self.used = client, text, client.name, False

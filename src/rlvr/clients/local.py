@@ -266,6 +266,11 @@ class LocalModel:
         if len(prompt_ids) >= self.context_length:
             raise PromptTooLongError(f"prompt has {len(prompt_ids)} tokens; {self.name} holds {self.context_length}")
         ids = self._reply_ids(messages, text, tools, prompt_ids)
+        if len(prompt_ids) + len(ids) > self.context_length:  # a sampled reply stops at the context's end
+            raise PromptTooLongError(
+                f"prompt ({len(prompt_ids)} tokens) and given reply ({len(ids)}) exceed the {self.context_length} "
+                f"{self.name} holds"
+            )
         return Completion(
             text=text,
             token_ids=ids,
