@@ -78,6 +78,8 @@
 #          GPUs 0-1: wins) and the weak start (rlG at 256 and 1024 games, GPUs 2-3)
 #   given  restarts whose groups also play moves given in the teacher's words (--restart-explore):
 #          the shipped model (wins, GPU 0) and the weak start (GPU 1), each beside its control
+#   given2 plan given with the shipped model's restarts at a random later move (not run yet),
+#          and the weak pair from a second SFT seed
 #   wins   the shipped model, 80 steps at lr 1e-5 against opponents at p = 0.7 after the random
 #          replies: rlW with a KL of 0.05 to the shipped model (GPU WINS_GPU), rlW0 without (WINS_GPU2)
 set -uo pipefail
@@ -332,6 +334,18 @@ start() {
         "rlWX RESTART_EXPLORE=${EXPLORE:-2}" "rlWN"
       export FIRST_STAGES="base sft"
       job 1 weak "SEED=0 GAMES=200 SFT_STEPS=300 SFT_BATCH=32 $restarts5 RESTART_POINTS=backtrack RL_EXTRA=--restart-greedy=64 RL_STEPS=${WEAK_STEPS:-250}" \
+        "rlGX RESTART_EXPLORE=${EXPLORE:-2}" "rlG" ;;
+    given2)  # plan given again where its restarts reach the give-ups (not run yet): GPU 0, the
+      # shipped model restarting games not won at one later move drawn at random
+      # (RESTART_POINTS=random; plan given walked back from the last move, and 13.8 of 15.9
+      # restarts a step sat in drawn endgames), rlWXr (k = EXPLORE) vs rlWNr, RL_STEPS (120);
+      # GPU 1: the weak start's pair again from a second SFT seed (WEAK_SEED, default 1)
+      export FIRST_STAGES=sft LAST_STAGES=""
+      from_shipped shipped
+      job 0 shipped "$wins_probes RL_STEPS=${RL_STEPS:-120} RL_LR=1e-5 RESTART_BELOW=1.0 RESTART_POINTS=random" \
+        "rlWXr RESTART_EXPLORE=${EXPLORE:-2}" "rlWNr"
+      export FIRST_STAGES="base sft"
+      job 1 "weak${WEAK_SEED:-1}" "SEED=${WEAK_SEED:-1} GAMES=200 SFT_STEPS=300 SFT_BATCH=32 $restarts5 RESTART_POINTS=backtrack RL_EXTRA=--restart-greedy=64 RL_STEPS=${WEAK_STEPS:-250}" \
         "rlGX RESTART_EXPLORE=${EXPLORE:-2}" "rlG" ;;
     wins)  # the shipped model against opponents at p = 0.7 (whose best response never loses and
       # wins 95.56% vs random): rlW near it by a KL (GPU WINS_GPU), rlW0 without (GPU WINS_GPU2)
