@@ -369,11 +369,15 @@ class RestartableEnv(TwoTurnEnv):
         return [Task(id=task.id + "@1", prompt=(*opening, *rollout.completion[:2]), seed=task.seed)]
 
 
-def test_restarts_take_their_share_of_the_batch_and_resume_exactly(tiny, tmp_path, monkeypatch) -> None:
+@pytest.mark.parametrize("explore", [0, 1])
+def test_restarts_take_their_share_of_the_batch_and_resume_exactly(tiny, tmp_path, monkeypatch, explore) -> None:
+    """(With explore = 1 the given replies, drawn after the resume, are the same too.)"""
     changes = {"steps": 4, "save_every": 1, "loss": "cispo", "restart_frac": 0.5, "restart_below": 1.0}
+    changes["restart_explore"] = explore
+    env = ExploredEnv if explore else RestartableEnv
 
     def run(out: Path, **kwargs) -> list[dict[str, float]]:
-        return grpo.train(config(tiny, out, **changes), make_env=RestartableEnv, quiet=True, plots=False, **kwargs)
+        return grpo.train(config(tiny, out, **changes), make_env=env, quiet=True, plots=False, **kwargs)
 
     RestartableEnv.started.clear()
     straight = run(tmp_path / "a")
