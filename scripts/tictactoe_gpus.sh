@@ -78,7 +78,7 @@
 #          GPUs 0-1: wins) and the weak start (rlG at 256 and 1024 games, GPUs 2-3)
 #   given  restarts whose groups also play moves given in the teacher's words (--restart-explore):
 #          the shipped model (wins, GPU 0) and the weak start (GPU 1), each beside its control
-#   given2 plan given with the shipped model's restarts at a random later move (not run yet),
+#   given2 plan given with the shipped model's restarts at a random later move (run 60 steps),
 #          and the weak pair from a second SFT seed
 #   wins   the shipped model, 80 steps at lr 1e-5 against opponents at p = 0.7 after the random
 #          replies: rlW with a KL of 0.05 to the shipped model (GPU WINS_GPU), rlW0 without (WINS_GPU2)
@@ -335,7 +335,8 @@ start() {
       export FIRST_STAGES="base sft"
       job 1 weak "SEED=0 GAMES=200 SFT_STEPS=300 SFT_BATCH=32 $restarts5 RESTART_POINTS=backtrack RL_EXTRA=--restart-greedy=64 RL_STEPS=${WEAK_STEPS:-250}" \
         "rlGX RESTART_EXPLORE=${EXPLORE:-2}" "rlG" ;;
-    given2)  # plan given again where its restarts reach the give-ups (not run yet): GPU 0, the
+    given2)  # plan given again where its restarts reach the give-ups (run only 60 steps of GPU 0,
+      # 2026-11-29: k = 2 lost 12 and 14 games at steps 20 and 40, k = 0 2 and 2): GPU 0, the
       # shipped model restarting games not won at one later move drawn at random
       # (RESTART_POINTS=random; plan given walked back from the last move, and 13.8 of 15.9
       # restarts a step sat in drawn endgames), rlWXr (k = EXPLORE) vs rlWNr, RL_STEPS (120);
