@@ -63,6 +63,7 @@ RESTART_BELOW=${RESTART_BELOW:-0.5}   # RESTART_BELOW) from before one of its mo
 RESTART_POINTS=${RESTART_POINTS:-random}   # restart from one later move drawn at random, all of them, or backtrack
 RESTART_UNSURE=${RESTART_UNSURE:-}   # with greedy probes: also restart before their turns whose reply had a probability below this
 RESTART_EXPLORE=${RESTART_EXPLORE:-}   # in each restart's group, this many rollouts are given a move the teacher might make there
+RESTART_EXPLORE_WEIGHT=${RESTART_EXPLORE_WEIGHT:-}   # with RESTART_EXPLORE: the advantage on a given move's own tokens is multiplied by this
 KEEP_BEST=${KEEP_BEST:-}   # e.g. min:exact/beaten_games: also keep RUN/best, evaluated as stage RUN.best (a selection)
 RL_EXTRA=${RL_EXTRA:-}   # more `rlvr train` flags for the RL phases, e.g. "--kl-coef 0.05"
 SFT_EXTRA=${SFT_EXTRA:-}   # more `rlvr sft` flags, e.g. --deterministic (on a GPU: the same SFT model for a seed every time)
@@ -131,7 +132,8 @@ rl() {  # rl NAME FROM STEPS MIN_P MAX_P LR TEMPERATURE BUCKETS OPENING_PLIES RA
       --eval-every "$EVAL_EVERY" --eval-tasks "$EVAL_TASKS" --save-every "$EVAL_EVERY" $RL_DEVICE_FLAGS $RL_EXTRA \
       --restart-frac "$RESTART_FRAC" --restart-below "$RESTART_BELOW" --restart-points "$RESTART_POINTS" \
       ${KEEP_BEST:+--keep-best "$KEEP_BEST"} ${RESTART_UNSURE:+--restart-unsure "$RESTART_UNSURE"} \
-      ${RESTART_EXPLORE:+--restart-explore "$RESTART_EXPLORE"}
+      ${RESTART_EXPLORE:+--restart-explore "$RESTART_EXPLORE"} \
+      ${RESTART_EXPLORE_WEIGHT:+--restart-explore-weight "$RESTART_EXPLORE_WEIGHT"}
     done_in "$name"
   fi
 }

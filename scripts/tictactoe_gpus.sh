@@ -340,11 +340,12 @@ start() {
       # shipped model restarting games not won at one later move drawn at random
       # (RESTART_POINTS=random; plan given walked back from the last move, and 13.8 of 15.9
       # restarts a step sat in drawn endgames), rlWXr (k = EXPLORE) vs rlWNr, RL_STEPS (120);
-      # GPU 1: the weak start's pair again from a second SFT seed (WEAK_SEED, default 1)
+      # GPU 1: the weak start's pair again from a second SFT seed (WEAK_SEED, default 1);
+      # EXPLORE_WEIGHT (--restart-explore-weight, default 1.0) for the shipped model's given moves
       export FIRST_STAGES=sft LAST_STAGES=""
       from_shipped shipped
       job 0 shipped "$wins_probes RL_STEPS=${RL_STEPS:-120} RL_LR=1e-5 RESTART_BELOW=1.0 RESTART_POINTS=random" \
-        "rlWXr RESTART_EXPLORE=${EXPLORE:-2}" "rlWNr"
+        "rlWXr RESTART_EXPLORE=${EXPLORE:-2} RESTART_EXPLORE_WEIGHT=${EXPLORE_WEIGHT:-1.0}" "rlWNr"
       export FIRST_STAGES="base sft"
       job 1 "weak${WEAK_SEED:-1}" "SEED=${WEAK_SEED:-1} GAMES=200 SFT_STEPS=300 SFT_BATCH=32 $restarts5 RESTART_POINTS=backtrack RL_EXTRA=--restart-greedy=64 RL_STEPS=${WEAK_STEPS:-250}" \
         "rlGX RESTART_EXPLORE=${EXPLORE:-2}" "rlG" ;;

@@ -399,16 +399,27 @@ def test_backtrack_restarts_reach_the_trainer(tiny, tmp_path) -> None:
     assert [m["restart/backtracked"] for m in steps] == [0.0, 0.0, 0.0]  # one point an episode: none earlier
 
 
+def first_vowels(completion) -> float:
+    """vowel_share of the episode's first reply (a given one scores high: its advantage is not 0)."""
+    return vowel_share(completion[:1])
+
+
 class ExploredEnv(RestartableEnv):
-    """RestartableEnv whose restarts offer two other first replies."""
+    """RestartableEnv whose restarts offer two other first replies, scored by the first reply."""
+
+    def __init__(self, **_: object) -> None:
+        super().__init__()
+        self.rubric = Rubric([first_vowels])
 
     def other_replies(self, task):
         return ["aeiou aeiou", "i o u"]
 
 
+@pytest.mark.parametrize("weight", [1.0, 0.25])
 def test_explore_gives_restarts_replies_trained_as_the_ids_they_would_be_sampled_as(
-    tiny, tmp_path, monkeypatch
+    tiny, tmp_path, monkeypatch, weight
 ) -> None:
+    """... at the rollout's advantage, times restart_explore_weight on the given turn alone."""
     seen = []
     real = grpo.build_sequences
 
@@ -419,6 +430,7 @@ def test_explore_gives_restarts_replies_trained_as_the_ids_they_would_be_sampled
 
     monkeypatch.setattr(grpo, "build_sequences", spy)
     changes = {"steps": 3, "restart_frac": 0.5, "restart_below": 1.0, "restart_explore": 1, "max_tokens": 4}
+    changes["restart_explore_weight"] = weight
     steps = grpo.train(config(tiny, tmp_path / "run", **changes), make_env=ExploredEnv, quiet=True, plots=False)
     assert [m["restart/given"] for m in steps] == [0.0, 1.0, 1.0]  # one restart a batch, one reply given in it
     assert all(0 <= m["restart/given_reward"] <= 1 and 0 <= m["restart/own_reward"] <= 1 for m in steps[1:])
@@ -437,6 +449,15 @@ def test_explore_gives_restarts_replies_trained_as_the_ids_they_would_be_sampled
                 (seq,) = [q for q in seqs if q.rollout == index]
                 trained = [i for i, m in zip(seq.ids, seq.mask) if m]
                 assert trained[: len(first.token_ids)] == first.token_ids
+                if seq.zero_advantage:  # (a rollout at its group's mean)
+                    continue
+                if weight == 1:
+                    assert seq.token_adv is None
+                else:  # the given turn at a quarter of the episode's advantage, the next turn whole
+                    advs = [a for a, m in zip(seq.token_adv, seq.mask) if m]
+                    n = len(first.token_ids)
+                    assert advs[n:] and set(advs[n:]) == {advs[-1]} and advs[-1] != 0
+                    assert advs[:n] == pytest.approx([weight * advs[-1]] * n)
                 trained_given += 1
     assert given == 2 and trained_given >= 1
 

@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from rlvr import MultiTurnEnv, Rubric
-from rlvr.train.restarts import Restarts
+from rlvr.train.restarts import Restarts, weigh_given
 from rlvr.types import Completion, Rollout, Task, Turn
 
 
@@ -289,3 +289,11 @@ def test_explore_gives_the_last_rollouts_of_each_restart_distinct_replies_while_
         Restarts(Echo(), frac=0.5, below=0.5, tasks_per_batch=4, seed=0, explore=1, group_size=4)
     with pytest.raises(Exception, match="fewer replies than the group"):
         Restarts(env, frac=0.5, below=0.5, tasks_per_batch=4, seed=0, explore=4, group_size=4)
+
+
+def test_weigh_given_scales_only_the_given_turn_of_given_rollouts() -> None:
+    given = rollout("t0", "x", 1.0)
+    given.turns[0].completion.finish_reason = "given"
+    plain = rollout("t0", "y", 0.0)
+    out = weigh_given([given, plain, given], [2.0, -1.0, [3.0, 5.0]], 0.25)  # a number, or one per turn
+    assert out == [[0.5, 2.0], -1.0, [0.75, 5.0]]

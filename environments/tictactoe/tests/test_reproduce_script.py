@@ -98,9 +98,9 @@ def test_rl_from_a_given_model_makes_no_base_or_teacher_games_and_passes_explore
     (bin_dir / "rlvr").write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" >> "{args}"\nexit 3\n')
     (bin_dir / "rlvr").chmod(0o755)
     env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "OUT_DIR": str(out)}
-    env |= {"EVAL_STAGES": "sft rl", "RESTART_FRAC": "0.5", "RESTART_EXPLORE": "2"}
+    env |= {"EVAL_STAGES": "sft rl", "RESTART_FRAC": "0.5", "RESTART_EXPLORE": "2", "RESTART_EXPLORE_WEIGHT": "0.05"}
     proc = subprocess.run(["bash", str(SCRIPT)], env=os.environ | env, capture_output=True, text=True, timeout=60)
     argv = args.read_text().splitlines()
     assert proc.returncode == 3 and argv[:2] == ["train", "tictactoe"], proc.stdout + proc.stderr
-    assert _flag(argv, "--restart-explore") == "2"
+    assert _flag(argv, "--restart-explore") == "2" and _flag(argv, "--restart-explore-weight") == "0.05"
     assert not (out / "base").exists() and not (out / "teacher.jsonl").exists()

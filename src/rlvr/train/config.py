@@ -126,6 +126,8 @@ class TrainConfig:
     """greedy probes (restart_greedy) also offer the restart point before each of their model turns whose reply had a probability below this at temperature 1 (the policy's least sure decisions), whatever the probe scored: where a rare better move is tried a whole group at a time, though no game was lost there; 0 = none"""
     restart_explore: int = 0
     """in each restart's group, this many rollouts are given their first reply, drawn from the environment's other_replies there (tictactoe: a move the teacher might make, in its words), instead of sampling it; trained like sampled replies, so a better move the policy almost never samples meets its habit in one group (local generation only); 0 = none"""
+    restart_explore_weight: float = 1.0
+    """the advantage on a given reply's own tokens (restart_explore) is multiplied by this; the rest of its episode keeps the whole. A reply the policy almost never samples is given far more often than sampled, and its gradient is far larger (tictactoe: 470x a sampled reply's), so below 1 it no longer sets the step's direction alone; 1 = trained as if sampled"""
     turn_credit: float = 0.0
     """weight of the env's score of each model turn (turn_rewards, e.g. the scaffold's guess game), normalised within the group and added to that turn's advantage alone, where the episode's reward is shared by all its turns; 0 = off"""
     ema_decay: float = 0.0
@@ -412,6 +414,10 @@ def _check_values(c: TrainConfig) -> None:
         f"restart_unsure = {c.restart_unsure} reads the greedy probes' turns, but restart_greedy is 0; set restart_greedy",
     )
     need(c.restart_explore >= 0, f"restart_explore must be >= 0 (0 = none), got {c.restart_explore}")
+    need(
+        math.isfinite(c.restart_explore_weight) and 0 <= c.restart_explore_weight <= 1,
+        f"restart_explore_weight must be in [0, 1], got {c.restart_explore_weight}",
+    )
     need(
         c.restart_explore == 0 or c.restart_frac > 0,
         f"restart_explore = {c.restart_explore} gives replies in restarts, but restart_frac is 0; set restart_frac",

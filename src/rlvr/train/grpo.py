@@ -78,7 +78,7 @@ import functools
 import math
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -122,7 +122,7 @@ from rlvr.train.model import (
     use_bf16,
 )
 from rlvr.train.probe import collapse_warning, compare, probe, probe_set
-from rlvr.train.restarts import Restarts
+from rlvr.train.restarts import Restarts, weigh_given
 from rlvr.train.sequences import build_sequences
 from rlvr.train.session import EnvFactory, Envs, StepSeeded, event_loop
 from rlvr.train.sharding import full_state_dict, full_weights, wrap
@@ -372,9 +372,11 @@ def _train(
                 drop_uniform=cfg.loss_spec.drop_uniform_groups,
             )
 
-            credited: list[float] | list[list[float]] = advantages
+            credited: Sequence[float | Sequence[float]] = advantages
             if cfg.turn_credit:  # each model turn also gets its own score's share
                 credited, scored = _turn_credit(env, tasks, rollouts, advantages, trainable, cfg)
+            if cfg.restart_explore and cfg.restart_explore_weight != 1:  # given replies' own turns weigh less
+                credited = weigh_given(rollouts, credited, cfg.restart_explore_weight)
 
             # ---- 4. token sequences from the sampled ids (env tokens masked) ---------------------
             seqs, split = build_sequences(rollouts, credited, trainable)

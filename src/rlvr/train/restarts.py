@@ -333,6 +333,25 @@ class Restarts:
         self.earlier = {k: [Task.from_dict(t) for t in v] for k, v in state.get("earlier", {}).items()}
 
 
+def weigh_given(
+    rollouts: Sequence[Rollout], advantages: Sequence[float | Sequence[float]], weight: float
+) -> list[float | Sequence[float]]:
+    """`advantages` (one per rollout, or one per model turn) with the turn of each given first
+    reply (finish reason "given") multiplied by `weight`; the rest of its episode keeps its own.
+    Why (`restart_explore_weight`): a reply the policy almost never samples is given far more
+    often than the policy would sample it, and its log-probability's gradient is far larger
+    than a sampled reply's (`scripts/tictactoe_given.py grads`: 470x on the shipped tic-tac-toe
+    model), so at full weight one given sequence sets the step's direction."""
+    out = list(advantages)
+    for i, rollout in enumerate(rollouts):
+        if rollout.turns and rollout.turns[0].completion.finish_reason == "given":
+            adv = out[i]
+            per_turn = [float(adv)] * len(rollout.turns) if isinstance(adv, (int, float)) else list(adv)
+            per_turn[0] *= weight
+            out[i] = per_turn
+    return out
+
+
 def _key(task: Task) -> str:
     """Two restarts are the same when they continue the same conversation with the same seed
     (their ids aside)."""
