@@ -190,6 +190,12 @@ def test_a_mixture_restarts_through_the_member_that_played() -> None:
     # a greedy probe (restart_greedy) is the member's probe of its task, under the mixture's id
     probe = mix.probe_task(tasks[0], seed=12345)
     assert probe.id == tasks[0].id and probe.seed == 12345 and probe.info == tasks[0].info
+    # given replies (restart_explore): the member's other replies at its own restart; none elsewhere
+    assert mix.offers_replies and not EnvGroup([members()[1]]).offers_replies
+    for restart in restarts:
+        member, own = mix.member(restart)
+        assert own.id != restart.id and mix.other_replies(restart) == member.other_replies(own) != []
+    assert mix.other_replies(text) == []
 
 
 def test_a_mixture_scores_turns_through_the_member_that_played() -> None:
