@@ -452,7 +452,8 @@ if sys.argv[1] == "die_at_spawn":
         return proc
 
     rlvr.sandbox.spawn = spawn_and_die
-asyncio.run(run_python("import time\\ntime.sleep(60)", SandboxLimits(timeout_s=60)))
+result = asyncio.run(run_python("import time\\ntime.sleep(60)", SandboxLimits(timeout_s=60)))
+print("the sandbox ended early:", repr(result)[:2000], file=sys.stderr)  # (seen only when it did)
 """
 
 
