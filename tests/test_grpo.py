@@ -466,11 +466,13 @@ def test_explore_needs_other_replies_and_a_group_to_compare_with(tiny, tmp_path)
     cfg = config(tiny, tmp_path / "a", restart_frac=0.5, restart_explore=1)
     with pytest.raises(UsageError, match="offers no other replies"):
         grpo.train(cfg, make_env=RestartableEnv, quiet=True, plots=False)
-    cfg = config(tiny, tmp_path / "b", restart_frac=0.5, restart_explore=4)
     with pytest.raises(UsageError, match="fewer replies than the group"):
-        grpo.train(cfg, make_env=ExploredEnv, quiet=True, plots=False)
+        config(tiny, tmp_path / "b", restart_frac=0.5, restart_explore=4)
     with pytest.raises(UsageError, match="restart_frac is 0"):
         config(tiny, tmp_path / "c", restart_explore=1)
+    for weight in (math.nan, -0.1, 1.5, math.inf):
+        with pytest.raises(UsageError, match="restart_explore_weight must be in"):
+            config(tiny, tmp_path / "d", restart_frac=0.5, restart_explore=1, restart_explore_weight=weight)
 
 
 def test_greedy_probes_find_restarts_that_sampled_games_miss_and_are_not_trained_on(

@@ -72,10 +72,8 @@ async def run_rollouts(
         if on_rollout is not None:
             on_rollout(rollout)
 
-    given = dict(replies or {})
-
     async def play(task: Task, index: int) -> State:
-        text = given.get((task.id, index))
+        text = replies.get((task.id, index)) if replies else None
         player = client if text is None else GivenFirst(client, text)
         async with gate:
             return await env.rollout(player, task, sampling, rollout_seed(task, index))
@@ -113,6 +111,18 @@ async def run_rollouts(
     return [done[(t.id, i)] for t in tasks for i in range(rollouts_per_task) if (t.id, i) in done]
 
 
+async def give_reply(
+    client: ChatClient, messages: Messages, text: str, tools: list[dict[str, Any]] | None = None
+) -> Completion:
+    """`client.give(messages, text, tools)`: `text` as the reply, as the ids it would be sampled
+    as; `UsageError` for a client without `give`."""
+    give = getattr(client, "give", None)
+    if give is None:
+        raise UsageError(f"{type(client).__name__} cannot give a reply (it has no `give`); sample it instead")
+    completion: Completion = await give(messages, text, tools)
+    return completion
+
+
 class GivenFirst:
     """`client`, except that its first reply is `text`, given: the ids `client.give` makes of it.
     The first request of the rollout is its first model turn, unless the env's `begin` asks the
@@ -127,11 +137,7 @@ class GivenFirst:
         if self.used:
             return await self.client.chat(messages, sampling, tools)
         self.used = True
-        give = getattr(self.client, "give", None)
-        if give is None:
-            raise UsageError(f"{type(self.client).__name__} cannot give a reply (it has no `give`); sample it instead")
-        completion: Completion = await give(messages, self.text, tools)
-        return completion
+        return await give_reply(self.client, messages, self.text, tools)
 
     async def aclose(self) -> None:
         """The wrapped client is the caller's, who closes it."""

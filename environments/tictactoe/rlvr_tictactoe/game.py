@@ -278,6 +278,23 @@ def _line(line: tuple[int, ...]) -> str:
     return "-".join(map(str, line))
 
 
+_WINS = "I can complete the line {line} and win, so I play {cell}."
+_BLOCKS = "{mark} threatens to complete {line}, so I block at {cell}."
+_OPEN = "There is no immediate threat, so I play {cell} to keep my options open."
+
+
+def _quiet_reason(b: Board, cell: int) -> str:
+    """The teacher's reason for `cell` on a board with no win or threat: the centre, a corner,
+    a side once only sides are left, else (its random move) keeping options open."""
+    if cell == CENTRE:
+        return "There is no immediate threat and the centre is free, so I take 4."
+    if cell in CORNERS:
+        return f"There is no immediate threat, so I take the corner {cell}."
+    if b[CENTRE] != EMPTY and all(b[c] != EMPTY for c in CORNERS):
+        return f"There is no immediate threat and only sides are left, so I take {cell}."
+    return _OPEN.format(cell=cell)
+
+
 def teacher_move(board: Sequence[str], mark: str, rng: random.Random) -> tuple[int, str]:
     """A good but imperfect player, with a one-sentence reason: win if possible, else block,
     else (with probability TEACHER_RANDOM_PROB) any free cell, else centre, a random corner,
@@ -292,25 +309,26 @@ def teacher_move(board: Sequence[str], mark: str, rng: random.Random) -> tuple[i
         raise ValueError(f"the game is over, no move to make on {b!r}")
     if wins := _completing_cells(b, _mark(mark)):
         cell, line = rng.choice(wins)
-        return cell, f"I can complete the line {_line(line)} and win, so I play {cell}."
+        return cell, _WINS.format(line=_line(line), cell=cell)
     if threats := _completing_cells(b, other(mark)):
         cell, line = rng.choice(threats)
-        return cell, f"{other(mark)} threatens to complete {_line(line)}, so I block at {cell}."
+        return cell, _BLOCKS.format(mark=other(mark), line=_line(line), cell=cell)
     if rng.random() < TEACHER_RANDOM_PROB:
         cell = rng.choice(moves)
-        return cell, f"There is no immediate threat, so I play {cell} to keep my options open."
+        return cell, _OPEN.format(cell=cell)
     if b[CENTRE] == EMPTY:
-        return CENTRE, "There is no immediate threat and the centre is free, so I take 4."
+        return CENTRE, _quiet_reason(b, CENTRE)
     if corners := [c for c in CORNERS if b[c] == EMPTY]:
         cell = rng.choice(corners)
-        return cell, f"There is no immediate threat, so I take the corner {cell}."
+        return cell, _quiet_reason(b, cell)
     cell = rng.choice(moves)
-    return cell, f"There is no immediate threat and only sides are left, so I take {cell}."
+    return cell, _quiet_reason(b, cell)
 
 
 def teacher_replies(board: Sequence[str], mark: str) -> list[tuple[int, str]]:
     """Every move `teacher_move` can make on `board`, each with the reason it would give (one
-    reason a move: the first winning or threatened line in `LINES` order where there are two).
+    reason a move: the first winning or threatened line in `LINES` order where there are two;
+    a free cell's reason for its own kind, `_quiet_reason`, where its random move has another).
     Where there is no threat, any free cell: the teacher's random move reaches them all.
 
     >>> teacher_replies("XX OO    ", "O")
@@ -322,26 +340,11 @@ def teacher_replies(board: Sequence[str], mark: str) -> list[tuple[int, str]]:
     moves = legal_moves(b)
     if not moves:
         raise ValueError(f"the game is over, no move to make on {b!r}")
-    for found, says in (
-        (_completing_cells(b, _mark(mark)), "I can complete the line {line} and win, so I play {cell}."),
-        (_completing_cells(b, other(mark)), other(mark) + " threatens to complete {line}, so I block at {cell}."),
-    ):
+    for found, says in ((_completing_cells(b, _mark(mark)), _WINS), (_completing_cells(b, other(mark)), _BLOCKS)):
         if found:
             first = {cell: line for cell, line in reversed(found)}
-            return [(cell, says.format(line=_line(first[cell]), cell=cell)) for cell in sorted(first)]
-    corners = [c for c in CORNERS if b[c] == EMPTY]
-    out = []
-    for cell in moves:
-        if cell == CENTRE:
-            why = "There is no immediate threat and the centre is free, so I take 4."
-        elif cell in corners:
-            why = f"There is no immediate threat, so I take the corner {cell}."
-        elif b[CENTRE] != EMPTY and not corners:
-            why = f"There is no immediate threat and only sides are left, so I take {cell}."
-        else:
-            why = f"There is no immediate threat, so I play {cell} to keep my options open."
-        out.append((cell, why))
-    return out
+            return [(c, says.format(mark=other(mark), line=_line(first[c]), cell=c)) for c in sorted(first)]
+    return [(cell, _quiet_reason(b, cell)) for cell in moves]
 
 
 def teacher_player(board: Board, mark: str, rng: random.Random) -> int:

@@ -18,7 +18,6 @@ from rlvr_tictactoe.game import (
     game_value,
     legal_moves,
     parse_board,
-    teacher_replies,
     winner,
 )
 from rlvr_tictactoe.rewards import PARSER, format_reward, is_formatted
@@ -544,69 +543,3 @@ def test_false_claims_are_counted_always_and_cost_only_with_claim_penalty():
     for bad in (float("nan"), -0.1, 1.5, "x", True):
         with pytest.raises(ValueError, match="claim_penalty"):
             load_environment(claim_penalty=bad)
-
-
-# ---- restarts (the trainer's restart_frac) ---------------------------------------------------
-
-
-def test_a_restart_replays_the_game_from_before_each_later_move():
-    """Playing a restart with the same deterministic player ends in the same game: the prompt
-    holds the real conversation up to there and the board and seed give the same replies."""
-    env = load_environment(num_tasks=64, seed=2, min_random_move_prob=0.5, max_random_move_prob=1.0)
-    tasks = env.tasks("train")[:24]
-    games = play(env, scripted(first_free), tasks)
-    by_id, checked = {t.id: t for t in tasks}, 0
-    for game in games:
-        task, moves = by_id[game.task_id], game.info["moves"]
-        restarts = env.restart_tasks(task, game)
-        assert len(restarts) == (len(moves) + 1) // 2 - 1  # one before each of X's moves but the first
-        for again, restart in zip(play(env, scripted(first_free), restarts), restarts, strict=True):
-            played = int(restart.id.rsplit("@", 1)[1])
-            assert list(restart.prompt) == game.messages[1 : len(restart.prompt) + 1]  # the system prompt aside
-            assert again.info["moves"] == moves[played:] and again.reward == game.reward
-            checked += 1
-    assert checked >= 40
-
-
-def test_other_replies_at_a_restart_are_the_teachers_moves_in_the_rewarded_format():
-    """What `restart_explore` gives: each reply is rewarded as formatted, read as a free cell of
-    the restart's board, and the game played on from it is an ordinary game."""
-    env = load_environment(num_tasks=16, seed=3, min_random_move_prob=0.5, max_random_move_prob=1.0)
-    tasks = env.tasks("train")[:8]
-    checked = 0
-    for game, task in zip(play(env, scripted(first_free), tasks), tasks, strict=True):
-        for restart in env.restart_tasks(task, game):
-            board = tuple(restart.info["board"])
-            replies = env.other_replies(restart)
-            cells = [read_move(r, board) for r in replies]
-            assert replies and all(is_formatted(r) for r in replies) and all(why is None for _, why in cells)
-            assert sorted(c for c, _ in cells) == sorted(cell for cell, _ in teacher_replies(board, "X"))
-            checked += 1
-    assert checked >= 8
-    assert env.other_replies(Task(id="done", info={"board": "XXXOO    "})) == []  # X has won
-    assert env.other_replies(Task(id="none", info={})) == []
-
-
-def test_restart_points_skip_rejected_turns_and_refuse_a_record_that_does_not_match():
-    env = load_environment(num_tasks=8, seed=0, opponent="optimal", model_starts="always")
-    task, calls = env.tasks("train")[0], []
-
-    def rejected_once(board, rng) -> str:
-        calls.append(1)
-        return "<move>9</move>" if len(calls) == 1 else first_free(board, rng)
-
-    game = play(env, scripted(rejected_once), [task])[0]
-    assert len(game.turns) == (len(game.info["moves"]) + 1) // 2 + 1 and game.error is None  # one turn rejected
-    restarts = env.restart_tasks(task, game)
-    assert len(restarts) == (len(game.info["moves"]) + 1) // 2 - 1 >= 2
-    first = restarts[0]
-    assert first.info["board"].count("X") == 1 and first.info["board"].count("O") == 1
-    # the task's turn, the rejected reply and its error, the move and the opponent's reply
-    assert len(first.prompt) == 5 and "Invalid move" in first.prompt[2]["content"]
-    forged = type(game)(**{**game.__dict__, "info": {**game.info, "moves": [8, *game.info["moves"][1:]]}})
-    assert env.restart_tasks(task, forged) == []
-    moves = game.info["moves"]
-    for bad in (moves[0], 9, "4", None):  # O's recorded reply on a taken cell, off the board, not a cell
-        forged = type(game)(**{**game.__dict__, "info": {**game.info, "moves": [moves[0], bad, *moves[2:]]}})
-        assert env.restart_tasks(task, forged) == []
-    assert env.restart_tasks(env.tree_roots(0)[0], game) == []  # a line of exact evaluation

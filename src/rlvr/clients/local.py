@@ -218,16 +218,21 @@ class LocalModel:
             self._renders[key] = tuple(ids)
         return ids
 
+    def _prompt(self, messages: Messages, tools: list[dict[str, Any]] | None) -> list[int]:
+        """`render`, or `PromptTooLongError` where no reply token fits after it."""
+        prompt_ids = self.render(messages, tools)
+        if len(prompt_ids) >= self.context_length:
+            raise PromptTooLongError(f"prompt has {len(prompt_ids)} tokens; {self.name} holds {self.context_length}")
+        return prompt_ids
+
     async def chat(
         self,
         messages: Messages,
         sampling: SamplingArgs,
         tools: list[dict[str, Any]] | None = None,
     ) -> Completion:
-        prompt_ids = self.render(messages, tools)
+        prompt_ids = self._prompt(messages, tools)
         room = self.context_length - len(prompt_ids)
-        if room < 1:
-            raise PromptTooLongError(f"prompt has {len(prompt_ids)} tokens; {self.name} holds {self.context_length}")
         sampling.check()  # (fields may have changed since it was made): no NaN or infinity reaches the sampler
         loop = asyncio.get_running_loop()
         request = Request(
@@ -262,9 +267,7 @@ class LocalModel:
         been sampled as (the chat template's, up to and including its end-of-turn token, so
         that the next turn's prompt extends them), no logprobs, finish reason "given". The
         model does not run."""
-        prompt_ids = self.render(messages, tools)
-        if len(prompt_ids) >= self.context_length:
-            raise PromptTooLongError(f"prompt has {len(prompt_ids)} tokens; {self.name} holds {self.context_length}")
+        prompt_ids = self._prompt(messages, tools)
         ids = self._reply_ids(messages, text, tools, prompt_ids)
         if len(prompt_ids) + len(ids) > self.context_length:  # a sampled reply stops at the context's end
             raise PromptTooLongError(

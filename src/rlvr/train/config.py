@@ -413,7 +413,11 @@ def _check_values(c: TrainConfig) -> None:
         c.restart_unsure == 0 or c.restart_greedy > 0,
         f"restart_unsure = {c.restart_unsure} reads the greedy probes' turns, but restart_greedy is 0; set restart_greedy",
     )
-    need(c.restart_explore >= 0, f"restart_explore must be >= 0 (0 = none), got {c.restart_explore}")
+    need(
+        0 <= c.restart_explore < c.group_size,
+        f"restart_explore = {c.restart_explore} of a group of {c.group_size}: give fewer replies than the group "
+        "has rollouts (at least one plays the policy's own move), or 0",
+    )
     need(
         math.isfinite(c.restart_explore_weight) and 0 <= c.restart_explore_weight <= 1,
         f"restart_explore_weight must be in [0, 1], got {c.restart_explore_weight}",

@@ -93,6 +93,7 @@ class Restarts:
         explore: int = 0,
         group_size: int = 1,
     ) -> None:
+        """`explore` (< `group_size`, as TrainConfig checks): given replies a restart's group."""
         if frac > 0 and not env.restartable:
             raise UsageError(
                 f"restart_frac = {frac}: environment {type(env).__name__} cannot restart its episodes "
@@ -102,11 +103,6 @@ class Restarts:
             raise UsageError(
                 f"restart_explore = {explore}: environment {type(env).__name__} offers no other replies "
                 "(it does not define other_replies); set restart_explore = 0"
-            )
-        if not 0 <= explore < group_size:
-            raise UsageError(
-                f"restart_explore = {explore} of a group of {group_size}: give fewer replies than the group "
-                "has rollouts (at least one plays the policy's own move), or 0"
             )
         if points not in RESTART_POINTS:
             raise UsageError(f"unknown restart_points {points!r}; expected one of {', '.join(RESTART_POINTS)}")

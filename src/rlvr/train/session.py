@@ -18,8 +18,8 @@ from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
 from rlvr.clients.base import ChatClient
+from rlvr.engine import give_reply
 from rlvr.envs.multiturn import MultiTurnEnv
-from rlvr.errors import UsageError
 from rlvr.seeding import mix_seed
 from rlvr.train.logging import MetricsLog
 from rlvr.types import Completion, Messages, SamplingArgs
@@ -80,11 +80,7 @@ class StepSeeded:
 
     async def give(self, messages: Messages, text: str, tools: list[dict[str, Any]] | None = None) -> Completion:
         """The wrapped client's `give` (a reply given, not sampled: no seed to mix)."""
-        give = getattr(self.client, "give", None)
-        if give is None:
-            raise UsageError(f"{type(self.client).__name__} cannot give a reply (it has no `give`)")
-        completion: Completion = await give(messages, text, tools)
-        return completion
+        return await give_reply(self.client, messages, text, tools)
 
     async def aclose(self) -> None:
         """The wrapped client belongs to the trainer, which closes it."""
