@@ -38,7 +38,9 @@ BELOW = "restarts below 0.65"  # plan cover restarting drawn games with a reject
 TITLES = {
     "weak": "weak start (200 games)",
     "weak1": "weak start, seed 1 (200 games)",
-    "weak2": "weak start, plan given (200 games)",
+    "weak2": "weak start, plan given, SFT seed 0",
+    "weak_s1": "weak start, plan given3, SFT seed 1",
+    "weak_s2": "weak start, plan given3, SFT seed 2",
     "shipped": "RL 2, 3 and 4 of the shipped model",
 }
 

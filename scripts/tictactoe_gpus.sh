@@ -80,6 +80,8 @@
 #          the shipped model (wins, GPU 0) and the weak start (GPU 1), each beside its control
 #   given2 plan given with the shipped model's restarts at a random later move (run 60 steps),
 #          and the weak pair from a second SFT seed
+#   given3 four GPUs: the shipped model's given moves at weights 0.01, 0.025, 0.1 beside its control
+#          (GPUs 0-1), and the weak start's pair from SFT seeds 1 and 2 (GPUs 2-3)
 #   wins   the shipped model, 80 steps at lr 1e-5 against opponents at p = 0.7 after the random
 #          replies: rlW with a KL of 0.05 to the shipped model (GPU WINS_GPU), rlW0 without (WINS_GPU2)
 set -uo pipefail
@@ -349,6 +351,23 @@ start() {
       export FIRST_STAGES="base sft"
       job 1 "weak${WEAK_SEED:-1}" "SEED=${WEAK_SEED:-1} GAMES=200 SFT_STEPS=300 SFT_BATCH=32 $restarts5 RESTART_POINTS=backtrack RL_EXTRA=--restart-greedy=64 RL_STEPS=${WEAK_STEPS:-250}" \
         "rlGX RESTART_EXPLORE=${EXPLORE:-2}" "rlG" ;;
+    given3)  # four GPUs: plan given2 with the given moves' advantage weighed down
+      # (--restart-explore-weight: their gradients were ~470x a sampled reply's at the restart
+      # points, scripts/tictactoe_given.py grads, so at weight 1 they set each clipped step).
+      # GPU 0: the shipped model, rlWXa (weight 0.025) beside rlWNr; GPU 1: rlWXb (0.1) beside
+      # rlWXc (0.01), RL_STEPS (120); GPUs 2 and 3: the weak start's pair (weight 1) from SFT
+      # seeds 1 and 2, WEAK_STEPS (250)
+      export FIRST_STAGES=sft LAST_STAGES=""
+      local given="$wins_probes RL_STEPS=${RL_STEPS:-120} RL_LR=1e-5 RESTART_BELOW=1.0 RESTART_POINTS=random"
+      from_shipped shipped; from_shipped shipped_w
+      job 0 shipped "$given" "rlWXa RESTART_EXPLORE=2 RESTART_EXPLORE_WEIGHT=0.025" "rlWNr"
+      job 1 shipped_w "$given" "rlWXb RESTART_EXPLORE=2 RESTART_EXPLORE_WEIGHT=0.1" \
+        "rlWXc RESTART_EXPLORE=2 RESTART_EXPLORE_WEIGHT=0.01"
+      export FIRST_STAGES="base sft"
+      for seed in 1 2; do
+        job $((seed + 1)) "weak$seed" "SEED=$seed GAMES=200 SFT_STEPS=300 SFT_BATCH=32 $restarts5 RESTART_POINTS=backtrack RL_EXTRA=--restart-greedy=64 RL_STEPS=${WEAK_STEPS:-250}" \
+          "rlGX RESTART_EXPLORE=2" "rlG"
+      done ;;
     wins)  # the shipped model against opponents at p = 0.7 (whose best response never loses and
       # wins 95.56% vs random): rlW near it by a KL (GPU WINS_GPU), rlW0 without (GPU WINS_GPU2)
       export FIRST_STAGES=sft LAST_STAGES=""
