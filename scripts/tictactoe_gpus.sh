@@ -82,6 +82,7 @@
 #          and the weak pair from a second SFT seed
 #   given3 four GPUs: the shipped model's given moves at weights 0.01, 0.025, 0.1 beside its control
 #          (GPUs 0-1), and the weak start's pair from SFT seeds 1 and 2 (GPUs 2-3)
+#   givenk four GPUs: the weak start from one SFT model with k = 0, 2, 4, 6 given moves per restart group
 #   wins   the shipped model, 80 steps at lr 1e-5 against opponents at p = 0.7 after the random
 #          replies: rlW with a KL of 0.05 to the shipped model (GPU WINS_GPU), rlW0 without (WINS_GPU2)
 set -uo pipefail
@@ -367,6 +368,16 @@ start() {
       for seed in 1 2; do
         job $((seed + 1)) "weak$seed" "SEED=$seed GAMES=200 SFT_STEPS=300 SFT_BATCH=32 $restarts5 RESTART_POINTS=backtrack RL_EXTRA=--restart-greedy=64 RL_STEPS=${WEAK_STEPS:-250}" \
           "rlGX RESTART_EXPLORE=2" "rlG"
+      done ;;
+    givenk)  # four GPUs, one run each: the weak start's rlG from one SFT model (SFT seed WEAK_SEED,
+      # default 0; SFT_EXTRA=--deterministic makes the four SFT runs one model) with 0, 2, 4 and 6
+      # of each restart group's 8 rollouts given the teacher's moves (weight 1), WEAK_STEPS (125):
+      # how the weak start's gain (plans given, given3) depends on k
+      export FIRST_STAGES="base sft" LAST_STAGES=""
+      local k
+      for k in 0 2 4 6; do
+        job $((k / 2)) "weak_k$k" "SEED=${WEAK_SEED:-0} GAMES=200 SFT_STEPS=300 SFT_BATCH=32 $restarts5 RESTART_POINTS=backtrack RL_EXTRA=--restart-greedy=64 RL_STEPS=${WEAK_STEPS:-125}" \
+          "rlGk$k RESTART_EXPLORE=$([ $k -gt 0 ] && echo $k)"
       done ;;
     wins)  # the shipped model against opponents at p = 0.7 (whose best response never loses and
       # wins 95.56% vs random): rlW near it by a KL (GPU WINS_GPU), rlW0 without (GPU WINS_GPU2)
