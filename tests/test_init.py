@@ -20,7 +20,7 @@ from types import ModuleType
 import pytest
 
 import rlvr
-from rlvr import Policy, check_env, registry
+from rlvr import Policy, Task, check_env, registry
 from rlvr.cli import main
 from rlvr.commands.init import scaffold
 from rlvr.engine import run_rollouts
@@ -166,6 +166,64 @@ def test_the_multi_turn_scaffold_restarts_a_game_with_the_turns_it_had_left(tmp_
         late = env.restart_tasks(tasks[longest], games[longest])[2]  # after 3 of the 7 turns
         stuck = asyncio.run(run_rollouts(env, Policy(lambda m, rng: "<guess>0</guess>"), [late]))[0]
         assert len(stuck.turns) == 7 - 3 and stuck.truncated and stuck.reward == 0.0
+    finally:
+        for mod in [m for m in sys.modules if m == MODULE or m.startswith(MODULE + ".")]:
+            del sys.modules[mod]
+
+
+def test_the_multi_turn_scaffold_offers_its_players_guesses_at_a_restart(tmp_path: Path, monkeypatch) -> None:
+    """`other_replies` (the trainer's restart_explore): at any point of a game, the guesses its
+    players might make (the middle half of what the hints leave, binary search's middle among
+    them), at most 18 however wide the range; none when the hints contradict each other."""
+    dest = scaffold(NAME, tmp_path, kind="multi")
+    monkeypatch.syspath_prepend(str(dest))
+    try:
+        module = importlib.import_module(MODULE)
+        env = module.load_environment(num_tasks=20)
+        assert env.offers_replies and env.restartable
+
+        def guesses(task: Task) -> list[int]:
+            return [int(text.removeprefix("<guess>").removesuffix("</guess>")) for text in env.other_replies(task)]
+
+        question = {"role": "user", "content": "I am thinking of a whole number between 1 and 100. Guess it."}
+        history = [{"role": "assistant", "content": "<guess>50</guess>"}, {"role": "user", "content": "Higher."}]
+        history += [{"role": "assistant", "content": "<think>hm</think><guess>75</guess>"}]
+        history += [{"role": "user", "content": "Lower."}]
+        late = Task(id="t@2", prompt=[question, *history], answer="60", info={"high": 100, "turns_used": 2})
+        picks = {module.middle_half_policy([question, *history], random.Random(i)) for i in range(300)}
+        assert set(env.other_replies(late)) == picks  # 51..74 left: 56..69, every one
+        assert guesses(
+            Task(
+                id="one",
+                prompt=[question, history[0], {"role": "user", "content": "Lower."}]
+                + [{"role": "assistant", "content": "<guess>25</guess>"}, {"role": "user", "content": "Lower."}]
+                + [{"role": "assistant", "content": "<guess>12</guess>"}, {"role": "user", "content": "Lower."}]
+                + [{"role": "assistant", "content": "<guess>6</guess>"}, {"role": "user", "content": "Lower."}]
+                + [{"role": "assistant", "content": "<guess>2</guess>"}, {"role": "user", "content": "Lower."}],
+                info={"high": 100},
+            )
+        ) == [1]  # one number left
+        wide = Task(id="w", question="I am thinking of a whole number between 1 and 1000000000. Guess it.")
+        spread = guesses(wide)
+        assert len(spread) == 18 and spread[0] == 250_000_000 and spread[-1] == 750_000_001
+        assert {500_000_000, 500_000_001} <= set(spread)  # both middles of an even count
+        search = env.policies()["binary_search"]()
+        task = next(t for t in env.tasks() if t.info["high"] > 60 and int(t.answer) > 40)
+        game = asyncio.run(run_rollouts(env, search, [task]))[0]
+        assert len(game.turns) >= 3
+        for restart in [task, *env.restart_tasks(task, game)]:
+            low, top = module.hint_range(list(restart.prompt) or [{"role": "user", "content": restart.question}])
+            played = module.binary_search_policy(
+                list(restart.prompt) or [{"role": "user", "content": restart.question}], random.Random(0)
+            )
+            assert played in env.other_replies(restart) and all(low <= g <= top for g in guesses(restart))
+        contradicted = [
+            question,
+            {"role": "assistant", "content": "<guess>5</guess>"},
+            {"role": "user", "content": "Higher."},
+        ]
+        contradicted += [{"role": "assistant", "content": "<guess>6</guess>"}, {"role": "user", "content": "Lower."}]
+        assert env.other_replies(Task(id="odd", prompt=contradicted, answer="5", info={"high": 100})) == []
     finally:
         for mod in [m for m in sys.modules if m == MODULE or m.startswith(MODULE + ".")]:
             del sys.modules[mod]
