@@ -285,6 +285,13 @@ def test_explore_gives_the_last_rollouts_of_each_restart_distinct_replies_while_
     with pytest.warns(UserWarning, match="other_replies failed.*board unreadable"):
         r.fill(tasks, step=4)
     assert len(r.played) == 2 and r.given == {}  # the restarts play on, every rollout its own
+    for bad in (["a", 7], ["a", ""], [None], [b"bytes"]):  # not text: that restart gets none
+        env.options = bad
+        fresh = Restarts(env, frac=0.5, below=0.5, tasks_per_batch=4, seed=0, explore=2, group_size=4)
+        fresh.add([rollout(f"t{i}", f"lost {i}", 0.0) for i in range(4)], tasks, step=0)
+        with pytest.warns(UserWarning, match="other_replies failed.*TypeError.* not text"):
+            fresh.fill(tasks, step=1)
+        assert len(fresh.played) == 2 and fresh.given == {}
     with pytest.raises(Exception, match="offers no other replies"):
         Restarts(Echo(), frac=0.5, below=0.5, tasks_per_batch=4, seed=0, explore=1, group_size=4)
 

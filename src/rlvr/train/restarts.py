@@ -158,7 +158,11 @@ class Restarts:
         given: dict[tuple[str, int], str] = {}
         for task in chosen:
             try:
-                options = list(self.env.other_replies(task))
+                offered = list(self.env.other_replies(task))
+                options = [o for o in offered if isinstance(o, str) and o]
+                if len(options) < len(offered):
+                    bad = next(o for o in offered if not (isinstance(o, str) and o))
+                    raise TypeError(f"{len(offered) - len(options)} of {len(offered)} are not text, e.g. {bad!r:.80}")
             except Exception as exc:  # an env's bug costs its exploration, not the run
                 if not self.warned:
                     warnings.warn(f"other_replies failed, no reply given: {type(exc).__name__}: {exc}", stacklevel=3)
