@@ -83,6 +83,7 @@
 #   given3 four GPUs: the shipped model's given moves at weights 0.01, 0.025, 0.1 beside its control
 #          (GPUs 0-1), and the weak start's pair from SFT seeds 1 and 2 (GPUs 2-3)
 #   givenk four GPUs: the weak start from one SFT model with k = 0, 2, 4, 6 given moves per restart group
+#   given4 three GPUs: the weak start with 2 given moves per restart group, SFT seeds 0-2, 400 steps
 #   wins   the shipped model, 80 steps at lr 1e-5 against opponents at p = 0.7 after the random
 #          replies: rlW with a KL of 0.05 to the shipped model (GPU WINS_GPU), rlW0 without (WINS_GPU2)
 set -uo pipefail
@@ -378,6 +379,16 @@ start() {
       for k in 0 2 4 6; do
         job $((k / 2)) "weak_k$k" "SEED=${WEAK_SEED:-0} GAMES=200 SFT_STEPS=300 SFT_BATCH=32 $restarts5 RESTART_POINTS=backtrack RL_EXTRA=--restart-greedy=64 RL_STEPS=${WEAK_STEPS:-125}" \
           "rlGk$k RESTART_EXPLORE=$([ $k -gt 0 ] && echo $k)"
+      done ;;
+    given4)  # the weak start's best recipe so far for longer, one run a GPU (not run yet): plan
+      # given's rlGX (k = 2 given moves, weight 1) from SFT seeds 0, 1 and 2 (GPUs 0-2), WEAK_STEPS
+      # (400; their draws vs optimal were still rising at step 250 of plans given and given3),
+      # the best exact evaluation kept too; about 22 device minutes in three calls
+      export FIRST_STAGES="base sft" LAST_STAGES=""
+      local seed
+      for seed in 0 1 2; do
+        job "$seed" "weak_g$seed" "SEED=$seed GAMES=200 SFT_STEPS=300 SFT_BATCH=32 $restarts5 RESTART_POINTS=backtrack RL_EXTRA=--restart-greedy=64 RL_STEPS=${WEAK_STEPS:-400}" \
+          "rlGX RESTART_EXPLORE=2"
       done ;;
     wins)  # the shipped model against opponents at p = 0.7 (whose best response never loses and
       # wins 95.56% vs random): rlW near it by a KL (GPU WINS_GPU), rlW0 without (GPU WINS_GPU2)
