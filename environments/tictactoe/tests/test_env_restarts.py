@@ -64,7 +64,9 @@ def test_other_replies_at_a_restart_are_the_teachers_moves_in_the_rewarded_forma
             assert sorted(c for c, _ in cells) == sorted(cell for cell, _ in teacher_replies(board, "X"))
             checked += 1
     assert checked >= 8
-    assert env.other_replies(Task(id="won", info={"board": "XXXOO    "})) == []  # X has won: no move
+    assert env.other_replies(Task(id="won", info={"board": "XO XO X  "})) == []  # X has the left column
+    for odd in ("XO", "ZZZZZZZZZ", "\ud800" * 9):  # too short, unknown marks, lone surrogates: none
+        assert env.other_replies(Task(id="odd", info={"board": odd})) == []
     assert env.other_replies(Task(id="none", info={})) == []
 
 

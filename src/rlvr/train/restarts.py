@@ -158,16 +158,14 @@ class Restarts:
         given: dict[tuple[str, int], str] = {}
         for task in chosen:
             try:
-                offered = list(self.env.other_replies(task))
-                options = [o for o in offered if isinstance(o, str) and o]
-                if len(options) < len(offered):
-                    bad = next(o for o in offered if not (isinstance(o, str) and o))
-                    raise TypeError(f"{len(offered) - len(options)} of {len(offered)} are not text, e.g. {bad!r:.80}")
+                options = list(self.env.other_replies(task))
             except Exception as exc:  # an env's bug costs its exploration, not the run
-                if not self.warned:
-                    warnings.warn(f"other_replies failed, no reply given: {type(exc).__name__}: {exc}", stacklevel=3)
-                    self.warned = True
-                options = []
+                self._warn(f"other_replies failed, no reply given: {type(exc).__name__}: {exc}")
+                continue
+            bad = [o for o in options if not (isinstance(o, str) and o)]
+            if bad:  # a model cannot be given them: the env's bug again
+                self._warn(f"other_replies gave {len(bad)} of {len(options)} that are not text, e.g. {bad[0]!r:.80}")
+                continue
             if not options:
                 continue
             k = self.explore
@@ -234,13 +232,15 @@ class Restarts:
             try:
                 memo[id(rollout)] = self.env.restart_tasks(task, rollout)
             except Exception as exc:  # an env's bug costs its restarts, not the run
-                if not self.warned:
-                    warnings.warn(
-                        f"restart_tasks failed, no restart from that rollout: {type(exc).__name__}: {exc}", stacklevel=3
-                    )
-                    self.warned = True
+                self._warn(f"restart_tasks failed, no restart from that rollout: {type(exc).__name__}: {exc}")
                 memo[id(rollout)] = []
         return memo[id(rollout)]
+
+    def _warn(self, message: str) -> None:
+        """One warning a run for the env's failures (each costs only what it would have given)."""
+        if not self.warned:
+            warnings.warn(message, stacklevel=4)
+            self.warned = True
 
     def _unsure(
         self, probes: Sequence[Rollout], by_id: dict[str, Task], known: set[str], memo: dict[int, list[Task]]
