@@ -160,6 +160,9 @@ start() {
   # the best exact evaluation kept (RUN.best, a selection): plans points and backtrack
   local restarts5="TRAP_PROB=1.0 OPENING_PLIES=0 RANDOM_REPLIES=4 RL_LR=2e-5 EVAL_EVERY=25 RL_MAX_P=0.0 BUCKETS=1"
   restarts5="$restarts5 RESTART_FRAC=0.5 KEEP_BEST=min:exact/beaten_games,max:exact/random/win_pct MICRO=32"
+  # the weak start (200 teacher games, 300 SFT steps) with plan greedy's rlG: restarts walking
+  # back, 64 greedy probes a step (plans batch, given, given2, given3, givenk, given4; add SEED)
+  local weak_greedy="GAMES=200 SFT_STEPS=300 SFT_BATCH=32 $restarts5 RESTART_POINTS=backtrack RL_EXTRA=--restart-greedy=64"
   # plan unsure's recipe from the shipped model, for the wins target (plans unsure and batch): random
   # replies, then p = 0.7 with traps, 128 greedy probes whose lost games restart walking back
   local wins_probes="SEED=0 EVAL_EVERY=20 TRAP_PROB=1.0 OPENING_PLIES=0 RANDOM_REPLIES=4 RL_MIN_P=0.7 RL_MAX_P=0.7 BUCKETS=1 MICRO=32"
@@ -322,7 +325,7 @@ start() {
       job 0 shipped "$shared" "rlWB RL_LR=1e-5"
       job 1 shipped2 "$shared" "rlWB2 RL_LR=2e-5"
       export FIRST_STAGES="base sft"
-      local weak="SEED=0 GAMES=200 SFT_STEPS=300 SFT_BATCH=32 $restarts5 RESTART_POINTS=backtrack RL_EXTRA=--restart-greedy=64"
+      local weak="SEED=0 $weak_greedy"
       job 2 weak "$weak RL_STEPS=${WEAK_STEPS:-300}" "rlG"
       job 3 weakB "$weak RL_STEPS=${WEAK_BIG_STEPS:-250} BATCH=1024" "rlGB" ;;
     given)  # restarts whose groups also play moves the policy almost never samples
@@ -337,7 +340,7 @@ start() {
       job 0 shipped "$wins_probes RL_STEPS=${RL_STEPS:-120} RL_LR=1e-5 RESTART_BELOW=1.0" \
         "rlWX RESTART_EXPLORE=${EXPLORE:-2}" "rlWN"
       export FIRST_STAGES="base sft"
-      job 1 weak "SEED=0 GAMES=200 SFT_STEPS=300 SFT_BATCH=32 $restarts5 RESTART_POINTS=backtrack RL_EXTRA=--restart-greedy=64 RL_STEPS=${WEAK_STEPS:-250}" \
+      job 1 weak "SEED=0 $weak_greedy RL_STEPS=${WEAK_STEPS:-250}" \
         "rlGX RESTART_EXPLORE=${EXPLORE:-2}" "rlG" ;;
     given2)  # plan given again where its restarts reach the give-ups (run only 60 steps of GPU 0,
       # 2026-11-29: k = 2 lost 12 and 14 games at steps 20 and 40, k = 0 2 and 2): GPU 0, the
@@ -351,7 +354,7 @@ start() {
       job 0 shipped "$wins_probes RL_STEPS=${RL_STEPS:-120} RL_LR=1e-5 RESTART_BELOW=1.0 RESTART_POINTS=random" \
         "rlWXr RESTART_EXPLORE=${EXPLORE:-2} RESTART_EXPLORE_WEIGHT=${EXPLORE_WEIGHT:-1.0}" "rlWNr"
       export FIRST_STAGES="base sft"
-      job 1 "weak${WEAK_SEED:-1}" "SEED=${WEAK_SEED:-1} GAMES=200 SFT_STEPS=300 SFT_BATCH=32 $restarts5 RESTART_POINTS=backtrack RL_EXTRA=--restart-greedy=64 RL_STEPS=${WEAK_STEPS:-250}" \
+      job 1 "weak${WEAK_SEED:-1}" "SEED=${WEAK_SEED:-1} $weak_greedy RL_STEPS=${WEAK_STEPS:-250}" \
         "rlGX RESTART_EXPLORE=${EXPLORE:-2}" "rlG" ;;
     given3)  # four GPUs: plan given2 with the given moves' advantage weighed down
       # (--restart-explore-weight: their gradients were ~470x a sampled reply's at the restart
@@ -367,7 +370,7 @@ start() {
         "rlWXc RESTART_EXPLORE=2 RESTART_EXPLORE_WEIGHT=0.01"
       export FIRST_STAGES="base sft"
       for seed in 1 2; do
-        job $((seed + 1)) "weak$seed" "SEED=$seed GAMES=200 SFT_STEPS=300 SFT_BATCH=32 $restarts5 RESTART_POINTS=backtrack RL_EXTRA=--restart-greedy=64 RL_STEPS=${WEAK_STEPS:-250}" \
+        job $((seed + 1)) "weak$seed" "SEED=$seed $weak_greedy RL_STEPS=${WEAK_STEPS:-250}" \
           "rlGX RESTART_EXPLORE=2" "rlG"
       done ;;
     givenk)  # four GPUs, one run each: the weak start's rlG from one SFT model (SFT seed WEAK_SEED,
@@ -377,7 +380,7 @@ start() {
       export FIRST_STAGES="base sft" LAST_STAGES=""
       local k
       for k in 0 2 4 6; do
-        job $((k / 2)) "weak_k$k" "SEED=${WEAK_SEED:-0} GAMES=200 SFT_STEPS=300 SFT_BATCH=32 $restarts5 RESTART_POINTS=backtrack RL_EXTRA=--restart-greedy=64 RL_STEPS=${WEAK_STEPS:-125}" \
+        job $((k / 2)) "weak_k$k" "SEED=${WEAK_SEED:-0} $weak_greedy RL_STEPS=${WEAK_STEPS:-125}" \
           "rlGk$k RESTART_EXPLORE=$([ $k -gt 0 ] && echo $k)"
       done ;;
     given4)  # the weak start's best recipe so far for longer, one run a GPU (not run yet): plan
@@ -387,7 +390,7 @@ start() {
       export FIRST_STAGES="base sft" LAST_STAGES=""
       local seed
       for seed in 0 1 2; do
-        job "$seed" "weak_g$seed" "SEED=$seed GAMES=200 SFT_STEPS=300 SFT_BATCH=32 $restarts5 RESTART_POINTS=backtrack RL_EXTRA=--restart-greedy=64 RL_STEPS=${WEAK_STEPS:-400}" \
+        job "$seed" "weak_g$seed" "SEED=$seed $weak_greedy RL_STEPS=${WEAK_STEPS:-400}" \
           "rlGX RESTART_EXPLORE=2"
       done ;;
     wins)  # the shipped model against opponents at p = 0.7 (whose best response never loses and
