@@ -224,6 +224,13 @@ def test_the_multi_turn_scaffold_offers_its_players_guesses_at_a_restart(tmp_pat
         ]
         contradicted += [{"role": "assistant", "content": "<guess>6</guess>"}, {"role": "user", "content": "Lower."}]
         assert env.other_replies(Task(id="odd", prompt=contradicted, answer="5", info={"high": 100})) == []
+        # hostile replies in the history: 5,000 digits, a lone surrogate, an unclosed tag (no guess
+        # read: the range stays 1..100, as after the question alone)
+        for reply in (f"<guess>{'9' * 5000}</guess>", "<guess>\ud800</guess>", "<guess>5"):
+            hostile = [question, {"role": "assistant", "content": reply}, {"role": "user", "content": "Lower."}]
+            assert env.other_replies(Task(id="h", prompt=hostile, info={"high": 100})) == env.other_replies(
+                Task(id="q", prompt=[question], info={"high": 100})
+            )
     finally:
         for mod in [m for m in sys.modules if m == MODULE or m.startswith(MODULE + ".")]:
             del sys.modules[mod]
