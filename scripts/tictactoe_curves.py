@@ -41,6 +41,8 @@ TITLES = {
     "weak2": "weak start, plan given, SFT seed 0",
     "weak_s1": "weak start, plan given3, SFT seed 1",
     "weak_s2": "weak start, plan given3, SFT seed 2",
+    "weak_g1": "weak start, plan given4, SFT seed 1",
+    "weak_g2": "weak start, plan given4, SFT seed 2",
     "shipped": "RL 2, 3 and 4 of the shipped model",
 }
 

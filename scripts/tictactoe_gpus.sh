@@ -383,15 +383,17 @@ start() {
         job $((k / 2)) "weak_k$k" "SEED=${WEAK_SEED:-0} $weak_greedy RL_STEPS=${WEAK_STEPS:-125}" \
           "rlGk$k RESTART_EXPLORE=$([ $k -gt 0 ] && echo $k)"
       done ;;
-    given4)  # the weak start's best recipe so far for longer, one run a GPU (not run yet): plan
+    given4)  # the weak start's best recipe so far for longer, one run a GPU (run on seeds 1, 2): plan
       # given's rlGX (k = 2 given moves, weight 1) from SFT seeds 0, 1 and 2 (GPUs 0-2), WEAK_STEPS
       # (400; their draws vs optimal were still rising at step 250 of plans given and given3),
-      # the best exact evaluation kept too; about 22 device minutes in three calls
+      # the best exact evaluation kept too; about 22 device minutes in three calls. GIVEN4_SEEDS
+      # picks the seeds, the n-th on GPU n-1 (on 2 GPUs: GIVEN4_SEEDS="1 2")
       export FIRST_STAGES="base sft" LAST_STAGES=""
-      local seed
-      for seed in 0 1 2; do
-        job "$seed" "weak_g$seed" "SEED=$seed $weak_greedy RL_STEPS=${WEAK_STEPS:-400}" \
+      local seed gpu=0
+      for seed in ${GIVEN4_SEEDS:-0 1 2}; do
+        job "$gpu" "weak_g$seed" "SEED=$seed $weak_greedy RL_STEPS=${WEAK_STEPS:-400}" \
           "rlGX RESTART_EXPLORE=2"
+        gpu=$((gpu + 1))
       done ;;
     wins)  # the shipped model against opponents at p = 0.7 (whose best response never loses and
       # wins 95.56% vs random): rlW near it by a KL (GPU WINS_GPU), rlW0 without (GPU WINS_GPU2)
