@@ -84,6 +84,7 @@
 #          (GPUs 0-1), and the weak start's pair from SFT seeds 1 and 2 (GPUs 2-3)
 #   givenk four GPUs: the weak start from one SFT model with k = 0, 2, 4, 6 given moves per restart group
 #   given4 three GPUs: the weak start with 2 given moves per restart group, SFT seeds 0-2, 400 steps
+#   weakwins  one GPU a seed: plan given4's weak start for 300 steps, then 100 at p = 0.7 for wins
 #   wins   the shipped model, 80 steps at lr 1e-5 against opponents at p = 0.7 after the random
 #          replies: rlW with a KL of 0.05 to the shipped model (GPU WINS_GPU), rlW0 without (WINS_GPU2)
 set -uo pipefail
@@ -392,6 +393,18 @@ start() {
       local seed gpu=0
       for seed in ${GIVEN4_SEEDS:-0 1 2}; do
         job "$gpu" "weak_g$seed" "SEED=$seed $weak_greedy RL_STEPS=${WEAK_STEPS:-400}" \
+          "rlGX RESTART_EXPLORE=2"
+        gpu=$((gpu + 1))
+      done ;;
+    weakwins)  # for the weak start's wins target (>= 90% vs random; plan given4 ended at 82.7-87.1%,
+      # the minimax teacher's 87.26%, since its opponent plays perfectly after its random replies):
+      # plan given4's rlGX for WEAK_STEPS (300), then a second phase (rlGX2) of WINS_STEPS (100) at
+      # lr 1e-5 against p = 0.7, whose best response never loses and wins 95.56% (the shipped model's
+      # wins phase), restarts and given moves on in both; WEAKWINS_SEEDS, the n-th on GPU n-1
+      export FIRST_STAGES="base sft" LAST_STAGES=""
+      local seed gpu=0
+      for seed in ${WEAKWINS_SEEDS:-0 1 2}; do
+        job "$gpu" "weak_w$seed" "SEED=$seed $weak_greedy RL_STEPS=${WEAK_STEPS:-300} RL2_STEPS=${WINS_STEPS:-100} RL2_MIN_P=0.7 RL2_MAX_P=0.7 RL2_LR=1e-5" \
           "rlGX RESTART_EXPLORE=2"
         gpu=$((gpu + 1))
       done ;;
