@@ -83,7 +83,7 @@
 #   given3 four GPUs: the shipped model's given moves at weights 0.01, 0.025, 0.1 beside its control
 #          (GPUs 0-1), and the weak start's pair from SFT seeds 1 and 2 (GPUs 2-3)
 #   givenk four GPUs: the weak start from one SFT model with k = 0, 2, 4, 6 given moves per restart group
-#   given4 three GPUs: the weak start with 2 given moves per restart group, SFT seeds 0-2, 400 steps
+#   given4 one GPU a seed (SEEDS, SEED_GPUS): the weak start with 2 given moves per restart group, 400 steps
 #   weakwins  one GPU a seed: plan given4's weak start for 300 steps, then 100 at p = 0.7 for wins
 #   wins   the shipped model, 80 steps at lr 1e-5 against opponents at p = 0.7 after the random
 #          replies: rlW with a KL of 0.05 to the shipped model (GPU WINS_GPU), rlW0 without (WINS_GPU2)
@@ -384,30 +384,21 @@ start() {
         job $((k / 2)) "weak_k$k" "SEED=${WEAK_SEED:-0} $weak_greedy RL_STEPS=${WEAK_STEPS:-125}" \
           "rlGk$k RESTART_EXPLORE=$([ $k -gt 0 ] && echo $k)"
       done ;;
-    given4)  # the weak start's best recipe so far for longer, one run a GPU (run on seeds 1, 2): plan
-      # given's rlGX (k = 2 given moves, weight 1) from SFT seeds 0, 1 and 2 (GPUs 0-2), WEAK_STEPS
-      # (400; their draws vs optimal were still rising at step 250 of plans given and given3),
-      # the best exact evaluation kept too; about 22 device minutes in three calls. GIVEN4_SEEDS
-      # picks the seeds, the n-th on GPU n-1 (on 2 GPUs: GIVEN4_SEEDS="1 2")
+    given4)  # the weak start's best recipe so far for longer, one run a GPU: plan given's rlGX (k =
+      # 2 given moves, weight 1) from SFT seeds SEEDS (0-2) on SEED_GPUS, WEAK_STEPS (400; their
+      # draws vs optimal were still rising at step 250 of plans given and given3), the best exact
+      # evaluation kept too; about 22 device minutes in three calls. Run 2026-11-29 on 2 GPUs with
+      # SEEDS="1 2" SEED_GPUS="0 1" (docs/RESULTS.md)
       export FIRST_STAGES="base sft" LAST_STAGES=""
-      local seed gpu=0
-      for seed in ${GIVEN4_SEEDS:-0 1 2}; do
-        job "$gpu" "weak_g$seed" "SEED=$seed $weak_greedy RL_STEPS=${WEAK_STEPS:-400}" \
-          "rlGX RESTART_EXPLORE=2"
-        gpu=$((gpu + 1))
-      done ;;
+      per_seed "$weak_greedy RL_STEPS=${WEAK_STEPS:-400}" "rlGX RESTART_EXPLORE=2" ;;
     weakwins)  # for the weak start's wins target (>= 90% vs random; plan given4 ended at 82.7-87.1%,
       # the minimax teacher's 87.26%, since its opponent plays perfectly after its random replies):
       # plan given4's rlGX for WEAK_STEPS (300), then a second phase (rlGX2) of WINS_STEPS (100) at
       # lr 1e-5 against p = 0.7, whose best response never loses and wins 95.56% (the shipped model's
-      # wins phase), restarts and given moves on in both; WEAKWINS_SEEDS, the n-th on GPU n-1
+      # wins phase), restarts and given moves on in both; one seed a GPU (SEEDS, SEED_GPUS)
       export FIRST_STAGES="base sft" LAST_STAGES=""
-      local seed gpu=0
-      for seed in ${WEAKWINS_SEEDS:-0 1 2}; do
-        job "$gpu" "weak_w$seed" "SEED=$seed $weak_greedy RL_STEPS=${WEAK_STEPS:-300} RL2_STEPS=${WINS_STEPS:-100} RL2_MIN_P=0.7 RL2_MAX_P=0.7 RL2_LR=1e-5" \
-          "rlGX RESTART_EXPLORE=2"
-        gpu=$((gpu + 1))
-      done ;;
+      per_seed "$weak_greedy RL_STEPS=${WEAK_STEPS:-300} RL2_STEPS=${WINS_STEPS:-100} RL2_MIN_P=0.7 RL2_MAX_P=0.7 RL2_LR=1e-5" \
+        "rlGX RESTART_EXPLORE=2" ;;
     wins)  # the shipped model against opponents at p = 0.7 (whose best response never loses and
       # wins 95.56% vs random): rlW near it by a KL (GPU WINS_GPU), rlW0 without (GPU WINS_GPU2)
       export FIRST_STAGES=sft LAST_STAGES=""
@@ -432,7 +423,14 @@ collect() {  # collect DIR [noplots]: tables, metrics, logs, exact summaries (no
 }
 
 case ${1:-} in
-  start) mkdir -p "$(dirname "$ROOT")"; setsid bash "$0" _start "$2" > "$ROOT.log" 2>&1 < /dev/null & sleep 1; echo "started plan $2 (log $ROOT.log)" ;;
+  start)
+    mkdir -p "$(dirname "$ROOT")"; setsid bash "$0" _start "$2" > "$ROOT.log" 2>&1 < /dev/null &
+    launcher=$!; sleep 1
+    if ! kill -0 "$launcher" 2>/dev/null; then  # already over: refused at once (a bad plan or SEED_GPUS)?
+      wait "$launcher"; rc=$?
+      [ "$rc" -eq 0 ] || { cat "$ROOT.log" >&2; exit "$rc"; }
+    fi
+    echo "started plan $2 (log $ROOT.log)" ;;
   _start) mkdir -p "$ROOT"; echo $$ > "$ROOT.pid"; trap 'rm -f "$ROOT.pid"' EXIT; start "$2"; echo "plan $2 finished" ;;
   wait)
     end=$(( $(date +%s) + $2 ))
