@@ -408,6 +408,7 @@ start() {
       job "${WINS_GPU2:-${WINS_GPU:-0}}" shipped0 "$shared" "rlW0" ;;
     *) echo "unknown plan $1" >&2; exit 2 ;;
   esac
+  touch "$ROOT.launched"  # for `start`: every job of the plan is under way
   wait
 }
 
@@ -424,11 +425,13 @@ collect() {  # collect DIR [noplots]: tables, metrics, logs, exact summaries (no
 
 case ${1:-} in
   start)
-    mkdir -p "$(dirname "$ROOT")"; setsid bash "$0" _start "$2" > "$ROOT.log" 2>&1 < /dev/null &
-    launcher=$!; sleep 1
-    if ! kill -0 "$launcher" 2>/dev/null; then  # already over: refused at once (a bad plan or SEED_GPUS)?
+    mkdir -p "$(dirname "$ROOT")"; rm -f "$ROOT.launched"
+    setsid bash "$0" _start "$2" > "$ROOT.log" 2>&1 < /dev/null &
+    launcher=$!
+    while [ ! -f "$ROOT.launched" ] && kill -0 "$launcher" 2>/dev/null; do sleep 0.2; done
+    if [ ! -f "$ROOT.launched" ]; then  # over before its jobs started: refused (a bad plan or SEED_GPUS)
       wait "$launcher"; rc=$?
-      [ "$rc" -eq 0 ] || { cat "$ROOT.log" >&2; exit "$rc"; }
+      cat "$ROOT.log" >&2; exit $(( rc ? rc : 1 ))
     fi
     echo "started plan $2 (log $ROOT.log)" ;;
   _start) mkdir -p "$ROOT"; echo $$ > "$ROOT.pid"; trap 'rm -f "$ROOT.pid"' EXIT; start "$2"; echo "plan $2 finished" ;;

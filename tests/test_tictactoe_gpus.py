@@ -1,0 +1,83 @@
+"""scripts/tictactoe_gpus.sh's plans, wired to a stand-in pipeline: which GPU and settings each
+run gets, and that a plan it cannot run is refused at once with its reason and a non-zero status.
+
+The stand-in `scripts/reproduce_tictactoe.sh` (in a copy of the scripts folder) only writes the
+variables the real one reads, and the SFT model's marker file the later variants wait for.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+FAKE = """\
+echo "GPU=$CUDA_VISIBLE_DEVICES SEED=$SEED RL=$RL_NAME STEPS=$RL_STEPS K=${RESTART_EXPLORE:-} RL2=$RL2_STEPS P2=${RL2_MIN_P:-}-${RL2_MAX_P:-} STAGES=$EVAL_STAGES"
+mkdir -p "$OUT_DIR/sft/final"; touch "$OUT_DIR/sft/final/config.json"
+"""
+
+pytestmark = pytest.mark.skipif(shutil.which("setsid") is None, reason="needs setsid (util-linux)")
+
+
+def _start(tmp_path: Path, plan: str, **env: str) -> subprocess.CompletedProcess[str]:
+    scripts = tmp_path / "scripts"
+    if not scripts.exists():
+        scripts.mkdir()
+        shutil.copy(ROOT / "scripts" / "tictactoe_gpus.sh", scripts)
+        (scripts / "reproduce_tictactoe.sh").write_text(FAKE)
+    return subprocess.run(
+        ["bash", "scripts/tictactoe_gpus.sh", "start", plan],
+        cwd=tmp_path,
+        env=os.environ | {"RUNS": "runs/plan"} | env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def _logs(tmp_path: Path) -> dict[str, str]:
+    runs = tmp_path / "runs" / "plan"
+    deadline = time.monotonic() + 30
+    while (tmp_path / "runs" / "plan.pid").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return {str(p.relative_to(runs)): p.read_text().strip() for p in sorted(runs.glob("*/pipeline-*.log"))}
+
+
+def test_each_seed_runs_on_the_gpu_named_for_it(tmp_path: Path) -> None:
+    proc = _start(tmp_path, "given4", SEEDS="1 2", SEED_GPUS="0 1")
+    assert proc.returncode == 0, proc.stderr
+    assert "started plan given4" in proc.stdout
+    logs = _logs(tmp_path)
+    assert list(logs) == ["s1/pipeline-rlGX.log", "s2/pipeline-rlGX.log"]
+    assert logs["s1/pipeline-rlGX.log"].startswith("GPU=0 SEED=1 RL=rlGX STEPS=400 K=2 RL2=0")
+    assert logs["s2/pipeline-rlGX.log"].startswith("GPU=1 SEED=2 RL=rlGX STEPS=400 K=2 RL2=0")
+
+
+def test_the_wins_phase_follows_the_weak_start(tmp_path: Path) -> None:
+    proc = _start(tmp_path, "weakwins", SEEDS="0", SEED_GPUS="1", WEAK_STEPS="7")
+    assert proc.returncode == 0, proc.stderr
+    (log,) = _logs(tmp_path).values()
+    assert log.startswith("GPU=1 SEED=0 RL=rlGX STEPS=7 K=2 RL2=100 P2=0.7-0.7 ")
+    assert log.endswith("STAGES=base sft rlGX rlGX2 rlGX.best")
+
+
+@pytest.mark.parametrize(
+    ("plan", "env", "reason"),
+    [
+        ("given4", {"SEEDS": "1 2", "SEED_GPUS": "0"}, "SEED_GPUS names 1 GPUs for 2 seeds"),
+        ("no_such_plan", {}, "unknown plan no_such_plan"),
+    ],
+)
+def test_a_plan_that_cannot_run_is_refused_with_its_reason(
+    tmp_path: Path, plan: str, env: dict[str, str], reason: str
+) -> None:
+    proc = _start(tmp_path, plan, **env)
+    assert proc.returncode == 2
+    assert reason in proc.stderr
+    assert "started" not in proc.stdout
+    assert not list((tmp_path / "runs").glob("plan/*/pipeline-*.log"))
