@@ -101,6 +101,7 @@ job() {  # job GPU NAME "SHARED VARS" "VARIANT VARS" ...: one seed's SFT, then i
       export CUDA_VISIBLE_DEVICES=$gpu OUT_DIR=$out RL_NAME=$variant $shared $vars
       local rl="$variant"; [ "${RL2_STEPS:-0}" -gt 0 ] && rl="$variant ${variant}2"  # and its phase 2
       [ -n "${KEEP_BEST:-}" ] && rl="$rl $variant.best"  # and its kept best (a selection)
+      [ -n "${KEEP_BEST:-}" ] && [ "${RL2_STEPS:-0}" -gt 0 ] && rl="$rl ${variant}2.best"  # phase 2's too
       if [ $first = 1 ]; then
         export EVAL_STAGES="${FIRST_STAGES-base sft} $rl ${LAST_STAGES-teacher}"
       else  # the later variants start from the first one's SFT model

@@ -63,7 +63,7 @@ def test_the_wins_phase_follows_the_weak_start(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     (log,) = _logs(tmp_path).values()
     assert log.startswith("GPU=1 SEED=0 RL=rlGX STEPS=7 K=2 RL2=100 P2=0.7-0.7 ")
-    assert log.endswith("STAGES=base sft rlGX rlGX2 rlGX.best")
+    assert log.endswith("STAGES=base sft rlGX rlGX2 rlGX.best rlGX2.best")
 
 
 @pytest.mark.parametrize(
