@@ -43,6 +43,7 @@ def test_cpu_recipe_runs_every_stage(tmp_path: Path) -> None:
         "RECIPE_INSTALL": "0",
         "GEN_TASKS": "40",
         "EVAL_TASKS": "2",
+        "BASE_EVAL_TASKS": "2",
         "SFT_STEPS": "3",
         "RL_STEPS": "2",
         "RL_BATCH": "16",  # 2 tasks x 8: the untrained model's 64 rollouts took 26 s a step
@@ -57,6 +58,11 @@ def test_cpu_recipe_runs_every_stage(tmp_path: Path) -> None:
     for line in lines:
         assert re.search(r"\d+s \(total +\d+s\)", line), line
     assert all(re.search(r"solved \d+\.\d% of 2 tasks, format \d+\.\d%", line) for line in lines if "eval-" in line)
+    compare = re.search(r"RL - SFT, the same 2 eval tasks: ([+-]\d+\.\d) points solved \(95% interval "
+                        r"([+-]\d+\.\d) to ([+-]\d+\.\d); (\d) tasks gained, (\d) lost\)", proc.stdout)  # fmt: skip
+    assert compare, proc.stdout
+    assert float(compare[2]) <= float(compare[1]) <= float(compare[3])
+    assert int(compare[4]) + int(compare[5]) <= 2
 
     assert (out / "base" / "config.json").is_file()
     assert len((out / "sft.jsonl").read_text().splitlines()) == 40  # the player solves every task
