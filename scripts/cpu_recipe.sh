@@ -77,7 +77,7 @@ stage sft
 evaluate sft/final eval/sft
 stage eval-sft eval/sft
 rlvr train "$NAME" -m sft/final -o rl -a "{\"num_tasks\": $RL_TASKS${ENV_ARGS:+, $ENV_ARGS}}" --steps "$RL_STEPS" --batch-size "$RL_BATCH" --group-size 8 --max-tokens 16 \
-    -T "$RL_TEMPERATURE" --lr "$RL_LR" --eval-every none --save-every none --device cpu -q $RL_ARGS
+    -T "$RL_TEMPERATURE" --lr "$RL_LR" --eval-every none --save-every 50 --device cpu -q $RL_ARGS
 stage rl
 evaluate rl/final eval/rl
 stage eval-rl eval/rl
@@ -89,6 +89,8 @@ def solved(path):
     return {r["task_id"]: r["rewards"]["solved"] for r in map(json.loads, open(path))}
 sft, rl = solved(sys.argv[1]), solved(sys.argv[2])
 diff = [rl[t] - sft[t] for t in sft if t in rl]
+if not diff:
+    sys.exit("RL - SFT: no eval task in both evaluations")
 rng = random.Random(0)
 means = sorted(sum(rng.choice(diff) for _ in diff) / len(diff) for _ in range(2000))
 print(f"RL - SFT, the same {len(diff)} eval tasks: {100 * sum(diff) / len(diff):+.1f} points solved "

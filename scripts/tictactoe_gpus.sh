@@ -99,9 +99,9 @@ job() {  # job GPU NAME "SHARED VARS" "VARIANT VARS" ...: one seed's SFT, then i
     [ "$vars" = "$spec" ] && vars=""
     (
       export CUDA_VISIBLE_DEVICES=$gpu OUT_DIR=$out RL_NAME=$variant $shared $vars
-      local rl="$variant"; [ "${RL2_STEPS:-0}" -gt 0 ] && rl="$variant ${variant}2"  # and its phase 2
-      [ -n "${KEEP_BEST:-}" ] && rl="$rl $variant.best"  # and its kept best (a selection)
-      [ -n "${KEEP_BEST:-}" ] && [ "${RL2_STEPS:-0}" -gt 0 ] && rl="$rl ${variant}2.best"  # phase 2's too
+      local phases="$variant" rl phase; [ "${RL2_STEPS:-0}" -gt 0 ] && phases="$variant ${variant}2"  # and phase 2
+      rl=$phases
+      if [ -n "${KEEP_BEST:-}" ]; then for phase in $phases; do rl="$rl $phase.best"; done; fi  # kept bests (a selection)
       if [ $first = 1 ]; then
         export EVAL_STAGES="${FIRST_STAGES-base sft} $rl ${LAST_STAGES-teacher}"
       else  # the later variants start from the first one's SFT model
@@ -427,7 +427,7 @@ collect() {  # collect DIR [noplots]: tables, metrics, logs, exact summaries (no
 case ${1:-} in
   start)
     mkdir -p "$(dirname "$ROOT")"; rm -f "$ROOT.launched"
-    setsid bash "$0" _start "$2" > "$ROOT.log" 2>&1 < /dev/null &
+    setsid -w bash "$0" _start "$2" > "$ROOT.log" 2>&1 < /dev/null &  # -w: $! lives as long as the plan
     launcher=$!
     while [ ! -f "$ROOT.launched" ] && kill -0 "$launcher" 2>/dev/null; do sleep 0.2; done
     if [ ! -f "$ROOT.launched" ]; then  # over before its jobs started: refused (a bad plan or SEED_GPUS)
