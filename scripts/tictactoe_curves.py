@@ -43,6 +43,8 @@ TITLES = {
     "weak_s2": "weak start, plan given3, SFT seed 2",
     "weak_g1": "weak start, plan given4, SFT seed 1",
     "weak_g2": "weak start, plan given4, SFT seed 2",
+    "weak_w1": "weak start, plan weakwins, SFT seed 1",
+    "weak_w2": "weak start, plan weakwins, SFT seed 2",
     "shipped": "RL 2, 3 and 4 of the shipped model",
 }
 
@@ -150,6 +152,8 @@ def plot(table: Path, out: Path, match: str = "", seeds_from: str = "") -> None:
         ax.set_xlabel("RL step (0 = SFT model)")
         if max(counts) > 10 * max(min(counts), 1):
             ax.set_yscale("symlog", linthresh=10)
+            ticks = [t for t in (0, 5, 10, 20, 50, 100, 200, 500, 1000) if t <= 1.2 * max(counts)]
+            ax.set_yticks(ticks, [str(t) for t in ticks])  # (symlog alone labels only the powers of 10)
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("lost games over the whole tree")
     labels = sorted(handles)

@@ -17,7 +17,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE = """\
-echo "GPU=$CUDA_VISIBLE_DEVICES SEED=$SEED RL=$RL_NAME STEPS=$RL_STEPS K=${RESTART_EXPLORE:-} RL2=$RL2_STEPS P2=${RL2_MIN_P:-}-${RL2_MAX_P:-} STAGES=$EVAL_STAGES"
+echo "GPU=$CUDA_VISIBLE_DEVICES SEED=$SEED RL=$RL_NAME STEPS=$RL_STEPS K=${RESTART_EXPLORE:-} RL2=$RL2_STEPS P2=${RL2_MIN_P:-}-${RL2_MAX_P:-} B2=${RL2_BUCKETS:-} STAGES=$EVAL_STAGES"
 mkdir -p "$OUT_DIR/sft/final"; touch "$OUT_DIR/sft/final/config.json"
 """
 
@@ -62,8 +62,15 @@ def test_the_wins_phase_follows_the_weak_start(tmp_path: Path) -> None:
     proc = _start(tmp_path, "weakwins", SEEDS="0", SEED_GPUS="1", WEAK_STEPS="7")
     assert proc.returncode == 0, proc.stderr
     (log,) = _logs(tmp_path).values()
-    assert log.startswith("GPU=1 SEED=0 RL=rlGX STEPS=7 K=2 RL2=100 P2=0.7-0.7 ")
+    assert log.startswith("GPU=1 SEED=0 RL=rlGX STEPS=7 K=2 RL2=100 P2=0.7-0.7 B2=1 ")
     assert log.endswith("STAGES=base sft rlGX rlGX2 rlGX.best rlGX2.best")
+
+
+def test_the_wins_phase_can_keep_perfect_opponents(tmp_path: Path) -> None:
+    proc = _start(tmp_path, "weakwins", SEEDS="2", SEED_GPUS="0", WINS_MIN_P="0", WINS_BUCKETS="8")
+    assert proc.returncode == 0, proc.stderr
+    (log,) = _logs(tmp_path).values()
+    assert log.startswith("GPU=0 SEED=2 RL=rlGX STEPS=300 K=2 RL2=100 P2=0-0.7 B2=8 ")
 
 
 @pytest.mark.parametrize(

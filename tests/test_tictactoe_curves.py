@@ -1,0 +1,61 @@
+"""scripts/tictactoe_curves.py: a run's exact evaluations appended to the curves table once, a later
+phase counted on from the step its first phase ended at, and the figure drawn from the table."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("tictactoe_curves", ROOT / "scripts" / "tictactoe_curves.py")
+assert spec is not None and spec.loader is not None
+curves = importlib.util.module_from_spec(spec)
+sys.modules["tictactoe_curves"] = curves
+spec.loader.exec_module(curves)
+
+HEADER = "step,loss,exact/beaten_games,exact/rejected_move_games,exact/random/win_pct,exact/random/loss_pct,exact/optimal/draw_pct,exact/optimal/loss_pct\n"
+
+
+def _run(folder: Path, rows: list[str]) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "metrics.csv").write_text(HEADER + "".join(r + "\n" for r in rows))
+    return folder
+
+
+def test_add_counts_a_later_phase_on_and_skips_what_it_cannot_read(tmp_path: Path) -> None:
+    table = tmp_path / "curves.csv"
+    first = _run(
+        tmp_path / "rl", ["0,0.1,200,150,74.5,13.0,76.2,23.8", "1,0.1,,,,,,", "25,0.1,43,68,82.55,2.9,97.49,2.51"]
+    )
+    second = _run(
+        tmp_path / "rl2",
+        ["0,0.1,43,68,82.55,2.9,97.49,2.51", "25,0.1,nan,1,1,1,1,1", "50,0.1,16,32,88.09,1.2,95.6,4.4"],
+    )
+    assert curves.add(table, first, "weak_w1", "walk back", "two phases") == 2  # step 1 has no evaluation
+    assert curves.add(table, second, "weak_w1", "walk back", "two phases", 25) == 1  # its step 0 is step 25
+    rows = curves.select(table)
+    assert [(r["step"], r["lost_games"], r["optimal_draw_pct"]) for r in rows] == [
+        ("0", "200", "76.2"),
+        ("25", "43", "97.49"),
+        ("75", "16", "95.6"),
+    ]
+    assert curves.add(table, second, "weak_w1", "walk back", "two phases", 25) == 0  # not twice
+    with table.open("a") as f:
+        f.write("weak_w1,walk back,two")  # an append killed mid-row
+    assert len(curves.select(table)) == 3
+
+
+def test_plot_draws_the_matching_lines_and_refuses_an_empty_match(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    table = tmp_path / "curves.csv"
+    run = _run(tmp_path / "rl", ["0,0.1,206,254,74.5,13.0,76.2,23.8", "25,0.1,16,32,88.09,1.2,95.6,4.4"])
+    curves.add(table, run, "weak_w1", "walk back", "plan weakwins")
+    out = tmp_path / "lost.png"
+    curves.plot(table, out, "weakwins", "weak")  # 206 -> 16: the panel is drawn linear to 10, log above
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not out.with_name("lost.png.part").exists()
+    with pytest.raises(SystemExit, match="no line"):
+        curves.plot(table, tmp_path / "none.png", "no such variant")
