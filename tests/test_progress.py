@@ -86,3 +86,28 @@ def test_quiet_silences_the_loading_weights_bar(capfd, tmp_path) -> None:
         assert "Loading weights" not in capfd.readouterr().err
     finally:
         transformers.utils.logging.enable_progress_bar()
+
+
+def test_model_new_prints_one_line_and_nothing_with_quiet(capfd, tmp_path) -> None:
+    pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
+
+    if os.environ.get("HF_HUB_DISABLE_PROGRESS_BARS"):
+        pytest.skip("HF_HUB_DISABLE_PROGRESS_BARS is set: no bar to silence")
+    were_off = are_progress_bars_disabled()  # (an earlier test's -q turns them off in this process)
+    enable_progress_bars()
+    transformers.utils.logging.enable_progress_bar()
+    try:
+        assert main(["model", "new", "-o", str(tmp_path / "loud")]) == 0
+        out, err = capfd.readouterr()
+        assert out.startswith("saved tiny model to ") and len(out.splitlines()) == 1, out
+        assert err == ""  # no "Writing model shards" or "Loading weights" bar
+        transformers.utils.logging.enable_progress_bar()
+        assert main(["model", "new", "-q", "-o", str(tmp_path / "quiet")]) == 0
+        assert capfd.readouterr() == ("", "")
+        assert (tmp_path / "quiet" / "config.json").is_file()
+    finally:
+        if were_off:
+            disable_progress_bars()
+        transformers.utils.logging.enable_progress_bar()

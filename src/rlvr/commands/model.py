@@ -37,6 +37,7 @@ def add_parser(sub: Any) -> None:
     new.add_argument("--seed", type=int, default=0, help="seed of the weights and the corpus")
     new.add_argument("--vocab-size", type=int, default=None, help="upper bound on the vocabulary")
     new.add_argument("-o", "--output", required=True, metavar="DIR", help="where to save the model")
+    new.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
     new.set_defaults(run=run)
 
 
@@ -70,6 +71,9 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"building models needs the train extra: pip install 'rlvr[train]' ({exc})") from None
     if args.games < 1:
         raise UsageError(f"--games must be positive, got {args.games}")
+    from rlvr.progress import silence_third_party_bars
+
+    silence_third_party_bars()  # a model of a few MB: bars for writing and reloading it are noise
     out = Path(args.output)
     try:  # before any work: a file in the way or no permission is one line, at once
         out.mkdir(parents=True, exist_ok=True)
@@ -79,6 +83,8 @@ def run(args: argparse.Namespace) -> int:
     for name in args.corpus:
         corpus.extend(env_corpus(name, args.games, args.seed))
     path = build_tiny_model(out, preset=args.preset, corpus=corpus, seed=args.seed, vocab_size=args.vocab_size)
+    if args.quiet:
+        return 0
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     model = AutoModelForCausalLM.from_pretrained(path)
