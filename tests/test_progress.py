@@ -1,5 +1,5 @@
 """Progress where nobody sees a bar: plain lines when stdout is not a terminal, none under -q,
-and no third-party loading bars under -q."""
+and no third-party loading bars under -q or off a terminal."""
 
 from __future__ import annotations
 
@@ -68,46 +68,53 @@ def test_eval_prints_plain_progress_when_not_on_a_terminal(capsys, tmp_path) -> 
     assert not [line for line in capsys.readouterr().out.splitlines() if line.startswith("rollouts ")]
 
 
-def test_quiet_silences_the_loading_weights_bar(capfd, tmp_path) -> None:
-    pytest.importorskip("reverse_text")
-    pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    from rlvr.models import build_tiny_model
-
-    if os.environ.get("HF_HUB_DISABLE_PROGRESS_BARS"):
-        pytest.skip("HF_HUB_DISABLE_PROGRESS_BARS is set: no bar to silence")
-    model_dir = build_tiny_model(tmp_path / "tiny")
-    transformers.utils.logging.enable_progress_bar()
-    argv = ["eval", "reverse_text", "-m", str(model_dir), "-n", "1", "-r", "1", "-t", "2"]
-    try:
-        assert main([*argv, "-o", str(tmp_path / "loud")]) == 0
-        assert "Loading weights" in capfd.readouterr().err
-        assert main([*argv, "-q", "-o", str(tmp_path / "quiet")]) == 0
-        assert "Loading weights" not in capfd.readouterr().err
-    finally:
-        transformers.utils.logging.enable_progress_bar()
-
-
-def test_model_new_prints_one_line_and_nothing_with_quiet(capfd, tmp_path) -> None:
+@pytest.fixture
+def bars_on():
+    """Hugging Face's bars on (an earlier in-process command may have turned them off), as they
+    were afterwards."""
     pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
 
     if os.environ.get("HF_HUB_DISABLE_PROGRESS_BARS"):
         pytest.skip("HF_HUB_DISABLE_PROGRESS_BARS is set: no bar to silence")
-    were_off = are_progress_bars_disabled()  # (an earlier test's -q turns them off in this process)
-    enable_progress_bars()
+    were_off = are_progress_bars_disabled()
+
+    def turn_on() -> None:
+        enable_progress_bars()
+        transformers.utils.logging.enable_progress_bar()
+
+    turn_on()
+    yield turn_on
+    if were_off:
+        disable_progress_bars()
     transformers.utils.logging.enable_progress_bar()
-    try:
-        assert main(["model", "new", "-o", str(tmp_path / "loud")]) == 0
-        out, err = capfd.readouterr()
-        assert out.startswith("saved tiny model to ") and len(out.splitlines()) == 1, out
-        assert err == ""  # no "Writing model shards" or "Loading weights" bar
-        transformers.utils.logging.enable_progress_bar()
-        assert main(["model", "new", "-q", "-o", str(tmp_path / "quiet")]) == 0
-        assert capfd.readouterr() == ("", "")
-        assert (tmp_path / "quiet" / "config.json").is_file()
-    finally:
-        if were_off:
-            disable_progress_bars()
-        transformers.utils.logging.enable_progress_bar()
+
+
+def test_loading_bars_show_on_a_terminal_only_and_never_under_quiet(bars_on, capfd, monkeypatch, tmp_path) -> None:
+    pytest.importorskip("reverse_text")
+    from rlvr.models import build_tiny_model
+
+    model_dir = build_tiny_model(tmp_path / "tiny")
+    argv = ["eval", "reverse_text", "-m", str(model_dir), "-n", "1", "-r", "1", "-t", "2"]
+    capfd.readouterr()
+    assert main([*argv, "-o", str(tmp_path / "log")]) == 0  # stderr captured: not a terminal
+    assert "Loading weights" not in capfd.readouterr().err
+    bars_on()
+    monkeypatch.setattr("rlvr.cli._stderr_is_terminal", lambda: True)
+    assert main([*argv, "-o", str(tmp_path / "terminal")]) == 0
+    assert "Loading weights" in capfd.readouterr().err
+    bars_on()
+    assert main([*argv, "-q", "-o", str(tmp_path / "quiet")]) == 0
+    assert "Loading weights" not in capfd.readouterr().err
+
+
+def test_model_new_prints_one_line_and_nothing_with_quiet(bars_on, capfd, tmp_path) -> None:
+    assert main(["model", "new", "-o", str(tmp_path / "loud")]) == 0
+    out, err = capfd.readouterr()
+    assert out.startswith("saved tiny model to ") and len(out.splitlines()) == 1, out
+    assert err == ""  # not a terminal: no "Writing model shards" or "Loading weights" bar
+    bars_on()
+    assert main(["model", "new", "-q", "-o", str(tmp_path / "quiet")]) == 0
+    assert capfd.readouterr() == ("", "")
+    assert (tmp_path / "quiet" / "config.json").is_file()

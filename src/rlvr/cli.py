@@ -83,6 +83,10 @@ def _discard_stdout() -> None:
         pass
 
 
+def _stderr_is_terminal() -> bool:
+    return sys.stderr.isatty()
+
+
 def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
@@ -97,10 +101,10 @@ def _main(argv: list[str] | None) -> int:
             file=sys.stderr,
         )
         return 2
-    if getattr(args, "quiet", False):
+    if getattr(args, "quiet", False) or not _stderr_is_terminal():
         from rlvr.progress import silence_third_party_bars
 
-        silence_third_party_bars()
+        silence_third_party_bars()  # (in a log file their in-place redraws are one line of \r)
     main_thread = threading.current_thread() is threading.main_thread()  # (signals go to the main thread)
     on_term = signal.signal(signal.SIGTERM, _terminate) if main_thread else None
     try:

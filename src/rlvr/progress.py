@@ -8,7 +8,8 @@ line; the last item always gets its line. With no total (`None`: a walk whose si
 it goes) only the interval applies. `quiet` prints nothing at all.
 
 `silence_third_party_bars()` turns off the progress bars of Hugging Face libraries
-("Loading weights", downloads), for `-q`.
+("Loading weights", "Writing model shards", downloads): the CLI calls it for `-q` and whenever
+stderr is not a terminal, where a bar's redraws are one long line of carriage returns.
 """
 
 from __future__ import annotations

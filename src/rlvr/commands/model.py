@@ -71,9 +71,6 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"building models needs the train extra: pip install 'rlvr[train]' ({exc})") from None
     if args.games < 1:
         raise UsageError(f"--games must be positive, got {args.games}")
-    from rlvr.progress import silence_third_party_bars
-
-    silence_third_party_bars()  # a model of a few MB: bars for writing and reloading it are noise
     out = Path(args.output)
     try:  # before any work: a file in the way or no permission is one line, at once
         out.mkdir(parents=True, exist_ok=True)
