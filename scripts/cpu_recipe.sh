@@ -44,11 +44,12 @@ stage() {
     local now result=""
     now=$(date +%s)
     if [[ $# -gt 1 ]]; then
-        result=$(python - "$2/results.jsonl" <<'PY'
-import json, statistics, sys
-rows = [json.loads(line) for line in open(sys.argv[1])]
-solved = statistics.fmean(r["rewards"]["solved"] for r in rows)
-fmt = statistics.fmean(r["rewards"]["format_reward"] for r in rows)
+        result=$(python - "$2" <<'PY'
+import math, statistics, sys
+from rlvr.results import RunDir
+rows = RunDir.open(sys.argv[1]).read()  # (a NaN reward or an errored game counts as 0)
+solved = statistics.fmean(r.rewards.get("solved") == 1.0 for r in rows)
+fmt = statistics.fmean(x if math.isfinite(x := r.rewards.get("format_reward", 0.0)) else 0.0 for r in rows)
 print(f"  solved {100 * solved:.1f}% of {len(rows)} tasks, format {100 * fmt:.1f}%")
 PY
 )
@@ -83,10 +84,11 @@ evaluate rl/final eval/rl
 stage eval-rl eval/rl
 # RL against SFT task by task (the same eval tasks, one greedy game each): the mean difference
 # and a 95% interval from 2,000 bootstrap resamples of the tasks
-python - eval/sft/results.jsonl eval/rl/results.jsonl <<'PY'
-import json, random, sys
+python - eval/sft eval/rl <<'PY'
+import random, sys
+from rlvr.results import RunDir
 def solved(path):
-    return {r["task_id"]: r["rewards"]["solved"] for r in map(json.loads, open(path))}
+    return {r.task_id: float(r.rewards.get("solved") == 1.0) for r in RunDir.open(path).read()}
 sft, rl = solved(sys.argv[1]), solved(sys.argv[2])
 diff = [rl[t] - sft[t] for t in sft if t in rl]
 if not diff:

@@ -99,9 +99,8 @@ job() {  # job GPU NAME "SHARED VARS" "VARIANT VARS" ...: one seed's SFT, then i
     [ "$vars" = "$spec" ] && vars=""
     (
       export CUDA_VISIBLE_DEVICES=$gpu OUT_DIR=$out RL_NAME=$variant $shared $vars
-      local phases="$variant" rl phase; [ "${RL2_STEPS:-0}" -gt 0 ] && phases="$variant ${variant}2"  # and phase 2
-      rl=$phases
-      if [ -n "${KEEP_BEST:-}" ]; then for phase in $phases; do rl="$rl $phase.best"; done; fi  # kept bests (a selection)
+      local rl="$variant"; [ "${RL2_STEPS:-0}" -gt 0 ] && rl="$rl ${variant}2"  # and its phase 2
+      [ -n "${KEEP_BEST:-}" ] && rl="$rl$(printf ' %s.best' $rl)"  # and each phase's kept best (a selection)
       if [ $first = 1 ]; then
         export EVAL_STAGES="${FIRST_STAGES-base sft} $rl ${LAST_STAGES-teacher}"
       else  # the later variants start from the first one's SFT model
