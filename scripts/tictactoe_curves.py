@@ -53,6 +53,7 @@ def add(table: Path, run: Path, seed: str, opponent: str, variant: str, first_st
     new = not table.exists()
     have: set[tuple[str, str, str, int]] = set()
     if not new:
+        _cut_torn_tail(table)  # else the first row appended would run on from it, and be lost with it
         with table.open() as f:
             have = {(r["seed"], r["opponent"], r["variant"], int(r["step"])) for r in _whole_rows(f)}
     rows = []
@@ -75,6 +76,14 @@ def add(table: Path, run: Path, seed: str, opponent: str, variant: str, first_st
             writer.writeheader()
         writer.writerows(rows)
     return len(rows)
+
+
+def _cut_torn_tail(table: Path) -> None:
+    """Cut what follows the last newline: the part row an `add` killed mid-append left."""
+    data = table.read_bytes()
+    if data and not data.endswith(b"\n"):
+        with table.open("r+b") as f:
+            f.truncate(data.rfind(b"\n") + 1)
 
 
 def _whole_rows(f: Any) -> list[dict[str, str]]:

@@ -46,6 +46,9 @@ def test_add_counts_a_later_phase_on_and_skips_what_it_cannot_read(tmp_path: Pat
     with table.open("a") as f:
         f.write("weak_w1,walk back,two")  # an append killed mid-row
     assert len(curves.select(table)) == 3
+    assert curves.add(table, first, "weak_w2", "walk back", "two phases") == 2  # after the torn row
+    assert [(r["seed"], r["step"]) for r in curves.select(table)][3:] == [("weak_w2", "0"), ("weak_w2", "25")]
+    assert "two\n" not in table.read_text()  # the torn row is gone
 
 
 def test_plot_draws_the_matching_lines_and_refuses_an_empty_match(tmp_path: Path) -> None:
