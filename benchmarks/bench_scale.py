@@ -30,15 +30,17 @@ phase only; each reports its own peak memory):
     prefill  one no-grad bf16 forward of 8 x 512 tokens: tokens/s and MFU (2 x params)
     update   rlvr's `update_policy` on 64 synthetic sequences (128 prompt + 32-256 trained
              tokens; float32 weights, bf16 autocast, AdamW): tokens/s, MFU (6 x params) and
-             peak memory, padded / packed / activation checkpointing / full logits (the path
-             before chunking) / padded with `compile_blocks` (CUDA) / packed with
-             flash_attention_2 (where flash_attn imports); RLVR_PROFILE=1 adds a kernel table
+             peak memory, padded / packed (on CUDA through torch's varlen kernel) /
+             activation checkpointing / full logits (the path before chunking) / padded with
+             `compile_blocks` (CUDA) / where the varlen kernel runs, packed with a block mask
+             (as before it) and packed with `compile_blocks` / packed with flash_attention_2
+             (where flash_attn imports); RLVR_PROFILE=1 adds a kernel table
              of one padded update and its wall time against its kernels' time
     train    rlvr's trainer against TRL's GRPOTrainer (`bench_train_vs_trl`: 64 rollouts = 8
              prompts x 8, 128 new tokens, 1 warm-up + `--steps` steps; 4b with activation
              checkpointing on both sides), alternated `--repeats` times: seconds per step
              each, and TRL's / rlvr's as median [min-max] over the repeats (`--compile-blocks`,
-             `--compile-decode`: rlvr's trainer with that option, TRL as it is)
+             `--compile-decode`, `--pack`: rlvr's trainer with that option, TRL as it is)
 
 A wall-clock guard stops starting phases (and kills a running one) at `--budget`; the JSON
 is rewritten after every phase, so a cut run keeps what it had, and a second command with the
@@ -82,6 +84,7 @@ def run_phase(args: argparse.Namespace, phase: str, size: str, work: Path, deadl
     cmd += ["--micro-batch-size", str(args.micro_batch_size)] if args.micro_batch_size else []
     cmd += ["--compile-blocks"] if args.compile_blocks else []
     cmd += ["--compile-decode"] if args.compile_decode else []
+    cmd += ["--pack"] if args.pack else []
     cmd += ["--no-split"] if args.no_split else []
     t0 = time.time()
     env = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", **os.environ}  # less fragmentation at 4B
@@ -119,6 +122,7 @@ def main() -> None:
     p.add_argument("--micro-batch-size", type=int, default=None, help="override the per-size micro-batch")
     p.add_argument("--compile-blocks", action="store_true", help="rlvr's trainer with compile_blocks (TRL as it is)")
     p.add_argument("--compile-decode", action="store_true", help="rlvr's trainer with compile_decode (TRL as it is)")
+    p.add_argument("--pack", action="store_true", help="rlvr's trainer with pack_sequences (TRL as it is)")
     p.add_argument("--no-split", action="store_true", help="decode phase: skip the step split and attention runs")
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
     p.add_argument("--out", default="benchmarks/results/scale.json", help="JSON results (sizes merged into it)")

@@ -401,10 +401,14 @@ def phase_update(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     }
     if device.type == "cuda":  # each decoder layer through torch.compile (fuses the elementwise work)
         variants["padded+compile"] = {"compile_blocks": True}
+    if logprobs.unavailable(model) is None:  # "packed" ran torch's varlen kernel; beside it the block mask
+        variants["packed+mask"] = {"pack_sequences": True, "mask": True}
+        variants["packed+compile"] = {"pack_sequences": True, "compile_blocks": True}
     if importlib.util.find_spec("flash_attn") is not None:
         variants["packed+flash_attention_2"] = {"pack_sequences": True, "attn": "flash_attention_2"}
     out: dict[str, Any] = {"sequences": len(seqs), "tokens": sum(len(s.ids) for s in seqs), "micro_batch": micro}
     out["attn_implementation"] = model.config._attn_implementation
+    out["packed_attention"] = logprobs.unavailable(model) or "rlvr_varlen (torch.nn.attention.varlen)"
     for name, v in variants.items():
         if time.time() > args.deadline - 30:
             out[name] = {"skipped": "budget"}
@@ -415,8 +419,11 @@ def phase_update(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             compile_blocks=v.get("compile_blocks", False),
         )  # fmt: skip
         saved_chunk, saved_attn = logprobs.CHUNK_ELEMENTS, model.config._attn_implementation
+        saved_unavailable = logprobs.unavailable
         try:
             logprobs.CHUNK_ELEMENTS = v.get("chunk", saved_chunk)
+            if v.get("mask"):  # packed rows through sdpa with a block-diagonal mask, as before varlen
+                logprobs.unavailable = lambda m: "forced: the block mask"  # type: ignore[assignment]
             if "attn" in v:
                 model.set_attn_implementation(v["attn"])
             runs, seconds = [], []
@@ -436,7 +443,7 @@ def phase_update(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         except Exception as exc:  # out of memory, a missing kernel: this variant only
             out[name] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
         finally:
-            logprobs.CHUNK_ELEMENTS = saved_chunk
+            logprobs.CHUNK_ELEMENTS, logprobs.unavailable = saved_chunk, saved_unavailable
             if model.config._attn_implementation != saved_attn:
                 model.set_attn_implementation(saved_attn)
             optimizer.zero_grad(set_to_none=True)
@@ -469,7 +476,7 @@ def phase_train(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     if args.phase == "rlvr":
         run = run_rlvr(
             work / "model", ns, here, probe_tasks=0, gradient_checkpointing=ns.gradient_checkpointing,
-            compile_blocks=args.compile_blocks, compile_decode=args.compile_decode,
+            compile_blocks=args.compile_blocks, compile_decode=args.compile_decode, pack_sequences=args.pack or None,
         )  # fmt: skip
     else:
         run = run_trl(work / "model", ns, here)
@@ -547,6 +554,7 @@ def main() -> None:
     p.add_argument("--micro-batch-size", type=int, default=None)
     p.add_argument("--compile-blocks", action="store_true", help="rlvr's trainer with compile_blocks")
     p.add_argument("--compile-decode", action="store_true", help="rlvr's trainer with compile_decode")
+    p.add_argument("--pack", action="store_true", help="rlvr's trainer with pack_sequences")
     p.add_argument("--no-split", action="store_true", help="decode: skip the step split and the attention runs")
     p.add_argument("--deadline", type=float, default=float("inf"), help="epoch seconds: skip what would run past")
     args = p.parse_args()

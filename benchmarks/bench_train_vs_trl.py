@@ -104,6 +104,12 @@ def run_rlvr(
             "rollouts_s": statistics.fmean(m["time/rollouts"] for m in timed),
             "train_s": statistics.fmean(m["time/train"] for m in timed),
             "train_tokens_per_s": statistics.fmean(m["throughput/train_tokens_per_s"] for m in timed),
+            "train_s_per_step": [m["time/train"] for m in timed],  # a step that compiles again stands out
+            **(
+                {"train_mfu_per_step": [m["throughput/train_mfu"] for m in timed]}
+                if "throughput/train_mfu" in timed[0]
+                else {}
+            ),
             **(
                 {"train_mfu": statistics.fmean(m["throughput/train_mfu"] for m in timed)}
                 if "throughput/train_mfu" in timed[0]

@@ -5,7 +5,8 @@ device machines), this project's pytest options are unknown: `pytest -c /dev/nul
 (4 passed on an H100, torch 2.11, 2026-11-27; the compiled-blocks test added 2026-11-28, the
 compiled decode step's 2026-11-28, 6 passed on an H200; 6 passed again on an H200 on 2026-11-29,
 and the deterministic SFT test, in a first form that also asserted RL's weights equal, passed its
-SFT part and failed that RL assertion, since dropped).
+SFT part and failed that RL assertion, since dropped; the varlen test, both variants, passed on an
+H200 on 2026-11-30, before its random sequences moved into `_sequences`).
 """
 
 from __future__ import annotations
@@ -89,21 +90,14 @@ def test_compiled_blocks_on_cuda_give_the_eager_update_and_train(small, tmp_path
     points where the eager one does (bf16 sums differ: cosine, not equality), and the trainer
     runs two steps with it (sequences of other lengths each step: dynamic shapes)."""
     import copy
-    import random
 
     from rlvr.train.distributed import Dist
     from rlvr.train.losses import LossConfig
     from rlvr.train.model import load_trainable
-    from rlvr.train.sequences import TrainSequence
     from rlvr.train.update import UpdateSettings, update_policy
 
     base = load_trainable(str(small), lora=None, device=torch.device("cuda")).eval()
-    rng = random.Random(3)
-    seqs = []
-    for i in range(16):
-        prompt, reply = rng.randint(8, 40), rng.randint(4, 60)
-        ids = [rng.randrange(base.config.vocab_size) for _ in range(prompt + reply)]
-        seqs.append(TrainSequence(ids, [0] * prompt + [1] * reply, rng.uniform(-1, 1), [float("nan")] * len(ids), i))
+    seqs = _sequences(base.config.vocab_size, seed=3)
     deltas = []
     for on in (False, True):
         m = copy.deepcopy(base)
@@ -116,6 +110,68 @@ def test_compiled_blocks_on_cuda_give_the_eager_update_and_train(small, tmp_path
     cosine = torch.nn.functional.cosine_similarity(deltas[0], deltas[1], dim=0).item()
     assert deltas[0].norm() > 0 and cosine > 0.999, cosine
     _train_two_steps(small, tmp_path, capsys, "--compile-blocks")
+
+
+@pytest.mark.parametrize("compile_blocks", [False, True], ids=["eager", "compiled"])
+def test_packed_rows_through_torch_varlen_give_the_padded_update_on_cuda(
+    small, tmp_path, capsys, compile_blocks
+) -> None:
+    """Packed micro-batches run torch's varlen kernel (`rlvr.train.varlen`) on CUDA, every layer,
+    and the update's parameter change points where the padded sdpa update's does (bf16)."""
+    import copy
+
+    from rlvr.train import logprobs, varlen
+    from rlvr.train.distributed import Dist
+    from rlvr.train.losses import LossConfig
+    from rlvr.train.model import load_trainable
+    from rlvr.train.update import UpdateSettings, update_policy
+
+    base = load_trainable(str(small), lora=None, device=torch.device("cuda")).eval()
+    if varlen.unavailable(base) is not None:
+        pytest.skip(varlen.unavailable(base))
+    varlen.register()
+    kernel, calls = varlen._KERNEL["fn"], []
+
+    def counted(*args, **kwargs):
+        calls.append(args[0].shape[0])
+        return kernel(*args, **kwargs)
+
+    seqs = _sequences(base.config.vocab_size, seed=4)
+    deltas = []
+    for pack in (False, True):
+        m = copy.deepcopy(base)
+        before = torch.cat([p.detach().flatten().clone() for p in m.parameters()])
+        how = UpdateSettings(
+            "grpo", LossConfig(), 1, 8, 1.0, True, 1.0, 0, pack_sequences=pack, compile_blocks=compile_blocks
+        )
+        varlen._KERNEL["fn"] = counted
+        try:
+            update_policy(
+                m, None, seqs, 16, how, torch.optim.SGD(m.parameters(), lr=1.0), Dist(device=torch.device("cuda"))
+            )
+        finally:
+            varlen._KERNEL["fn"] = kernel
+        assert m.config._attn_implementation == "sdpa"
+        deltas.append(torch.cat([p.detach().flatten() for p in m.parameters()]) - before)
+        assert bool(calls) == pack and (not pack or compile_blocks or len(calls) % base.config.num_hidden_layers == 0)
+    cosine = torch.nn.functional.cosine_similarity(deltas[0], deltas[1], dim=0).item()
+    assert deltas[0].norm() > 0 and cosine > 0.999, cosine
+    assert logprobs.packs_by_default(base) is False  # opt-in: pack_sequences
+
+
+def _sequences(vocab: int, seed: int) -> list:
+    """16 random training sequences of 12-100 tokens, each a prompt then a reply."""
+    import random
+
+    from rlvr.train.sequences import TrainSequence
+
+    rng = random.Random(seed)
+    seqs = []
+    for i in range(16):
+        prompt, reply = rng.randint(8, 40), rng.randint(4, 60)
+        ids = [rng.randrange(vocab) for _ in range(prompt + reply)]
+        seqs.append(TrainSequence(ids, [0] * prompt + [1] * reply, rng.uniform(-1, 1), [float("nan")] * len(ids), i))
+    return seqs
 
 
 def _train_two_steps(small, tmp_path, capsys, option: str) -> None:

@@ -145,7 +145,7 @@ class TrainConfig:
     bf16: bool | None = None
     """bfloat16 autocast of forward and backward passes (weights stay float32); unset = on for a CUDA GPU with bf16, off on CPU"""
     pack_sequences: bool | None = None
-    """pack each micro-batch into one row without padding; None = only where attention is varlen (flash_attention_2)"""
+    """pack each micro-batch into one row without padding (on CUDA through torch's varlen attention); None = only where the model's attention is varlen (flash_attention_2)"""
     gradient_checkpointing: bool = False
     """recompute each transformer block's activations in the backward pass (less memory, ~1/3 more compute)"""
     compile_blocks: bool = False

@@ -17,7 +17,9 @@
   model's own forward).
 - A packed micro-batch (`MicroBatch.positions`) is one row of several sequences, positions
   restarting at each; the attention kernel keeps them apart (`packing_unsupported` says where
-  the installed transformers cannot).
+  the installed transformers cannot). On CUDA with torch >= 2.10, a model with sdpa or eager
+  attention runs packed rows through torch's varlen kernel instead of a block mask
+  (`rlvr.train.varlen`).
 - `activation_checkpointing` recomputes each transformer block in the backward pass instead of
   keeping its activations, whatever the model's train/eval mode (rlvr keeps it in eval mode).
 - `compiled_blocks` runs each transformer block through `torch.compile` (dynamic shapes), which
@@ -41,6 +43,7 @@ from torch.utils.checkpoint import checkpoint
 
 from rlvr.errors import UsageError
 from rlvr.train.sequences import MicroBatch
+from rlvr.train.varlen import packed_attention, unavailable, varlen_kwargs
 
 CHUNK_ELEMENTS = 2**26
 """Logits per chunk of the output head (float32: 256 MiB); 0 = no chunks (full logits)."""
@@ -77,13 +80,16 @@ def micro_batch_logprobs(
     targets = mb.ids.reshape(-1)[at + 1]
     size = CHUNK_ELEMENTS if chunk_elements is None else chunk_elements
     head = _head(model) if size > 0 else None
+    varlen = mb.cu_seqlens is not None and unavailable(model) is None  # packed, through torch's varlen kernel
     if head is not None:
-        hidden = _hidden_states(model, mb, head)
+        with packed_attention(model, varlen):
+            hidden = _hidden_states(model, mb, head, varlen)
         weight: torch.Tensor = head.weight  # type: ignore[assignment]  # (V, H)
         chunk = max(1, size // weight.shape[0])
         logp, ent = _chunked(head, hidden.reshape(-1, hidden.shape[-1])[at], targets, temperature, entropy, chunk)
     else:
-        logits = model(**_inputs(mb)).logits[:, : mb.ids.shape[1]]
+        with packed_attention(model, varlen):
+            logits = model(**_inputs(mb, varlen)).logits[:, : mb.ids.shape[1]]
         logp, ent = _logprobs(logits.reshape(-1, logits.shape[-1])[at], targets, temperature, entropy)
     if empty:
         logp, ent = logp * 0, None if ent is None else ent * 0
@@ -93,14 +99,15 @@ def micro_batch_logprobs(
     return out, ent.new_zeros(rows * cols).index_put((flat,), ent).view(rows, cols)
 
 
-def _inputs(mb: MicroBatch) -> dict[str, Any]:
-    """The model's inputs. Inside `compiled_blocks`, a padded micro-batch without padding gets
+def _inputs(mb: MicroBatch, varlen: bool = False) -> dict[str, Any]:
+    """The model's inputs (a packed row's boundaries too, for `rlvr_varlen`). Inside `compiled_blocks`, a padded micro-batch without padding gets
     one pad column after its last (attention 0, after every real token, so no token sees it;
     callers cut its outputs off): transformers gives the blocks no mask at all where nothing is
     padded, and a compiled block would compile a second graph for that, in whichever step first
     has such a micro-batch."""
     if mb.positions is not None:
-        return {"input_ids": mb.ids, "position_ids": mb.position_ids, "use_cache": False}
+        extra = varlen_kwargs(mb.cu_seqlens, mb.max_length) if varlen and mb.cu_seqlens is not None else {}
+        return {"input_ids": mb.ids, "position_ids": mb.position_ids, "use_cache": False, **extra}
     ids, attention = mb.ids, mb.attention
     if _ALWAYS_MASKED and mb.n_tokens == ids.numel():  # counted on the host: no device wait
         ids = torch.nn.functional.pad(ids, (0, 1), value=0)
@@ -124,7 +131,7 @@ def _head(model: Any) -> nn.Module | None:
     return None if isinstance(weight, DTensor) else head
 
 
-def _hidden_states(model: Any, mb: MicroBatch, head: nn.Module) -> torch.Tensor:
+def _hidden_states(model: Any, mb: MicroBatch, head: nn.Module, varlen: bool = False) -> torch.Tensor:
     """The final hidden states (R, S, H): the model's forward, with its output head handed
     zero positions (the hook keeps what it was given)."""
     seen: list[torch.Tensor] = []
@@ -134,7 +141,7 @@ def _hidden_states(model: Any, mb: MicroBatch, head: nn.Module) -> torch.Tensor:
         return (args[0][..., :0, :], *args[1:])
 
     hook = head.register_forward_pre_hook(take)
-    inputs = _inputs(mb)
+    inputs = _inputs(mb, varlen)
     try:
         model(**inputs)
     finally:
@@ -200,7 +207,7 @@ def attention_implementation(model: Any) -> str:
 def packing_unsupported(model: Any) -> str | None:
     """Why packed rows would not keep their sequences apart in this model (None: they would)."""
     attn = attention_implementation(model)
-    if attn in VARLEN_ATTENTION or "flash" in attn:
+    if attn in VARLEN_ATTENTION or "flash" in attn or unavailable(model) is None:
         return None
     if attn not in MASK_ATTENTION:
         return f"attention implementation {attn!r} has no packed-sequence support"

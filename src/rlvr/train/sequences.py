@@ -38,6 +38,7 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -157,6 +158,8 @@ class MicroBatch:
     n_tokens: int | None = None  # real tokens in `ids`
     positions: torch.Tensor | None = None  # (B, T-1) long: packed only, see above
     position_ids: torch.Tensor | None = None  # (1, N) long: packed only, restarting at each sequence
+    cu_seqlens: torch.Tensor | None = None  # (B+1,) int32: packed only, where each sequence starts, then N
+    max_length: int = 0  # packed only: the longest sequence's tokens
 
     @property
     def tokens(self) -> int:
@@ -186,7 +189,7 @@ def micro_batches(
         else:
             adv = torch.tensor([s.advantage for s in chunk], dtype=torch.float32)
         n_tokens = sum(len(s.ids) for s in chunk)
-        packed: dict[str, torch.Tensor] = {}
+        packed: dict[str, Any] = {}
         if pack:
             offsets = list(itertools.accumulate((len(s.ids) for s in chunk), initial=0))
             ids = torch.tensor([[t for s in chunk for t in s.ids]], dtype=torch.long)
@@ -194,6 +197,8 @@ def micro_batches(
             at = [[o + t if t < len(s.ids) - 1 else 0 for t in range(width - 1)] for s, o in zip(chunk, offsets)]
             packed["positions"] = torch.tensor(at, dtype=torch.long).to(device)
             packed["position_ids"] = torch.tensor([[t for s in chunk for t in range(len(s.ids))]]).to(device)
+            packed["cu_seqlens"] = torch.tensor(offsets, dtype=torch.int32).to(device)
+            packed["max_length"] = max(len(s.ids) for s in chunk)
         else:
             ids = torch.tensor([s.ids + [pad_id] * p for s, p in zip(chunk, pads)], dtype=torch.long)
             attention = torch.tensor([[1] * len(s.ids) + [0] * p for s, p in zip(chunk, pads)], dtype=torch.long)
