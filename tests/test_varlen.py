@@ -133,3 +133,27 @@ def test_it_is_unavailable_off_cuda_and_for_other_attention(model, monkeypatch) 
     assert "flex_attention" in varlen.unavailable(Wrapped(model))
     monkeypatch.setattr(model.config, "_attn_implementation", "sdpa")
     assert lp.packs_by_default(model) is False  # CPU: a block mask, so not by default
+
+
+@pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning")  # peft asks
+def test_a_lora_model_switches_its_base_models_attention(model, monkeypatch) -> None:
+    """PEFT wraps the model; the switch must reach the config its attention layers read."""
+    if varlen._kernel() is None:
+        pytest.skip("this torch has no torch.nn.attention.varlen")
+    import copy
+
+    peft = pytest.importorskip("peft")
+    lora = peft.get_peft_model(copy.deepcopy(model), peft.LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    varlen.register()
+    calls: list[int] = []
+    monkeypatch.setitem(varlen._KERNEL, "fn", reference_kernel(calls))
+    monkeypatch.setitem(varlen._KERNEL, "float32", True)
+    monkeypatch.setattr(lp, "unavailable", lambda m: None)
+    seqs = sequences(model.config.vocab_size, n=4, seed=7)
+    [padded] = micro_batches(seqs, 8, 0, CPU)
+    [packed] = micro_batches(seqs, 8, 0, CPU, pack=True)
+    a, _ = lp.micro_batch_logprobs(lora, padded, 1.0)
+    b, _ = lp.micro_batch_logprobs(lora, packed, 1.0)
+    assert len(calls) == model.config.num_hidden_layers
+    torch.testing.assert_close(b, a, rtol=2e-6, atol=1e-5)
+    assert lora.config._attn_implementation == "sdpa"
