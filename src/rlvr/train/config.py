@@ -137,7 +137,7 @@ class TrainConfig:
     minibatches: int = 1
     """optimizer updates per batch: >1 splits the batch, later updates are off-policy"""
     micro_batch_size: int = 8
-    """sequences per forward/backward pass (gradients accumulate over micro-batches)"""
+    """sequences per forward/backward pass (gradients accumulate over micro-batches); packed, sequences per row"""
     lora_rank: int = 0
     """LoRA rank; 0 = full fine-tuning"""
     lora_alpha: float | None = None
