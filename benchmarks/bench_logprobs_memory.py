@@ -3,6 +3,8 @@ head against full logits, CPU, each variant in a fresh process (its peak residen
 
     python benchmarks/bench_logprobs_memory.py                 # 8 x 512 tokens, 448 trained each
     python benchmarks/bench_logprobs_memory.py --rows 4 --prompt 64 --reply 192
+    python benchmarks/bench_logprobs_memory.py --sft          # `rlvr sft`'s loss: before (full logits) and now
+    python benchmarks/bench_logprobs_memory.py --sft --model models/tictactoe-tiny --rows 64 --prompt 200 --reply 100
 
 The model is bench_scale.py's `tiny`: a 2-layer, 64-wide Qwen3 with the real vocabulary (9.8M parameters, nearly all
 of them the tied embedding), so the logits dominate: one forward and backward of
@@ -49,21 +51,70 @@ def measure(chunk_elements: int, rows: int, prompt: int, reply: int) -> str:
     )
 
 
+def measure_sft(chunked: bool, rows: int, prompt: int, reply: int, model_dir: str | None) -> str:
+    """One forward and backward of `rlvr sft`'s micro-batch loss: `summed_loss` (the chunked
+    head) or the full-logits cross-entropy it replaced (kept here as the baseline); on the
+    `tiny` real-vocabulary model, or a saved one (`--model`)."""
+    import torch
+    from bench_scale_phases import qwen3_config
+    from transformers import AutoModelForCausalLM, Qwen3ForCausalLM
+
+    from rlvr.train.sft import summed_loss
+    from rlvr.train.sft_data import Sample
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(model_dir) if model_dir else Qwen3ForCausalLM(qwen3_config("tiny"))
+    vocab = model.config.vocab_size
+    rng = random.Random(0)
+    n = prompt + reply
+    samples = [Sample([rng.randrange(vocab) for _ in range(n)], [0] * prompt + [1] * reply, i) for i in range(rows)]
+    ids = torch.tensor([s.ids for s in samples])
+    mask = torch.tensor([s.mask for s in samples], dtype=torch.float32)
+    model(input_ids=ids[:, :8])
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    t0 = time.perf_counter()
+    if chunked:
+        loss = summed_loss(model, samples, 0, torch.device("cpu"))
+    else:
+        logits = model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits[:, :-1].float()
+        ce = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")
+        loss = (ce * mask[:, 1:]).sum()
+    loss.backward()
+    seconds = time.perf_counter() - t0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    name = "sft, chunked" if chunked else "sft before, full"
+    return (
+        f"{name:<20} {rows} x {n} tokens ({rows * reply} trained): peak {peak / 1e9:.2f} GB, "
+        f"+{(peak - base) / 1e9:.2f} GB over the model, forward + backward {seconds:.1f} s, loss {loss.item():.1f}"
+    )
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rows", type=int, default=8, help="sequences in the micro-batch")
     p.add_argument("--prompt", type=int, default=64, help="prompt tokens per sequence (not trained)")
     p.add_argument("--reply", type=int, default=448, help="trained tokens per sequence")
+    p.add_argument("--sft", action="store_true", help="rlvr sft's loss, before and now, instead")
+    p.add_argument(
+        "--model", default=None, help="--sft: a saved model instead of the tiny one (e.g. models/tictactoe-tiny)"
+    )
     p.add_argument("--chunk-elements", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--sft-variant", choices=["full", "chunked"], default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
-    if args.chunk_elements is not None:
+    shape = ["--rows", str(args.rows), "--prompt", str(args.prompt), "--reply", str(args.reply)]
+    model = ["--model", args.model] if args.model else []
+    if args.sft_variant is not None:
+        print(measure_sft(args.sft_variant == "chunked", args.rows, args.prompt, args.reply, args.model), flush=True)
+    elif args.chunk_elements is not None:
         print(measure(args.chunk_elements, args.rows, args.prompt, args.reply), flush=True)
-        return
-    from rlvr.train.logprobs import CHUNK_ELEMENTS
+    elif args.sft:
+        for variant in ("full", "chunked"):
+            subprocess.run([sys.executable, __file__, "--sft-variant", variant, *shape, *model])
+    else:
+        from rlvr.train.logprobs import CHUNK_ELEMENTS
 
-    for chunk in (0, CHUNK_ELEMENTS):
-        cmd = [sys.executable, __file__, "--chunk-elements", str(chunk)]
-        subprocess.run(cmd + ["--rows", str(args.rows), "--prompt", str(args.prompt), "--reply", str(args.reply)])
+        for chunk in (0, CHUNK_ELEMENTS):
+            subprocess.run([sys.executable, __file__, "--chunk-elements", str(chunk), *shape])
 
 
 if __name__ == "__main__":

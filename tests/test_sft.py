@@ -134,6 +134,41 @@ def test_loss_is_a_token_mean_whatever_the_micro_batch_size(tiny_dir) -> None:
     assert n == 6 and one == pytest.approx(both, rel=1e-5) and one == pytest.approx(sum(manual) / 6, rel=1e-4)
 
 
+def test_the_chunked_loss_gives_the_full_logits_loss_and_gradient(tiny_dir) -> None:
+    """`summed_loss` runs the RL update's chunked head; the full-logits cross-entropy it replaced
+    (padded rows, an attention mask) gives the same sum and the same gradient."""
+    from rlvr.train.sft import summed_loss
+
+    model = transformers.AutoModelForCausalLM.from_pretrained(tiny_dir)
+    samples = [
+        Sample([5, 6, 7, 8, 9, 10, 11], [0, 0, 1, 1, 0, 1, 1], 1),
+        Sample([9, 10, 11, 12], [0, 1, 1, 1], 2),
+        Sample([20, 21, 22], [0, 0, 0], 3),  # nothing to learn: no loss, no gradient
+    ]
+    width = max(len(s.ids) for s in samples)
+    ids = torch.tensor([s.ids + [0] * (width - len(s.ids)) for s in samples])
+    attention = torch.tensor([[1] * len(s.ids) + [0] * (width - len(s.ids)) for s in samples])
+    mask = torch.tensor([s.mask + [0] * (width - len(s.mask)) for s in samples], dtype=torch.float32)
+
+    def full() -> torch.Tensor:
+        logits = model(input_ids=ids, attention_mask=attention).logits[:, :-1].float()
+        ce = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")
+        return (ce * mask[:, 1:]).sum()
+
+    def grads(fn) -> list[torch.Tensor]:
+        model.zero_grad(set_to_none=True)
+        loss = fn()
+        loss.backward()
+        out = [loss.detach(), *(p.grad.clone() for p in model.parameters())]
+        model.zero_grad(set_to_none=True)
+        return out
+
+    want, got = grads(full), grads(lambda: summed_loss(model, samples, 0, torch.device("cpu")))
+    torch.testing.assert_close(got[0], want[0], rtol=1e-6, atol=1e-5)
+    for a, b in zip(got[1:], want[1:]):
+        assert (a - b).norm() <= 1e-5 * b.norm() + 1e-12
+
+
 def _error(capsys, argv) -> str:
     code = main(argv)
     err = capsys.readouterr().err

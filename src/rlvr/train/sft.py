@@ -9,7 +9,9 @@ Choices:
   template (tools included) and masks exactly the assistant turns (content, tool calls, the
   end-of-turn marker). Conversations longer than `max_length` are cut.
 - **Loss**: cross-entropy summed over the assistant tokens of the whole optimizer batch,
-  divided by their count, so the split into micro-batches does not change it.
+  divided by their count, so the split into micro-batches does not change it. Computed by the
+  RL update's training forward (`rlvr.train.logprobs`): the output head in chunks, only at the
+  assistant tokens, so full float32 logits over a large vocabulary never exist at once.
 - **Order**: a seeded permutation per epoch; the batch of step `s` depends only on (seed, s),
   so a resumed run continues with exactly the batches it would have seen.
 - **Eval**: a seeded `eval_fraction` of the conversations is held out; `loss/eval` is the
@@ -41,6 +43,8 @@ import torch
 
 from rlvr.errors import UsageError
 from rlvr.progress import Progress
+from rlvr.train.logprobs import micro_batch_logprobs
+from rlvr.train.sequences import TrainSequence, micro_batches
 from rlvr.train.sft_config import SFTConfig, check_resume
 from rlvr.train.sft_data import Sample, batch_at, read_dataset, split_eval, tokenize_rows
 
@@ -62,25 +66,15 @@ class SFTResult:
 # ---- loss -----------------------------------------------------------------------------------
 
 
-def collate(samples: list[Sample], pad_id: int, device: torch.device) -> tuple[torch.Tensor, ...]:
-    """Right-padded (ids, attention, loss mask), each (B, T)."""
-    width = max(len(s.ids) for s in samples)
-    ids = torch.full((len(samples), width), pad_id, dtype=torch.long)
-    attention = torch.zeros((len(samples), width), dtype=torch.long)
-    mask = torch.zeros((len(samples), width), dtype=torch.float32)
-    for i, s in enumerate(samples):
-        ids[i, : len(s.ids)] = torch.tensor(s.ids)
-        attention[i, : len(s.ids)] = 1
-        mask[i, : len(s.mask)] = torch.tensor(s.mask, dtype=torch.float32)
-    return ids.to(device), attention.to(device), mask.to(device)
-
-
-def summed_loss(model: Any, ids: torch.Tensor, attention: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Cross-entropy summed over the masked (assistant) target tokens."""
-    logits = model(input_ids=ids, attention_mask=attention).logits[:, :-1].float()  # (B, T-1, V)
-    targets = ids[:, 1:]  # (B, T-1)
-    ce = torch.nn.functional.cross_entropy(logits.transpose(1, 2), targets, reduction="none")
-    return (ce * mask[:, 1:]).sum()
+def summed_loss(model: Any, samples: list[Sample], pad_id: int, device: torch.device) -> torch.Tensor:
+    """Cross-entropy summed over the masked (assistant) target tokens of `samples`, one
+    micro-batch, through the RL update's training forward (`rlvr.train.logprobs`): the output
+    head runs in chunks and only where the loss looks, so (B, T, V) float32 logits never exist
+    at once (with a 151,936-token vocabulary they were most of a step's memory)."""
+    seqs = [TrainSequence(s.ids, s.mask, 0.0, [math.nan] * len(s.ids), i) for i, s in enumerate(samples)]
+    [mb] = micro_batches(seqs, len(seqs), pad_id, device)
+    logp, _ = micro_batch_logprobs(model, mb, 1.0)  # (B, T-1), 0 where the mask is 0
+    return -(logp * mb.mask).sum()
 
 
 def run_batch(
@@ -97,12 +91,11 @@ def run_batch(
     total = sum(sum(s.mask[1:]) for s in samples)
     loss_sum = 0.0
     for start in range(0, len(samples), cfg.micro_batch_size):
-        ids, attention, mask = collate(samples[start : start + cfg.micro_batch_size], pad_id, device)
         with (
             torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast),
             torch.set_grad_enabled(train),
         ):
-            loss = summed_loss(model, ids, attention, mask)
+            loss = summed_loss(model, samples[start : start + cfg.micro_batch_size], pad_id, device)
         if train:
             (loss / total).backward()
         loss_sum += loss.item()
