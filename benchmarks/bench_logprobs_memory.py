@@ -51,14 +51,16 @@ def measure(chunk_elements: int, rows: int, prompt: int, reply: int) -> str:
     )
 
 
-def measure_sft(chunked: bool, rows: int, prompt: int, reply: int, model_dir: str | None) -> str:
+def measure_sft(variant: str, rows: int, prompt: int, reply: int, model_dir: str | None) -> str:
     """One forward and backward of `rlvr sft`'s micro-batch loss: `summed_loss` (the chunked
-    head) or the full-logits cross-entropy it replaced (kept here as the baseline); on the
-    `tiny` real-vocabulary model, or a saved one (`--model`)."""
+    head; `checkpointed`: with `gradient_checkpointing`) or the full-logits cross-entropy it
+    replaced (`full`, kept here as the baseline); on the `tiny` real-vocabulary model, or a saved
+    one (`--model`)."""
     import torch
     from bench_scale_phases import qwen3_config
     from transformers import AutoModelForCausalLM, Qwen3ForCausalLM
 
+    from rlvr.train.logprobs import activation_checkpointing
     from rlvr.train.sft import summed_loss
     from rlvr.train.sft_data import Sample
 
@@ -73,16 +75,17 @@ def measure_sft(chunked: bool, rows: int, prompt: int, reply: int, model_dir: st
     model(input_ids=ids[:, :8])
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     t0 = time.perf_counter()
-    if chunked:
-        loss = summed_loss(model, samples, 0, torch.device("cpu"))
+    if variant != "full":
+        with activation_checkpointing(model, variant == "checkpointed"):
+            loss = summed_loss(model, samples, 0, torch.device("cpu"))
     else:
         logits = model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits[:, :-1].float()
         ce = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")
         loss = (ce * mask[:, 1:]).sum()
-    loss.backward()
+    loss.backward()  # checkpointed blocks recompute here, outside the block that set them up (as in rlvr sft)
     seconds = time.perf_counter() - t0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    name = "sft, chunked" if chunked else "sft before, full"
+    name = {"full": "sft before, full", "chunked": "sft, chunked", "checkpointed": "sft, + checkpointing"}[variant]
     return (
         f"{name:<20} {rows} x {n} tokens ({rows * reply} trained): peak {peak / 1e9:.2f} GB, "
         f"+{(peak - base) / 1e9:.2f} GB over the model, forward + backward {seconds:.1f} s, loss {loss.item():.1f}"
@@ -99,16 +102,16 @@ def main() -> None:
         "--model", default=None, help="--sft: a saved model instead of the tiny one (e.g. models/tictactoe-tiny)"
     )
     p.add_argument("--chunk-elements", type=int, default=None, help=argparse.SUPPRESS)
-    p.add_argument("--sft-variant", choices=["full", "chunked"], default=None, help=argparse.SUPPRESS)
+    p.add_argument("--sft-variant", choices=["full", "chunked", "checkpointed"], default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
     shape = ["--rows", str(args.rows), "--prompt", str(args.prompt), "--reply", str(args.reply)]
     model = ["--model", args.model] if args.model else []
     if args.sft_variant is not None:
-        print(measure_sft(args.sft_variant == "chunked", args.rows, args.prompt, args.reply, args.model), flush=True)
+        print(measure_sft(args.sft_variant, args.rows, args.prompt, args.reply, args.model), flush=True)
     elif args.chunk_elements is not None:
         print(measure(args.chunk_elements, args.rows, args.prompt, args.reply), flush=True)
     elif args.sft:
-        for variant in ("full", "chunked"):
+        for variant in ("full", "chunked", "checkpointed"):
             subprocess.run([sys.executable, __file__, "--sft-variant", variant, *shape, *model])
     else:
         from rlvr.train.logprobs import CHUNK_ELEMENTS

@@ -300,3 +300,27 @@ def test_deterministic_sft_on_a_cpu_trains_the_same_weights_twice(tiny_dir, data
         finals.append(load_file(str(tmp_path / name / "final" / "model.safetensors")))
     assert finals[0].keys() == finals[1].keys()
     assert all(torch.equal(finals[0][k], finals[1][k]) for k in finals[0])
+
+
+def test_gradient_checkpointing_trains_the_same_weights_and_may_change_on_resume(
+    tiny_dir, data, tmp_path, monkeypatch
+) -> None:
+    """Recomputing the blocks in the backward pass changes memory, not the math: the same
+    weights after the same steps (LoRA too); and a resumed run may turn it on (an OOM's fix)."""
+    from safetensors.torch import load_file
+
+    from rlvr.train import logprobs
+
+    recomputed, real = [], logprobs._checkpointed
+    monkeypatch.setattr(logprobs, "_checkpointed", lambda *a, **kw: recomputed.append(1) or real(*a, **kw))
+    for lora in (0, 4):
+        finals = []
+        for name, on in (("plain", False), ("ckpt", True)):
+            out = tmp_path / f"{name}{lora}"
+            train_sft(config(tiny_dir, data, out, max_steps=3, lora_rank=lora, gradient_checkpointing=on), quiet=True)
+            finals.append(load_file(str(out / "final" / "model.safetensors")))
+        assert finals[0].keys() == finals[1].keys()
+        assert all(torch.equal(finals[0][k], finals[1][k]) for k in finals[0]), lora
+    assert recomputed  # the checkpointed runs went through it
+    more = config(tiny_dir, data, tmp_path / "plain0", max_steps=4, gradient_checkpointing=True)
+    assert len(train_sft(more, resume=True, quiet=True).train_loss) == 1

@@ -11,7 +11,8 @@ Choices:
 - **Loss**: cross-entropy summed over the assistant tokens of the whole optimizer batch,
   divided by their count, so the split into micro-batches does not change it. Computed by the
   RL update's training forward (`rlvr.train.logprobs`): the output head in chunks, only at the
-  assistant tokens, so full float32 logits over a large vocabulary never exist at once.
+  assistant tokens, so full float32 logits over a large vocabulary never exist at once;
+  `gradient_checkpointing` recomputes each block's activations in the backward pass.
 - **Order**: a seeded permutation per epoch; the batch of step `s` depends only on (seed, s),
   so a resumed run continues with exactly the batches it would have seen.
 - **Eval**: a seeded `eval_fraction` of the conversations is held out; `loss/eval` is the
@@ -43,7 +44,7 @@ import torch
 
 from rlvr.errors import UsageError
 from rlvr.progress import Progress
-from rlvr.train.logprobs import micro_batch_logprobs
+from rlvr.train.logprobs import activation_checkpointing, micro_batch_logprobs
 from rlvr.train.sequences import TrainSequence, micro_batches
 from rlvr.train.sft_config import SFTConfig, check_resume
 from rlvr.train.sft_data import Sample, batch_at, read_dataset, split_eval, tokenize_rows
@@ -94,6 +95,7 @@ def run_batch(
         with (
             torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast),
             torch.set_grad_enabled(train),
+            activation_checkpointing(model, cfg.gradient_checkpointing and train),
         ):
             loss = summed_loss(model, samples[start : start + cfg.micro_batch_size], pad_id, device)
         if train:

@@ -15,7 +15,17 @@ from rlvr.train import fields
 from rlvr.train.fields import LR_SCHEDULES, LoraSpec
 
 RESUME_MAY_CHANGE = frozenset(
-    {"output_dir", "epochs", "max_steps", "eval_every", "save_every", "skip_bad_lines", "device", "deterministic"}
+    {
+        "output_dir",
+        "epochs",
+        "max_steps",
+        "eval_every",
+        "save_every",
+        "skip_bad_lines",
+        "device",
+        "deterministic",
+        "gradient_checkpointing",
+    }
 )
 """Fields a resumed run may change; any other difference from the saved config is an error."""
 
@@ -51,6 +61,8 @@ class SFTConfig:
     """clip the global gradient norm to this before each optimizer step"""
     max_length: int = 2048
     """tokens per conversation; longer ones are cut at this length"""
+    gradient_checkpointing: bool = False
+    """recompute each transformer block's activations in the backward pass (less memory, ~1/3 more compute)"""
     lora_rank: int = 0
     """LoRA rank; 0 = full fine-tuning"""
     lora_alpha: float | None = None
