@@ -200,16 +200,16 @@ def test_block_options_refuse_a_model_without_blocks() -> None:
 def test_packing_falls_back_to_padding_with_one_warning_where_attention_cannot(model, monkeypatch) -> None:
     monkeypatch.setattr(model.config, "_attn_implementation", "some_kernel")
     assert "some_kernel" in lp.packing_unsupported(model)
-    update._WARNED.clear()
+    lp._WARNED.clear()
     with pytest.warns(RuntimeWarning, match="padded micro-batches instead"):
-        assert update.should_pack(model, True) is False
+        assert lp.should_pack(model, True) is False
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert update.should_pack(model, True) is False  # said once
+        assert lp.should_pack(model, True) is False  # said once
     monkeypatch.setattr(model.config, "_attn_implementation", "sdpa")
-    assert update.should_pack(model, True) and not update.should_pack(model, None)  # sdpa: a mask, so not by default
+    assert lp.should_pack(model, True) and not lp.should_pack(model, None)  # sdpa: a mask, so not by default
     monkeypatch.setattr(model.config, "_attn_implementation", "flash_attention_2")
-    assert update.should_pack(model, None)
+    assert lp.should_pack(model, None)
 
 
 def test_update_with_packing_and_checkpointing_equals_the_plain_update_and_reports_mfu(model, monkeypatch) -> None:

@@ -134,9 +134,10 @@ def test_loss_is_a_token_mean_whatever_the_micro_batch_size(tiny_dir) -> None:
     assert n == 6 and one == pytest.approx(both, rel=1e-5) and one == pytest.approx(sum(manual) / 6, rel=1e-4)
 
 
-def test_the_chunked_loss_gives_the_full_logits_loss_and_gradient(tiny_dir) -> None:
-    """`summed_loss` runs the RL update's chunked head; the full-logits cross-entropy it replaced
-    (padded rows, an attention mask) gives the same sum and the same gradient."""
+@pytest.mark.parametrize("pack", [False, True], ids=["padded", "packed"])
+def test_the_chunked_loss_gives_the_full_logits_loss_and_gradient(tiny_dir, pack) -> None:
+    """`summed_loss` runs the RL update's chunked head, on padded or packed rows; the full-logits
+    cross-entropy it replaced (padded rows, an attention mask) gives the same sum and gradient."""
     from rlvr.train.sft import summed_loss
 
     model = transformers.AutoModelForCausalLM.from_pretrained(tiny_dir)
@@ -163,7 +164,7 @@ def test_the_chunked_loss_gives_the_full_logits_loss_and_gradient(tiny_dir) -> N
         model.zero_grad(set_to_none=True)
         return out
 
-    want, got = grads(full), grads(lambda: summed_loss(model, samples, 0, torch.device("cpu")))
+    want, got = grads(full), grads(lambda: summed_loss(model, samples, 0, torch.device("cpu"), pack=pack))
     torch.testing.assert_close(got[0], want[0], rtol=1e-6, atol=1e-5)
     for a, b in zip(got[1:], want[1:]):
         assert (a - b).norm() <= 1e-5 * b.norm() + 1e-12
@@ -324,3 +325,32 @@ def test_gradient_checkpointing_trains_the_same_weights_and_may_change_on_resume
     assert recomputed  # the checkpointed runs went through it
     more = config(tiny_dir, data, tmp_path / "plain0", max_steps=4, gradient_checkpointing=True)
     assert len(train_sft(more, resume=True, quiet=True).train_loss) == 1
+
+
+def test_packed_sft_trains_as_padded_sft(tiny_dir, data, tmp_path, monkeypatch) -> None:
+    """`pack_sequences`: the same run on packed rows (one row a micro-batch) ends at the padded
+    run's weights (float32 sums in another order)."""
+    from safetensors.torch import load_file
+
+    from rlvr.train import sft
+
+    rows, real = [], sft.micro_batches
+
+    def counted(*args, **kwargs):
+        out = real(*args, **kwargs)
+        rows.extend(mb.ids.shape[0] for mb in out)
+        return out
+
+    monkeypatch.setattr(sft, "micro_batches", counted)
+    finals, seen = [], []
+    for name, pack in (("padded", False), ("packed", True)):
+        rows.clear()
+        train_sft(config(tiny_dir, data, tmp_path / name, max_steps=3, pack_sequences=pack), quiet=True)
+        finals.append(load_file(str(tmp_path / name / "final" / "model.safetensors")))
+        seen.append(set(rows))
+    assert seen[0] >= {4} and seen[1] == {1}  # micro-batches of 4 conversations: 4 rows, or 1 packed
+    base = load_file(str(tiny_dir / "model.safetensors"))
+    moved = {k: (finals[0][k] - base[k]).norm() for k in finals[0]}
+    assert sum(moved.values()) > 0
+    for key in finals[0]:  # AdamW's first steps move by about lr a weight, whatever the gradient's size
+        assert (finals[1][key] - finals[0][key]).norm() <= 1e-3 * moved[key] + 1e-7, key

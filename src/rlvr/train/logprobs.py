@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -228,6 +229,21 @@ def packs_by_default(model: Any) -> bool:
     packed row costs (sum of lengths)^2 attention, against sum(length^2) padded."""
     attn = attention_implementation(model)
     return attn in VARLEN_ATTENTION or ("flash" in attn and packing_unsupported(model) is None)
+
+
+_WARNED: set[str] = set()
+
+
+def should_pack(model: Any, pack_sequences: bool | None) -> bool:
+    """Whether micro-batches are packed: `pack_sequences`, or by the attention kernel when None;
+    padded rows, with a warning once, where packing was asked for but cannot work."""
+    if pack_sequences is None:
+        return packs_by_default(model)
+    why = packing_unsupported(model) if pack_sequences else None
+    if why is not None and why not in _WARNED:
+        _WARNED.add(why)
+        warnings.warn(f"pack_sequences: {why}; training on padded micro-batches instead", RuntimeWarning, stacklevel=3)
+    return pack_sequences and why is None
 
 
 # ---- activation checkpointing ----------------------------------------------------------------

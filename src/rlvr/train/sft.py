@@ -12,7 +12,8 @@ Choices:
   divided by their count, so the split into micro-batches does not change it. Computed by the
   RL update's training forward (`rlvr.train.logprobs`): the output head in chunks, only at the
   assistant tokens, so full float32 logits over a large vocabulary never exist at once;
-  `gradient_checkpointing` recomputes each block's activations in the backward pass.
+  `gradient_checkpointing` recomputes each block's activations in the backward pass;
+  `pack_sequences` puts each micro-batch in one row (as `rlvr train`'s).
 - **Order**: a seeded permutation per epoch; the batch of step `s` depends only on (seed, s),
   so a resumed run continues with exactly the batches it would have seen.
 - **Eval**: a seeded `eval_fraction` of the conversations is held out; `loss/eval` is the
@@ -44,7 +45,7 @@ import torch
 
 from rlvr.errors import UsageError
 from rlvr.progress import Progress
-from rlvr.train.logprobs import activation_checkpointing, micro_batch_logprobs
+from rlvr.train.logprobs import activation_checkpointing, micro_batch_logprobs, should_pack
 from rlvr.train.sequences import TrainSequence, micro_batches
 from rlvr.train.sft_config import SFTConfig, check_resume
 from rlvr.train.sft_data import Sample, batch_at, read_dataset, split_eval, tokenize_rows
@@ -67,13 +68,16 @@ class SFTResult:
 # ---- loss -----------------------------------------------------------------------------------
 
 
-def summed_loss(model: Any, samples: list[Sample], pad_id: int, device: torch.device) -> torch.Tensor:
+def summed_loss(
+    model: Any, samples: list[Sample], pad_id: int, device: torch.device, *, pack: bool = False
+) -> torch.Tensor:
     """Cross-entropy summed over the masked (assistant) target tokens of `samples`, one
     micro-batch, through the RL update's training forward (`rlvr.train.logprobs`): the output
     head runs in chunks and only where the loss looks, so (B, T, V) float32 logits never exist
-    at once (with a 151,936-token vocabulary they were most of a step's memory)."""
+    at once (with a 151,936-token vocabulary they were most of a step's memory). `pack`: the
+    micro-batch as one row without padding."""
     seqs = [TrainSequence(s.ids, s.mask, 0.0, [math.nan] * len(s.ids), i) for i, s in enumerate(samples)]
-    [mb] = micro_batches(seqs, len(seqs), pad_id, device)
+    [mb] = micro_batches(seqs, len(seqs), pad_id, device, pack=pack)
     logp, _ = micro_batch_logprobs(model, mb, 1.0)  # (B, T-1), 0 where the mask is 0
     return -(logp * mb.mask).sum()
 
@@ -90,6 +94,7 @@ def run_batch(
 ) -> tuple[float, int]:
     """Mean assistant-token loss of `samples` (and its gradient when `train`); token count."""
     total = sum(sum(s.mask[1:]) for s in samples)
+    pack = should_pack(model, cfg.pack_sequences)
     loss_sum = 0.0
     for start in range(0, len(samples), cfg.micro_batch_size):
         with (
@@ -97,7 +102,7 @@ def run_batch(
             torch.set_grad_enabled(train),
             activation_checkpointing(model, cfg.gradient_checkpointing and train),
         ):
-            loss = summed_loss(model, samples[start : start + cfg.micro_batch_size], pad_id, device)
+            loss = summed_loss(model, samples[start : start + cfg.micro_batch_size], pad_id, device, pack=pack)
         if train:
             (loss / total).backward()
         loss_sum += loss.item()

@@ -25,6 +25,7 @@ RESUME_MAY_CHANGE = frozenset(
         "device",
         "deterministic",
         "gradient_checkpointing",
+        "pack_sequences",
     }
 )
 """Fields a resumed run may change; any other difference from the saved config is an error."""
@@ -63,6 +64,8 @@ class SFTConfig:
     """tokens per conversation; longer ones are cut at this length"""
     gradient_checkpointing: bool = False
     """recompute each transformer block's activations in the backward pass (less memory, ~1/3 more compute)"""
+    pack_sequences: bool | None = None
+    """pack each micro-batch into one row without padding (on CUDA through torch's varlen attention); None = only where the model's attention is varlen (flash_attention_2)"""
     lora_rank: int = 0
     """LoRA rank; 0 = full fine-tuning"""
     lora_alpha: float | None = None

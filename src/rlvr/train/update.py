@@ -32,7 +32,6 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,13 +41,7 @@ from rlvr.errors import TrainingError
 from rlvr.train.config import TrainConfig
 from rlvr.train.distributed import Dist
 from rlvr.train.hardware import device_peak, training_flops_per_token
-from rlvr.train.logprobs import (
-    activation_checkpointing,
-    compiled_blocks,
-    micro_batch_logprobs,
-    packing_unsupported,
-    packs_by_default,
-)
+from rlvr.train.logprobs import activation_checkpointing, compiled_blocks, micro_batch_logprobs, should_pack
 from rlvr.train.loss_specs import SPECS, Normalisation
 from rlvr.train.loss_stats import LossStats
 from rlvr.train.losses import LOSSES, LossConfig, zero_advantage_adds_nothing
@@ -188,21 +181,6 @@ def _steps(
         stats.grad_norms.append(_finite_or_stop(losses, grad_norm, m, optimizer, dist))
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-
-
-_WARNED: set[str] = set()
-
-
-def should_pack(policy: Any, pack_sequences: bool | None) -> bool:
-    """Whether micro-batches are packed: `pack_sequences`, or by the attention kernel when None;
-    padded rows, with a warning once, where packing was asked for but cannot work."""
-    if pack_sequences is None:
-        return packs_by_default(policy)
-    why = packing_unsupported(policy) if pack_sequences else None
-    if why is not None and why not in _WARNED:
-        _WARNED.add(why)
-        warnings.warn(f"pack_sequences: {why}; training on padded micro-batches instead", RuntimeWarning, stacklevel=3)
-    return pack_sequences and why is None
 
 
 def _plan(seqs: list[TrainSequence], n_rollouts: int, how: UpdateSettings, dist: Dist, *, pack: bool) -> Plan:
