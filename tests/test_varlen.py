@@ -157,3 +157,25 @@ def test_a_lora_model_switches_its_base_models_attention(model, monkeypatch) -> 
     assert len(calls) == model.config.num_hidden_layers
     torch.testing.assert_close(b, a, rtol=2e-6, atol=1e-5)
     assert lora.config._attn_implementation == "sdpa"
+
+
+def test_attention_dropout_in_train_mode_is_refused_with_what_to_do(model, monkeypatch) -> None:
+    """rlvr sft trains in train mode: a model with attention dropout must not silently lose it."""
+    if varlen._kernel() is None:
+        pytest.skip("this torch has no torch.nn.attention.varlen")
+    varlen.register()
+    monkeypatch.setitem(varlen._KERNEL, "fn", reference_kernel([]))
+    monkeypatch.setitem(varlen._KERNEL, "float32", True)
+    monkeypatch.setattr(lp, "unavailable", lambda m: None)
+    for layer in model.model.layers:
+        monkeypatch.setattr(layer.self_attn, "attention_dropout", 0.1)
+    [packed] = micro_batches(sequences(model.config.vocab_size), 8, 0, CPU, pack=True)
+    model.train()
+    try:
+        with pytest.raises(RuntimeError, match="without pack_sequences, or set the model's attention_dropout to 0"):
+            lp.micro_batch_logprobs(model, packed, 1.0)
+        model.eval()  # rlvr train's mode: dropout off, so the same model runs
+        lp.micro_batch_logprobs(model, packed, 1.0)
+    finally:
+        model.eval()
+    assert model.config._attn_implementation == "sdpa"

@@ -44,7 +44,7 @@ from torch.utils.checkpoint import checkpoint
 
 from rlvr.errors import UsageError
 from rlvr.train.sequences import MicroBatch
-from rlvr.train.varlen import packed_attention, unavailable, varlen_kwargs
+from rlvr.train.varlen import attention_implementation, packed_attention, unavailable, varlen_kwargs
 
 CHUNK_ELEMENTS = 2**26
 """Logits per chunk of the output head (float32: 256 MiB); 0 = no chunks (full logits)."""
@@ -101,11 +101,11 @@ def micro_batch_logprobs(
 
 
 def _inputs(mb: MicroBatch, varlen: bool = False) -> dict[str, Any]:
-    """The model's inputs (a packed row's boundaries too, for `rlvr_varlen`). Inside `compiled_blocks`, a padded micro-batch without padding gets
-    one pad column after its last (attention 0, after every real token, so no token sees it;
-    callers cut its outputs off): transformers gives the blocks no mask at all where nothing is
-    padded, and a compiled block would compile a second graph for that, in whichever step first
-    has such a micro-batch."""
+    """The model's inputs; with `varlen`, a packed row's boundaries too (`rlvr.train.varlen`).
+    Inside `compiled_blocks`, a padded micro-batch without padding gets one pad column after its
+    last (attention 0, after every real token, so no token sees it; callers cut its outputs
+    off): transformers gives the blocks no mask at all where nothing is padded, and a compiled
+    block would compile a second graph for that, in whichever step first has such a micro-batch."""
     if mb.positions is not None:
         extra = varlen_kwargs(mb.cu_seqlens, mb.max_length) if varlen and mb.cu_seqlens is not None else {}
         return {"input_ids": mb.ids, "position_ids": mb.position_ids, "use_cache": False, **extra}
@@ -197,12 +197,6 @@ def _logprobs(
 
 
 # ---- packing ---------------------------------------------------------------------------------
-
-
-def attention_implementation(model: Any) -> str:
-    inner = getattr(model, "module", model)
-    config = getattr(inner, "config", None)
-    return str(getattr(config, "_attn_implementation", None) or "eager")
 
 
 def packing_unsupported(model: Any) -> str | None:

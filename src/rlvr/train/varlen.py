@@ -1,7 +1,8 @@
 """Packed rows through torch's own variable-length attention, without the flash_attn package.
 
-    with packed_attention(model, mb):        # mb.cu_seqlens set: a packed micro-batch
-        model(input_ids=mb.ids, position_ids=mb.position_ids, **varlen_kwargs(mb))
+    if mb.cu_seqlens is not None and unavailable(model) is None:   # a packed micro-batch, on CUDA
+        with packed_attention(model):
+            model(input_ids=mb.ids, position_ids=mb.position_ids, **varlen_kwargs(mb.cu_seqlens, mb.max_length))
 
 A packed micro-batch is one row of several sequences. Under sdpa it needs a block-diagonal mask
 over the whole row, which costs (sum of lengths)^2 attention against sum(length^2) padded, so
@@ -27,8 +28,18 @@ import torch
 NAME = "rlvr_varlen"
 """The attention implementation's name in transformers' registry (`AttentionInterface`)."""
 
-MASK_ATTENTION = ("sdpa", "eager")
-"""Model attention this module stands in for on packed rows (flex_attention keeps its own)."""
+REPLACED = ("sdpa", "eager")
+"""The model attention this module stands in for on packed rows (flex_attention keeps its own
+block mask)."""
+
+
+def _config(model: Any) -> Any:
+    return getattr(getattr(model, "module", model), "config", None)  # DDP wraps the model
+
+
+def attention_implementation(model: Any) -> str:
+    """The attention implementation transformers runs `model` with (eager where unset)."""
+    return str(getattr(_config(model), "_attn_implementation", None) or "eager")
 
 
 @functools.cache
@@ -43,14 +54,13 @@ def _kernel() -> Any:
 
 def unavailable(model: Any) -> str | None:
     """Why packed rows of `model` cannot run through `rlvr_varlen` (None: they can)."""
-    inner = getattr(model, "module", model)  # DDP
-    attn = str(getattr(getattr(inner, "config", None), "_attn_implementation", None) or "eager")
-    if attn not in MASK_ATTENTION:
-        return f"the model's attention is {attn!r}, not one of {MASK_ATTENTION}"
+    attn = attention_implementation(model)
+    if attn not in REPLACED:
+        return f"the model's attention is {attn!r}, not one of {REPLACED}"
     if _kernel() is None:
         return f"torch {torch.__version__} has no torch.nn.attention.varlen (torch >= 2.10)"
     try:
-        param = next(inner.parameters())
+        param = next(model.parameters())
     except (StopIteration, AttributeError):
         return "the model has no parameters to place it"
     if param.device.type != "cuda":
@@ -72,8 +82,13 @@ def register() -> None:
     if kernel is None:
         raise RuntimeError(f"torch {torch.__version__} has no torch.nn.attention.varlen (torch >= 2.10)")
     names = frozenset(inspect.signature(kernel).parameters)
-    _KERNEL.update(fn=kernel, scale="scale" in names, window="window_size" in names, gqa="enable_gqa" in names)
-    _KERNEL["float32"] = False  # FlashAttention: fp16 and bf16 only
+    _KERNEL.update(
+        fn=kernel,
+        scale="scale" in names,
+        window="window_size" in names,
+        gqa="enable_gqa" in names,
+        float32=False,  # FlashAttention: fp16 and bf16 only
+    )
     AttentionInterface.register(NAME, varlen_attention_forward)
 
 
@@ -84,7 +99,7 @@ def packed_attention(model: Any, on: bool = True) -> Iterator[None]:
         yield
         return
     register()
-    config = getattr(model, "module", model).config
+    config = _config(model)
     saved = config._attn_implementation
     config._attn_implementation = NAME
     try:
@@ -119,8 +134,11 @@ def varlen_attention_forward(
     cu, longest = kwargs.get("cu_seq_lens_q"), kwargs.get("max_length_q")
     if cu is None or longest is None or query.shape[0] != 1:
         raise RuntimeError(f"{NAME} runs packed rows only (one row, cu_seq_lens_q given); got {tuple(query.shape)}")
-    if dropout:
-        raise RuntimeError(f"{NAME} has no attention dropout; the trainer runs the model in eval mode")
+    if dropout:  # (rlvr train keeps the model in eval mode; rlvr sft trains in train mode)
+        raise RuntimeError(
+            f"{NAME} has no attention dropout, and this model's is {dropout} in train mode: "
+            "train without pack_sequences, or set the model's attention_dropout to 0"
+        )
     dtype = query.dtype
     low = dtype  # the flash kernel takes fp16 / bf16 only: float32 runs as autocast's dtype, else bf16
     if dtype == torch.float32 and not _KERNEL["float32"]:
