@@ -34,6 +34,7 @@ from transformers import DynamicCache, PreTrainedTokenizerBase
 from rlvr.clients.local_load import base_model
 from rlvr.clients.local_prefix import (
     KV,
+    Hashes,
     PrefixCache,
     common_prefix_len,
     extend_hashes,
@@ -102,7 +103,7 @@ class Request:
     finish: str | None = None
     stop_hit: str | None = None
     delivered: bool = False
-    hashes: list[int] | None = None  # prefix hashes of prompt_ids (with cache reuse)
+    hashes: Hashes | None = None  # prefix hashes of prompt_ids (with cache reuse)
     cache_version: int = -1  # the prefix cache's version when the request was admitted
     slot: int = -1  # its slot in a `SlotBatch`
 

@@ -28,27 +28,59 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
-_MOD = (1 << 61) - 1
-_BASE = 1_000_003
+Hashes = np.ndarray
+"""Prefix hashes of a sequence of ids: uint64, `hashes[n]` of the first n ids (`prefix_hashes`)."""
+
+_STEP = np.random.Generator(np.random.PCG64(0x5EED))
+_MULTIPLIERS = np.zeros(0, dtype=np.uint64)
+_GROW = threading.Lock()
 
 
-def extend_hashes(hashes: list[int], ids: list[int]) -> list[int]:
-    """`hashes` (prefix hashes, `hashes[n]` of the first n ids) extended by `ids`."""
-    out = list(hashes)
-    h = out[-1]
-    for t in ids:
-        h = (h * _BASE + t + 1) % _MOD
-        out.append(h)
+def _multipliers(n: int) -> np.ndarray:
+    """At least `n` per-position multipliers: odd pseudo-random uint64, the same in every process
+    (one seeded stream, drawn further as longer sequences come)."""
+    global _MULTIPLIERS
+    table = _MULTIPLIERS
+    if len(table) < n:
+        with _GROW:
+            if len(_MULTIPLIERS) < n:
+                more = _STEP.bit_generator.random_raw(max(n, 2 * len(_MULTIPLIERS), 1024) - len(_MULTIPLIERS))
+                _MULTIPLIERS = np.concatenate([_MULTIPLIERS, np.asarray(more, dtype=np.uint64) | np.uint64(1)])
+            table = _MULTIPLIERS
+    return table
+
+
+def extend_hashes(hashes: Hashes, ids: list[int]) -> Hashes:
+    """`hashes` (prefix hashes, `hashes[n]` of the first n ids) extended by `ids`: hashes[n] is
+    the sum of (id_i + 1) * multiplier_i over i < n, mod 2^64 (a cumulative sum, in numpy)."""
+    n, k = len(hashes) - 1, len(ids)
+    out = np.empty(n + 1 + k, dtype=np.uint64)
+    out[: n + 1] = hashes
+    if k:
+        terms = (np.asarray(ids, dtype=np.uint64) + np.uint64(1)) * _multipliers(n + k)[n : n + k]
+        np.cumsum(terms, out=out[n + 1 :])
+        out[n + 1 :] += out[n]
     return out
 
 
-def prefix_hashes(ids: list[int]) -> list[int]:
-    return extend_hashes([0], ids)
+_EMPTY = np.zeros(1, dtype=np.uint64)
+
+
+def prefix_hashes(ids: list[int]) -> Hashes:
+    """The prefix hashes of `ids` (len(ids) + 1 of them; `hashes[0]` = 0).
+
+    >>> h = prefix_hashes([5, 6, 7])
+    >>> len(h), int(h[0]), bool((prefix_hashes([5, 6, 9])[:3] == h[:3]).all()), int(prefix_hashes([5, 6, 9])[3]) == int(h[3])
+    (4, 0, True, False)
+    """
+    return extend_hashes(_EMPTY, ids)
 
 
 KV = tuple[torch.Tensor, torch.Tensor]
@@ -58,7 +90,7 @@ KV = tuple[torch.Tensor, torch.Tensor]
 @dataclass(eq=False)
 class Entry:
     ids: list[int]  # the tokens whose keys and values are kept
-    hashes: list[int]  # prefix hashes of `ids` (len(ids) + 1)
+    hashes: Hashes  # prefix hashes of `ids` (len(ids) + 1)
     prompt_len: int
     kv: KV  # of the len(ids) tokens (may be a view into a larger copy)
     nbytes: int
@@ -76,12 +108,14 @@ class PrefixCache:
         self._next_key = 0
         self._weights: Any = None
         self._lock = threading.Lock()
+        self._table = _Table()  # the entries' hashes side by side, for `_best`
 
     def clear(self) -> None:
         with self._lock:
             self.entries.clear()
             self.nbytes = 0
             self.version += 1
+            self._table = _Table()
 
     def check_weights(self, model: Any) -> None:
         """Clear when any parameter was updated in place or swapped since the last check."""
@@ -91,11 +125,11 @@ class PrefixCache:
                 self.clear()
             self._weights = sig
 
-    def lookup(self, ids: list[int], hashes: list[int]) -> tuple[KV | None, int]:
+    def lookup(self, ids: list[int], hashes: Hashes) -> tuple[KV | None, int]:
         """The kept keys and values for the longest usable prefix of `ids`, and its length."""
         return self.lookup_many([(ids, hashes)])[0]
 
-    def lookup_many(self, requests: list[tuple[list[int], list[int]]]) -> list[tuple[KV | None, int]]:
+    def lookup_many(self, requests: list[tuple[list[int], Hashes]]) -> list[tuple[KV | None, int]]:
         """`lookup` for requests admitted together. An entry that one of them extends whole is
         dropped only after all have looked: the branches of one conversation (a game tree's
         replies to one position) all start from it."""
@@ -103,7 +137,7 @@ class PrefixCache:
         extended: set[int] = set()
         with self._lock:
             for ids, hashes in requests:
-                best, best_m = self._best(ids, hashes)
+                best, best_m = self._best(self._table, ids, hashes)
                 if best is None:
                     out.append((None, 0))
                     continue
@@ -113,27 +147,28 @@ class PrefixCache:
                 keys, values = best.kv
                 out.append(((keys[:, :, :best_m], values[:, :, :best_m]), best_m))
             for key in extended:
-                self.nbytes -= self.entries.pop(key).nbytes
+                self._drop(self.entries.pop(key))
         return out
 
-    def _best(self, ids: list[int], hashes: list[int]) -> tuple[Entry | None, int]:
-        """The entry sharing the longest usable prefix with `ids` (confirmed on the ids)."""
-        limit = len(ids) - 1
+    @staticmethod
+    def _best(table: _Table, ids: list[int], hashes: Hashes) -> tuple[Entry | None, int]:
+        """The entry sharing the longest usable prefix with `ids` (confirmed on the ids): the
+        longest m <= len(ids) - 1 with equal prefix hashes, where the match covers the entry's
+        prompt or ends where the entry or `ids` does. All entries are checked at once at their
+        first position that must match; the few that pass are measured one by one."""
+        n = table.size
+        if not n:
+            return None, 0
+        top = np.minimum(table.lengths[:n], len(ids) - 1)
+        lo = np.minimum(table.prompt_lens[:n], top)  # a dropped entry's prompt length is 0
+        passed = np.flatnonzero((lo >= 1) & (table.flat[table.offsets[:n] + lo] == hashes[lo]))
         best, best_m = None, 0
-        for entry in self.entries.values():
-            top = min(len(entry.ids), limit)
-            lo = min(entry.prompt_len, top)
-            if lo <= best_m or hashes[lo] != entry.hashes[lo]:
-                continue
-            hi = top  # the largest m with equal prefix hashes, by bisection
-            while lo < hi:
-                mid = (lo + hi + 1) // 2
-                if hashes[mid] == entry.hashes[mid]:
-                    lo = mid
-                else:
-                    hi = mid - 1
-            if lo > best_m:
-                best, best_m = entry, lo
+        for i in passed.tolist():
+            first, last, at = int(lo[i]), int(top[i]), int(table.offsets[i])
+            differ = np.flatnonzero(table.flat[at + first : at + last + 1] != hashes[first : last + 1])
+            m = last if not len(differ) else first + int(differ[0]) - 1  # prefix hashes: equal, then not
+            if m > best_m:
+                best, best_m = table.entries[i], m
         if best is None or ids[:best_m] != best.ids[:best_m]:  # a hash collision
             return None, 0
         return best, best_m
@@ -141,7 +176,7 @@ class PrefixCache:
     def store(
         self,
         ids: list[int],
-        hashes: list[int],
+        hashes: Hashes,
         prompt_len: int,
         kv: KV,
         version: int,
@@ -152,12 +187,66 @@ class PrefixCache:
             if version != self.version or nbytes > self.max_bytes or self.max_entries < 1:
                 return
             key = self._next_key
-            self.entries[key] = Entry(ids, hashes, prompt_len, kv, nbytes, key, shared)
+            entry = self.entries[key] = Entry(ids, hashes, prompt_len, kv, nbytes, key, shared)
             self._next_key += 1
             self.nbytes += nbytes
+            self._table.add(entry)
             while len(self.entries) > self.max_entries or self.nbytes > self.max_bytes:
-                _, old = self.entries.popitem(last=False)
-                self.nbytes -= old.nbytes
+                self._drop(self.entries.popitem(last=False)[1])
+
+    def _drop(self, entry: Entry) -> None:
+        """Forget `entry` (already out of `entries`): its bytes and its row of the table."""
+        self.nbytes -= entry.nbytes
+        self._table.remove(entry)
+        if self._table.wasted():
+            self._table = _Table(list(self.entries.values()))
+
+
+class _Table:
+    """Every entry's prefix hashes in one flat array (row i at offsets[i] ...), with its length
+    and prompt length: what `PrefixCache._best` reads for all entries at once. Rows are appended
+    as entries are stored; a dropped entry's row stays, with prompt length 0 (never matched),
+    until dropped rows are most of the table and it is built again from the live entries."""
+
+    def __init__(self, entries: Iterable[Entry] = ()) -> None:
+        self.size = self.used = self.dead = 0  # rows; hashes written; hashes of dropped rows
+        self.entries: list[Entry | None] = []
+        self.row: dict[int, int] = {}  # entry key -> row
+        self.lengths = np.zeros(64, dtype=np.int64)
+        self.prompt_lens = np.zeros(64, dtype=np.int64)
+        self.offsets = np.zeros(64, dtype=np.int64)
+        self.flat = np.zeros(4096, dtype=np.uint64)
+        for entry in entries:
+            self.add(entry)
+
+    def add(self, entry: Entry) -> None:
+        i, k = self.size, len(entry.hashes)
+        if i == len(self.lengths):
+            self.lengths, self.prompt_lens, self.offsets = (_grown(a, i + 1) for a in (self.lengths, self.prompt_lens, self.offsets))  # fmt: skip
+        if self.used + k > len(self.flat):
+            self.flat = _grown(self.flat, self.used + k)
+        self.flat[self.used : self.used + k] = entry.hashes
+        self.lengths[i], self.prompt_lens[i], self.offsets[i] = len(entry.ids), entry.prompt_len, self.used
+        self.entries.append(entry)
+        self.row[entry.key] = i
+        self.size, self.used = i + 1, self.used + k
+
+    def remove(self, entry: Entry) -> None:
+        i = self.row.pop(entry.key)
+        self.prompt_lens[i] = self.lengths[i] = 0  # top = lo = 0: never passes
+        self.entries[i] = None
+        self.dead += len(entry.hashes)
+
+    def wasted(self) -> bool:
+        """Whether dropped rows hold most of the hashes (then build the table again)."""
+        return self.dead > max(self.used - self.dead, 4096)
+
+
+def _grown(a: np.ndarray, need: int) -> np.ndarray:
+    """`a` in an array at least twice as long (and at least `need`), zeros after."""
+    out = np.zeros(max(need, 2 * len(a)), dtype=a.dtype)
+    out[: len(a)] = a
+    return out
 
 
 def common_prefix_len(seqs: list[list[int]]) -> int:
