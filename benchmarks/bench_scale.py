@@ -121,9 +121,13 @@ def main() -> None:
     p.add_argument("--budget", type=float, default=540, help="seconds for the whole command (split over sizes)")
     p.add_argument("--micro-batch-size", type=int, default=None, help="override the per-size micro-batch")
     p.add_argument("--compile-blocks", action="store_true", help="rlvr's trainer with compile_blocks (TRL as it is)")
-    p.add_argument("--compile-decode", action="store_true", help="rlvr's trainer with compile_decode (TRL as it is)")
+    p.add_argument(
+        "--compile-decode",
+        action="store_true",
+        help="rlvr's trainer with compile_decode (TRL as it is); the decode phase's attention runs compiled too",
+    )
     p.add_argument("--pack", action="store_true", help="rlvr's trainer with pack_sequences (TRL as it is)")
-    p.add_argument("--no-split", action="store_true", help="decode phase: skip the step split and attention runs")
+    p.add_argument("--no-split", action="store_true", help="decode phase: skip the step split")
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
     p.add_argument("--out", default="benchmarks/results/scale.json", help="JSON results (sizes merged into it)")
     args = p.parse_args()

@@ -114,7 +114,8 @@ def phase_decode(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         out["floor_share"] = out["floor_ms_per_step"] / out["ms_per_step"]
     if lm.static_cache and not args.no_split:
         out["step_split"] = step_split(lm, w["games"])
-        out["runs_with_attention"] = runs_with_attention(lm, w, short)
+    if lm.static_cache:
+        out["runs_with_attention"] = runs_with_attention(lm, w, short, compiled=args.compile_decode)
     if lm.static_cache:
         out["runs_compiled"] = runs_compiled(lm, w, short)
     try:
@@ -144,22 +145,28 @@ def ms_per_step(short: dict[str, Any], run: dict[str, Any]) -> float:
     return 1e3 * (run["seconds"] - short["seconds"]) / max(run["decode_steps"] - short["decode_steps"], 1)
 
 
-def runs_with_attention(lm: Any, w: dict[str, Any], short: dict[str, Any], rounds: int = 3) -> dict[str, Any]:
+def runs_with_attention(
+    lm: Any, w: dict[str, Any], short: dict[str, Any], rounds: int = 3, compiled: bool = False
+) -> dict[str, Any]:
     """`alternated_runs` with the step's attention set to `attend` (two matmuls) and to
-    `attend_cudnn`. A gain in the replayed step must survive a real run (an sdpa layout gained
-    12% in replays and cost 10x in the run, 2026-11-27)."""
+    `attend_cudnn` (where it runs), the rest of the step eager or, with `compiled`, through
+    `compile_decode`'s compiled parts. A gain in the replayed step must survive a real run (an
+    sdpa layout gained 12% in replays and cost 10x in the run, 2026-11-27)."""
     from rlvr.clients import local_slots
 
     decoder = lm.slot_decoder()
-    own = decoder.attention
-    fns = {"attend": local_slots.attend, "attend_cudnn": local_slots.attend_cudnn}
+    own, own_parts = decoder.attention, decoder.parts
+    fns = {"attend": local_slots.attend}
+    if local_slots.cudnn_attention_works(decoder):
+        fns["attend_cudnn"] = local_slots.attend_cudnn
     try:
+        decoder.parts = local_slots.compiled_parts() if compiled else local_slots.EAGER
         variants = {name: functools.partial(setattr, decoder, "attention", fn) for name, fn in fns.items()}
         out = alternated_runs(lm, w, short, variants, rounds)
     finally:
-        decoder.attention = own
+        decoder.attention, decoder.parts = own, own_parts
         decoder._drop_graphs()
-    return {"in_use": own.__name__, **out}
+    return {"in_use": own.__name__, "compiled": compiled, **out}
 
 
 def runs_compiled(lm: Any, w: dict[str, Any], short: dict[str, Any], rounds: int = 3) -> dict[str, Any]:

@@ -36,7 +36,10 @@ the time). `SlotBatch` keeps them instead in preallocated buffers, one slot per 
   8.26 [8.18-8.28] ms a step against 8.83 [8.80-8.91] (1.07x; the captured step alone 1.11x).
   The same sdpa call without forcing cuDNN takes the math kernel under the backends generation
   allows (`attention_backends`: no cuDNN, and the memory-efficient kernel refuses
-  `enable_gqa`): 10x slower (`benchmarks/bench_slot_attention.py`).
+  `enable_gqa`): 10x slower (`benchmarks/bench_slot_attention.py`). FlashAttention's varlen
+  forward (`aten._flash_attention_forward` with `seqused_k`, reading each slot's own keys in
+  place) was measured and not kept (2026-12-01, H200, 0.5B): 99-101 us a call against cuDNN's
+  72-74, though it reads less (docs/benchmarks.md).
 
 - with `compiled` (`LocalModel(compile_decode=True)`), each layer's parts before and after the
   attention, the logits and the sampler run through `torch.compile(dynamic=True)`
