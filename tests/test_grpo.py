@@ -104,12 +104,14 @@ def killed_at_update(n: int, run, monkeypatch) -> None:
 
 
 def _same(a: dict[str, float], b: dict[str, float]) -> list[str]:
-    """Names of the metrics that differ between two steps, timings and generation's log-prob gap aside.
+    """Names of the metrics that differ between two steps, timings and generation's batching aside.
 
     Generation's log-probs depend on how the engine batched the rows, which timing decides, so
-    their gap to the trainer's (`logprob/gen_mismatch`) is numerical noise between two runs.
+    their gap to the trainer's (`logprob/gen_mismatch`) is numerical noise between two runs; so
+    are its counts of admissions and of prompt tokens kept or shared (`gen/*`).
     """
-    keys = [k for k in a if not k.startswith(("time/", "throughput/")) and k != "logprob/gen_mismatch"]
+    skip = ("time/", "throughput/", "gen/")
+    keys = [k for k in a if not k.startswith(skip) and k != "logprob/gen_mismatch"]
     return [k for k in keys if not (a[k] == b.get(k) or (math.isnan(a[k]) and math.isnan(b.get(k, 0.0))))]
 
 
@@ -324,6 +326,9 @@ def test_tictactoe_two_step_smoke_through_the_cli(tiny, tmp_path, capsys) -> Non
     ):
         assert last[name] != "" and math.isfinite(float(last[name])), name
     assert float(last["restart/greedy_below"]) == 1.0  # an untrained model loses every game
+    # this step's in-process generation: admissions, decode steps, prompt tokens prefilled and kept
+    assert float(last["gen/prefills"]) >= 1 and float(last["gen/decode_steps"]) >= float(last["gen/prefills"])
+    assert float(last["gen/prefilled_tokens"]) > 0 and float(last["gen/reused_tokens"]) >= 0
     assert float(last["exact/beaten_games"]) >= 1 and float(last["exact/unbeatable"]) == 0.0  # an untrained model
     # its games all score the same, so no sequence runs the update: no entropy measured
     assert float(last["batch/skipped_seqs_frac"]) == 1.0 or math.isfinite(float(last["entropy/mean"]))

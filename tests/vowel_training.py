@@ -72,8 +72,8 @@ def assert_same_metrics(one: list[dict[str, float]], other: list[dict[str, float
     for step, (a, b) in enumerate(zip(one, other, strict=True), start=1):
         assert set(a) == set(b)
         for name in a:
-            if name.startswith(("time/", "throughput/")) or name == "logprob/gen_mismatch":
-                continue  # timings; and a measure of float noise itself (~1e-7)
+            if name.startswith(("time/", "throughput/", "gen/")) or name == "logprob/gen_mismatch":
+                continue  # timings, and generation's batching (this process's); a measure of float noise itself (~1e-7)
             tol = 1e-4 if name in ("grad/norm", "loss/policy", "loss/total") else 1e-6
             same = math.isclose(a[name], b[name], rel_tol=tol, abs_tol=1e-9)
             assert same, (step, name, a[name], b[name])

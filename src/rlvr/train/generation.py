@@ -50,6 +50,21 @@ class Generation:
         if isinstance(self.client, LocalModel):
             self.client.clear_cache()
 
+    def counters(self) -> dict[str, float]:
+        """The in-process generator's running counts (`GenerationStats`: prefills, decode steps,
+        prompt tokens prefilled, reused and shared), {} for a server. A step's `gen/*` metrics
+        are the differences across its rollouts (`gen_metrics`)."""
+        if not isinstance(self.client, LocalModel):
+            return {}
+        stats = self.client.stats
+        return {
+            "gen/prefills": stats.prefills,
+            "gen/decode_steps": stats.decode_steps,
+            "gen/prefilled_tokens": stats.prompt_tokens,
+            "gen/reused_tokens": stats.reused_tokens,
+            "gen/shared_tokens": stats.shared_tokens,
+        }
+
     def after_step(self, model: nn.Module, step: int, run_async: RunAsync[Any], dist: Dist) -> None:
         """Make the next rollouts come from the weights of `step`."""
         if self.sync is None:

@@ -348,7 +348,7 @@ def _train(
 
             # ---- 2. rollouts with the current policy (multi-turn, env replies included), and
             # beside them in the same batches the greedy probes, which are not trained on -----------
-            t0 = time.monotonic()
+            t0, counted = time.monotonic(), generation.counters()
             with full_weights(model):  # sharded: gathered whole for the generation, then freed
                 rollouts, probes = run_async(
                     _play(
@@ -362,6 +362,7 @@ def _train(
                     )
                 )
             t_rollouts = time.monotonic() - t0
+            gen_counts = {k: v - counted[k] for k, v in generation.counters().items()}  # this rank's
 
             # ---- 3. group advantages -------------------------------------------------------------
             advantages, trainable, kept_groups = batch_advantages(
@@ -409,6 +410,7 @@ def _train(
             metrics.update(restarts.metrics(everyone))
             metrics["optim/lr"] = lr
             metrics["time/weight_sync"] = t_sync
+            metrics.update(gen_counts)
             metrics.update(
                 timing_metrics(
                     everyone,
