@@ -237,9 +237,11 @@ def play(client: Any, games: int, args: argparse.Namespace) -> dict[str, float]:
     tokens = sum(t.completion.usage.completion_tokens for r in rollouts for t in r.turns)
     requests = sum(len(r.turns) for r in rollouts)
     played = {r.task_id: [tuple(t.completion.token_ids) for t in r.turns] for r in rollouts}
+    prompts = [len(t.completion.prompt_token_ids or ()) for r in rollouts for t in r.turns]
     return {
         "games": games,
         "requests": requests,
+        "prompt_tokens_per_request": sum(prompts) / max(len(prompts), 1),  # whole prompts, kept or shared parts too
         "tokens": tokens,
         "seconds": seconds,
         "tokens_per_s": tokens / seconds,

@@ -22,11 +22,14 @@ phase only; each reports its own peak memory):
     decode   LocalModel, 256 single-turn requests of 128 sampled tokens, bf16, after a warm-up
              run: tokens/s (prefill included), and ms per decode step (the run less one of a
              single token, over the steps between them) against the bandwidth floor (bf16
-             weights + the rows' KV cache read once per step, at the GPU's peak bandwidth);
-             with static slots (CUDA), the step split: the captured step replayed back to back
-             (the device's time), over the rows' span and over the whole buffer (alternated),
-             its sampling alone and its forward run eagerly (`--no-split`: not); and whole
-             runs with the step's layers eager and compiled (`compile_decode`), alternated
+             weights + the rows' KV cache read once per step: each row's whole prompt, shared
+             prefix included, and half its reply; at the GPU's peak bandwidth); with static
+             slots (CUDA), the step split: the captured step replayed back to back (the
+             device's time), over the rows' span and over the whole buffer (alternated), its
+             sampling alone and its forward run eagerly (`--no-split`: not); whole runs with
+             the step's attention as matmuls and as cuDNN's sdpa (compiled parts with
+             `--compile-decode`), and with the step's layers eager and compiled
+             (`compile_decode`), alternated
     prefill  one no-grad bf16 forward of 8 x 512 tokens: tokens/s and MFU (2 x params)
     update   rlvr's `update_policy` on 64 synthetic sequences (128 prompt + 32-256 trained
              tokens; float32 weights, bf16 autocast, AdamW): tokens/s, MFU (6 x params) and

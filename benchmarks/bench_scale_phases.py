@@ -101,13 +101,17 @@ def phase_decode(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     kv_per_token = 2 * s.layers * s.kv_heads * s.head_dim * lm.model.dtype.itemsize
     weights = sum(p.numel() * p.element_size() for p in lm.model.parameters())
     rows = (run["tokens"] - short["tokens"]) / max(run["decode_steps"] - short["decode_steps"], 1)
-    context = run["prompt_tokens"] / max(run["requests"], 1) + w["max_tokens"] / 2
+    # a row's keys and values: its whole prompt (not only the part its prefill ran: prompts share
+    # a prefix that is prefilled once, and how often depends on arrival timing) + half its reply
+    context = run["prompt_tokens_per_request"] + w["max_tokens"] / 2
     out.update(
         tokens_per_s=run["tokens_per_s"], tokens=run["tokens"], decode_steps=run["decode_steps"], rows_per_step=rows
     )
     out["prefill_and_first_token_s"] = short["seconds"]
     out["ms_per_step"] = ms_per_step(short, run)
     out["bytes_per_step"] = weights + rows * context * kv_per_token
+    out["prompt_tokens_per_request"] = run["prompt_tokens_per_request"]
+    out["prefilled_tokens_per_request"] = run["prompt_tokens"] / max(run["requests"], 1)  # the floor's context until 2026-12-01
     peak = device_peak(lm.device)
     if peak is not None:
         out["floor_ms_per_step"] = 1e3 * out["bytes_per_step"] / peak.bandwidth
