@@ -111,7 +111,8 @@ def phase_decode(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     out["ms_per_step"] = ms_per_step(short, run)
     out["bytes_per_step"] = weights + rows * context * kv_per_token
     out["prompt_tokens_per_request"] = run["prompt_tokens_per_request"]
-    out["prefilled_tokens_per_request"] = run["prompt_tokens"] / max(run["requests"], 1)  # the floor's context until 2026-12-01
+    # what the floor's context counted until 2026-12-01 (shared prefixes left out):
+    out["prefilled_tokens_per_request"] = run["prompt_tokens"] / max(run["requests"], 1)
     peak = device_peak(lm.device)
     if peak is not None:
         out["floor_ms_per_step"] = 1e3 * out["bytes_per_step"] / peak.bandwidth
