@@ -43,13 +43,14 @@ def module_at(rev: str) -> ModuleType:
     source = subprocess.run(
         ["git", "show", f"{rev}:src/rlvr/clients/local_prefix.py"], cwd=ROOT, check=True, capture_output=True, text=True
     ).stdout
-    path = Path(tempfile.mkdtemp()) / "local_prefix_baseline.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location("local_prefix_baseline", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "local_prefix_baseline.py"
+        path.write_text(source)
+        spec = importlib.util.spec_from_file_location("local_prefix_baseline", path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # dataclasses look their module up there
+        spec.loader.exec_module(module)
     return module
 
 

@@ -121,7 +121,6 @@ def phase_decode(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         out["step_split"] = step_split(lm, w["games"])
     if lm.static_cache:
         out["runs_with_attention"] = runs_with_attention(lm, w, short, compiled=args.compile_decode)
-    if lm.static_cache:
         out["runs_compiled"] = runs_compiled(lm, w, short)
     try:
         out["prefill"] = prefill(lm.model, lm.device, *w["prefill"], peak=peak)
@@ -154,16 +153,14 @@ def runs_with_attention(
     lm: Any, w: dict[str, Any], short: dict[str, Any], rounds: int = 3, compiled: bool = False
 ) -> dict[str, Any]:
     """`alternated_runs` with the step's attention set to `attend` (two matmuls) and to
-    `attend_cudnn` (where it runs), the rest of the step eager or, with `compiled`, through
+    `attend_cudnn`, the rest of the step eager or, with `compiled`, through
     `compile_decode`'s compiled parts. A gain in the replayed step must survive a real run (an
     sdpa layout gained 12% in replays and cost 10x in the run, 2026-11-27)."""
     from rlvr.clients import local_slots
 
     decoder = lm.slot_decoder()
     own, own_parts = decoder.attention, decoder.parts
-    fns = {"attend": local_slots.attend}
-    if local_slots.cudnn_attention_works(decoder):
-        fns["attend_cudnn"] = local_slots.attend_cudnn
+    fns = {"attend": local_slots.attend, "attend_cudnn": local_slots.attend_cudnn}  # one that raises is reported
     try:
         decoder.parts = local_slots.compiled_parts() if compiled else local_slots.EAGER
         variants = {name: functools.partial(setattr, decoder, "attention", fn) for name, fn in fns.items()}

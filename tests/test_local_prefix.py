@@ -78,7 +78,7 @@ def test_lookup_finds_the_longest_usable_prefix_as_the_ids_say(seed: int) -> Non
         cache.store(ids, extend_hashes(hashes, reply[:-1]), len(prompt), _kv(len(ids)), cache.version)
         kept = [(e.ids, e.prompt_len) for e in cache.entries.values()]
         stores += 1
-    assert cache._table.size < stores - 40  # dropped rows were compacted away (the table built again)
+    assert len(cache._table.entries) < stores - 40  # dropped rows were compacted away (the table built again)
 
 
 def test_a_hash_collision_is_caught_on_the_ids() -> None:
@@ -114,3 +114,15 @@ def test_the_multipliers_are_the_same_stream_however_they_grew(monkeypatch) -> N
     local_prefix._multipliers(10)
     local_prefix._multipliers(3_000)
     assert (local_prefix._multipliers(5_000)[:5_000] == want).all()
+
+
+def test_prompts_too_short_to_reuse_anything_find_nothing_and_raise_nothing() -> None:
+    """A match must leave one prompt token to prefill: an empty or one-token prompt matches
+    nothing, against an empty cache or one holding its prefix."""
+    cache = PrefixCache()
+    for ids in ([], [3]):
+        assert cache.lookup(ids, prefix_hashes(ids)) == (None, 0)
+    cache.store([3, 4, 5], prefix_hashes([3, 4, 5]), 1, _kv(3), cache.version)
+    for ids in ([], [3]):
+        assert cache.lookup(ids, prefix_hashes(ids)) == (None, 0)
+    assert cache.lookup([3, 4], prefix_hashes([3, 4]))[1] == 1

@@ -160,7 +160,7 @@ class PrefixCache:
         longest m <= len(ids) - 1 with equal prefix hashes, where the match covers the entry's
         prompt or ends where the entry or `ids` does. All entries are checked at once at their
         first position that must match; the few that pass are measured one by one."""
-        n = table.size
+        n = len(table.entries)
         if not n:
             return None, 0
         top = np.minimum(table.lengths[:n], len(ids) - 1)
@@ -213,8 +213,8 @@ class _Table:
     until dropped rows are most of the table and it is built again from the live entries."""
 
     def __init__(self, entries: Iterable[Entry] = ()) -> None:
-        self.size = self.used = self.dead = 0  # rows; hashes written; hashes of dropped rows
-        self.entries: list[Entry | None] = []
+        self.used = self.dead = 0  # hashes written; hashes of dropped rows
+        self.entries: list[Entry | None] = []  # by row; None once dropped
         self.row: dict[int, int] = {}  # entry key -> row
         self.lengths = np.zeros(64, dtype=np.int64)
         self.prompt_lens = np.zeros(64, dtype=np.int64)
@@ -224,7 +224,7 @@ class _Table:
             self.add(entry)
 
     def add(self, entry: Entry) -> None:
-        i, k = self.size, len(entry.hashes)
+        i, k = len(self.entries), len(entry.hashes)
         if i == len(self.lengths):
             self.lengths, self.prompt_lens, self.offsets = (_grown(a, i + 1) for a in (self.lengths, self.prompt_lens, self.offsets))  # fmt: skip
         if self.used + k > len(self.flat):
@@ -233,7 +233,7 @@ class _Table:
         self.lengths[i], self.prompt_lens[i], self.offsets[i] = len(entry.ids), entry.prompt_len, self.used
         self.entries.append(entry)
         self.row[entry.key] = i
-        self.size, self.used = i + 1, self.used + k
+        self.used += k
 
     def remove(self, entry: Entry) -> None:
         i = self.row.pop(entry.key)

@@ -53,7 +53,7 @@ class Generation:
     def counters(self) -> dict[str, float]:
         """The in-process generator's running counts (`GenerationStats`: prefills, decode steps,
         prompt tokens prefilled, reused and shared), {} for a server. A step's `gen/*` metrics
-        are the differences across its rollouts (`gen_metrics`)."""
+        are their differences across its rollouts."""
         if not isinstance(self.client, LocalModel):
             return {}
         stats = self.client.stats
