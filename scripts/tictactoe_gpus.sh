@@ -85,6 +85,8 @@
 #   givenk four GPUs: the weak start from one SFT model with k = 0, 2, 4, 6 given moves per restart group
 #   given4 one GPU a seed (SEEDS, SEED_GPUS): the weak start with 2 given moves per restart group, 400 steps
 #   weakwins  one GPU a seed: plan given4's weak start for 300 steps, then 100 at p = 0.7 for wins
+#   weakwins2 one GPU a seed: plan weakwins's first phase, then two second phases side by side from
+#          it (variable PHASE1_FROM of a variant): p in [0, 0.7] in 8 buckets, and p = 0.7 alone
 #   wins   the shipped model, 80 steps at lr 1e-5 against opponents at p = 0.7 after the random
 #          replies: rlW with a KL of 0.05 to the shipped model (GPU WINS_GPU), rlW0 without (WINS_GPU2)
 set -uo pipefail
@@ -100,6 +102,10 @@ job() {  # job GPU NAME "SHARED VARS" "VARIANT VARS" ...: one seed's SFT, then i
     (
       export CUDA_VISIBLE_DEVICES=$gpu OUT_DIR=$out RL_NAME=$variant $shared $vars
       local rl="$variant"; [ "${RL2_STEPS:-0}" -gt 0 ] && rl="$rl ${variant}2"  # and its phase 2
+      if [ -n "${PHASE1_FROM:-}" ]; then  # only a phase 2, from variant PHASE1_FROM's phase 1 (listed before it)
+        while [ ! -f "$out/$PHASE1_FROM/final/config.json" ]; do sleep 5; done
+        ln -sfn "$PHASE1_FROM" "$out/$variant"; rl="${variant}2"
+      fi
       [ -n "${KEEP_BEST:-}" ] && rl="$rl$(printf ' %s.best' $rl)"  # and each phase's kept best (a selection)
       if [ $first = 1 ]; then
         export EVAL_STAGES="${FIRST_STAGES-base sft} $rl ${LAST_STAGES-teacher}"
@@ -401,6 +407,12 @@ start() {
       export FIRST_STAGES="base sft" LAST_STAGES=""
       per_seed "$weak_greedy RL_STEPS=${WEAK_STEPS:-300} RL2_STEPS=${WINS_STEPS:-100} RL2_MIN_P=${WINS_MIN_P:-0.7} RL2_MAX_P=0.7 RL2_BUCKETS=${WINS_BUCKETS:-1} RL2_LR=1e-5" \
         "rlGX RESTART_EXPLORE=2" ;;
+    weakwins2)  # plan weakwins's two second phases side by side from one first phase (one GPU a
+      # seed): rlGX2 against p in [0, 0.7] in eight buckets (perfect opponents in every batch),
+      # rlGY2 against p = 0.7 alone (plan weakwins's second phase, the control)
+      export FIRST_STAGES="base sft" LAST_STAGES=""
+      per_seed "$weak_greedy RL_STEPS=${WEAK_STEPS:-300} RL2_STEPS=${WINS_STEPS:-100} RL2_MAX_P=0.7 RL2_LR=1e-5 RESTART_EXPLORE=2" \
+        "rlGX RL2_MIN_P=0 RL2_BUCKETS=8" "rlGY PHASE1_FROM=rlGX RL2_MIN_P=0.7 RL2_BUCKETS=1" ;;
     wins)  # the shipped model against opponents at p = 0.7 (whose best response never loses and
       # wins 95.56% vs random): rlW near it by a KL (GPU WINS_GPU), rlW0 without (GPU WINS_GPU2)
       export FIRST_STAGES=sft LAST_STAGES=""

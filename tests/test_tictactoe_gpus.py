@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FAKE = """\
 echo "GPU=$CUDA_VISIBLE_DEVICES SEED=$SEED RL=$RL_NAME STEPS=$RL_STEPS K=${RESTART_EXPLORE:-} RL2=$RL2_STEPS P2=${RL2_MIN_P:-}-${RL2_MAX_P:-} B2=${RL2_BUCKETS:-} STAGES=$EVAL_STAGES"
 mkdir -p "$OUT_DIR/sft/final"; touch "$OUT_DIR/sft/final/config.json"
+[ -e "$OUT_DIR/$RL_NAME" ] || { mkdir -p "$OUT_DIR/$RL_NAME/final"; touch "$OUT_DIR/$RL_NAME/final/config.json"; }
 """
 
 pytestmark = pytest.mark.skipif(shutil.which("setsid") is None, reason="needs setsid (util-linux)")
@@ -71,6 +72,20 @@ def test_the_wins_phase_can_keep_perfect_opponents(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     (log,) = _logs(tmp_path).values()
     assert log.startswith("GPU=0 SEED=2 RL=rlGX STEPS=300 K=2 RL2=100 P2=0-0.7 B2=8 ")
+
+
+def test_two_second_phases_share_one_first_phase(tmp_path: Path) -> None:
+    proc = _start(tmp_path, "weakwins2", SEEDS="2", SEED_GPUS="0")
+    assert proc.returncode == 0, proc.stderr
+    logs = _logs(tmp_path)
+    assert list(logs) == ["s2/pipeline-rlGX.log", "s2/pipeline-rlGY.log"]
+    first, second = logs["s2/pipeline-rlGX.log"], logs["s2/pipeline-rlGY.log"]
+    assert first.startswith("GPU=0 SEED=2 RL=rlGX STEPS=300 K=2 RL2=100 P2=0-0.7 B2=8 ")
+    assert first.endswith("STAGES=base sft rlGX rlGX2 rlGX.best rlGX2.best")
+    assert second.startswith("GPU=0 SEED=2 RL=rlGY STEPS=300 K=2 RL2=100 P2=0.7-0.7 B2=1 ")
+    assert second.endswith("STAGES=rlGY2 rlGY2.best")  # its phase 1 is rlGX's, evaluated there
+    link = tmp_path / "runs" / "plan" / "s2" / "rlGY"
+    assert link.is_symlink() and os.readlink(link) == "rlGX"
 
 
 @pytest.mark.parametrize(
