@@ -45,6 +45,7 @@ TITLES = {
     "weak_g2": "weak start, plan given4, SFT seed 2",
     "weak_w1": "weak start, plan weakwins, SFT seed 1",
     "weak_w2": "weak start, plan weakwins, SFT seed 2",
+    "weak_w3": "weak start, plan weakwins2, SFT seed 2",
     "shipped": "RL 2, 3 and 4 of the shipped model",
 }
 
