@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import doctest
 import importlib
-import importlib.util
 import math
 import os
 import random
@@ -18,6 +17,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from loading import load_module
 
 import rlvr
 from rlvr import Policy, Task, check_env, registry
@@ -78,12 +78,7 @@ def test_scaffold_env_passes_check_env_and_its_reference_player_wins(
 
 
 def scaffold_tests(dest: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"test_{MODULE}", dest / "tests" / f"test_{MODULE}.py")
-    assert spec is not None and spec.loader is not None
-    tests = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = tests
-    spec.loader.exec_module(tests)
-    return tests
+    return load_module(dest / "tests" / f"test_{MODULE}.py")
 
 
 def test_scaffold_tests_pass(scaffolded: tuple[Path, ModuleType]) -> None:

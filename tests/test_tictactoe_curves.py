@@ -3,18 +3,13 @@ phase counted on from the step its first phase ended at, and the figure drawn fr
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
+from loading import load_module
 
 ROOT = Path(__file__).resolve().parents[1]
-spec = importlib.util.spec_from_file_location("tictactoe_curves", ROOT / "scripts" / "tictactoe_curves.py")
-assert spec is not None and spec.loader is not None
-curves = importlib.util.module_from_spec(spec)
-sys.modules["tictactoe_curves"] = curves
-spec.loader.exec_module(curves)
+curves = load_module(ROOT / "scripts" / "tictactoe_curves.py")
 
 HEADER = "step,loss,exact/beaten_games,exact/rejected_move_games,exact/random/win_pct,exact/random/loss_pct,exact/optimal/draw_pct,exact/optimal/loss_pct\n"
 

@@ -1,0 +1,205 @@
+"""The tic-tac-toe RL step of issue 14's recipes, variant against variant, alternated in one run:
+
+    python benchmarks/bench_tictactoe_step.py --variant base= --variant packed="--micro-batch-size 256 --pack-sequences true"
+    python benchmarks/bench_tictactoe_step.py --rounds 3 --steps 16 --out step.json --variant base= --variant x="--flag"
+
+Each round runs `rlvr train tictactoe` once per variant, in the order given, from the same model
+and seed: the recipe's flags (`RECIPE`: random replies, then a perfect opponent with traps; half
+of each batch restarts walking back; 64 greedy probes a step, half after 4 random replies; 2
+given moves a restart group; no evaluation) plus the variant's. From each run's metrics.csv it
+takes the medians of `time/step`, `time/rollouts` and `time/train` over steps `--skip` + 1 to the
+last (the first steps compile, capture graphs and warm the caches up), and the means of the
+`gen/*` counts. Per variant it prints the median over rounds and, for every variant after the
+first, the first's step time over its own paired by round: median [min-max]. A variant that fails
+is reported with its log's tail, and the others go on.
+
+Why: the step time is the GPU-minutes per seed of issue 14's target, and it moves by 0.3-0.4 s
+between runs of one variant on an H200 (docs/benchmarks.md), so one pair of runs says little.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+ENV_ARGS = {
+    "min_random_move_prob": 0.0,
+    "max_random_move_prob": 0.0,
+    "trap_prob": 1.0,
+    "opening_plies": 0,
+    "random_replies": 4,
+    "probe_random_replies": 4,
+    "probe_random_share": 0.5,
+}
+RECIPE = (
+    "--group-size 8 --num-buckets 1 --loss cispo --max-tokens 48 --lr 2e-5 --eval-every none --probe-tasks 0 "
+    "--restart-frac 0.5 --restart-below 0.65 --restart-points backtrack --restart-greedy 64 --restart-explore 2 -q"
+)
+TIMES = ("time/step", "time/rollouts", "time/train")
+
+
+def parse_variant(text: str) -> tuple[str, list[str]]:
+    """NAME=FLAGS -> (NAME, the flags split as a shell would).
+
+    >>> parse_variant('slots=--slot-prefill --seed 3')
+    ('slots', ['--slot-prefill', '--seed', '3'])
+    >>> parse_variant('base=')
+    ('base', [])
+    """
+    name, sep, flags = text.partition("=")
+    if not sep or not name.strip():
+        raise argparse.ArgumentTypeError(f"a variant is NAME=FLAGS (FLAGS may be empty), got {text!r}")
+    return name.strip(), shlex.split(flags)
+
+
+def summarize(metrics: Path, skip: int) -> dict[str, float]:
+    """Medians of the step's times over the steps after `skip`, means of its gen/* counts, and
+    how many steps that was. Rows without a step or with a torn value are left out."""
+    with metrics.open() as f:
+        rows = [r for r in csv.DictReader(f) if _number(r.get("step")) is not None]
+    timed = [r for r in rows if (_number(r.get("step")) or 0) > skip]
+    if not timed:
+        raise ValueError(f"{metrics} has no step after step {skip} ({len(rows)} steps in all)")
+    out: dict[str, float] = {"steps": float(len(timed))}
+    for key in sorted({k for r in timed for k in r if k in TIMES or k.startswith("gen/")}):
+        values = [v for r in timed if (v := _number(r.get(key))) is not None]
+        if values:
+            out[key] = statistics.median(values) if key in TIMES else statistics.fmean(values)
+    return out
+
+
+def _number(text: str | None) -> float | None:
+    try:
+        value = float(text or "")
+    except ValueError:
+        return None
+    return value if value == value and abs(value) != float("inf") else None
+
+
+def ratios(results: dict[str, list[dict[str, float]]], key: str = "time/step") -> dict[str, dict[str, Any]]:
+    """For each variant after the first: the first's `key` over its own, paired by round (rounds
+    where either failed are left out), as median, min, max and each.
+
+    >>> ratios({"a": [{"time/step": 2.0}, {"time/step": 3.0}], "b": [{"time/step": 1.0}, {}]})
+    {'b': {'median': 2.0, 'min': 2.0, 'max': 2.0, 'each': [2.0]}}
+    """
+    names = list(results)
+    out: dict[str, dict[str, Any]] = {}
+    for name in names[1:]:
+        each = [
+            round(a[key] / b[key], 4) for a, b in zip(results[names[0]], results[name]) if a.get(key) and b.get(key)
+        ]
+        if each:
+            out[name] = {"median": statistics.median(each), "min": min(each), "max": max(each), "each": each}
+    return out
+
+
+def run_one(args: argparse.Namespace, flags: list[str], out_dir: Path) -> tuple[dict[str, float], float]:
+    command = [
+        sys.executable, "-m", "rlvr.cli", "train", "tictactoe", "--model", args.model, "--output-dir", str(out_dir),
+        "--steps", str(args.steps), "--batch-size", str(args.batch_size), "--seed", str(args.seed),
+        "--env-args", json.dumps(ENV_ARGS), *shlex.split(RECIPE), *shlex.split(args.extra), *flags,
+    ]  # fmt: skip
+    start = time.monotonic()
+    log = out_dir.with_suffix(".log")
+    with log.open("w") as f:
+        done = subprocess.run(
+            command, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT, env=os.environ | {"PYTHONUNBUFFERED": "1"}
+        )
+    seconds = time.monotonic() - start
+    if done.returncode != 0:
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
+        raise RuntimeError(f"exit status {done.returncode}; the log's end:\n{tail}")
+    return summarize(out_dir / "metrics.csv", args.skip), seconds
+
+
+def machine() -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+    }
+    try:
+        import torch
+
+        info["torch"] = torch.__version__
+        if torch.cuda.is_available():
+            info["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    except ImportError:
+        pass
+    return info
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--variant", type=parse_variant, action="append", required=True, help="NAME=FLAGS (repeat)")
+    p.add_argument("--model", default="models/tictactoe-tiny", help="the model every run starts from")
+    p.add_argument("--steps", type=int, default=16)
+    p.add_argument("--skip", type=int, default=3, help="steps left out of the medians (compiles, captures)")
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--extra", default="", help="flags for every run (e.g. --bf16 on a GPU)")
+    p.add_argument("--out", type=Path, help="write the results here as JSON")
+    p.add_argument("--keep", type=Path, help="keep the runs' folders and logs here (default: a temporary folder)")
+    args = p.parse_args(argv)
+    names = [name for name, _ in args.variant]
+    if len(set(names)) < len(names):
+        p.error(f"variant names must differ: {names}")
+    if args.skip >= args.steps:
+        p.error(f"--skip {args.skip} leaves none of {args.steps} steps to time")
+    results: dict[str, list[dict[str, float]]] = {name: [] for name in names}
+    seconds: dict[str, list[float]] = {name: [] for name in names}
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = args.keep or Path(scratch)
+        folder.mkdir(parents=True, exist_ok=True)
+        for r in range(args.rounds):
+            for name, flags in args.variant:
+                try:
+                    found, took = run_one(args, flags, folder / f"{name}-round{r + 1}")
+                except (RuntimeError, ValueError, OSError) as exc:
+                    print(f"round {r + 1} {name}: failed: {exc}", flush=True)
+                    results[name].append({})
+                    continue
+                results[name].append(found)
+                seconds[name].append(took)
+                shown = " ".join(f"{k.split('/')[1]} {found[k]:.3f}" for k in TIMES if k in found)
+                print(
+                    f"round {r + 1} {name}: {shown} (medians of {found['steps']:.0f} steps; run {took:.0f} s)",
+                    flush=True,
+                )
+    report: dict[str, Any] = {"machine": machine(), "args": {k: str(v) for k, v in vars(args).items()}, "variants": {}}
+    for name in names:
+        done = [x for x in results[name] if x]
+        medians = {k: statistics.median(x[k] for x in done if k in x) for k in TIMES if any(k in x for x in done)}
+        report["variants"][name] = {
+            "each_round": results[name],
+            "median_over_rounds": medians,
+            "run_seconds": seconds[name],
+        }
+        shown = ", ".join(f"{k} {v:.3f} s" for k, v in medians.items()) or "no round completed"
+        print(f"{name}: {shown} ({len(done)} of {args.rounds} rounds)")
+    report["step_time_ratio"] = ratios(results)
+    for name, r in report["step_time_ratio"].items():
+        print(
+            f"{names[0]} / {name} step time: {r['median']:.3f}x [{r['min']:.3f}-{r['max']:.3f}] over {len(r['each'])} rounds"
+        )
+    if args.out:
+        args.out.write_text(json.dumps(report, indent=1))
+    return report
+
+
+if __name__ == "__main__":
+    main()
