@@ -400,10 +400,11 @@ start() {
     weakwins)  # for the weak start's wins target (>= 90% vs random; plan given4 ended at 82.7-87.1%,
       # the minimax teacher's 87.26%, since its opponent plays perfectly after its random replies):
       # plan given4's rlGX for WEAK_STEPS (300), then a second phase (rlGX2) of WINS_STEPS (100) at
-      # lr 1e-5 against p = 0.7, whose best response never loses and wins 95.56% (the shipped model's
-      # wins phase), restarts and given moves on in both; one seed a GPU (SEEDS, SEED_GPUS). At p = 0.7
-      # alone the second phase traded draws vs optimal for wins (97.49 -> 95.60%, 82.55 -> 88.09%):
-      # WINS_MIN_P=0 WINS_BUCKETS=8 keeps perfect opponents in every batch
+      # lr 1e-5 against p = 0.7 (the shipped model's wins phase), restarts and given moves on in
+      # both; one seed a GPU (SEEDS, SEED_GPUS). At p = 0.7 alone the second phase traded draws vs
+      # optimal for wins (97.49 -> 95.60%, 82.55 -> 88.09%): after the random replies, p = 0.7's best
+      # response loses 22% to a perfect player (scripts/tictactoe_best_response.py). WINS_MIN_P=0
+      # WINS_BUCKETS=8 (p in [0, 0.7], whose best response is the 95.56% limit policy) keeps them
       export FIRST_STAGES="base sft" LAST_STAGES=""
       per_seed "$weak_greedy RL_STEPS=${WEAK_STEPS:-300} RL2_STEPS=${WINS_STEPS:-100} RL2_MIN_P=${WINS_MIN_P:-0.7} RL2_MAX_P=0.7 RL2_BUCKETS=${WINS_BUCKETS:-1} RL2_LR=1e-5" \
         "rlGX RESTART_EXPLORE=2" ;;
@@ -413,8 +414,9 @@ start() {
       export FIRST_STAGES="base sft" LAST_STAGES=""
       per_seed "$weak_greedy RL_STEPS=${WEAK_STEPS:-300} RL2_STEPS=${WINS_STEPS:-100} RL2_MAX_P=0.7 RL2_LR=1e-5 RESTART_EXPLORE=2" \
         "rlGX RL2_MIN_P=0 RL2_BUCKETS=8" "rlGY PHASE1_FROM=rlGX RL2_MIN_P=0.7 RL2_BUCKETS=1" ;;
-    wins)  # the shipped model against opponents at p = 0.7 (whose best response never loses and
-      # wins 95.56% vs random): rlW near it by a KL (GPU WINS_GPU), rlW0 without (GPU WINS_GPU2)
+    wins)  # the shipped model against opponents at p = 0.7 after random replies (taken for the 95.56%
+      # limit policy's opponent; computed since, its best response loses 22%: scripts/tictactoe_best_response.py):
+      # rlW near it by a KL (GPU WINS_GPU), rlW0 without (GPU WINS_GPU2)
       export FIRST_STAGES=sft LAST_STAGES=""
       local shared="SEED=0 RL_STEPS=${RL_STEPS:-80} EVAL_EVERY=20 TRAP_PROB=1.0 OPENING_PLIES=0 RANDOM_REPLIES=4 RL_MIN_P=0.7 RL_MAX_P=0.7 BUCKETS=1 RL_LR=1e-5"
       from_shipped shipped; from_shipped shipped0

@@ -1,0 +1,74 @@
+"""scripts/tictactoe_best_response.py: the exact best response to a training opponent. Checked
+against the limit `rlvr_tictactoe.tree` computes its own way, and on the two opponents whose
+difference it found: k <= 4 random replies make the best response to p = 0.7 lose to a perfect
+player, while p drawn from a range that reaches down to 0.35 keeps it safe at the limit."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from rlvr_tictactoe.game import EMPTY_BOARD, apply_move, game_value
+from rlvr_tictactoe.tree import minimax_rates_vs_random, never_losing_max_win_rate
+
+SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "tictactoe_best_response.py"
+spec = importlib.util.spec_from_file_location("tictactoe_best_response", SCRIPT)
+assert spec is not None and spec.loader is not None
+script = importlib.util.module_from_spec(spec)
+sys.modules[spec.name] = script  # (its dataclass looks its module up there)
+spec.loader.exec_module(script)
+
+
+def test_the_best_response_to_p_07_alone_is_the_limit_policy() -> None:
+    r = script.report(script.Opponent("p = 0.7", 0.7, 0.7, 0, 0.0), grid=1)
+    assert r["random_win"] == pytest.approx(100 * never_losing_max_win_rate(), abs=1e-9)
+    assert r["optimal_loss"] == 0 and r["lost_games"] == []
+
+
+def test_random_replies_make_the_best_response_to_p_07_beatable_and_a_range_of_p_does_not() -> None:
+    unsafe = script.report(script.Opponent("replies, p = 0.7", 0.7, 0.7, 4, 1.0), grid=1)
+    assert unsafe["random_win"] > 100 * never_losing_max_win_rate() + 0.5  # it wins more by risking losses
+    assert unsafe["optimal_loss"] > 20 and len(unsafe["lost_games"]) == 4
+    for line in unsafe["lost_games"]:  # each is a whole game X loses: O completes a line at the end
+        board, marks = EMPTY_BOARD, line.split(".")
+        for move in marks:
+            board = apply_move(board, int(move[1]), move[0])
+        assert marks[0][0] == "O" and marks[-1][0] == "O" and game_value(board, "X") == -1
+    safe = script.report(script.Opponent("replies, p in [0.35, 0.7]", 0.35, 0.7, 4, 1.0), grid=2)
+    assert safe["random_win"] == pytest.approx(100 * never_losing_max_win_rate(), abs=1e-9)
+    assert safe["optimal_loss"] == 0 and safe["lost_games"] == []
+
+
+def test_rates_of_the_minimax_choice_match_the_tree_module() -> None:
+    """`rates` of a policy against the random opponent, on a policy the tree module also scores:
+    X's first best move everywhere (`minimax_rates_vs_random` averages the uniform tie-break, so
+    only the loss, 0 either way, and the sum are compared), then the win rate bounded by the limit."""
+    from rlvr_tictactoe.game import best_moves, legal_moves
+    from rlvr_tictactoe.tasks import game_outcome
+
+    policy: dict[tuple[int, ...], int] = {}
+
+    def fill(board, history, x_to_move):
+        if game_outcome(board) is not None:
+            return
+        if x_to_move:
+            policy[history] = cell = best_moves(board, "X")[0]
+            fill(apply_move(board, cell, "X"), (*history, cell), False)
+        else:
+            for c in legal_moves(board):
+                fill(apply_move(board, c, "O"), (*history, c), True)
+
+    fill(EMPTY_BOARD, (), True)
+    fill(EMPTY_BOARD, (), False)
+    win, draw, loss = script.rates(policy, 1.0)
+    assert loss == 0 and win + draw == pytest.approx(1.0)
+    assert minimax_rates_vs_random()[2] == 0 and win <= never_losing_max_win_rate() + 1e-12
+    assert script.rates(policy, 0.0)[2] == 0 and script.lost_games(policy) == []
+
+
+def test_the_command_line_refuses_a_bad_range() -> None:
+    done = subprocess.run([sys.executable, str(SCRIPT), "--p", "0.7", "0.2"], capture_output=True, text=True)
+    assert done.returncode == 2 and "--p takes P or LOW HIGH" in done.stderr

@@ -1,0 +1,235 @@
+"""The exact best response to a training opponent, and what it scores against the evaluator's.
+
+    python scripts/tictactoe_best_response.py                     # the plans' opponents (below)
+    python scripts/tictactoe_best_response.py --p 0.7 --k 4 --trap 1
+    python scripts/tictactoe_best_response.py --p 0 0.7 --k 4 --trap 1   # p uniform in [0, 0.7]
+
+A training opponent is the env's: O moves first in half the games; k is drawn uniformly from
+0..K for each game, and O's moves are uniformly random while it has fewer than k marks; after
+that it moves at random with probability p (drawn uniformly from [P_LOW, P_HIGH] for each game:
+`--p LOW HIGH`, integrated over `--grid` midpoints), else plays one of the `trap_moves` with
+probability `--trap`, else any best move (`rlvr_tictactoe.tree.reply_probability`). Its k and p
+are hidden: the policy sees only the game so far, so the best response is a function of the
+move history (an opponent that has played a non-best move is likelier to be a random one).
+
+For each opponent the script walks every history once and finds the X policy of the highest
+expected training reward (win 1, draw 0.5, loss 0: the env's rubric for a well-formed game), then
+plays that policy against the random and the optimal opponent (uniform over best moves, no traps:
+`rlvr eval --exhaustive`'s weights) and over every legal O reply, and prints its exact W/D/L and
+its lost games: the ceiling of what RL against that opponent can reach, if it found the best
+response. Ties between moves are broken towards more wins against the random opponent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from rlvr_tictactoe.game import EMPTY_BOARD, Board, apply_move, legal_moves
+from rlvr_tictactoe.tasks import game_outcome, reply_prob
+from rlvr_tictactoe.tree import reply_probability
+
+REWARD = {"win": 1.0, "draw": 0.5, "loss": 0.0}
+History = tuple[int, ...]
+
+
+@functools.cache
+def outcome(board: Board) -> str | None:
+    """`game_outcome`, cached (5,478 boards)."""
+    return game_outcome(board)
+
+
+@functools.cache
+def moves(board: Board, mark: str) -> tuple[tuple[int, Board], ...]:
+    """(cell, the board after `mark` plays it) for each legal move, cached."""
+    return tuple((c, apply_move(board, c, mark)) for c in legal_moves(board))
+
+
+@dataclass(frozen=True)
+class Opponent:
+    """The training opponent: p uniform in [p_low, p_high], k uniform in 0..k_max, traps."""
+
+    name: str
+    p_low: float
+    p_high: float
+    k_max: int
+    trap: float
+
+    def types(self, grid: int) -> list[tuple[float, int]]:
+        """(p, k) pairs of equal weight: p at `grid` midpoints of its range (one point when fixed)."""
+        if self.p_high == self.p_low:
+            ps = [self.p_low]
+        else:
+            step = (self.p_high - self.p_low) / grid
+            ps = [self.p_low + step * (i + 0.5) for i in range(grid)]
+        return [(p, k) for p in ps for k in range(self.k_max + 1)]
+
+
+PLANS = [
+    Opponent("random, the uniform-random opponent", 1.0, 1.0, 0, 0.0),
+    Opponent("p = 0.7 (limits: its best response never loses)", 0.7, 0.7, 0, 0.0),
+    Opponent("rlGX (phase 1): k <= 4 random replies, then p = 0, traps", 0.0, 0.0, 4, 1.0),
+    Opponent("rlW0, rlGY2: k <= 4, then p = 0.7, traps", 0.7, 0.7, 4, 1.0),
+    Opponent("rlGX2 (weakwins2): k <= 4, then p in [0, 0.7], traps", 0.0, 0.7, 4, 1.0),
+]
+
+
+class Solver:
+    """The best response to one opponent, by history (X's moves only are chosen)."""
+
+    def __init__(self, opponent: Opponent, grid: int) -> None:
+        self.types = opponent.types(grid)
+        self.trap = opponent.trap
+        self.policy: dict[History, int] = {}
+        self._replies: dict[Board, np.ndarray] = {}
+        self._ends = {name: np.full(len(self.types), value) for name, value in REWARD.items()}
+
+    def replies(self, board: Board) -> np.ndarray:
+        """The probability of each of O's legal moves on `board` (`moves` order), per type."""
+        if board not in self._replies:
+            self._replies[board] = np.array(
+                [
+                    [reply_probability(board, c, reply_prob(board, p, k), self.trap) for p, k in self.types]
+                    for c, _ in moves(board, "O")
+                ]
+            )
+        return self._replies[board]
+
+    def solve(self) -> float:
+        """The best response's expected training reward (types equally likely)."""
+        reach = np.full(len(self.types), 0.5 / len(self.types))
+        x_first = self._value(EMPTY_BOARD, (), True, reach)
+        o_first = self._value(EMPTY_BOARD, (), False, reach)
+        return float(reach @ (x_first + o_first))
+
+    def _value(self, board: Board, history: History, x_to_move: bool, reach: np.ndarray) -> np.ndarray:
+        """Per type: the expected reward from here, the best response playing X. A reply no type
+        plays is solved too, so the policy covers every history."""
+        if (end := outcome(board)) is not None:
+            return self._ends[end]
+        if not x_to_move:
+            total = np.zeros(len(self.types))
+            for (cell, child), probs in zip(moves(board, "O"), self.replies(board)):
+                total += probs * self._value(child, (*history, cell), True, reach * probs)
+            return total
+        options = []
+        for cell, child in moves(board, "X"):
+            values = self._value(child, (*history, cell), False, reach)
+            options.append((float(reach @ values), cell, child, values))
+        top = max(option[0] for option in options)
+        tied = [option for option in options if option[0] >= top - 1e-12 * max(1.0, abs(top))]
+        if len(tied) > 1:  # towards more wins against the random opponent (the policy below is set)
+            tied.sort(key=lambda o: -rates(self.policy, 1.0, o[2], (*history, o[1]), False)[0])
+        self.policy[history] = tied[0][1]
+        return tied[0][3]
+
+
+def rates(
+    policy: dict[History, int],
+    p: float,
+    board: Board = EMPTY_BOARD,
+    history: History = (),
+    x_to_move: bool | None = None,
+) -> tuple[float, float, float]:
+    """(win, draw, loss) of `policy` against the opponent of random-move probability `p` (no
+    traps, no random replies), from `board` after `history`; from the start, both starts."""
+    if x_to_move is None:
+        halves = [rates(policy, p, EMPTY_BOARD, (), first) for first in (True, False)]
+        return (
+            0.5 * (halves[0][0] + halves[1][0]),
+            0.5 * (halves[0][1] + halves[1][1]),
+            0.5 * (halves[0][2] + halves[1][2]),
+        )
+    if (end := outcome(board)) is not None:
+        return (float(end == "win"), float(end == "draw"), float(end == "loss"))
+    if x_to_move:
+        cell = policy[history]
+        return rates(policy, p, apply_move(board, cell, "X"), (*history, cell), False)
+    win = draw = loss = 0.0
+    for cell, child in moves(board, "O"):
+        chance = reply_probability(board, cell, p)
+        if chance > 0:
+            w, d, lo = rates(policy, p, child, (*history, cell), True)
+            win, draw, loss = win + chance * w, draw + chance * d, loss + chance * lo
+    return win, draw, loss
+
+
+def lost_games(policy: dict[History, int]) -> list[str]:
+    """The games `policy` loses over every legal O reply, both starts (the evaluator's lost
+    games), as lines: O1.X6.O0... (X4.O0... when X starts)."""
+    lost: list[str] = []
+
+    def walk(board: Board, history: History, x_to_move: bool, x_first: bool) -> None:
+        if (end := outcome(board)) is not None:
+            if end == "loss":
+                marks = "XO" if x_first else "OX"
+                lost.append(".".join(f"{marks[i % 2]}{c}" for i, c in enumerate(history)))
+        elif x_to_move:
+            cell = policy[history]
+            walk(apply_move(board, cell, "X"), (*history, cell), False, x_first)
+        else:
+            for c, child in moves(board, "O"):
+                walk(child, (*history, c), True, x_first)
+
+    walk(EMPTY_BOARD, (), True, True)
+    walk(EMPTY_BOARD, (), False, False)
+    return lost
+
+
+def report(opponent: Opponent, grid: int) -> dict[str, Any]:
+    start = time.monotonic()
+    solver = Solver(opponent, grid)
+    reward = solver.solve()
+    win, draw, loss = rates(solver.policy, 1.0)
+    owin, odraw, oloss = rates(solver.policy, 0.0)
+    return {
+        "training_reward": reward,
+        "random_win": 100 * win,
+        "random_draw": 100 * draw,
+        "random_loss": 100 * loss,
+        "optimal_draw": 100 * odraw,
+        "optimal_loss": 100 * oloss,
+        "lost_games": lost_games(solver.policy),
+        "seconds": time.monotonic() - start,
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--p", type=float, nargs="+", help="the opponent's p, or its range LOW HIGH (default: the plans')"
+    )
+    parser.add_argument("--k", type=int, default=0, help="random replies: k uniform in 0..K")
+    parser.add_argument("--trap", type=float, default=0.0, help="the opponent's trap_prob")
+    parser.add_argument("--grid", type=int, default=14, help="points of a p range")
+    args = parser.parse_args(argv)
+    if args.p is None:
+        opponents = PLANS
+    else:
+        if len(args.p) > 2 or not all(0.0 <= p <= 1.0 for p in args.p) or args.p[0] > args.p[-1]:
+            parser.error(f"--p takes P or LOW HIGH within [0, 1], got {args.p}")
+        if args.k < 0 or not 0.0 <= args.trap <= 1.0 or args.grid < 1:
+            parser.error("--k >= 0, --trap in [0, 1], --grid >= 1")
+        opponents = [
+            Opponent(f"p {args.p}, k <= {args.k}, traps {args.trap}", args.p[0], args.p[-1], args.k, args.trap)
+        ]
+    print("| training opponent | its reward | best response vs random W/D/L % | vs optimal D/L % | lost games |")
+    print("|---|---|---|---|---|")
+    for opponent in opponents:
+        r = report(opponent, args.grid)
+        print(
+            f"| {opponent.name} | {r['training_reward']:.4f} | {r['random_win']:.2f} / {r['random_draw']:.2f} / "
+            f"{r['random_loss']:.2f} | {r['optimal_draw']:.2f} / {r['optimal_loss']:.2f} | {len(r['lost_games'])} |",
+            flush=True,
+        )
+        lost = ", ".join(r["lost_games"][:8]) + (" ..." if len(r["lost_games"]) > 8 else "")
+        print(f"({opponent.name}: {r['seconds']:.0f} s{'; lost: ' + lost if lost else ''})", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
