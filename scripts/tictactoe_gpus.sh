@@ -87,6 +87,8 @@
 #   weakwins  one GPU a seed: plan given4's weak start for 300 steps, then 100 at p = 0.7 for wins
 #   weakwins2 one GPU a seed: plan weakwins's first phase, then two second phases side by side from
 #          it (variable PHASE1_FROM of a variant): p in [0, 0.7] in 8 buckets, and p = 0.7 alone
+#   wins2  the shipped model, 120 steps of plan unsure's control against p in [0.35, 0.7] and in
+#          [0, 0.7] (each's best response is the limit policy), side by side on one GPU
 #   wins   the shipped model, 80 steps at lr 1e-5 against opponents at p = 0.7 after the random
 #          replies: rlW with a KL of 0.05 to the shipped model (GPU WINS_GPU), rlW0 without (WINS_GPU2)
 set -uo pipefail
@@ -414,6 +416,15 @@ start() {
       export FIRST_STAGES="base sft" LAST_STAGES=""
       per_seed "$weak_greedy RL_STEPS=${WEAK_STEPS:-300} RL2_STEPS=${WINS_STEPS:-100} RL2_MAX_P=0.7 RL2_LR=1e-5 RESTART_EXPLORE=2" \
         "rlGX RL2_MIN_P=0 RL2_BUCKETS=8" "rlGY PHASE1_FROM=rlGX RL2_MIN_P=0.7 RL2_BUCKETS=1" ;;
+    wins2)  # the shipped model's wins phase against opponents whose best response is the unbeatable
+      # 95.56% limit policy (scripts/tictactoe_best_response.py; p = 0.7 after the replies has a beatable
+      # one): plan unsure's control (rlWP: random replies, 128 greedy probes restarted walking back,
+      # lr 1e-5), 120 steps, p in [0.35, 0.7] (rlWM) and in [0, 0.7] (rlWM0), eight buckets, side by
+      # side on GPU WINS_GPU (default 0)
+      export FIRST_STAGES=sft LAST_STAGES=""
+      local shared="$wins_probes RL_STEPS=${RL_STEPS:-120} RL_LR=1e-5 RL_MAX_P=0.7 BUCKETS=8"
+      from_shipped shipped
+      job "${WINS_GPU:-0}" shipped "$shared" "rlWM RL_MIN_P=0.35" "rlWM0 RL_MIN_P=0" ;;
     wins)  # the shipped model against opponents at p = 0.7 after random replies (taken for the 95.56%
       # limit policy's opponent; computed since, its best response loses 22%: scripts/tictactoe_best_response.py):
       # rlW near it by a KL (GPU WINS_GPU), rlW0 without (GPU WINS_GPU2)

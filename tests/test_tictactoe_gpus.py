@@ -17,7 +17,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE = """\
-echo "GPU=$CUDA_VISIBLE_DEVICES SEED=$SEED RL=$RL_NAME STEPS=$RL_STEPS K=${RESTART_EXPLORE:-} RL2=$RL2_STEPS P2=${RL2_MIN_P:-}-${RL2_MAX_P:-} B2=${RL2_BUCKETS:-} STAGES=$EVAL_STAGES"
+echo "GPU=$CUDA_VISIBLE_DEVICES SEED=$SEED RL=$RL_NAME STEPS=$RL_STEPS K=${RESTART_EXPLORE:-} P=${RL_MIN_P:-}-${RL_MAX_P:-} B=${BUCKETS:-} RL2=$RL2_STEPS P2=${RL2_MIN_P:-}-${RL2_MAX_P:-} B2=${RL2_BUCKETS:-} STAGES=$EVAL_STAGES"
 mkdir -p "$OUT_DIR/sft/final"; touch "$OUT_DIR/sft/final/config.json"
 [ -e "$OUT_DIR/$RL_NAME" ] || { mkdir -p "$OUT_DIR/$RL_NAME/final"; touch "$OUT_DIR/$RL_NAME/final/config.json"; }
 """
@@ -55,15 +55,15 @@ def test_each_seed_runs_on_the_gpu_named_for_it(tmp_path: Path) -> None:
     assert "started plan given4" in proc.stdout
     logs = _logs(tmp_path)
     assert list(logs) == ["s1/pipeline-rlGX.log", "s2/pipeline-rlGX.log"]
-    assert logs["s1/pipeline-rlGX.log"].startswith("GPU=0 SEED=1 RL=rlGX STEPS=400 K=2 RL2=0")
-    assert logs["s2/pipeline-rlGX.log"].startswith("GPU=1 SEED=2 RL=rlGX STEPS=400 K=2 RL2=0")
+    assert logs["s1/pipeline-rlGX.log"].startswith("GPU=0 SEED=1 RL=rlGX STEPS=400 K=2 P=-0.0 B=1 RL2=0")
+    assert logs["s2/pipeline-rlGX.log"].startswith("GPU=1 SEED=2 RL=rlGX STEPS=400 K=2 P=-0.0 B=1 RL2=0")
 
 
 def test_the_wins_phase_follows_the_weak_start(tmp_path: Path) -> None:
     proc = _start(tmp_path, "weakwins", SEEDS="0", SEED_GPUS="1", WEAK_STEPS="7")
     assert proc.returncode == 0, proc.stderr
     (log,) = _logs(tmp_path).values()
-    assert log.startswith("GPU=1 SEED=0 RL=rlGX STEPS=7 K=2 RL2=100 P2=0.7-0.7 B2=1 ")
+    assert log.startswith("GPU=1 SEED=0 RL=rlGX STEPS=7 K=2 P=-0.0 B=1 RL2=100 P2=0.7-0.7 B2=1 ")
     assert log.endswith("STAGES=base sft rlGX rlGX2 rlGX.best rlGX2.best")
 
 
@@ -71,7 +71,7 @@ def test_the_wins_phase_can_keep_perfect_opponents(tmp_path: Path) -> None:
     proc = _start(tmp_path, "weakwins", SEEDS="2", SEED_GPUS="0", WINS_MIN_P="0", WINS_BUCKETS="8")
     assert proc.returncode == 0, proc.stderr
     (log,) = _logs(tmp_path).values()
-    assert log.startswith("GPU=0 SEED=2 RL=rlGX STEPS=300 K=2 RL2=100 P2=0-0.7 B2=8 ")
+    assert log.startswith("GPU=0 SEED=2 RL=rlGX STEPS=300 K=2 P=-0.0 B=1 RL2=100 P2=0-0.7 B2=8 ")
 
 
 def test_two_second_phases_share_one_first_phase(tmp_path: Path) -> None:
@@ -80,12 +80,24 @@ def test_two_second_phases_share_one_first_phase(tmp_path: Path) -> None:
     logs = _logs(tmp_path)
     assert list(logs) == ["s2/pipeline-rlGX.log", "s2/pipeline-rlGY.log"]
     first, second = logs["s2/pipeline-rlGX.log"], logs["s2/pipeline-rlGY.log"]
-    assert first.startswith("GPU=0 SEED=2 RL=rlGX STEPS=300 K=2 RL2=100 P2=0-0.7 B2=8 ")
+    assert first.startswith("GPU=0 SEED=2 RL=rlGX STEPS=300 K=2 P=-0.0 B=1 RL2=100 P2=0-0.7 B2=8 ")
     assert first.endswith("STAGES=base sft rlGX rlGX2 rlGX.best rlGX2.best")
-    assert second.startswith("GPU=0 SEED=2 RL=rlGY STEPS=300 K=2 RL2=100 P2=0.7-0.7 B2=1 ")
+    assert second.startswith("GPU=0 SEED=2 RL=rlGY STEPS=300 K=2 P=-0.0 B=1 RL2=100 P2=0.7-0.7 B2=1 ")
     assert second.endswith("STAGES=rlGY2 rlGY2.best")  # its phase 1 is rlGX's, evaluated there
     link = tmp_path / "runs" / "plan" / "s2" / "rlGY"
     assert link.is_symlink() and os.readlink(link) == "rlGX"
+
+
+def test_the_shipped_models_wins_phase_against_two_safe_opponent_ranges(tmp_path: Path) -> None:
+    proc = _start(tmp_path, "wins2")
+    assert proc.returncode == 0, proc.stderr
+    logs = _logs(tmp_path)
+    assert list(logs) == ["shipped/pipeline-rlWM.log", "shipped/pipeline-rlWM0.log"]
+    assert logs["shipped/pipeline-rlWM.log"].startswith("GPU=0 SEED=0 RL=rlWM STEPS=120 K= P=0.35-0.7 B=8 RL2=0 ")
+    assert logs["shipped/pipeline-rlWM0.log"].startswith("GPU=0 SEED=0 RL=rlWM0 STEPS=120 K= P=0-0.7 B=8 RL2=0 ")
+    assert logs["shipped/pipeline-rlWM.log"].endswith("STAGES=sft rlWM rlWM.best")
+    assert logs["shipped/pipeline-rlWM0.log"].endswith("STAGES=rlWM0 rlWM0.best")
+    assert (tmp_path / "runs" / "plan" / "shipped" / "sft" / "final" / "config.json").exists()  # the shipped model
 
 
 @pytest.mark.parametrize(
