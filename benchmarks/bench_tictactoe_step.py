@@ -24,6 +24,7 @@ import csv
 import json
 import os
 import platform
+import re
 import shlex
 import statistics
 import subprocess
@@ -59,8 +60,10 @@ def parse_variant(text: str) -> tuple[str, list[str]]:
     ('base', [])
     """
     name, sep, flags = text.partition("=")
-    if not sep or not name.strip():
-        raise argparse.ArgumentTypeError(f"a variant is NAME=FLAGS (FLAGS may be empty), got {text!r}")
+    if not sep or not re.fullmatch(r"[A-Za-z0-9_.-]+", name.strip()):
+        raise argparse.ArgumentTypeError(
+            f"a variant is NAME=FLAGS, NAME of letters, digits, '_', '.' or '-' (FLAGS may be empty), got {text!r}"
+        )
     return name.strip(), shlex.split(flags)
 
 
@@ -160,6 +163,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         p.error(f"variant names must differ: {names}")
     if args.skip >= args.steps:
         p.error(f"--skip {args.skip} leaves none of {args.steps} steps to time")
+    if args.keep and (
+        taken := [n for n in names for r in range(args.rounds) if (args.keep / f"{n}-round{r + 1}").exists()]
+    ):
+        p.error(f"{args.keep} already holds runs of {sorted(set(taken))}; give an empty or new folder")
     results: dict[str, list[dict[str, float]]] = {name: [] for name in names}
     seconds: dict[str, list[float]] = {name: [] for name in names}
     with tempfile.TemporaryDirectory() as scratch:

@@ -93,8 +93,22 @@ def test_a_failing_variant_is_reported_and_the_others_go_on(tmp_path: Path, monk
 
 
 @pytest.mark.parametrize(
-    "argv", [["--variant", "a=", "--variant", "a=--x"], ["--variant", "noequals"], ["--variant", "a=", "--skip", "16"]]
+    ("argv", "reason"),
+    [
+        (["--variant", "a=", "--variant", "a=--x"], "variant names must differ"),
+        (["--variant", "noequals"], "a variant is NAME=FLAGS"),
+        (["--variant", "../up=--x"], "a variant is NAME=FLAGS"),
+        (["--variant", "a=", "--skip", "16"], "leaves none of 16 steps"),
+    ],
 )
-def test_bad_arguments_are_refused(argv: list[str]) -> None:
+def test_bad_arguments_are_refused(argv: list[str], reason: str, capsys) -> None:
     with pytest.raises(SystemExit):
         bench.main(argv)
+    assert reason in capsys.readouterr().err
+
+
+def test_a_folder_that_already_holds_its_runs_is_refused(tmp_path: Path, capsys) -> None:
+    (tmp_path / "a-round2").mkdir()
+    with pytest.raises(SystemExit):
+        bench.main(["--variant", "a=", "--variant", "b=", "--keep", str(tmp_path)])
+    assert "already holds runs of ['a']" in capsys.readouterr().err
