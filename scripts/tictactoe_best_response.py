@@ -82,8 +82,11 @@ PLANS = [
 class Solver:
     """The best response to one opponent, by history (X's moves only are chosen)."""
 
-    def __init__(self, opponent: Opponent, grid: int) -> None:
+    def __init__(self, opponent: Opponent, grid: int, watch: frozenset[tuple[bool, History]] = frozenset()) -> None:
         self.types = opponent.types(grid)
+        self.watch = watch
+        """(X moves first, the history) of decisions whose moves' values to record in `watched`"""
+        self.watched: dict[tuple[bool, History], dict[int, float]] = {}
         self.trap = opponent.trap
         self.policy: dict[History, int] = {}
         self._replies: dict[Board, np.ndarray] = {}
@@ -103,7 +106,9 @@ class Solver:
     def solve(self) -> float:
         """The best response's expected training reward (types equally likely)."""
         reach = np.full(len(self.types), 0.5 / len(self.types))
+        self._x_first = True
         x_first = self._value(EMPTY_BOARD, (), True, reach)
+        self._x_first = False
         o_first = self._value(EMPTY_BOARD, (), False, reach)
         return float(reach @ (x_first + o_first))
 
@@ -121,6 +126,8 @@ class Solver:
         for cell, child in moves(board, "X"):
             values = self._value(child, (*history, cell), False, reach)
             options.append((float(reach @ values), cell, child, values))
+        if (self._x_first, history) in self.watch and reach.sum() > 0:  # each move's expected reward, given the history
+            self.watched[self._x_first, history] = {cell: value / float(reach.sum()) for value, cell, _, _ in options}
         top = max(option[0] for option in options)
         tied = [option for option in options if option[0] >= top - 1e-12 * max(1.0, abs(top))]
         if len(tied) > 1:  # towards more wins against the random opponent (the policy below is set)
@@ -181,9 +188,27 @@ def lost_games(policy: dict[History, int]) -> list[str]:
     return lost
 
 
-def report(opponent: Opponent, grid: int) -> dict[str, Any]:
+def parse_line(text: str) -> tuple[bool, History]:
+    """A decision of X as the line before it: 'O8.X4.O1' (O opened) or 'X4.O0' -> (X first, moves).
+
+    >>> parse_line("O8.X4.O1"), parse_line("X4.O0"), parse_line("")
+    ((False, (8, 4, 1)), (True, (4, 0)), (True, ()))
+    """
+    marks = [m for m in text.replace(" ", ".").split(".") if m]
+    if not all(len(m) == 2 and m[0] in "XO" and m[1] in "012345678" for m in marks):
+        raise ValueError(f"a line is moves like O8.X4.O1, got {text!r}")
+    x_first = not marks or marks[0][0] == "X"
+    if any(m[0] != "XO"[(i + (not x_first)) % 2] for i, m in enumerate(marks)) or (marks and marks[-1][0] != "O"):
+        raise ValueError(f"the marks must alternate and end with O's move (X to play), got {text!r}")
+    cells = tuple(int(m[1]) for m in marks)
+    if len(set(cells)) < len(cells):
+        raise ValueError(f"a cell is played twice in {text!r}")
+    return x_first, cells
+
+
+def report(opponent: Opponent, grid: int, watch: frozenset[tuple[bool, History]] = frozenset()) -> dict[str, Any]:
     start = time.monotonic()
-    solver = Solver(opponent, grid)
+    solver = Solver(opponent, grid, watch)
     reward = solver.solve()
     win, draw, loss = rates(solver.policy, 1.0)
     owin, odraw, oloss = rates(solver.policy, 0.0)
@@ -195,6 +220,7 @@ def report(opponent: Opponent, grid: int) -> dict[str, Any]:
         "optimal_draw": 100 * odraw,
         "optimal_loss": 100 * oloss,
         "lost_games": lost_games(solver.policy),
+        "at": solver.watched,
         "seconds": time.monotonic() - start,
     }
 
@@ -207,7 +233,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--k", type=int, default=0, help="random replies: k uniform in 0..K")
     parser.add_argument("--trap", type=float, default=0.0, help="the opponent's trap_prob")
     parser.add_argument("--grid", type=int, default=14, help="points of a p range")
+    parser.add_argument(
+        "--at",
+        action="append",
+        default=[],
+        help="a decision, as the line before it (e.g. O8.X4.O1): each move's expected training reward there",
+    )
     args = parser.parse_args(argv)
+    try:
+        watched = [parse_line(line) for line in args.at]
+    except ValueError as exc:
+        parser.error(str(exc))
     if args.p is None:
         opponents = PLANS
     else:
@@ -221,7 +257,14 @@ def main(argv: list[str] | None = None) -> None:
     print("| training opponent | its reward | best response vs random W/D/L % | vs optimal D/L % | lost games |")
     print("|---|---|---|---|---|")
     for opponent in opponents:
-        r = report(opponent, args.grid)
+        r = report(opponent, args.grid, frozenset(watched))
+        for line, watch in zip(args.at, watched):
+            at = r["at"].get(watch, {})
+            shown = ", ".join(f"{cell}: {value:.4f}" for cell, value in sorted(at.items(), key=lambda kv: -kv[1]))
+            print(
+                f"({opponent.name}: at {line}, the expected training reward of each move: {shown or 'not reached'})",
+                file=sys.stderr,
+            )
         print(
             f"| {opponent.name} | {r['training_reward']:.4f} | {r['random_win']:.2f} / {r['random_draw']:.2f} / "
             f"{r['random_loss']:.2f} | {r['optimal_draw']:.2f} / {r['optimal_loss']:.2f} | {len(r['lost_games'])} |",

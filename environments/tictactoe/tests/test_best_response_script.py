@@ -23,9 +23,21 @@ spec.loader.exec_module(script)
 
 
 def test_the_best_response_to_p_07_alone_is_the_limit_policy() -> None:
-    r = script.report(script.Opponent("p = 0.7", 0.7, 0.7, 0, 0.0), grid=1)
+    at = script.parse_line("O8.X4.O1")  # where the shipped model plays a corner and an edge wins more
+    r = script.report(script.Opponent("p = 0.7", 0.7, 0.7, 0, 0.0), grid=1, watch=frozenset([at]))
     assert r["random_win"] == pytest.approx(100 * never_losing_max_win_rate(), abs=1e-9)
     assert r["optimal_loss"] == 0 and r["lost_games"] == []
+    values = r["at"][at]
+    assert sorted(values) == [0, 2, 3, 5, 6, 7] and max(values, key=values.get) in (3, 5)
+    assert values[3] == pytest.approx(values[5]) and values[3] - values[0] > 0.05  # the edges' edge
+    assert all(0 <= v <= 1 for v in values.values())
+
+
+@pytest.mark.parametrize("bad", ["O8.X4", "O8.O4.X1", "Y4.O1", "O8.X44.O1", "O8.X8.O1"])
+def test_a_decision_is_a_line_that_ends_with_os_move(bad: str) -> None:
+    with pytest.raises(ValueError):
+        script.parse_line(bad)
+    assert script.parse_line("X4.O0") == (True, (4, 0))
 
 
 def test_random_replies_make_the_best_response_to_p_07_beatable_and_a_range_of_p_does_not() -> None:
