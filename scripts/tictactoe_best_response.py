@@ -3,6 +3,7 @@
     python scripts/tictactoe_best_response.py                     # the plans' opponents (below)
     python scripts/tictactoe_best_response.py --p 0.7 --k 4 --trap 1
     python scripts/tictactoe_best_response.py --p 0 0.7 --k 4 --trap 1   # p uniform in [0, 0.7]
+    python scripts/tictactoe_best_response.py --at O8.X4.O1 --model runs/make-run/eval/shipped-exact
 
 A training opponent is the env's: O moves first in half the games; k is drawn uniformly from
 0..K for each game, and O's moves are uniformly random while it has fewer than k marks; after
@@ -18,15 +19,24 @@ plays that policy against the random and the optimal opponent (uniform over best
 `rlvr eval --exhaustive`'s weights) and over every legal O reply, and prints its exact W/D/L and
 its lost games: the ceiling of what RL against that opponent can reach, if it found the best
 response. Ties between moves are broken towards more wins against the random opponent.
+
+`--at LINE` (repeatable) prints each move's expected training reward at that decision (the line
+before it, e.g. O8.X4.O1), given the history, with the best response after it: how much the
+opponent pays for the better move there. `--model RUN` reads a greedy model's move at every line
+of an `rlvr eval tictactoe --exhaustive` folder and prints its expected training reward beside the
+best response's: what RL against that opponent has left to gain (its accepted moves only: a
+rejected move and the reply format are not counted).
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import importlib.util
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -136,6 +146,41 @@ class Solver:
         return tied[0][3]
 
 
+def policy_reward(solver: Solver, policy: dict[History, int]) -> float:
+    """The expected training reward of `policy` (X's move for every history it reaches, both
+    starts) against the solver's opponent (types equally likely)."""
+
+    def value(board: Board, history: History, x_to_move: bool) -> np.ndarray:
+        if (end := outcome(board)) is not None:
+            return solver._ends[end]
+        if x_to_move:
+            cell = policy[history]
+            return value(apply_move(board, cell, "X"), (*history, cell), False)
+        total = np.zeros(len(solver.types))
+        for (cell, child), probs in zip(moves(board, "O"), solver.replies(board)):
+            total += probs * value(child, (*history, cell), True)
+        return total
+
+    both = value(EMPTY_BOARD, (), True) + value(EMPTY_BOARD, (), False)
+    return float(both.mean() / 2)
+
+
+def read_model_policy(run: Path) -> dict[History, int]:
+    """A greedy model's move after every line of an `rlvr eval tictactoe --exhaustive` folder,
+    by history (its accepted moves: a rejected move and the reply format are not counted)."""
+    regret = _script("tictactoe_regret")
+    return {tuple(cell for _, cell in line): cell for line, cell in regret.read_policy(run).items()}
+
+
+def _script(name: str) -> Any:
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 def rates(
     policy: dict[History, int],
     p: float,
@@ -206,10 +251,16 @@ def parse_line(text: str) -> tuple[bool, History]:
     return x_first, cells
 
 
-def report(opponent: Opponent, grid: int, watch: frozenset[tuple[bool, History]] = frozenset()) -> dict[str, Any]:
+def report(
+    opponent: Opponent,
+    grid: int,
+    watch: frozenset[tuple[bool, History]] = frozenset(),
+    model: dict[History, int] | None = None,
+) -> dict[str, Any]:
     start = time.monotonic()
     solver = Solver(opponent, grid, watch)
     reward = solver.solve()
+    extra = {} if model is None else {"model_reward": policy_reward(solver, model)}
     win, draw, loss = rates(solver.policy, 1.0)
     owin, odraw, oloss = rates(solver.policy, 0.0)
     return {
@@ -221,6 +272,7 @@ def report(opponent: Opponent, grid: int, watch: frozenset[tuple[bool, History]]
         "optimal_loss": 100 * oloss,
         "lost_games": lost_games(solver.policy),
         "at": solver.watched,
+        **extra,
         "seconds": time.monotonic() - start,
     }
 
@@ -239,7 +291,18 @@ def main(argv: list[str] | None = None) -> None:
         default=[],
         help="a decision, as the line before it (e.g. O8.X4.O1): each move's expected training reward there",
     )
+    parser.add_argument(
+        "--model",
+        type=Path,
+        help="an `rlvr eval --exhaustive` folder: also that greedy model's expected training reward",
+    )
     args = parser.parse_args(argv)
+    model = read_model_policy(args.model) if args.model else None
+    if model is not None:
+        win, draw, loss = rates(model, 1.0)
+        print(
+            f"model {args.model}: {len(model)} decisions; vs random {100 * win:.2f} / {100 * draw:.2f} / {100 * loss:.2f}"
+        )
     try:
         watched = [parse_line(line) for line in args.at]
     except ValueError as exc:
@@ -257,7 +320,13 @@ def main(argv: list[str] | None = None) -> None:
     print("| training opponent | its reward | best response vs random W/D/L % | vs optimal D/L % | lost games |")
     print("|---|---|---|---|---|")
     for opponent in opponents:
-        r = report(opponent, args.grid, frozenset(watched))
+        r = report(opponent, args.grid, frozenset(watched), model)
+        if model is not None:
+            print(
+                f"({opponent.name}: the model's expected training reward {r['model_reward']:.4f}, "
+                f"the best response's {r['training_reward']:.4f}: {r['training_reward'] - r['model_reward']:.4f} a game to gain)",
+                file=sys.stderr,
+            )
         for line, watch in zip(args.at, watched):
             at = r["at"].get(watch, {})
             shown = ", ".join(f"{cell}: {value:.4f}" for cell, value in sorted(at.items(), key=lambda kv: -kv[1]))

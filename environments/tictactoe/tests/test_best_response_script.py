@@ -6,6 +6,7 @@ player, while p drawn from a range that reaches down to 0.35 keeps it safe at th
 from __future__ import annotations
 
 import importlib.util
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,8 @@ from pathlib import Path
 import pytest
 from rlvr_tictactoe.game import EMPTY_BOARD, apply_move, game_value
 from rlvr_tictactoe.tree import minimax_rates_vs_random, never_losing_max_win_rate
+
+from rlvr.cli import main
 
 SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "tictactoe_best_response.py"
 spec = importlib.util.spec_from_file_location("tictactoe_best_response", SCRIPT)
@@ -22,15 +25,25 @@ sys.modules[spec.name] = script  # (its dataclass looks its module up there)
 spec.loader.exec_module(script)
 
 
-def test_the_best_response_to_p_07_alone_is_the_limit_policy() -> None:
+def test_the_best_response_to_p_07_alone_is_the_limit_policy_and_beats_a_saved_model(tmp_path: Path) -> None:
     at = script.parse_line("O8.X4.O1")  # where the shipped model plays a corner and an edge wins more
-    r = script.report(script.Opponent("p = 0.7", 0.7, 0.7, 0, 0.0), grid=1, watch=frozenset([at]))
-    assert r["random_win"] == pytest.approx(100 * never_losing_max_win_rate(), abs=1e-9)
-    assert r["optimal_loss"] == 0 and r["lost_games"] == []
-    values = r["at"][at]
+    solver = script.Solver(script.Opponent("p = 0.7", 0.7, 0.7, 0, 0.0), grid=1, watch=frozenset([at]))
+    reward = solver.solve()
+    win, _, _ = script.rates(solver.policy, 1.0)
+    assert win == pytest.approx(never_losing_max_win_rate(), abs=1e-12)
+    assert script.rates(solver.policy, 0.0)[2] == 0 and script.lost_games(solver.policy) == []
+    assert script.policy_reward(solver, solver.policy) == pytest.approx(reward, abs=1e-12)
+    values = solver.watched[at]
     assert sorted(values) == [0, 2, 3, 5, 6, 7] and max(values, key=values.get) in (3, 5)
     assert values[3] == pytest.approx(values[5]) and values[3] - values[0] > 0.05  # the edges' edge
-    assert all(0 <= v <= 1 for v in values.values())
+    # a real exhaustive run (the minimax reference player), read back as a policy by history
+    out = tmp_path / "exact"
+    assert main(["eval", "tictactoe", "-m", "policy:optimal", "--exhaustive", "-q", "-o", str(out)]) == 0
+    model = script.read_model_policy(out)
+    meta = json.loads((out / "metadata.json").read_text())["exact"]["rates_pct"]
+    assert 100 * script.rates(model, 1.0)[0] == pytest.approx(meta["random"]["win"], abs=1e-9)
+    assert script.rates(model, 0.0)[2] == 0 and script.lost_games(model) == []
+    assert script.policy_reward(solver, model) < reward - 0.01  # minimax gives up wins the best response takes
 
 
 @pytest.mark.parametrize("bad", ["O8.X4", "O8.O4.X1", "Y4.O1", "O8.X44.O1", "O8.X8.O1"])
