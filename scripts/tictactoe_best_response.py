@@ -44,6 +44,8 @@ from rlvr_tictactoe.game import EMPTY_BOARD, Board, apply_move, legal_moves
 from rlvr_tictactoe.tasks import game_outcome, reply_prob
 from rlvr_tictactoe.tree import reply_probability
 
+from rlvr.errors import ResultsError
+
 REWARD = {"win": 1.0, "draw": 0.5, "loss": 0.0}
 History = tuple[int, ...]
 
@@ -297,7 +299,10 @@ def main(argv: list[str] | None = None) -> None:
         help="an `rlvr eval --exhaustive` folder: also that greedy model's expected training reward",
     )
     args = parser.parse_args(argv)
-    model = read_model_policy(args.model) if args.model else None
+    try:
+        model = read_model_policy(args.model) if args.model else None
+    except ResultsError as exc:
+        parser.error(str(exc))
     if model is not None:
         win, draw, loss = rates(model, 1.0)
         print(

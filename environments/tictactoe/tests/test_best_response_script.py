@@ -94,6 +94,10 @@ def test_rates_of_the_minimax_choice_match_the_tree_module() -> None:
     assert script.rates(policy, 0.0)[2] == 0 and script.lost_games(policy) == []
 
 
-def test_the_command_line_refuses_a_bad_range() -> None:
-    done = subprocess.run([sys.executable, str(SCRIPT), "--p", "0.7", "0.2"], capture_output=True, text=True)
-    assert done.returncode == 2 and "--p takes P or LOW HIGH" in done.stderr
+@pytest.mark.parametrize(
+    ("argv", "reason"),
+    [(["--p", "0.7", "0.2"], "--p takes P or LOW HIGH"), (["--model", "no/such/run"], "is not a results directory")],
+)
+def test_the_command_line_refuses_bad_input(argv: list[str], reason: str) -> None:
+    done = subprocess.run([sys.executable, str(SCRIPT), *argv], capture_output=True, text=True)
+    assert done.returncode == 2 and reason in done.stderr and "Traceback" not in done.stderr
