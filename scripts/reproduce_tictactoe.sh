@@ -154,11 +154,29 @@ eval_cell() {  # eval_cell STAGE MODEL OPPONENT
       -c 256 -q -o "$dir" --resume > "$dir.log" 2>&1
   fi || { echo "eval $1 vs $3 failed:"; tail -20 "$dir.log"; return 1; }
 }
+same_as_final() {  # same_as_final RUN: RUN's kept best holds its final model's weights, byte for byte
+  local run=$1 f found=0
+  for f in "$OUT/$run/best"/*.safetensors; do
+    [ -f "$f" ] && cmp -s "$f" "$OUT/$run/final/${f##*/}" || return 1
+    found=1
+  done
+  [ "$found" = 1 ] && [ "$(ls "$OUT/$run/best"/*.safetensors | wc -l)" = "$(ls "$OUT/$run/final"/*.safetensors | wc -l)" ]
+}
 mkdir -p "$OUT/eval"; stamp eval
 for stage in $EVAL_STAGES; do
   model="$OUT/$stage/final"; [ "$stage" = base ] && model="$OUT/base"; [ "$stage" = teacher ] && model=policy:teacher
   [ "${stage%.best}" != "$stage" ] && model="$OUT/${stage%.best}/best"  # RUN.best: RUN's kept best (KEEP_BEST)
   [ "$stage" = teacher ] || [ -f "$model/config.json" ] || continue
+  run=${stage%.best} opps="$([ "$EXACT" = 1 ] && echo exact) random optimal" done_cells=1
+  for opp in $opps; do grep -qs '"status": "complete"' "$OUT/eval/$run-$opp/metadata.json" || done_cells=0; done
+  if [ "$run" != "$stage" ] && [ "$done_cells" = 1 ] && same_as_final "$run"; then  # the last step was kept:
+    log "eval $stage: the weights of $run, already evaluated"  # its cells are RUN's (no second evaluation)
+    for opp in $opps; do
+      [ -L "$OUT/eval/$stage-$opp" ] || rm -rf "$OUT/eval/$stage-$opp"  # (a cut evaluation of it)
+      ln -sfn "$run-$opp" "$OUT/eval/$stage-$opp"
+    done
+    continue
+  fi
   log "eval $stage"
   pids=()
   for opp in $([ "$EXACT" = 1 ] && echo exact) random optimal; do eval_cell "$stage" "$model" "$opp" & pids+=($!); done

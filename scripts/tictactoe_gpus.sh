@@ -445,7 +445,7 @@ collect() {  # collect DIR [noplots]: tables, metrics, logs, exact summaries (no
   # fast and the next call reaches the machine within its 30 s idle release
   mkdir -p "$1"
   local png=(-o -name "*.png"); [ "${2:-}" = noplots ] && png=()
-  find "$ROOT" \( -name "*.csv" -o -name "*.md" -o -name "*.log" -o -name "*.seconds" "${png[@]}" \
+  find -L "$ROOT" \( -name "*.csv" -o -name "*.md" -o -name "*.log" -o -name "*.seconds" "${png[@]}" \
     -o -name "metadata.json" -o -name "config.json" \) -not -path "*/checkpoints/*" -not -path "*/final/*" \
     | tar czf "$1/runs.tgz.part" -T - && mv "$1/runs.tgz.part" "$1/runs.tgz"  # (a call cut mid-write keeps the last whole one)
 }

@@ -104,3 +104,43 @@ def test_rl_from_a_given_model_makes_no_base_or_teacher_games_and_passes_explore
     assert proc.returncode == 3 and argv[:2] == ["train", "tictactoe"], proc.stdout + proc.stderr
     assert _flag(argv, "--restart-explore") == "2" and _flag(argv, "--restart-explore-weight") == "0.05"
     assert not (out / "base").exists() and not (out / "teacher.jsonl").exists()
+
+
+def _evaluate(tmp_path: Path, best_bytes: bytes) -> tuple[list[str], Path]:
+    """The evaluation stage alone (every earlier stage's output in place) for `rl` and
+    `rl.best`, with a stand-in `rlvr` that records each evaluation and marks it complete."""
+    out, bin_dir, calls = tmp_path / "run", tmp_path / "bin", tmp_path / "calls.txt"
+    for folder, weights in (("rl/final", b"weights"), ("rl/best", best_bytes)):
+        (out / folder).mkdir(parents=True)
+        (out / folder / "config.json").write_text("{}")
+        (out / folder / "model.safetensors").write_bytes(weights)
+    (out / "sft" / "final").mkdir(parents=True)  # no base model, teacher games or SFT to make
+    (out / "sft" / "final" / "config.json").write_text("{}")
+    (out / "eval" / "rl.best-random").mkdir(parents=True)  # a cut evaluation of it, from an earlier call
+    bin_dir.mkdir()
+    fake = bin_dir / "rlvr"
+    fake.write_text(
+        "#!/bin/sh\n"
+        f'[ "$1" = eval ] || exit 3; while [ "$1" != "-o" ]; do shift; done; echo "$2" >> "{calls}"\n'
+        'mkdir -p "$2" && echo \'{"status": "complete"}\' > "$2/metadata.json"\n'
+    )
+    fake.chmod(0o755)
+    env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "OUT_DIR": str(out), "EVAL_STAGES": "rl rl.best"}
+    env["RL2_STEPS"] = "0"  # (rl/final is there: no RL phase runs)
+    subprocess.run(["bash", str(SCRIPT)], env=os.environ | env, capture_output=True, text=True, timeout=60)
+    return sorted(Path(line).name for line in calls.read_text().splitlines()), out / "eval"
+
+
+def test_a_kept_best_that_is_the_final_model_is_not_evaluated_twice(tmp_path: Path) -> None:
+    calls, evals = _evaluate(tmp_path, b"weights")
+    assert calls == ["rl-exact", "rl-optimal", "rl-random"]
+    for opp in ("exact", "random", "optimal"):
+        link = evals / f"rl.best-{opp}"
+        assert link.is_symlink() and os.readlink(link) == f"rl-{opp}"
+        assert json.loads((link / "metadata.json").read_text())["status"] == "complete"
+
+
+def test_a_kept_best_with_other_weights_is_evaluated(tmp_path: Path) -> None:
+    calls, evals = _evaluate(tmp_path, b"other weights")
+    assert calls == ["rl-exact", "rl-optimal", "rl-random", "rl.best-exact", "rl.best-optimal", "rl.best-random"]
+    assert not any(p.is_symlink() for p in evals.iterdir())
