@@ -167,7 +167,8 @@ for stage in $EVAL_STAGES; do
   model="$OUT/$stage/final"; [ "$stage" = base ] && model="$OUT/base"; [ "$stage" = teacher ] && model=policy:teacher
   [ "${stage%.best}" != "$stage" ] && model="$OUT/${stage%.best}/best"  # RUN.best: RUN's kept best (KEEP_BEST)
   [ "$stage" = teacher ] || [ -f "$model/config.json" ] || continue
-  run=${stage%.best} opps="$([ "$EXACT" = 1 ] && echo exact) random optimal" done_cells=1
+  run=${stage%.best} opps="random optimal" done_cells=1
+  if [ "$EXACT" = 1 ]; then opps="exact $opps"; fi  # (an assignment of a failing $(...) would end the script)
   for opp in $opps; do grep -qs '"status": "complete"' "$OUT/eval/$run-$opp/metadata.json" || done_cells=0; done
   if [ "$run" != "$stage" ] && [ "$done_cells" = 1 ] && same_as_final "$run"; then  # the last step was kept:
     log "eval $stage: the weights of $run, already evaluated"  # its cells are RUN's (no second evaluation)

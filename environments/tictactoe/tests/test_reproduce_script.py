@@ -106,7 +106,7 @@ def test_rl_from_a_given_model_makes_no_base_or_teacher_games_and_passes_explore
     assert not (out / "base").exists() and not (out / "teacher.jsonl").exists()
 
 
-def _evaluate(tmp_path: Path, best_bytes: bytes) -> tuple[list[str], Path]:
+def _evaluate(tmp_path: Path, best_bytes: bytes, **extra: str) -> tuple[list[str], Path]:
     """The evaluation stage alone (every earlier stage's output in place) for `rl` and
     `rl.best`, with a stand-in `rlvr` that records each evaluation and marks it complete."""
     out, bin_dir, calls = tmp_path / "run", tmp_path / "bin", tmp_path / "calls.txt"
@@ -126,7 +126,7 @@ def _evaluate(tmp_path: Path, best_bytes: bytes) -> tuple[list[str], Path]:
     )
     fake.chmod(0o755)
     env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "OUT_DIR": str(out), "EVAL_STAGES": "rl rl.best"}
-    env["RL2_STEPS"] = "0"  # (rl/final is there: no RL phase runs)
+    env |= {"RL2_STEPS": "0", **extra}  # (rl/final is there: no RL phase runs)
     subprocess.run(["bash", str(SCRIPT)], env=os.environ | env, capture_output=True, text=True, timeout=60)
     return sorted(Path(line).name for line in calls.read_text().splitlines()), out / "eval"
 
@@ -144,3 +144,9 @@ def test_a_kept_best_with_other_weights_is_evaluated(tmp_path: Path) -> None:
     calls, evals = _evaluate(tmp_path, b"other weights")
     assert calls == ["rl-exact", "rl-optimal", "rl-random", "rl.best-exact", "rl.best-optimal", "rl.best-random"]
     assert not any(p.is_symlink() for p in evals.iterdir())
+
+
+def test_without_exact_evaluation_the_sampled_cells_are_linked_alone(tmp_path: Path) -> None:
+    calls, evals = _evaluate(tmp_path, b"weights", EXACT="0")  # (the smoke scale's setting)
+    assert calls == ["rl-optimal", "rl-random"]
+    assert sorted(p.name for p in evals.iterdir() if p.is_symlink()) == ["rl.best-optimal", "rl.best-random"]
