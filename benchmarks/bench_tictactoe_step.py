@@ -20,10 +20,9 @@ between runs of one variant on an H200 (docs/benchmarks.md), so one pair of runs
 from __future__ import annotations
 
 import argparse
-import csv
 import json
+import math
 import os
-import platform
 import re
 import shlex
 import statistics
@@ -33,6 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from rlvr.report.training import read_metrics
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV_ARGS = {
@@ -69,26 +70,18 @@ def parse_variant(text: str) -> tuple[str, list[str]]:
 
 def summarize(metrics: Path, skip: int) -> dict[str, float]:
     """Medians of the step's times over the steps after `skip`, means of its gen/* counts, and
-    how many steps that was. Rows without a step or with a torn value are left out."""
-    with metrics.open() as f:
-        rows = [r for r in csv.DictReader(f) if _number(r.get("step")) is not None]
-    timed = [r for r in rows if (_number(r.get("step")) or 0) > skip]
+    how many steps that was (`rlvr.report.training.read_metrics`'s rows: a torn or non-number
+    cell is left out, and so is NaN or an infinity here)."""
+    rows = read_metrics(metrics)
+    timed = [r for r in rows if r["step"] > skip]
     if not timed:
         raise ValueError(f"{metrics} has no step after step {skip} ({len(rows)} steps in all)")
     out: dict[str, float] = {"steps": float(len(timed))}
     for key in sorted({k for r in timed for k in r if k in TIMES or k.startswith("gen/")}):
-        values = [v for r in timed if (v := _number(r.get(key))) is not None]
+        values = [r[key] for r in timed if math.isfinite(r.get(key, math.nan))]
         if values:
             out[key] = statistics.median(values) if key in TIMES else statistics.fmean(values)
     return out
-
-
-def _number(text: str | None) -> float | None:
-    try:
-        value = float(text or "")
-    except ValueError:
-        return None
-    return value if value == value and abs(value) != float("inf") else None
 
 
 def ratios(results: dict[str, list[dict[str, float]]], key: str = "time/step") -> dict[str, dict[str, Any]]:
@@ -129,20 +122,11 @@ def run_one(args: argparse.Namespace, flags: list[str], out_dir: Path) -> tuple[
 
 
 def machine() -> dict[str, Any]:
-    info: dict[str, Any] = {
-        "python": platform.python_version(),
-        "cpus": os.cpu_count(),
-        "platform": platform.platform(),
-    }
-    try:
-        import torch
+    """`bench_scale_phases.environment`'s device, its peak and the library versions, and the CPUs."""
+    import torch
+    from bench_scale_phases import environment
 
-        info["torch"] = torch.__version__
-        if torch.cuda.is_available():
-            info["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-    except ImportError:
-        pass
-    return info
+    return {**environment("cuda" if torch.cuda.is_available() else "cpu"), "cpus": os.cpu_count()}
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -161,6 +145,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     names = [name for name, _ in args.variant]
     if len(set(names)) < len(names):
         p.error(f"variant names must differ: {names}")
+    if args.rounds < 1:
+        p.error(f"--rounds must be at least 1, got {args.rounds}")
     if args.skip >= args.steps:
         p.error(f"--skip {args.skip} leaves none of {args.steps} steps to time")
     if args.keep and (
@@ -203,8 +189,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(
             f"{names[0]} / {name} step time: {r['median']:.3f}x [{r['min']:.3f}-{r['max']:.3f}] over {len(r['each'])} rounds"
         )
-    if args.out:
-        args.out.write_text(json.dumps(report, indent=1))
+    if args.out:  # whole or not at all (a kill mid-write leaves the .part)
+        part = args.out.with_name(args.out.name + ".part")
+        part.write_text(json.dumps(report, indent=1))
+        part.replace(args.out)
     return report
 
 

@@ -154,13 +154,11 @@ eval_cell() {  # eval_cell STAGE MODEL OPPONENT
       -c 256 -q -o "$dir" --resume > "$dir.log" 2>&1
   fi || { echo "eval $1 vs $3 failed:"; tail -20 "$dir.log"; return 1; }
 }
-same_as_final() {  # same_as_final RUN: RUN's kept best holds its final model's weights, byte for byte
-  local run=$1 f found=0
-  for f in "$OUT/$run/best"/*.safetensors; do
-    [ -f "$f" ] && cmp -s "$f" "$OUT/$run/final/${f##*/}" || return 1
-    found=1
-  done
-  [ "$found" = 1 ] && [ "$(ls "$OUT/$run/best"/*.safetensors | wc -l)" = "$(ls "$OUT/$run/final"/*.safetensors | wc -l)" ]
+same_as_final() {  # same_as_final RUN: RUN's kept best holds its final model's weights files, byte for byte
+  local f names
+  names=$(cd "$OUT/$1/best" && ls -- *.safetensors 2> /dev/null) || return 1
+  [ "$names" = "$(cd "$OUT/$1/final" && ls -- *.safetensors 2> /dev/null)" ] || return 1
+  for f in $names; do cmp -s "$OUT/$1/best/$f" "$OUT/$1/final/$f" || return 1; done
 }
 mkdir -p "$OUT/eval"; stamp eval
 for stage in $EVAL_STAGES; do
@@ -180,7 +178,7 @@ for stage in $EVAL_STAGES; do
   fi
   log "eval $stage"
   pids=()
-  for opp in $([ "$EXACT" = 1 ] && echo exact) random optimal; do eval_cell "$stage" "$model" "$opp" & pids+=($!); done
+  for opp in $opps; do eval_cell "$stage" "$model" "$opp" & pids+=($!); done
   for pid in "${pids[@]}"; do wait "$pid"; done
 done
 done_in eval

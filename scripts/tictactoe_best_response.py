@@ -32,9 +32,10 @@ from __future__ import annotations
 
 import argparse
 import functools
-import importlib.util
+import runpy
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,7 @@ from typing import Any
 import numpy as np
 from rlvr_tictactoe.game import EMPTY_BOARD, Board, apply_move, legal_moves
 from rlvr_tictactoe.tasks import game_outcome, reply_prob
-from rlvr_tictactoe.tree import reply_probability
+from rlvr_tictactoe.tree import line_id, reply_probability
 
 from rlvr.errors import ResultsError
 
@@ -94,15 +95,16 @@ PLANS = [
 class Solver:
     """The best response to one opponent, by history (X's moves only are chosen)."""
 
-    def __init__(self, opponent: Opponent, grid: int, watch: frozenset[tuple[bool, History]] = frozenset()) -> None:
+    def __init__(self, opponent: Opponent, grid: int, watch: frozenset[History] = frozenset()) -> None:
         self.types = opponent.types(grid)
         self.watch = watch
-        """(X moves first, the history) of decisions whose moves' values to record in `watched`"""
-        self.watched: dict[tuple[bool, History], dict[int, float]] = {}
+        """histories of decisions whose moves' values to record in `watched` (X moves at an even
+        length when it starts, at an odd one when O does: a history names its start)"""
+        self.watched: dict[History, dict[int, float]] = {}
         self.trap = opponent.trap
         self.policy: dict[History, int] = {}
         self._replies: dict[Board, np.ndarray] = {}
-        self._ends = {name: np.full(len(self.types), value) for name, value in REWARD.items()}
+        self.ends = {name: np.full(len(self.types), value) for name, value in REWARD.items()}
 
     def replies(self, board: Board) -> np.ndarray:
         """The probability of each of O's legal moves on `board` (`moves` order), per type."""
@@ -118,9 +120,7 @@ class Solver:
     def solve(self) -> float:
         """The best response's expected training reward (types equally likely)."""
         reach = np.full(len(self.types), 0.5 / len(self.types))
-        self._x_first = True
         x_first = self._value(EMPTY_BOARD, (), True, reach)
-        self._x_first = False
         o_first = self._value(EMPTY_BOARD, (), False, reach)
         return float(reach @ (x_first + o_first))
 
@@ -128,7 +128,7 @@ class Solver:
         """Per type: the expected reward from here, the best response playing X. A reply no type
         plays is solved too, so the policy covers every history."""
         if (end := outcome(board)) is not None:
-            return self._ends[end]
+            return self.ends[end]
         if not x_to_move:
             total = np.zeros(len(self.types))
             for (cell, child), probs in zip(moves(board, "O"), self.replies(board)):
@@ -138,8 +138,8 @@ class Solver:
         for cell, child in moves(board, "X"):
             values = self._value(child, (*history, cell), False, reach)
             options.append((float(reach @ values), cell, child, values))
-        if (self._x_first, history) in self.watch and reach.sum() > 0:  # each move's expected reward, given the history
-            self.watched[self._x_first, history] = {cell: value / float(reach.sum()) for value, cell, _, _ in options}
+        if history in self.watch and reach.sum() > 0:  # each move's expected reward, given the history
+            self.watched[history] = {cell: value / float(reach.sum()) for value, cell, _, _ in options}
         top = max(option[0] for option in options)
         tied = [option for option in options if option[0] >= top - 1e-12 * max(1.0, abs(top))]
         if len(tied) > 1:  # towards more wins against the random opponent (the policy below is set)
@@ -148,39 +148,41 @@ class Solver:
         return tied[0][3]
 
 
-def policy_reward(solver: Solver, policy: dict[History, int]) -> float:
-    """The expected training reward of `policy` (X's move for every history it reaches, both
-    starts) against the solver's opponent (types equally likely)."""
-
-    def value(board: Board, history: History, x_to_move: bool) -> np.ndarray:
-        if (end := outcome(board)) is not None:
-            return solver._ends[end]
-        if x_to_move:
-            cell = policy[history]
-            return value(apply_move(board, cell, "X"), (*history, cell), False)
-        total = np.zeros(len(solver.types))
-        for (cell, child), probs in zip(moves(board, "O"), solver.replies(board)):
-            total += probs * value(child, (*history, cell), True)
-        return total
-
-    both = value(EMPTY_BOARD, (), True) + value(EMPTY_BOARD, (), False)
-    return float(both.mean() / 2)
+@functools.cache
+def _fixed_replies(board: Board, p: float) -> np.ndarray:
+    """The probability of each of O's legal moves (`moves` order), as a column, for the opponent
+    of random-move probability `p` with no traps and no random replies (the evaluator's)."""
+    return np.array([[reply_probability(board, c, p)] for c, _ in moves(board, "O")])
 
 
-def read_model_policy(run: Path) -> dict[History, int]:
-    """A greedy model's move after every line of an `rlvr eval tictactoe --exhaustive` folder,
-    by history (its accepted moves: a rejected move and the reply format are not counted)."""
-    regret = _script("tictactoe_regret")
-    return {tuple(cell for _, cell in line): cell for line, cell in regret.read_policy(run).items()}
+OUTCOMES = {name: row for name, row in zip(("win", "draw", "loss"), np.eye(3), strict=True)}
 
 
-def _script(name: str) -> Any:
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+def expected(
+    policy: dict[History, int],
+    replies: Callable[[Board], np.ndarray],
+    leaf: Callable[[str], np.ndarray],
+    board: Board = EMPTY_BOARD,
+    history: History = (),
+    x_to_move: bool | None = None,
+) -> np.ndarray:
+    """The expectation of `leaf(outcome)` over the games `policy` plays as X against O's moves
+    with the probabilities `replies(board)` gives (a row per legal move, `moves` order), from
+    `board` after `history`; from the start (`x_to_move` None), both starts equally likely."""
+    if x_to_move is None:
+        return 0.5 * (
+            expected(policy, replies, leaf, board, (), True) + expected(policy, replies, leaf, board, (), False)
+        )
+    if (end := outcome(board)) is not None:
+        return leaf(end)
+    if x_to_move:
+        cell = policy[history]
+        return expected(policy, replies, leaf, apply_move(board, cell, "X"), (*history, cell), False)
+    total = np.zeros_like(leaf("draw"))
+    for (cell, child), probs in zip(moves(board, "O"), replies(board)):
+        if probs.any():
+            total += probs * expected(policy, replies, leaf, child, (*history, cell), True)
+    return total
 
 
 def rates(
@@ -192,25 +194,24 @@ def rates(
 ) -> tuple[float, float, float]:
     """(win, draw, loss) of `policy` against the opponent of random-move probability `p` (no
     traps, no random replies), from `board` after `history`; from the start, both starts."""
-    if x_to_move is None:
-        halves = [rates(policy, p, EMPTY_BOARD, (), first) for first in (True, False)]
-        return (
-            0.5 * (halves[0][0] + halves[1][0]),
-            0.5 * (halves[0][1] + halves[1][1]),
-            0.5 * (halves[0][2] + halves[1][2]),
-        )
-    if (end := outcome(board)) is not None:
-        return (float(end == "win"), float(end == "draw"), float(end == "loss"))
-    if x_to_move:
-        cell = policy[history]
-        return rates(policy, p, apply_move(board, cell, "X"), (*history, cell), False)
-    win = draw = loss = 0.0
-    for cell, child in moves(board, "O"):
-        chance = reply_probability(board, cell, p)
-        if chance > 0:
-            w, d, lo = rates(policy, p, child, (*history, cell), True)
-            win, draw, loss = win + chance * w, draw + chance * d, loss + chance * lo
-    return win, draw, loss
+    win, draw, loss = expected(
+        policy, functools.partial(_fixed_replies, p=p), OUTCOMES.__getitem__, board, history, x_to_move
+    )
+    return float(win), float(draw), float(loss)
+
+
+def policy_reward(solver: Solver, policy: dict[History, int]) -> float:
+    """The expected training reward of `policy` (X's move for every history it reaches, both
+    starts) against the solver's opponent (types equally likely)."""
+    return float(expected(policy, solver.replies, solver.ends.__getitem__).mean())
+
+
+def read_model_policy(run: Path) -> dict[History, int]:
+    """A greedy model's move after every line of an `rlvr eval tictactoe --exhaustive` folder,
+    by history (`tictactoe_regret.read_policy`: its accepted moves; a rejected move and the reply
+    format are not counted)."""
+    read_policy = runpy.run_path(str(Path(__file__).with_name("tictactoe_regret.py")))["read_policy"]
+    return {tuple(cell for _, cell in line): cell for line, cell in read_policy(run).items()}
 
 
 def lost_games(policy: dict[History, int]) -> list[str]:
@@ -218,28 +219,29 @@ def lost_games(policy: dict[History, int]) -> list[str]:
     games), as lines: O1.X6.O0... (X4.O0... when X starts)."""
     lost: list[str] = []
 
-    def walk(board: Board, history: History, x_to_move: bool, x_first: bool) -> None:
+    def walk(board: Board, history: History, x_to_move: bool) -> None:
         if (end := outcome(board)) is not None:
-            if end == "loss":
-                marks = "XO" if x_first else "OX"
-                lost.append(".".join(f"{marks[i % 2]}{c}" for i, c in enumerate(history)))
+            if end == "loss":  # O moved last: an even history when X started
+                x_first = len(history) % 2 == 0
+                lost.append(line_id(None, history) if x_first else line_id(history[0], history[1:]))
         elif x_to_move:
             cell = policy[history]
-            walk(apply_move(board, cell, "X"), (*history, cell), False, x_first)
+            walk(apply_move(board, cell, "X"), (*history, cell), False)
         else:
             for c, child in moves(board, "O"):
-                walk(child, (*history, c), True, x_first)
+                walk(child, (*history, c), True)
 
-    walk(EMPTY_BOARD, (), True, True)
-    walk(EMPTY_BOARD, (), False, False)
+    walk(EMPTY_BOARD, (), True)
+    walk(EMPTY_BOARD, (), False)
     return lost
 
 
-def parse_line(text: str) -> tuple[bool, History]:
-    """A decision of X as the line before it: 'O8.X4.O1' (O opened) or 'X4.O0' -> (X first, moves).
+def parse_line(text: str) -> History:
+    """A decision of X as the line before it, 'O8.X4.O1' (O opened) or 'X4.O0', as its history
+    (the cells in order; its length's parity says who started).
 
     >>> parse_line("O8.X4.O1"), parse_line("X4.O0"), parse_line("")
-    ((False, (8, 4, 1)), (True, (4, 0)), (True, ()))
+    ((8, 4, 1), (4, 0), ())
     """
     marks = [m for m in text.replace(" ", ".").split(".") if m]
     if not all(len(m) == 2 and m[0] in "XO" and m[1] in "012345678" for m in marks):
@@ -250,13 +252,13 @@ def parse_line(text: str) -> tuple[bool, History]:
     cells = tuple(int(m[1]) for m in marks)
     if len(set(cells)) < len(cells):
         raise ValueError(f"a cell is played twice in {text!r}")
-    return x_first, cells
+    return cells
 
 
 def report(
     opponent: Opponent,
     grid: int,
-    watch: frozenset[tuple[bool, History]] = frozenset(),
+    watch: frozenset[History] = frozenset(),
     model: dict[History, int] | None = None,
 ) -> dict[str, Any]:
     start = time.monotonic()
@@ -300,15 +302,6 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     try:
-        model = read_model_policy(args.model) if args.model else None
-    except ResultsError as exc:
-        parser.error(str(exc))
-    if model is not None:
-        win, draw, loss = rates(model, 1.0)
-        print(
-            f"model {args.model}: {len(model)} decisions; vs random {100 * win:.2f} / {100 * draw:.2f} / {100 * loss:.2f}"
-        )
-    try:
         watched = [parse_line(line) for line in args.at]
     except ValueError as exc:
         parser.error(str(exc))
@@ -317,11 +310,24 @@ def main(argv: list[str] | None = None) -> None:
     else:
         if len(args.p) > 2 or not all(0.0 <= p <= 1.0 for p in args.p) or args.p[0] > args.p[-1]:
             parser.error(f"--p takes P or LOW HIGH within [0, 1], got {args.p}")
-        if args.k < 0 or not 0.0 <= args.trap <= 1.0 or args.grid < 1:
-            parser.error("--k >= 0, --trap in [0, 1], --grid >= 1")
+        if not 0 <= args.k <= 5 or not 0.0 <= args.trap <= 1.0 or not 1 <= args.grid <= 1000:
+            parser.error("--k in 0..5 (O moves at most 5 times), --trap in [0, 1], --grid in 1..1000")
         opponents = [
             Opponent(f"p {args.p}, k <= {args.k}, traps {args.trap}", args.p[0], args.p[-1], args.k, args.trap)
         ]
+    try:
+        model = read_model_policy(args.model) if args.model else None
+        win, draw, loss = rates(model, 1.0) if model is not None else (0.0, 0.0, 0.0)
+    except ResultsError as exc:
+        parser.error(str(exc))
+    except KeyError as exc:  # a line the model reaches whose next move the folder lacks
+        parser.error(
+            f"{args.model} has no move of the model after {exc.args[0]}: not a whole exhaustive run (cut short?)"
+        )
+    if model is not None:
+        print(
+            f"model {args.model}: {len(model)} decisions; vs random {100 * win:.2f} / {100 * draw:.2f} / {100 * loss:.2f}"
+        )
     print("| training opponent | its reward | best response vs random W/D/L % | vs optimal D/L % | lost games |")
     print("|---|---|---|---|---|")
     for opponent in opponents:

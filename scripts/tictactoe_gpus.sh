@@ -94,6 +94,8 @@
 set -uo pipefail
 ROOT=${RUNS:-runs/gpus}
 
+wait_for() { while [ ! -f "$1" ]; do sleep 5; done; }  # a file another job writes when its stage is done
+
 job() {  # job GPU NAME "SHARED VARS" "VARIANT VARS" ...: one seed's SFT, then its RL variants
   local gpu=$1 name=$2 shared=$3; shift 3
   local out="$ROOT/$name" first=1
@@ -105,7 +107,7 @@ job() {  # job GPU NAME "SHARED VARS" "VARIANT VARS" ...: one seed's SFT, then i
       export CUDA_VISIBLE_DEVICES=$gpu OUT_DIR=$out RL_NAME=$variant $shared $vars
       local rl="$variant"; [ "${RL2_STEPS:-0}" -gt 0 ] && rl="$rl ${variant}2"  # and its phase 2
       if [ -n "${PHASE1_FROM:-}" ]; then  # only a phase 2, from variant PHASE1_FROM's phase 1 (listed before it)
-        while [ ! -f "$out/$PHASE1_FROM/final/config.json" ]; do sleep 5; done
+        wait_for "$out/$PHASE1_FROM/final/config.json"
         ln -sfn "$PHASE1_FROM" "$out/$variant"; rl="${variant}2"
       fi
       [ -n "${KEEP_BEST:-}" ] && rl="$rl$(printf ' %s.best' $rl)"  # and each phase's kept best (a selection)
@@ -113,7 +115,7 @@ job() {  # job GPU NAME "SHARED VARS" "VARIANT VARS" ...: one seed's SFT, then i
         export EVAL_STAGES="${FIRST_STAGES-base sft} $rl ${LAST_STAGES-teacher}"
       else  # the later variants start from the first one's SFT model
         export EVAL_STAGES="$rl"
-        while [ ! -f "$out/sft/final/config.json" ]; do sleep 5; done
+        wait_for "$out/sft/final/config.json"
       fi
       bash scripts/reproduce_tictactoe.sh > "$out/pipeline-$variant.log" 2>&1
     ) &

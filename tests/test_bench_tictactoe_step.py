@@ -61,6 +61,7 @@ def test_a_failing_variant_is_reported_and_the_others_go_on(tmp_path: Path, monk
         return {"steps": 5.0, "time/step": 2.0 if not flags else 1.0, "time/rollouts": 1.0, "time/train": 0.5}, 10.0
 
     monkeypatch.setattr(bench, "run_one", fake)
+    monkeypatch.syspath_prepend(str(Path(bench.__file__).parent))  # (its machine() imports a sibling, as run)
     out = tmp_path / "r.json"
     report = bench.main(
         [
@@ -86,7 +87,9 @@ def test_a_failing_variant_is_reported_and_the_others_go_on(tmp_path: Path, monk
     ]
     assert calls[1][1] == ["--x", "1"]
     assert report["step_time_ratio"] == {"fast": {"median": 2.0, "min": 2.0, "max": 2.0, "each": [2.0, 2.0]}}
-    assert json.loads(out.read_text())["variants"]["bad"]["each_round"] == [{}, {}]
+    saved = json.loads(out.read_text())
+    assert saved["variants"]["bad"]["each_round"] == [{}, {}] and saved["machine"]["cpus"] >= 1
+    assert saved["machine"]["versions"]["torch"] and not list(tmp_path.glob("*.part"))
     printed = capsys.readouterr().out
     assert "round 1 bad: failed: exit status 2" in printed and "bad: no round completed (0 of 2 rounds)" in printed
     assert "base / fast step time: 2.000x [2.000-2.000] over 2 rounds" in printed
@@ -99,6 +102,7 @@ def test_a_failing_variant_is_reported_and_the_others_go_on(tmp_path: Path, monk
         (["--variant", "noequals"], "a variant is NAME=FLAGS"),
         (["--variant", "../up=--x"], "a variant is NAME=FLAGS"),
         (["--variant", "a=", "--skip", "16"], "leaves none of 16 steps"),
+        (["--variant", "a=", "--rounds", "0"], "--rounds must be at least 1"),
     ],
 )
 def test_bad_arguments_are_refused(argv: list[str], reason: str, capsys) -> None:

@@ -16,6 +16,8 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from vowel_training import run_dependent
+
 from rlvr import MultiTurnEnv, Rubric, SingleTurnEnv
 from rlvr.cli import main
 from rlvr.clients.local import LocalModel
@@ -104,14 +106,9 @@ def killed_at_update(n: int, run, monkeypatch) -> None:
 
 
 def _same(a: dict[str, float], b: dict[str, float]) -> list[str]:
-    """Names of the metrics that differ between two steps, timings and generation's batching aside.
-
-    Generation's log-probs depend on how the engine batched the rows, which timing decides, so
-    their gap to the trainer's (`logprob/gen_mismatch`) is numerical noise between two runs; so
-    are its counts of admissions and of prompt tokens kept or shared (`gen/*`).
-    """
-    skip = ("time/", "throughput/", "gen/")
-    keys = [k for k in a if not k.startswith(skip) and k != "logprob/gen_mismatch"]
+    """Names of the metrics that differ between two steps, those two runs may differ in aside
+    (`vowel_training.run_dependent`: timings, generation's batching)."""
+    keys = [k for k in a if not run_dependent(k)]
     return [k for k in keys if not (a[k] == b.get(k) or (math.isnan(a[k]) and math.isnan(b.get(k, 0.0))))]
 
 

@@ -66,14 +66,21 @@ def torchrun(*args: str) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", *args]
 
 
+def run_dependent(name: str) -> bool:
+    """Metrics that differ between two runs of one computation: timings, generation's batching
+    (which timing decides: its admissions and prompt tokens kept or shared, `gen/*`), and the
+    generation log-probs' gap to the trainer's (`logprob/gen_mismatch`, float noise itself)."""
+    return name.startswith(("time/", "throughput/", "gen/")) or name == "logprob/gen_mismatch"
+
+
 def assert_same_metrics(one: list[dict[str, float]], other: list[dict[str, float]]) -> None:
     """Every metric of every step equal up to float summation order (sums over ranks, gradients
     reduced in another order); a different sampled token would move the rewards by far more."""
     for step, (a, b) in enumerate(zip(one, other, strict=True), start=1):
         assert set(a) == set(b)
         for name in a:
-            if name.startswith(("time/", "throughput/", "gen/")) or name == "logprob/gen_mismatch":
-                continue  # timings, and generation's batching (this process's); a measure of float noise itself (~1e-7)
+            if run_dependent(name):
+                continue
             tol = 1e-4 if name in ("grad/norm", "loss/policy", "loss/total") else 1e-6
             same = math.isclose(a[name], b[name], rel_tol=tol, abs_tol=1e-9)
             assert same, (step, name, a[name], b[name])

@@ -44,13 +44,22 @@ def test_the_best_response_to_p_07_alone_is_the_limit_policy_and_beats_a_saved_m
     assert 100 * script.rates(model, 1.0)[0] == pytest.approx(meta["random"]["win"], abs=1e-9)
     assert script.rates(model, 0.0)[2] == 0 and script.lost_games(model) == []
     assert script.policy_reward(solver, model) < reward - 0.01  # minimax gives up wins the best response takes
+    # the same run cut short (its last game lost, and the torn half of the one before): refused in a line
+    lines = (out / "results.jsonl").read_bytes().splitlines(keepends=True)
+    cut = tmp_path / "cut"
+    cut.mkdir()
+    (cut / "results.jsonl").write_bytes(b"".join(lines[:-2]) + lines[-2][: len(lines[-2]) // 2])
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--model", str(cut), "--p", "0.7"], capture_output=True, text=True
+    )
+    assert done.returncode == 2 and "not a whole exhaustive run" in done.stderr and "Traceback" not in done.stderr
 
 
 @pytest.mark.parametrize("bad", ["O8.X4", "O8.O4.X1", "Y4.O1", "O8.X44.O1", "O8.X8.O1"])
 def test_a_decision_is_a_line_that_ends_with_os_move(bad: str) -> None:
     with pytest.raises(ValueError):
         script.parse_line(bad)
-    assert script.parse_line("X4.O0") == (True, (4, 0))
+    assert script.parse_line("X4.O0") == (4, 0) and script.parse_line("O8.X4.O1") == (8, 4, 1)
 
 
 def test_random_replies_make_the_best_response_to_p_07_beatable_and_a_range_of_p_does_not() -> None:
@@ -96,7 +105,13 @@ def test_rates_of_the_minimax_choice_match_the_tree_module() -> None:
 
 @pytest.mark.parametrize(
     ("argv", "reason"),
-    [(["--p", "0.7", "0.2"], "--p takes P or LOW HIGH"), (["--model", "no/such/run"], "is not a results directory")],
+    [
+        (["--p", "0.7", "0.2"], "--p takes P or LOW HIGH"),
+        (["--p", "nan"], "--p takes P or LOW HIGH"),
+        (["--p", "0.5", "--k", "99"], "--k in 0..5"),
+        (["--at", "O8.X4.O1." + "\udcff" * 3], "a line is moves like"),
+        (["--model", "no/such/run"], "is not a results directory"),
+    ],
 )
 def test_the_command_line_refuses_bad_input(argv: list[str], reason: str) -> None:
     done = subprocess.run([sys.executable, str(SCRIPT), *argv], capture_output=True, text=True)
