@@ -115,3 +115,14 @@ def test_a_plan_that_cannot_run_is_refused_with_its_reason(
     assert reason in proc.stderr
     assert "started" not in proc.stdout
     assert not list((tmp_path / "runs").glob("plan/*/pipeline-*.log"))
+
+
+def test_the_unbeatable_recipe_against_a_mix_whose_best_response_wins_most(tmp_path: Path) -> None:
+    proc = _start(tmp_path, "mix", SEEDS="0 1 2", SEED_GPUS="0 0 0")
+    assert proc.returncode == 0, proc.stderr
+    logs = _logs(tmp_path)
+    assert list(logs) == ["s0/pipeline-rlM.log", "s1/pipeline-rlM.log", "s2/pipeline-rlM.log"]
+    for seed in range(3):
+        log = logs[f"s{seed}/pipeline-rlM.log"]
+        assert log.startswith(f"GPU=0 SEED={seed} RL=rlM STEPS=200 K= P=-0.7 B=8 RL2=0 ")
+        assert log.endswith("STAGES=sft rlM rlM.best")
