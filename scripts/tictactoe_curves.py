@@ -35,6 +35,7 @@ WALK_BACK = "walk back"  # restarts that walk back from a lost game's last move 
 GREEDY = "greedy probes"  # the walk back, restarting greedy probe games too (--restart-greedy): in orange
 COVER = "at 4 random replies"  # greedy probes, a share at 4 random replies (plan cover; in the variant): teal
 BELOW = "restarts below 0.65"  # plan cover restarting drawn games with a rejected move too: navy, solid
+MIX = "then p in [0, 0.7]"  # plan mix: the BELOW recipe against a mix of opponents (in the opponent): crimson
 TITLES = {
     "weak": "weak start (200 games)",
     "weak1": "weak start, seed 1 (200 games)",
@@ -140,6 +141,7 @@ def plot(table: Path, out: Path, match: str = "", seeds_from: str = "") -> None:
     ):
         styles.update({x: {"color": colour, "lw": 2.2, "ls": ("-", "--", ":")[i % 3]} for i, x in enumerate(picked)})
     styles.update({x: {"color": "navy", "lw": 2.2} for x in lines if BELOW in x[1]})  # its seeds and weak start
+    styles.update({x: {"color": "crimson", "lw": 2.2} for x in lines if BELOW in x[1] and MIX in x[0]})
     faster = [x for x in lines if BELOW in x[1] and "lr " in x[1]]  # the same at other learning rates
     styles.update({x: {"color": "navy", "lw": 2.2, "ls": ("--", ":", "-.")[i % 3]} for i, x in enumerate(faster)})
     columns = 2 if len(seeds) > 2 else 1  # (two columns of long labels overrun one or two panels)

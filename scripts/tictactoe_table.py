@@ -45,7 +45,8 @@ def exact_cell(run: Path) -> str:
     verdict = "**yes**" if exact["unbeatable"] else "no"
     beaten = f"{len(exact['beaten'])} of {exact['games']}"
     if exact["beaten"] and "mistakes" in exact:  # (runs before the decisions were named have none)
-        beaten += f" ({len(exact['mistakes'])} decisions)"
+        n = len(exact["mistakes"])
+        beaten += f" ({n} decision{'s' * (n != 1)})"
     return f"{wdl('random')} | {wdl('optimal')} | {beaten} | {exact['rejected_move_games']} | {verdict}"
 
 

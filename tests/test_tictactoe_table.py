@@ -1,0 +1,37 @@
+"""scripts/tictactoe_table.py's exact cell: a finished evaluation's rates, lost games and the
+decisions they come from (one decision, not "1 decisions"), and an unfinished one said so."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from loading import load_module
+
+ROOT = Path(__file__).resolve().parents[1]
+pytest.importorskip("rlvr_tictactoe")
+table = load_module(ROOT / "scripts" / "tictactoe_table.py")
+
+
+def _exact(folder: Path, *, status: str = "complete", beaten: int, mistakes: int) -> Path:
+    folder.mkdir()
+    rates = {"random": {"win": 89.14, "draw": 10.81}, "optimal": {"win": 0.0, "draw": 100.0}}
+    exact = {"rates_pct": rates, "unbeatable": beaten == 0, "beaten": [{}] * beaten, "games": 632,
+             "rejected_move_games": 2, "mistakes": [{}] * mistakes}  # fmt: skip
+    (folder / "metadata.json").write_text(json.dumps({"status": status, "exact": exact}))
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("beaten", "mistakes", "lost"), [(1, 1, "1 of 632 (1 decision)"), (5, 3, "5 of 632 (3 decisions)")]
+)
+def test_lost_games_name_their_decisions(tmp_path: Path, beaten: int, mistakes: int, lost: str) -> None:
+    cell = table.exact_cell(_exact(tmp_path / "rl-exact", beaten=beaten, mistakes=mistakes))
+    assert cell == f"89.14/10.81/0.05 | 0.00/100.00/0.00 | {lost} | 2 | no"
+
+
+def test_an_unbeatable_model_and_an_unfinished_evaluation(tmp_path: Path) -> None:
+    assert table.exact_cell(_exact(tmp_path / "a", beaten=0, mistakes=0)).endswith("| 0 of 632 | 2 | **yes**")
+    assert table.exact_cell(_exact(tmp_path / "b", status="running", beaten=0, mistakes=0)).startswith("unfinished")
+    assert table.exact_cell(tmp_path / "never").startswith("not run")
