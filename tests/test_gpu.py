@@ -7,7 +7,10 @@ compiled decode step's 2026-11-28, 6 passed on an H200; 6 passed again on an H20
 and the deterministic SFT test, in a first form that also asserted RL's weights equal, passed its
 SFT part and failed that RL assertion, since dropped; the varlen test, both variants, passed on an
 H200 on 2026-11-30, before its random sequences moved into `_sequences`; all 9 passed on an
-H200 on 2026-12-01, in 157 s, the deterministic SFT test since SFT runs through the chunked head).
+H200 on 2026-12-01, in 157 s, the deterministic SFT test since SFT runs through the chunked head;
+on 2026-12-02, on the unmerged slot-prefill branch, 8 passed and 2 failed, that branch's own test
+and the deterministic SFT test, their tracebacks not kept: the RL call's assertion now carries its
+error text).
 """
 
 from __future__ import annotations
@@ -306,6 +309,8 @@ def test_deterministic_sft_trains_the_same_weights_twice_on_cuda_and_rl_runs_so(
     assert _same_weights(tmp_path / "sft-a" / "final", tmp_path / "sft-b" / "final")
     rl = ["train", "tictactoe", "-m", str(tmp_path / "sft-a" / "final"), "-o", str(tmp_path / "rl")]
     rl += ["--steps", "3", "--batch-size", "32", "--group-size", "4", "--max-tokens", "16", "--probe-tasks", "0"]
-    assert main([*rl, "-a", '{"opponent": "random", "num_tasks": 64}', "--lr", "1e-4", *common]) == 0
+    assert main([*rl, "-a", '{"opponent": "random", "num_tasks": 64}', "--lr", "1e-4", *common]) == 0, (
+        capsys.readouterr().err
+    )
     assert (tmp_path / "rl" / "final" / "model.safetensors").is_file()
     assert not torch.are_deterministic_algorithms_enabled()
