@@ -17,7 +17,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE = """\
-echo "GPU=$CUDA_VISIBLE_DEVICES SEED=$SEED RL=$RL_NAME STEPS=$RL_STEPS K=${RESTART_EXPLORE:-} P=${RL_MIN_P:-}-${RL_MAX_P:-} B=${BUCKETS:-} RL2=$RL2_STEPS P2=${RL2_MIN_P:-}-${RL2_MAX_P:-} B2=${RL2_BUCKETS:-} STAGES=$EVAL_STAGES"
+echo "GPU=$CUDA_VISIBLE_DEVICES SEED=$SEED RL=$RL_NAME STEPS=$RL_STEPS K=${RESTART_EXPLORE:-} P=${RL_MIN_P:-}-${RL_MAX_P:-} B=${BUCKETS:-} RL2=$RL2_STEPS P2=${RL2_MIN_P:-}-${RL2_MAX_P:-} B2=${RL2_BUCKETS:-} LR2=${RL2_LR:-} STAGES=$EVAL_STAGES"
 mkdir -p "$OUT_DIR/sft/final"; touch "$OUT_DIR/sft/final/config.json"
 [ -e "$OUT_DIR/$RL_NAME" ] || { mkdir -p "$OUT_DIR/$RL_NAME/final"; touch "$OUT_DIR/$RL_NAME/final/config.json"; }
 """
@@ -126,3 +126,14 @@ def test_the_unbeatable_recipe_against_a_mix_whose_best_response_wins_most(tmp_p
         log = logs[f"s{seed}/pipeline-rlM.log"]
         assert log.startswith(f"GPU=0 SEED={seed} RL=rlM STEPS=200 K= P=-0.7 B=8 RL2=0 ")
         assert log.endswith("STAGES=sft rlM rlM.best")
+
+
+def test_the_weak_wins_phase_at_two_learning_rates_from_one_first_phase(tmp_path: Path) -> None:
+    proc = _start(tmp_path, "weakwins3", SEEDS="4", SEED_GPUS="0")
+    assert proc.returncode == 0, proc.stderr
+    logs = _logs(tmp_path)
+    first, second = logs["s4/pipeline-rlGX.log"], logs["s4/pipeline-rlGY.log"]
+    assert first.startswith("GPU=0 SEED=4 RL=rlGX STEPS=300 K=2 P=-0.0 B=1 RL2=120 P2=0-0.7 B2=8 LR2=1e-5 ")
+    assert second.startswith("GPU=0 SEED=4 RL=rlGY STEPS=300 K=2 P=-0.0 B=1 RL2=120 P2=0-0.7 B2=8 LR2=3e-5 ")
+    assert first.endswith("STAGES=base sft rlGX rlGX2 rlGX.best rlGX2.best")
+    assert second.endswith("STAGES=rlGY2 rlGY2.best")
