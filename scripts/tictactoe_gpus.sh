@@ -463,12 +463,17 @@ start() {
 collect() {  # collect DIR [noplots]: tables, metrics, logs, exact summaries (no weights) -> DIR/runs.tgz;
   # noplots leaves out the PNGs (89% of the 7.7 MB of three 200-step runs; `rlvr report RUN`
   # draws the curves from metrics.csv): what `wait` collects, so that a call's reply comes back
-  # fast and the next call reaches the machine within its 30 s idle release
+  # fast and the next call reaches the machine within its 30 s idle release. With them, every
+  # finished stage evaluation's games (OUT/eval/STAGE-exact/results.jsonl, ~0.3 MB a stage
+  # compressed): scripts/tictactoe_regret.py reads a model's policy from them here, no weights needed
   mkdir -p "$1"
   local png=(-o -name "*.png"); [ "${2:-}" = noplots ] && png=()
-  find -L "$ROOT" \( -name "*.csv" -o -name "*.md" -o -name "*.log" -o -name "*.seconds" "${png[@]}" \
-    -o -name "metadata.json" -o -name "config.json" \) -not -path "*/checkpoints/*" -not -path "*/final/*" \
-    | tar czf "$1/runs.tgz.part" -T - && mv "$1/runs.tgz.part" "$1/runs.tgz"  # (a call cut mid-write keeps the last whole one)
+  {
+    find -L "$ROOT" \( -name "*.csv" -o -name "*.md" -o -name "*.log" -o -name "*.seconds" "${png[@]}" \
+      -o -name "metadata.json" -o -name "config.json" \) -not -path "*/checkpoints/*" -not -path "*/final/*"
+    find -L "$ROOT" -path "*/eval/*-exact/metadata.json" -exec grep -l '"status": "complete"' {} + 2>/dev/null \
+      | sed 's|metadata.json$|results.jsonl|'  # (one still being written would fail the archive)
+  } | tar czf "$1/runs.tgz.part" -T - && mv "$1/runs.tgz.part" "$1/runs.tgz"  # (a call cut mid-write keeps the last whole one)
 }
 
 case ${1:-} in

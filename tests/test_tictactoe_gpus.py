@@ -137,3 +137,40 @@ def test_the_weak_wins_phase_at_two_learning_rates_from_one_first_phase(tmp_path
     assert second.startswith("GPU=0 SEED=4 RL=rlGY STEPS=300 K=2 P=-0.0 B=1 RL2=120 P2=0-0.7 B2=8 LR2=3e-5 ")
     assert first.endswith("STAGES=base sft rlGX rlGX2 rlGX.best rlGX2.best")
     assert second.endswith("STAGES=rlGY2 rlGY2.best")
+
+
+def test_collect_brings_finished_stage_games_and_no_weights(tmp_path: Path) -> None:
+    import tarfile
+
+    run = tmp_path / "runs" / "plan" / "s0"
+    files = {
+        "eval/sft-exact/metadata.json": '{"status": "complete"}',
+        "eval/sft-exact/results.jsonl": "{}\n",
+        "eval/rl-exact/metadata.json": '{"status": "running"}',  # still being written: its games stay
+        "eval/rl-exact/results.jsonl": "{}\n",
+        "rl/eval/step_000025/exact/metadata.json": '{"status": "complete"}',  # the trainer's: summaries only
+        "rl/eval/step_000025/exact/results.jsonl": "{}\n",
+        "rl/metrics.csv": "step\n0\n",
+        "rl/final/config.json": "{}",
+        "rl/final/model.safetensors": "weights",
+    }
+    for name, text in files.items():
+        (run / name).parent.mkdir(parents=True, exist_ok=True)
+        (run / name).write_text(text)
+    scripts = tmp_path / "scripts"
+    scripts.mkdir()
+    shutil.copy(ROOT / "scripts" / "tictactoe_gpus.sh", scripts)
+    proc = subprocess.run(
+        ["bash", "scripts/tictactoe_gpus.sh", "collect", "out", "noplots"],
+        cwd=tmp_path, env=os.environ | {"RUNS": "runs/plan"}, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    with tarfile.open(tmp_path / "out" / "runs.tgz") as tar:
+        names = sorted(n.removeprefix("runs/plan/s0/") for n in tar.getnames())
+    assert names == [
+        "eval/rl-exact/metadata.json",
+        "eval/sft-exact/metadata.json",
+        "eval/sft-exact/results.jsonl",
+        "rl/eval/step_000025/exact/metadata.json",
+        "rl/metrics.csv",
+    ]
