@@ -434,7 +434,8 @@ start() {
       # 94.08%, below the 95% target, whatever RL finds (scripts/tictactoe_best_response.py). p in
       # [0, 0.7] in 8 buckets (perfect opponents in every batch) from the SFT model, while its
       # moves that win more are still sampled (the shipped model's no longer are); one run a seed
-      # (SEEDS, SEED_GPUS: "0 0 0" puts three on one GPU), RL_STEPS (200)
+      # (SEEDS, SEED_GPUS: "0 0 0" puts three on one GPU), RL_STEPS (200). Run 2026-12-02 on one
+      # H200 (docs/RESULTS.md): no more wins than at p = 0, and more lost games (5/5/3 against 0/5/0)
       export FIRST_STAGES=sft LAST_STAGES=""
       per_seed "RECIPE=unbeatable RL_STEPS=${RL_STEPS:-200} RL_MAX_P=0.7 BUCKETS=8 KEEP_BEST=min:exact/beaten_games,max:exact/random/win_pct" "rlM" ;;
     wins2)  # the shipped model's wins phase against opponents whose best response is the unbeatable
