@@ -469,11 +469,14 @@ collect() {  # collect DIR [noplots]: tables, metrics, logs, exact summaries (no
   # compressed): scripts/tictactoe_regret.py reads a model's policy from them here, no weights needed
   mkdir -p "$1"
   local png=(-o -name "*.png"); [ "${2:-}" = noplots ] && png=()
-  {
+  {  # (each list ends true: under pipefail a grep that matches nothing would stop the archive)
     find -L "$ROOT" \( -name "*.csv" -o -name "*.md" -o -name "*.log" -o -name "*.seconds" "${png[@]}" \
-      -o -name "metadata.json" -o -name "config.json" \) -not -path "*/checkpoints/*" -not -path "*/final/*"
-    find -L "$ROOT" -path "*/eval/*-exact/metadata.json" -exec grep -l '"status": "complete"' {} + 2>/dev/null \
-      | sed 's|metadata.json$|results.jsonl|'  # (one still being written would fail the archive)
+      -o -name "metadata.json" -o -name "config.json" \) -not -path "*/checkpoints/*" -not -path "*/final/*" || true
+    find -L "$ROOT" -path "*/eval/*-exact/metadata.json" | while read -r meta; do  # games of finished evaluations
+      if grep -q '"status": "complete"' "$meta" && [ -f "${meta%metadata.json}results.jsonl" ]; then
+        echo "${meta%metadata.json}results.jsonl"  # (one still being written would fail the archive)
+      fi
+    done || true
   } | tar czf "$1/runs.tgz.part" -T - && mv "$1/runs.tgz.part" "$1/runs.tgz"  # (a call cut mid-write keeps the last whole one)
 }
 

@@ -139,24 +139,16 @@ def test_the_weak_wins_phase_at_two_learning_rates_from_one_first_phase(tmp_path
     assert second.endswith("STAGES=rlGY2 rlGY2.best")
 
 
-def test_collect_brings_finished_stage_games_and_no_weights(tmp_path: Path) -> None:
+def _collect(tmp_path: Path, files: dict[str, str], links: dict[str, str] | None = None) -> list[str]:
+    """Run `collect` over a plan folder of these files (and symlinks); the archive's names."""
     import tarfile
 
     run = tmp_path / "runs" / "plan" / "s0"
-    files = {
-        "eval/sft-exact/metadata.json": '{"status": "complete"}',
-        "eval/sft-exact/results.jsonl": "{}\n",
-        "eval/rl-exact/metadata.json": '{"status": "running"}',  # still being written: its games stay
-        "eval/rl-exact/results.jsonl": "{}\n",
-        "rl/eval/step_000025/exact/metadata.json": '{"status": "complete"}',  # the trainer's: summaries only
-        "rl/eval/step_000025/exact/results.jsonl": "{}\n",
-        "rl/metrics.csv": "step\n0\n",
-        "rl/final/config.json": "{}",
-        "rl/final/model.safetensors": "weights",
-    }
     for name, text in files.items():
         (run / name).parent.mkdir(parents=True, exist_ok=True)
         (run / name).write_text(text)
+    for name, target in (links or {}).items():
+        (run / name).symlink_to(target)
     scripts = tmp_path / "scripts"
     scripts.mkdir()
     shutil.copy(ROOT / "scripts" / "tictactoe_gpus.sh", scripts)
@@ -166,11 +158,34 @@ def test_collect_brings_finished_stage_games_and_no_weights(tmp_path: Path) -> N
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     with tarfile.open(tmp_path / "out" / "runs.tgz") as tar:
-        names = sorted(n.removeprefix("runs/plan/s0/") for n in tar.getnames())
-    assert names == [
+        return sorted(n.removeprefix("runs/plan/s0/") for n in tar.getnames())
+
+
+def test_collect_brings_finished_stage_games_and_no_weights(tmp_path: Path) -> None:
+    files = {
+        "eval/sft-exact/metadata.json": '{"status": "complete"}',
+        "eval/sft-exact/results.jsonl": "{}\n",
+        "eval/rl-exact/metadata.json": '{"status": "running"}',  # still being written: its games stay
+        "eval/rl-exact/results.jsonl": "{}\n",
+        "eval/rl.best-exact/metadata.json": '{"status": "complete"}',  # its games deleted: the rest still comes
+        "rl/eval/step_000025/exact/metadata.json": '{"status": "complete"}',  # the trainer's: summaries only
+        "rl/eval/step_000025/exact/results.jsonl": "{}\n",
+        "rl/metrics.csv": "step\n0\n",
+        "rl/final/config.json": "{}",
+        "rl/final/model.safetensors": "weights",
+    }
+    assert _collect(tmp_path, files) == [
         "eval/rl-exact/metadata.json",
+        "eval/rl.best-exact/metadata.json",
         "eval/sft-exact/metadata.json",
         "eval/sft-exact/results.jsonl",
         "rl/eval/step_000025/exact/metadata.json",
         "rl/metrics.csv",
     ]
+
+
+def test_collect_early_in_a_run_with_a_dangling_link(tmp_path: Path) -> None:
+    """No evaluation finished yet (the games' grep matches none, a failure under the script's
+    pipefail) and a link to a phase not there yet: what is there still comes back."""
+    files = {"eval/sft-exact/metadata.json": '{"status": "running"}', "rl/metrics.csv": "step\n0\n"}
+    assert _collect(tmp_path, files, {"rlY": "rlX"}) == ["eval/sft-exact/metadata.json", "rl/metrics.csv"]
