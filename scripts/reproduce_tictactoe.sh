@@ -154,6 +154,10 @@ eval_cell() {  # eval_cell STAGE MODEL OPPONENT
       -c 256 -q -o "$dir" --resume > "$dir.log" 2>&1
   fi || { echo "eval $1 vs $3 failed:"; tail -20 "$dir.log"; return 1; }
 }
+cells_done() {  # cells_done RUN OPPONENT...: every evaluation cell of RUN finished
+  local run=$1 opp; shift
+  for opp in "$@"; do grep -qs '"status": "complete"' "$OUT/eval/$run-$opp/metadata.json" || return 1; done
+}
 same_as_final() {  # same_as_final RUN: RUN's kept best holds its final model's weights files, byte for byte
   local f names
   names=$(cd "$OUT/$1/best" && ls -- *.safetensors 2> /dev/null) || return 1
@@ -162,13 +166,12 @@ same_as_final() {  # same_as_final RUN: RUN's kept best holds its final model's 
 }
 mkdir -p "$OUT/eval"; stamp eval
 for stage in $EVAL_STAGES; do
+  run=${stage%.best} opps="random optimal"
   model="$OUT/$stage/final"; [ "$stage" = base ] && model="$OUT/base"; [ "$stage" = teacher ] && model=policy:teacher
-  [ "${stage%.best}" != "$stage" ] && model="$OUT/${stage%.best}/best"  # RUN.best: RUN's kept best (KEEP_BEST)
+  [ "$run" != "$stage" ] && model="$OUT/$run/best"  # RUN.best: RUN's kept best (KEEP_BEST)
   [ "$stage" = teacher ] || [ -f "$model/config.json" ] || continue
-  run=${stage%.best} opps="random optimal" done_cells=1
   if [ "$EXACT" = 1 ]; then opps="exact $opps"; fi  # (an assignment of a failing $(...) would end the script)
-  for opp in $opps; do grep -qs '"status": "complete"' "$OUT/eval/$run-$opp/metadata.json" || done_cells=0; done
-  if [ "$run" != "$stage" ] && [ "$done_cells" = 1 ] && same_as_final "$run"; then  # the last step was kept:
+  if [ "$run" != "$stage" ] && cells_done "$run" $opps && same_as_final "$run"; then  # the last step was kept:
     log "eval $stage: the weights of $run, already evaluated"  # its cells are RUN's (no second evaluation)
     for opp in $opps; do
       [ -L "$OUT/eval/$stage-$opp" ] || rm -rf "$OUT/eval/$stage-$opp"  # (a cut evaluation of it)

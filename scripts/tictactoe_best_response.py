@@ -266,7 +266,7 @@ def report(
     reward = solver.solve()
     extra = {} if model is None else {"model_reward": policy_reward(solver, model)}
     win, draw, loss = rates(solver.policy, 1.0)
-    owin, odraw, oloss = rates(solver.policy, 0.0)
+    _, odraw, oloss = rates(solver.policy, 0.0)
     return {
         "training_reward": reward,
         "random_win": 100 * win,

@@ -472,7 +472,7 @@ collect() {  # collect DIR [noplots]: tables, metrics, logs, exact summaries (no
   {  # (each list ends true: under pipefail a grep that matches nothing would stop the archive)
     find -L "$ROOT" \( -name "*.csv" -o -name "*.md" -o -name "*.log" -o -name "*.seconds" "${png[@]}" \
       -o -name "metadata.json" -o -name "config.json" \) -not -path "*/checkpoints/*" -not -path "*/final/*" || true
-    find -L "$ROOT" -path "*/eval/*-exact/metadata.json" | while read -r meta; do  # games of finished evaluations
+    find -L "$ROOT" -path "*/eval/*-exact/metadata.json" | while IFS= read -r meta; do  # games of finished evaluations
       if grep -q '"status": "complete"' "$meta" && [ -f "${meta%metadata.json}results.jsonl" ]; then
         echo "${meta%metadata.json}results.jsonl"  # (one still being written would fail the archive)
       fi

@@ -10,12 +10,12 @@ and OUT/eval/STAGE-random, STAGE-optimal (200-game greedy samples, the reference
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from rlvr_tictactoe.rewards import summarize
 from rlvr_tictactoe.tree import minimax_rates_vs_random, never_losing_max_win_rate
 
+from rlvr.errors import ResultsError
 from rlvr.results import RunDir
 
 STAGES = {
@@ -29,10 +29,12 @@ STAGES = {
 
 
 def exact_cell(run: Path) -> str:
-    meta_path = run / "metadata.json"
-    if not meta_path.exists():
+    if not (run / "metadata.json").exists():
         return "not run | | | | "
-    meta = json.loads(meta_path.read_text())
+    try:
+        meta = RunDir.open(run).metadata
+    except ResultsError as exc:
+        return f"unreadable: {exc} | | | | "
     exact = meta.get("exact")
     if meta.get("status") != "complete" or not exact:
         return "unfinished | | | | "
@@ -53,7 +55,10 @@ def exact_cell(run: Path) -> str:
 def sample_cell(run: Path) -> str:
     if not (run / "results.jsonl").exists():
         return "not run | | "
-    row = summarize(RunDir.open(run).read())
+    try:
+        row = summarize(RunDir.open(run).read())
+    except ResultsError as exc:
+        return f"unreadable: {exc} | | "
     if row is None:
         return "no games | | "
     wdl = f"{row['win %']:.1f}/{row['draw %']:.1f}/{row['loss %'] + row['timeout %']:.1f}"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tarfile
 import time
 from pathlib import Path
 
@@ -25,20 +26,25 @@ mkdir -p "$OUT_DIR/sft/final"; touch "$OUT_DIR/sft/final/config.json"
 pytestmark = pytest.mark.skipif(shutil.which("setsid") is None, reason="needs setsid (util-linux)")
 
 
-def _start(tmp_path: Path, plan: str, **env: str) -> subprocess.CompletedProcess[str]:
+def _gpus(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """`tictactoe_gpus.sh ARGS` in a copy of the scripts folder, the pipeline the stand-in."""
     scripts = tmp_path / "scripts"
     if not scripts.exists():
         scripts.mkdir()
         shutil.copy(ROOT / "scripts" / "tictactoe_gpus.sh", scripts)
         (scripts / "reproduce_tictactoe.sh").write_text(FAKE)
     return subprocess.run(
-        ["bash", "scripts/tictactoe_gpus.sh", "start", plan],
+        ["bash", "scripts/tictactoe_gpus.sh", *args],
         cwd=tmp_path,
         env=os.environ | {"RUNS": "runs/plan"} | env,
         capture_output=True,
         text=True,
         timeout=60,
     )
+
+
+def _start(tmp_path: Path, plan: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return _gpus(tmp_path, "start", plan, **env)
 
 
 def _logs(tmp_path: Path) -> dict[str, str]:
@@ -141,21 +147,13 @@ def test_the_weak_wins_phase_at_two_learning_rates_from_one_first_phase(tmp_path
 
 def _collect(tmp_path: Path, files: dict[str, str], links: dict[str, str] | None = None) -> list[str]:
     """Run `collect` over a plan folder of these files (and symlinks); the archive's names."""
-    import tarfile
-
     run = tmp_path / "runs" / "plan" / "s0"
     for name, text in files.items():
         (run / name).parent.mkdir(parents=True, exist_ok=True)
         (run / name).write_text(text)
     for name, target in (links or {}).items():
         (run / name).symlink_to(target)
-    scripts = tmp_path / "scripts"
-    scripts.mkdir()
-    shutil.copy(ROOT / "scripts" / "tictactoe_gpus.sh", scripts)
-    proc = subprocess.run(
-        ["bash", "scripts/tictactoe_gpus.sh", "collect", "out", "noplots"],
-        cwd=tmp_path, env=os.environ | {"RUNS": "runs/plan"}, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    proc = _gpus(tmp_path, "collect", "out", "noplots")
     assert proc.returncode == 0, proc.stderr
     with tarfile.open(tmp_path / "out" / "runs.tgz") as tar:
         return sorted(n.removeprefix("runs/plan/s0/") for n in tar.getnames())

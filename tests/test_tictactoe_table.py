@@ -1,5 +1,6 @@
 """scripts/tictactoe_table.py's exact cell: a finished evaluation's rates, lost games and the
-decisions they come from (one decision, not "1 decisions"), and an unfinished one said so."""
+decisions they come from (one decision, not "1 decisions"), and an unfinished or unreadable one
+said so."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from pathlib import Path
 
 import pytest
 from loading import load_module
+
+from rlvr.results import FORMAT
 
 ROOT = Path(__file__).resolve().parents[1]
 pytest.importorskip("rlvr_tictactoe")
@@ -19,7 +22,7 @@ def _exact(folder: Path, *, status: str = "complete", beaten: int, mistakes: int
     rates = {"random": {"win": 89.14, "draw": 10.81}, "optimal": {"win": 0.0, "draw": 100.0}}
     exact = {"rates_pct": rates, "unbeatable": beaten == 0, "beaten": [{}] * beaten, "games": 632,
              "rejected_move_games": 2, "mistakes": [{}] * mistakes}  # fmt: skip
-    (folder / "metadata.json").write_text(json.dumps({"status": status, "exact": exact}))
+    (folder / "metadata.json").write_text(json.dumps({"format": FORMAT, "status": status, "exact": exact}))
     return folder
 
 
@@ -35,3 +38,14 @@ def test_an_unbeatable_model_and_an_unfinished_evaluation(tmp_path: Path) -> Non
     assert table.exact_cell(_exact(tmp_path / "a", beaten=0, mistakes=0)).endswith("| 0 of 632 | 2 | **yes**")
     assert table.exact_cell(_exact(tmp_path / "b", status="running", beaten=0, mistakes=0)).startswith("unfinished")
     assert table.exact_cell(tmp_path / "never").startswith("not run")
+
+
+def test_a_torn_or_foreign_metadata_file_is_said_so_in_its_cell(tmp_path: Path) -> None:
+    torn = tmp_path / "torn"
+    torn.mkdir()
+    (torn / "metadata.json").write_text('{"format": "rlvr.results/1", "status": "compl')
+    assert table.exact_cell(torn).startswith("unreadable: ") and "not valid JSON" in table.exact_cell(torn)
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "metadata.json").write_text('{"status": "complete"}')
+    assert "not an rlvr results file" in table.exact_cell(foreign)
