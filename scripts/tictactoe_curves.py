@@ -47,6 +47,7 @@ TITLES = {
     "weak_w1": "weak start, plan weakwins, SFT seed 1",
     "weak_w2": "weak start, plan weakwins, SFT seed 2",
     "weak_w3": "weak start, plan weakwins2, SFT seed 2",
+    "weak_w4": "weak start, plan weakwins3, SFT seed 3",
     "shipped": "RL 2, 3 and 4 of the shipped model",
 }
 

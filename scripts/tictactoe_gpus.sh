@@ -425,7 +425,8 @@ start() {
     weakwins3)  # does a larger learning rate speed the weak start's wins phase? plan weakwins2's
       # first phase, then its mixed second phase (p in [0, 0.7], 8 buckets) twice side by side
       # from that one model: at lr 1e-5 (rlGX2, weakwins2's: +2.1 points of wins in 100 steps,
-      # 3.84 short of 90%) and at WINS_LR (rlGY2, default 3e-5), WINS_STEPS (120) each
+      # 3.84 short of 90%) and at WINS_LR (rlGY2, default 3e-5), WINS_STEPS (120) each. Run 2026-12-02
+      # on one H200, seed 3 (docs/RESULTS.md): 3e-5 did worse (83.50% wins, 30 lost; 1e-5 85.54%, 19)
       export FIRST_STAGES="base sft" LAST_STAGES=""
       per_seed "$weak_greedy RL_STEPS=${WEAK_STEPS:-300} RL2_STEPS=${WINS_STEPS:-120} RL2_MIN_P=0 RL2_MAX_P=0.7 RL2_BUCKETS=8 RESTART_EXPLORE=2" \
         "rlGX RL2_LR=1e-5" "rlGY PHASE1_FROM=rlGX RL2_LR=${WINS_LR:-3e-5}" ;;

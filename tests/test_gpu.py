@@ -10,7 +10,7 @@ H200 on 2026-11-30, before its random sequences moved into `_sequences`; all 9 p
 H200 on 2026-12-01, in 157 s, the deterministic SFT test since SFT runs through the chunked head;
 on 2026-12-02, on the unmerged slot-prefill branch, 8 passed and 2 failed, that branch's own test
 and the deterministic SFT test, their tracebacks not kept: the RL call's assertion now carries its
-error text).
+error text); all 9 passed on main on an H200 on 2026-12-02, in 167 s, beside a training run.
 """
 
 from __future__ import annotations
