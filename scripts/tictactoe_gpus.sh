@@ -86,7 +86,8 @@
 #   given4 one GPU a seed (SEEDS, SEED_GPUS): the weak start with 2 given moves per restart group, 400 steps
 #   weakwins  one GPU a seed: plan given4's weak start for 300 steps, then 100 at p = 0.7 for wins
 #   weakwins2 one GPU a seed: plan weakwins's first phase, then two second phases side by side from
-#          it (variable PHASE1_FROM of a variant): p in [0, 0.7] in 8 buckets, and p = 0.7 alone
+#          it (variable PHASE1_FROM of a variant): p in [0, 0.7] in 8 buckets, and p = 0.7 alone (or
+#          p in [OTHER_MIN_P, 0.7] in OTHER_BUCKETS)
 #   weakwins3 one GPU a seed: plan weakwins2's first phase, then its mixed second phase at lr 1e-5
 #          and at WINS_LR (3e-5) side by side from it
 #   mix    one run a seed: RECIPE=unbeatable against p in [0, 0.7] (8 buckets) instead of p = 0 after
@@ -418,10 +419,12 @@ start() {
         "rlGX RESTART_EXPLORE=2" ;;
     weakwins2)  # plan weakwins's two second phases side by side from one first phase (one GPU a
       # seed): rlGX2 against p in [0, 0.7] in eight buckets (perfect opponents in every batch),
-      # rlGY2 against p = 0.7 alone (plan weakwins's second phase, the control)
+      # rlGY2 against p = 0.7 alone (plan weakwins's second phase, the control), or against p in
+      # [OTHER_MIN_P, 0.7] in OTHER_BUCKETS (e.g. 0.35 and 8: a safe optimum with 91% of p = 0.7's
+      # pull towards the moves that win more, docs/RESULTS.md "The training opponents' best responses")
       export FIRST_STAGES="base sft" LAST_STAGES=""
       per_seed "$weak_greedy RL_STEPS=${WEAK_STEPS:-300} RL2_STEPS=${WINS_STEPS:-100} RL2_MAX_P=0.7 RL2_LR=1e-5 RESTART_EXPLORE=2" \
-        "rlGX RL2_MIN_P=0 RL2_BUCKETS=8" "rlGY PHASE1_FROM=rlGX RL2_MIN_P=0.7 RL2_BUCKETS=1" ;;
+        "rlGX RL2_MIN_P=0 RL2_BUCKETS=8" "rlGY PHASE1_FROM=rlGX RL2_MIN_P=${OTHER_MIN_P:-0.7} RL2_BUCKETS=${OTHER_BUCKETS:-1}" ;;
     weakwins3)  # does a larger learning rate speed the weak start's wins phase? plan weakwins2's
       # first phase, then its mixed second phase (p in [0, 0.7], 8 buckets) twice side by side
       # from that one model: at lr 1e-5 (rlGX2, weakwins2's: +2.1 points of wins in 100 steps,
