@@ -90,6 +90,7 @@
 #          p in [OTHER_MIN_P, 0.7] in OTHER_BUCKETS)
 #   weakwins3 one GPU a seed: plan weakwins2's first phase, then its mixed second phase at lr 1e-5
 #          and at WINS_LR (3e-5) side by side from it
+#   unbeatable one run a seed: RECIPE=unbeatable as it is, RL_STEPS (300)
 #   mix    one run a seed: RECIPE=unbeatable against p in [0, 0.7] (8 buckets) instead of p = 0 after
 #          the random replies, whose best response caps wins at 94.08%; from each seed's SFT model
 #   wins2  the shipped model, 120 steps of plan unsure's control against p in [0.35, 0.7] and in
@@ -433,6 +434,11 @@ start() {
       export FIRST_STAGES="base sft" LAST_STAGES=""
       per_seed "$weak_greedy RL_STEPS=${WEAK_STEPS:-300} RL2_STEPS=${WINS_STEPS:-120} RL2_MIN_P=0 RL2_MAX_P=0.7 RL2_BUCKETS=8 RESTART_EXPLORE=2" \
         "rlGX RL2_LR=1e-5" "rlGY PHASE1_FROM=rlGX RL2_LR=${WINS_LR:-3e-5}" ;;
+    unbeatable)  # RECIPE=unbeatable as it is, one run a seed from a new SFT model each (SEEDS,
+      # SEED_GPUS: "0 0 0" puts three on one GPU), RL_STEPS (300): a repeat of the 2-of-3 result
+      # (twelfth session, two seeds a GPU) and its GPU-minutes a seed at three a GPU
+      export FIRST_STAGES=sft LAST_STAGES=""
+      per_seed "RECIPE=unbeatable RL_STEPS=${RL_STEPS:-300} KEEP_BEST=min:exact/beaten_games,max:exact/random/win_pct" "rlU" ;;
     mix)  # RECIPE=unbeatable (the 2-of-3 plan) with opponents whose best response is the 95.56%
       # limit policy: its own opponent (p = 0 after the random replies) caps wins vs random at
       # 94.08%, below the 95% target, whatever RL finds (scripts/tictactoe_best_response.py). p in

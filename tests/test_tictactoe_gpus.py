@@ -148,6 +148,17 @@ def test_the_unbeatable_recipe_against_a_mix_whose_best_response_wins_most(tmp_p
         assert log.endswith("STAGES=sft rlM rlM.best")
 
 
+def test_the_unbeatable_recipe_as_it_is_three_seeds_on_one_gpu(tmp_path: Path) -> None:
+    proc = _start(tmp_path, "unbeatable", SEEDS="3 4 5", SEED_GPUS="0 0 0")
+    assert proc.returncode == 0, proc.stderr
+    logs = _logs(tmp_path)
+    assert list(logs) == ["s3/pipeline-rlU.log", "s4/pipeline-rlU.log", "s5/pipeline-rlU.log"]
+    for seed in (3, 4, 5):
+        log = logs[f"s{seed}/pipeline-rlU.log"]
+        assert log.startswith(f"GPU=0 SEED={seed} RL=rlU STEPS=300 K= ")
+        assert log.endswith("STAGES=sft rlU rlU.best")
+
+
 def test_the_weak_wins_phase_at_two_learning_rates_from_one_first_phase(tmp_path: Path) -> None:
     proc = _start(tmp_path, "weakwins3", SEEDS="4", SEED_GPUS="0")
     assert proc.returncode == 0, proc.stderr
