@@ -87,9 +87,8 @@
 #   weakwins  one GPU a seed: plan given4's weak start for 300 steps, then 100 at p = 0.7 for wins
 #   weakwins2 one GPU a seed: plan weakwins's first phase, then two second phases side by side from
 #          it (variable PHASE1_FROM of a variant): p in [0, 0.7] in 8 buckets, and p = 0.7 alone (or
-#          p in [OTHER_MIN_P, 0.7] in OTHER_BUCKETS)
-#   weakwins3 one GPU a seed: plan weakwins2's first phase, then its mixed second phase at lr 1e-5
-#          and at WINS_LR (3e-5) side by side from it
+#          p in [OTHER_MIN_P, 0.7] in OTHER_BUCKETS, at OTHER_LR; both at lr 1e-5 by default)
+#   weakwins3 plan weakwins2 whose second phases are both the mix, at lr 1e-5 and at WINS_LR (3e-5)
 #   unbeatable one run a seed: RECIPE=unbeatable as it is, RL_STEPS (300)
 #   mix    one run a seed: RECIPE=unbeatable against p in [0, 0.7] (8 buckets) instead of p = 0 after
 #          the random replies, whose best response caps wins at 94.08%; from each seed's SFT model
@@ -173,10 +172,11 @@ start() {
   mkdir -p "$ROOT"
   export RL2_STEPS=${RL2_STEPS:-0}  # the plans ran one RL phase from SFT (reproduce_tictactoe.sh runs two)
   local plain="TRAP_PROB=0.0 OPENING_PLIES=0"  # the plans before traps and random starts
+  local keep="KEEP_BEST=min:exact/beaten_games,max:exact/random/win_pct"  # fewest lost games, then most wins
   # rlS5's recipe (random replies, then p = 0, traps, half of each batch restarts of lost games),
   # the best exact evaluation kept (RUN.best, a selection): plans points and backtrack
   local restarts5="TRAP_PROB=1.0 OPENING_PLIES=0 RANDOM_REPLIES=4 RL_LR=2e-5 EVAL_EVERY=25 RL_MAX_P=0.0 BUCKETS=1"
-  restarts5="$restarts5 RESTART_FRAC=0.5 KEEP_BEST=min:exact/beaten_games,max:exact/random/win_pct MICRO=32"
+  restarts5="$restarts5 RESTART_FRAC=0.5 $keep MICRO=32"
   # the weak start (200 teacher games, 300 SFT steps) with plan greedy's rlG: restarts walking
   # back, 64 greedy probes a step (plans batch, given, given2, given3, givenk, given4; add SEED)
   local weak_greedy="GAMES=200 SFT_STEPS=300 SFT_BATCH=32 $restarts5 RESTART_POINTS=backtrack RL_EXTRA=--restart-greedy=64"
@@ -184,7 +184,7 @@ start() {
   # replies, then p = 0.7 with traps, 128 greedy probes whose lost games restart walking back
   local wins_probes="SEED=0 EVAL_EVERY=20 TRAP_PROB=1.0 OPENING_PLIES=0 RANDOM_REPLIES=4 RL_MIN_P=0.7 RL_MAX_P=0.7 BUCKETS=1 MICRO=32"
   wins_probes="$wins_probes RESTART_FRAC=0.5 RESTART_BELOW=0.5 RESTART_POINTS=backtrack RL_EXTRA=--restart-greedy=128"
-  wins_probes="$wins_probes KEEP_BEST=min:exact/beaten_games,max:exact/random/win_pct"
+  wins_probes="$wins_probes $keep"
   case $1 in
     pilot)  # one GPU: a short SFT, the env's reward vs loss_reward = -1
       job 0 s0 "SEED=0 SFT_STEPS=300 RL_STEPS=20 EVAL_EVERY=10 RL_LR=3e-5 $plain" "rl" "rlB LOSS_REWARD=-1.0" ;;
@@ -265,7 +265,7 @@ start() {
         job "${EXTRA_GPU-3}" weak "SEED=0 GAMES=200 SFT_STEPS=300 SFT_BATCH=32 RL_STEPS=${WEAK_STEPS:-250} $r" "rlP"
         export FIRST_STAGES=sft
         from_shipped shipped
-        job "${EXTRA_GPU-3}" shipped "SEED=0 RL_STEPS=120 EVAL_EVERY=20 TRAP_PROB=1.0 OPENING_PLIES=0 RANDOM_REPLIES=4 RL_LR=1e-5 MICRO=32 KEEP_BEST=min:exact/beaten_games,max:exact/random/win_pct" \
+        job "${EXTRA_GPU-3}" shipped "SEED=0 RL_STEPS=120 EVAL_EVERY=20 TRAP_PROB=1.0 OPENING_PLIES=0 RANDOM_REPLIES=4 RL_LR=1e-5 MICRO=32 $keep" \
           "rlWT RL_MIN_P=0.7 RL_MAX_P=0.7 BUCKETS=1 RL_TEMP=1.5"
       fi ;;
     backtrack)  # restarts that walk back from a lost game's last move while the whole
@@ -304,7 +304,7 @@ start() {
       if [ -n "${EXTRA_GPU-3}" ]; then
         export FIRST_STAGES=sft
         from_shipped shipped
-        job "${EXTRA_GPU-3}" shipped "SEED=0 RL_STEPS=120 EVAL_EVERY=20 TRAP_PROB=1.0 OPENING_PLIES=0 RANDOM_REPLIES=4 RL_LR=1e-5 MICRO=32 KEEP_BEST=min:exact/beaten_games,max:exact/random/win_pct RESTART_FRAC=0.5 RESTART_BELOW=1.0 RESTART_POINTS=backtrack" \
+        job "${EXTRA_GPU-3}" shipped "SEED=0 RL_STEPS=120 EVAL_EVERY=20 TRAP_PROB=1.0 OPENING_PLIES=0 RANDOM_REPLIES=4 RL_LR=1e-5 MICRO=32 $keep RESTART_FRAC=0.5 RESTART_BELOW=1.0 RESTART_POINTS=backtrack" \
           "rlWG RL_MIN_P=0.7 RL_MAX_P=0.7 BUCKETS=1 $g"
       fi ;;
     cover)  # plan greedy, its probes meeting the deep random lines its lost games came from
@@ -418,36 +418,36 @@ start() {
       export FIRST_STAGES="base sft" LAST_STAGES=""
       per_seed "$weak_greedy RL_STEPS=${WEAK_STEPS:-300} RL2_STEPS=${WINS_STEPS:-100} RL2_MIN_P=${WINS_MIN_P:-0.7} RL2_MAX_P=0.7 RL2_BUCKETS=${WINS_BUCKETS:-1} RL2_LR=1e-5" \
         "rlGX RESTART_EXPLORE=2" ;;
-    weakwins2)  # plan weakwins's two second phases side by side from one first phase (one GPU a
-      # seed): rlGX2 against p in [0, 0.7] in eight buckets (perfect opponents in every batch),
-      # rlGY2 against p = 0.7 alone (plan weakwins's second phase, the control), or against p in
-      # [OTHER_MIN_P, 0.7] in OTHER_BUCKETS (e.g. 0.35 and 8: a safe optimum with 91% of p = 0.7's
-      # pull towards the moves that win more, docs/RESULTS.md "The training opponents' best responses")
+    weakwins2|weakwins3)  # plan weakwins's two second phases side by side from one first phase
+      # (one GPU a seed): rlGX2 against p in [0, 0.7] in eight buckets (perfect opponents in every
+      # batch), lr 1e-5; rlGY2 against p = 0.7 alone (plan weakwins's second phase, the control), or
+      # against p in [OTHER_MIN_P, 0.7] in OTHER_BUCKETS (e.g. 0.35 and 8: a safe optimum with 91% of
+      # p = 0.7's pull towards the moves that win more, docs/RESULTS.md "The training opponents' best
+      # responses"), at OTHER_LR. weakwins3 asks whether a larger learning rate speeds the mixed
+      # phase (weakwins2's gained +2.1 points of wins in 100 steps, 3.84 short of 90%): rlGY2 is the
+      # same mix at WINS_LR (3e-5), 120 steps each. Run 2026-12-02 on one H200, seed 3
+      # (docs/RESULTS.md): 3e-5 did worse (83.50% wins, 30 lost; 1e-5 85.54%, 19)
+      if [ "$1" = weakwins3 ]; then
+        : "${OTHER_MIN_P:=0}" "${OTHER_BUCKETS:=8}" "${OTHER_LR:=${WINS_LR:-3e-5}}" "${WINS_STEPS:=120}"
+      fi
       export FIRST_STAGES="base sft" LAST_STAGES=""
-      per_seed "$weak_greedy RL_STEPS=${WEAK_STEPS:-300} RL2_STEPS=${WINS_STEPS:-100} RL2_MAX_P=0.7 RL2_LR=1e-5 RESTART_EXPLORE=2" \
-        "rlGX RL2_MIN_P=0 RL2_BUCKETS=8" "rlGY PHASE1_FROM=rlGX RL2_MIN_P=${OTHER_MIN_P:-0.7} RL2_BUCKETS=${OTHER_BUCKETS:-1}" ;;
-    weakwins3)  # does a larger learning rate speed the weak start's wins phase? plan weakwins2's
-      # first phase, then its mixed second phase (p in [0, 0.7], 8 buckets) twice side by side
-      # from that one model: at lr 1e-5 (rlGX2, weakwins2's: +2.1 points of wins in 100 steps,
-      # 3.84 short of 90%) and at WINS_LR (rlGY2, default 3e-5), WINS_STEPS (120) each. Run 2026-12-02
-      # on one H200, seed 3 (docs/RESULTS.md): 3e-5 did worse (83.50% wins, 30 lost; 1e-5 85.54%, 19)
-      export FIRST_STAGES="base sft" LAST_STAGES=""
-      per_seed "$weak_greedy RL_STEPS=${WEAK_STEPS:-300} RL2_STEPS=${WINS_STEPS:-120} RL2_MIN_P=0 RL2_MAX_P=0.7 RL2_BUCKETS=8 RESTART_EXPLORE=2" \
-        "rlGX RL2_LR=1e-5" "rlGY PHASE1_FROM=rlGX RL2_LR=${WINS_LR:-3e-5}" ;;
-    unbeatable)  # RECIPE=unbeatable as it is, one run a seed from a new SFT model each (SEEDS,
-      # SEED_GPUS: "0 0 0" puts three on one GPU), RL_STEPS (300): a repeat of the 2-of-3 result
-      # (twelfth session, two seeds a GPU) and its GPU-minutes a seed at three a GPU
+      per_seed "$weak_greedy RL_STEPS=${WEAK_STEPS:-300} RL2_STEPS=${WINS_STEPS:-100} RL2_MAX_P=0.7 RESTART_EXPLORE=2" \
+        "rlGX RL2_MIN_P=0 RL2_BUCKETS=8 RL2_LR=1e-5" \
+        "rlGY PHASE1_FROM=rlGX RL2_MIN_P=${OTHER_MIN_P:-0.7} RL2_BUCKETS=${OTHER_BUCKETS:-1} RL2_LR=${OTHER_LR:-1e-5}" ;;
+    unbeatable|mix)  # RECIPE=unbeatable, one run a seed from a new SFT model each (SEEDS, SEED_GPUS:
+      # "0 0 0" puts three on one GPU). unbeatable: as it is, RL_STEPS (300), a repeat of the 2-of-3
+      # result (twelfth session, two seeds a GPU) and its GPU-minutes a seed at three a GPU. mix:
+      # against p in [0, 0.7] in 8 buckets after the random replies (perfect opponents in every
+      # batch), whose best response is the 95.56% limit policy, where the recipe's own opponent (p =
+      # 0) caps wins vs random at 94.08%, below the 95% target (scripts/tictactoe_best_response.py),
+      # RL_STEPS (200). mix ran 2026-12-02 on one H200 (docs/RESULTS.md): no more wins than at p = 0,
+      # and more lost games (5/5/3 against 0/5/0)
       export FIRST_STAGES=sft LAST_STAGES=""
-      per_seed "RECIPE=unbeatable RL_STEPS=${RL_STEPS:-300} KEEP_BEST=min:exact/beaten_games,max:exact/random/win_pct" "rlU" ;;
-    mix)  # RECIPE=unbeatable (the 2-of-3 plan) with opponents whose best response is the 95.56%
-      # limit policy: its own opponent (p = 0 after the random replies) caps wins vs random at
-      # 94.08%, below the 95% target, whatever RL finds (scripts/tictactoe_best_response.py). p in
-      # [0, 0.7] in 8 buckets (perfect opponents in every batch) from the SFT model, while its
-      # moves that win more are still sampled (the shipped model's no longer are); one run a seed
-      # (SEEDS, SEED_GPUS: "0 0 0" puts three on one GPU), RL_STEPS (200). Run 2026-12-02 on one
-      # H200 (docs/RESULTS.md): no more wins than at p = 0, and more lost games (5/5/3 against 0/5/0)
-      export FIRST_STAGES=sft LAST_STAGES=""
-      per_seed "RECIPE=unbeatable RL_STEPS=${RL_STEPS:-200} RL_MAX_P=0.7 BUCKETS=8 KEEP_BEST=min:exact/beaten_games,max:exact/random/win_pct" "rlM" ;;
+      if [ "$1" = mix ]; then
+        per_seed "RECIPE=unbeatable RL_STEPS=${RL_STEPS:-200} RL_MAX_P=0.7 BUCKETS=8 $keep" "rlM"
+      else
+        per_seed "RECIPE=unbeatable RL_STEPS=${RL_STEPS:-300} $keep" "rlU"
+      fi ;;
     wins2)  # the shipped model's wins phase against opponents whose best response is the unbeatable
       # 95.56% limit policy (scripts/tictactoe_best_response.py; p = 0.7 after the replies has a beatable
       # one): plan unsure's control (rlWP: random replies, 128 greedy probes restarted walking back,

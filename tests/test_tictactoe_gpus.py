@@ -86,9 +86,9 @@ def test_two_second_phases_share_one_first_phase(tmp_path: Path) -> None:
     logs = _logs(tmp_path)
     assert list(logs) == ["s2/pipeline-rlGX.log", "s2/pipeline-rlGY.log"]
     first, second = logs["s2/pipeline-rlGX.log"], logs["s2/pipeline-rlGY.log"]
-    assert first.startswith("GPU=0 SEED=2 RL=rlGX STEPS=300 K=2 P=-0.0 B=1 RL2=100 P2=0-0.7 B2=8 ")
+    assert first.startswith("GPU=0 SEED=2 RL=rlGX STEPS=300 K=2 P=-0.0 B=1 RL2=100 P2=0-0.7 B2=8 LR2=1e-5 ")
     assert first.endswith("STAGES=base sft rlGX rlGX2 rlGX.best rlGX2.best")
-    assert second.startswith("GPU=0 SEED=2 RL=rlGY STEPS=300 K=2 P=-0.0 B=1 RL2=100 P2=0.7-0.7 B2=1 ")
+    assert second.startswith("GPU=0 SEED=2 RL=rlGY STEPS=300 K=2 P=-0.0 B=1 RL2=100 P2=0.7-0.7 B2=1 LR2=1e-5 ")
     assert second.endswith("STAGES=rlGY2 rlGY2.best")  # its phase 1 is rlGX's, evaluated there
     link = tmp_path / "runs" / "plan" / "s2" / "rlGY"
     assert link.is_symlink() and os.readlink(link) == "rlGX"
@@ -137,26 +137,22 @@ def test_a_plan_that_cannot_run_is_refused_with_its_reason(
     assert not list((tmp_path / "runs").glob("plan/*/pipeline-*.log"))
 
 
-def test_the_unbeatable_recipe_against_a_mix_whose_best_response_wins_most(tmp_path: Path) -> None:
-    proc = _start(tmp_path, "mix", SEEDS="0 1 2", SEED_GPUS="0 0 0")
+@pytest.mark.parametrize(
+    ("plan", "run", "head"),
+    [  # the recipe as it is, and against a mix whose best response wins the most
+        ("unbeatable", "rlU", "STEPS=300 K= P=- B="),
+        ("mix", "rlM", "STEPS=200 K= P=-0.7 B=8"),
+    ],
+)
+def test_the_unbeatable_recipe_three_seeds_on_one_gpu(tmp_path: Path, plan: str, run: str, head: str) -> None:
+    proc = _start(tmp_path, plan, SEEDS="3 4 5", SEED_GPUS="0 0 0")
     assert proc.returncode == 0, proc.stderr
     logs = _logs(tmp_path)
-    assert list(logs) == ["s0/pipeline-rlM.log", "s1/pipeline-rlM.log", "s2/pipeline-rlM.log"]
-    for seed in range(3):
-        log = logs[f"s{seed}/pipeline-rlM.log"]
-        assert log.startswith(f"GPU=0 SEED={seed} RL=rlM STEPS=200 K= P=-0.7 B=8 RL2=0 ")
-        assert log.endswith("STAGES=sft rlM rlM.best")
-
-
-def test_the_unbeatable_recipe_as_it_is_three_seeds_on_one_gpu(tmp_path: Path) -> None:
-    proc = _start(tmp_path, "unbeatable", SEEDS="3 4 5", SEED_GPUS="0 0 0")
-    assert proc.returncode == 0, proc.stderr
-    logs = _logs(tmp_path)
-    assert list(logs) == ["s3/pipeline-rlU.log", "s4/pipeline-rlU.log", "s5/pipeline-rlU.log"]
+    assert list(logs) == [f"s{seed}/pipeline-{run}.log" for seed in (3, 4, 5)]
     for seed in (3, 4, 5):
-        log = logs[f"s{seed}/pipeline-rlU.log"]
-        assert log.startswith(f"GPU=0 SEED={seed} RL=rlU STEPS=300 K= ")
-        assert log.endswith("STAGES=sft rlU rlU.best")
+        log = logs[f"s{seed}/pipeline-{run}.log"]
+        assert log.startswith(f"GPU=0 SEED={seed} RL={run} {head} RL2=0 ")
+        assert log.endswith(f"STAGES=sft {run} {run}.best")
 
 
 def test_the_weak_wins_phase_at_two_learning_rates_from_one_first_phase(tmp_path: Path) -> None:
