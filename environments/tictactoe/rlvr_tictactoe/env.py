@@ -336,7 +336,8 @@ def load_environment(
     if opponent not in (None, "mix", *OPPONENTS):
         raise ValueError(f"opponent must be 'optimal', 'random', 'mix' or null, got {opponent!r}")
     low, high = OPPONENTS.get(opponent or "mix", (min_random_move_prob, max_random_move_prob))
-    if not 0.0 <= low <= high <= 1.0:
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (low, high))
+    if not (numbers and 0.0 <= low <= high <= 1.0):  # (NaN fails the comparison)
         raise ValueError(f"need 0 <= min_random_move_prob <= max_random_move_prob <= 1, got {low} and {high}")
     if not (isinstance(loss_reward, (int, float)) and math.isfinite(loss_reward) and loss_reward <= 0.5):
         raise ValueError(f"loss_reward must be a finite number <= 0.5 (a draw's reward), got {loss_reward!r}")

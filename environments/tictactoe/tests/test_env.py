@@ -98,6 +98,9 @@ def test_opponent_and_start_arguments():
     for bad in (
         {"opponent": "perfect"},
         {"min_random_move_prob": 0.8, "max_random_move_prob": 0.2},
+        {"min_random_move_prob": "0.1"},  # (a string from a hand-written -a: was a TypeError)
+        {"min_random_move_prob": float("nan")},
+        {"min_random_move_prob": True, "max_random_move_prob": 1.0},  # (was taken as p = 1)
         {"model_starts": "sometimes"},
         {"num_tasks": 0},
         {"num_buckets": 9, "num_tasks": 8},
