@@ -36,6 +36,7 @@ GREEDY = "greedy probes"  # the walk back, restarting greedy probe games too (--
 COVER = "at 4 random replies"  # greedy probes, a share at 4 random replies (plan cover; in the variant): teal
 BELOW = "restarts below 0.65"  # plan cover restarting drawn games with a rejected move too: navy, solid
 MIX = "then p in [0, 0.7]"  # plan mix: the BELOW recipe against a mix of opponents (in the opponent): crimson
+AGAIN = "again"  # a BELOW run repeated on seeds that have another (in the variant): navy, dashed
 TITLES = {
     "weak": "weak start (200 games)",
     "weak1": "weak start, seed 1 (200 games)",
@@ -119,6 +120,30 @@ def select(table: Path, match: str = "", seeds_from: str = "") -> list[dict[str,
         ]
 
 
+DASHES = ("-", "--", ":", "-.", (0, (6, 2, 1, 2, 1, 2)))  # one family's lines, in turn
+
+
+def line_styles(lines: list[tuple[str, str]], palette: list[Any]) -> dict[tuple[str, str], dict[str, Any]]:
+    """Colour and dash of each (opponent, variant) line: a named family's colour, and a dash that
+    tells its lines apart; a line of no family takes the next colour of `palette`."""
+    styles = {line: {"color": palette[i % len(palette)]} for i, line in enumerate(lines)}
+    for colour, picked in (
+        ("black", [x for x in lines if x[0] == CURRENT]),
+        ("red", [x for x in lines if RESTARTS in x[0] and EVERY_POINT not in x[0] and WALK_BACK not in x[0]]),
+        ("purple", [x for x in lines if EVERY_POINT in x[0]]),
+        ("green", [x for x in lines if WALK_BACK in x[0] and GREEDY not in x[0]]),
+        ("darkorange", [x for x in lines if GREEDY in x[0] and COVER not in x[1]]),
+        ("teal", [x for x in lines if COVER in x[1] and BELOW not in x[1]]),
+    ):
+        styles.update({x: {"color": colour, "lw": 2.2, "ls": DASHES[i % len(DASHES)]} for i, x in enumerate(picked)})
+    styles.update({x: {"color": "navy", "lw": 2.2} for x in lines if BELOW in x[1]})  # its seeds and weak start
+    styles.update({x: {"color": "navy", "lw": 2.2, "ls": "--"} for x in lines if BELOW in x[1] and AGAIN in x[1]})
+    styles.update({x: {"color": "crimson", "lw": 2.2} for x in lines if BELOW in x[1] and MIX in x[0]})
+    faster = [x for x in lines if BELOW in x[1] and "lr " in x[1]]  # the same at other learning rates
+    styles.update({x: {"color": "navy", "lw": 2.2, "ls": ("--", ":", "-.")[i % 3]} for i, x in enumerate(faster)})
+    return styles
+
+
 def plot(table: Path, out: Path, match: str = "", seeds_from: str = "") -> None:
     import matplotlib
 
@@ -130,21 +155,7 @@ def plot(table: Path, out: Path, match: str = "", seeds_from: str = "") -> None:
         sys.exit(f"no line of {table} matches {match!r} with a seed starting {seeds_from!r}")
     seeds = sorted({r["seed"] for r in rows}, key=lambda s: (s == "shipped", s.startswith("weak"), s))
     lines = sorted({(r["opponent"], r["variant"]) for r in rows})
-    colours = {line: plt.get_cmap("tab20")(i % 20) for i, line in enumerate(lines)}
-    styles: dict[tuple[str, str], dict[str, Any]] = {}
-    for colour, picked in (
-        ("black", [x for x in lines if x[0] == CURRENT]),
-        ("red", [x for x in lines if RESTARTS in x[0] and EVERY_POINT not in x[0] and WALK_BACK not in x[0]]),
-        ("purple", [x for x in lines if EVERY_POINT in x[0]]),
-        ("green", [x for x in lines if WALK_BACK in x[0] and GREEDY not in x[0]]),
-        ("darkorange", [x for x in lines if GREEDY in x[0] and COVER not in x[1]]),
-        ("teal", [x for x in lines if COVER in x[1] and BELOW not in x[1]]),
-    ):
-        styles.update({x: {"color": colour, "lw": 2.2, "ls": ("-", "--", ":")[i % 3]} for i, x in enumerate(picked)})
-    styles.update({x: {"color": "navy", "lw": 2.2} for x in lines if BELOW in x[1]})  # its seeds and weak start
-    styles.update({x: {"color": "crimson", "lw": 2.2} for x in lines if BELOW in x[1] and MIX in x[0]})
-    faster = [x for x in lines if BELOW in x[1] and "lr " in x[1]]  # the same at other learning rates
-    styles.update({x: {"color": "navy", "lw": 2.2, "ls": ("--", ":", "-.")[i % 3]} for i, x in enumerate(faster)})
+    styles = line_styles(lines, [plt.get_cmap("tab20")(i) for i in range(20)])
     columns = 2 if len(seeds) > 2 else 1  # (two columns of long labels overrun one or two panels)
     legend_in = 0.2 * ((len(lines) + columns - 1) // columns) + 0.4  # inches below the panels
     fig, axes = plt.subplots(1, len(seeds), figsize=(4.2 * len(seeds), 3.6 + legend_in), squeeze=False)
@@ -159,8 +170,7 @@ def plot(table: Path, out: Path, match: str = "", seeds_from: str = "") -> None:
             )
             if points:
                 label = f"{line[0]}, {line[1]}"
-                style = styles.get(line, {"color": colours[line]})
-                (handles[label],) = ax.plot(*zip(*points, strict=True), marker="o", ms=3, **style)
+                (handles[label],) = ax.plot(*zip(*points, strict=True), marker="o", ms=3, **styles[line])
         ax.set_title(TITLES.get(seed, f"seed {seed[1:]}"))
         ax.set_xlabel("RL step (0 = SFT model)")
         if max(counts) > 10 * max(min(counts), 1):

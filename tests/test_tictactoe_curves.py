@@ -3,6 +3,8 @@ phase counted on from the step its first phase ended at, and the figure drawn fr
 
 from __future__ import annotations
 
+import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -57,3 +59,34 @@ def test_plot_draws_the_matching_lines_and_refuses_an_empty_match(tmp_path: Path
     assert not out.with_name("lost.png.part").exists()
     with pytest.raises(SystemExit, match="no line"):
         curves.plot(table, tmp_path / "none.png", "no such variant")
+
+
+def _figures() -> list[tuple[str, str]]:
+    """(MATCH, SEEDS) of every `tictactoe_curves.py plot` docs/RESULTS.md names, and the full figure."""
+    text = (ROOT / "docs" / "RESULTS.md").read_text()
+    found = [("", "")]
+    for command in re.findall(r"`tictactoe_curves\.py plot CSV PNG ([^`]*)`", text):
+        words = shlex.split(command)
+        found.append((words[0], words[1] if len(words) > 1 else ""))
+    return found
+
+
+@pytest.mark.parametrize(("match", "seeds"), _figures())
+def test_no_two_lines_of_a_panel_look_alike(match: str, seeds: str) -> None:
+    """Each figure the results draw: within a panel, every line has its own colour and dash (a
+    repeat of a run on the same seed, e.g. plan unbeatable's second set of seeds 3-5, included)."""
+    rows = curves.select(ROOT / "docs" / "results" / "tictactoe-exact" / "exact_curves.csv", match, seeds)
+    lines = sorted({(r["opponent"], r["variant"]) for r in rows})
+    styles = curves.line_styles(lines, list(range(20)))
+    for seed in {r["seed"] for r in rows}:
+        panel = {(r["opponent"], r["variant"]) for r in rows if r["seed"] == seed}
+        looks = [(styles[x]["color"], styles[x].get("ls", "-")) for x in panel]
+        assert len(set(looks)) == len(looks), (seed, sorted(panel))
+
+
+def test_a_repeat_is_dashed_beside_its_first_run() -> None:
+    first = ("walk back", "restarts below 0.65, 300 steps")
+    again = ("walk back", "restarts below 0.65, again")
+    styles = curves.line_styles([first, again], ["grey"])
+    assert styles[first] == {"color": "navy", "lw": 2.2}
+    assert styles[again] == {"color": "navy", "lw": 2.2, "ls": "--"}
