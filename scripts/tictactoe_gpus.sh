@@ -87,7 +87,8 @@
 #   weakwins  one GPU a seed: plan given4's weak start for 300 steps, then 100 at p = 0.7 for wins
 #   weakwins2 one GPU a seed: plan weakwins's first phase, then two second phases side by side from
 #          it (variable PHASE1_FROM of a variant): p in [0, 0.7] in 8 buckets, and p = 0.7 alone (or
-#          p in [OTHER_MIN_P, 0.7] in OTHER_BUCKETS, at OTHER_LR; both at lr 1e-5 by default)
+#          p in [OTHER_MIN_P, 0.7] in OTHER_BUCKETS, at OTHER_LR; both at lr 1e-5 by default;
+#          OTHER="": the first of them alone)
 #   weakwins3 plan weakwins2 whose second phases are both the mix, at lr 1e-5 and at WINS_LR (3e-5)
 #   unbeatable one run a seed: RECIPE=unbeatable as it is, RL_STEPS (300)
 #   mix    one run a seed: RECIPE=unbeatable against p in [0, 0.7] (8 buckets) instead of p = 0 after
@@ -430,10 +431,13 @@ start() {
       if [ "$1" = weakwins3 ]; then
         : "${OTHER_MIN_P:=0}" "${OTHER_BUCKETS:=8}" "${OTHER_LR:=${WINS_LR:-3e-5}}" "${WINS_STEPS:=120}"
       fi
+      # OTHER="" leaves rlGY out: rlGX alone a seed, e.g. two seeds a GPU (SEED_GPUS="0 0")
       export FIRST_STAGES="base sft" LAST_STAGES=""
+      local runs=("rlGX RL2_MIN_P=0 RL2_BUCKETS=8 RL2_LR=1e-5")
+      [ -n "${OTHER-1}" ] && runs+=(
+        "rlGY PHASE1_FROM=rlGX RL2_MIN_P=${OTHER_MIN_P:-0.7} RL2_BUCKETS=${OTHER_BUCKETS:-1} RL2_LR=${OTHER_LR:-1e-5}")
       per_seed "$weak_greedy RL_STEPS=${WEAK_STEPS:-300} RL2_STEPS=${WINS_STEPS:-100} RL2_MAX_P=0.7 RESTART_EXPLORE=2" \
-        "rlGX RL2_MIN_P=0 RL2_BUCKETS=8 RL2_LR=1e-5" \
-        "rlGY PHASE1_FROM=rlGX RL2_MIN_P=${OTHER_MIN_P:-0.7} RL2_BUCKETS=${OTHER_BUCKETS:-1} RL2_LR=${OTHER_LR:-1e-5}" ;;
+        "${runs[@]}" ;;
     unbeatable|mix)  # RECIPE=unbeatable, one run a seed from a new SFT model each (SEEDS, SEED_GPUS:
       # "0 0 0" puts three on one GPU). unbeatable: as it is, RL_STEPS (300), a repeat of the 2-of-3
       # result (twelfth session, two seeds a GPU) and its GPU-minutes a seed at three a GPU. mix:

@@ -94,6 +94,15 @@ def test_two_second_phases_share_one_first_phase(tmp_path: Path) -> None:
     assert link.is_symlink() and os.readlink(link) == "rlGX"
 
 
+def test_the_weak_wins_plan_without_its_second_wins_phase_fits_two_seeds_a_gpu(tmp_path: Path) -> None:
+    proc = _start(tmp_path, "weakwins2", SEEDS="4 5", SEED_GPUS="0 0", OTHER="")
+    assert proc.returncode == 0, proc.stderr
+    logs = _logs(tmp_path)
+    assert list(logs) == ["s4/pipeline-rlGX.log", "s5/pipeline-rlGX.log"]  # no rlGY
+    assert logs["s4/pipeline-rlGX.log"].startswith("GPU=0 SEED=4 RL=rlGX STEPS=300 K=2 P=-0.0 B=1 RL2=100 P2=0-0.7 B2=8 ")
+    assert logs["s5/pipeline-rlGX.log"].startswith("GPU=0 SEED=5 RL=rlGX STEPS=300 K=2 P=-0.0 B=1 RL2=100 P2=0-0.7 B2=8 ")
+
+
 def test_the_second_of_two_weak_wins_phases_can_take_another_safe_range(tmp_path: Path) -> None:
     proc = _start(
         tmp_path, "weakwins2", SEEDS="5", SEED_GPUS="0", OTHER_MIN_P="0.35", OTHER_BUCKETS="8", WINS_STEPS="200"
