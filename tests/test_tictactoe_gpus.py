@@ -99,8 +99,12 @@ def test_the_weak_wins_plan_without_its_second_wins_phase_fits_two_seeds_a_gpu(t
     assert proc.returncode == 0, proc.stderr
     logs = _logs(tmp_path)
     assert list(logs) == ["s4/pipeline-rlGX.log", "s5/pipeline-rlGX.log"]  # no rlGY
-    assert logs["s4/pipeline-rlGX.log"].startswith("GPU=0 SEED=4 RL=rlGX STEPS=300 K=2 P=-0.0 B=1 RL2=100 P2=0-0.7 B2=8 ")
-    assert logs["s5/pipeline-rlGX.log"].startswith("GPU=0 SEED=5 RL=rlGX STEPS=300 K=2 P=-0.0 B=1 RL2=100 P2=0-0.7 B2=8 ")
+    assert logs["s4/pipeline-rlGX.log"].startswith(
+        "GPU=0 SEED=4 RL=rlGX STEPS=300 K=2 P=-0.0 B=1 RL2=100 P2=0-0.7 B2=8 "
+    )
+    assert logs["s5/pipeline-rlGX.log"].startswith(
+        "GPU=0 SEED=5 RL=rlGX STEPS=300 K=2 P=-0.0 B=1 RL2=100 P2=0-0.7 B2=8 "
+    )
 
 
 def test_the_second_of_two_weak_wins_phases_can_take_another_safe_range(tmp_path: Path) -> None:
