@@ -94,8 +94,7 @@
 #   mix    one run a seed: RECIPE=unbeatable against p in [0, 0.7] (8 buckets) instead of p = 0 after
 #          the random replies, whose best response caps wins at 94.08%; from each seed's SFT model
 #   wins2  the shipped model, 120 steps of plan unsure's control against p in [0.35, 0.7] and in
-#          [0, 0.7] (each's best response is the limit policy), and the first with every game not
-#          won restarted with 2 given moves (rlWX), side by side on one GPU
+#          [0, 0.7] (each's best response is the limit policy), side by side on one GPU
 #   wins   the shipped model, 80 steps at lr 1e-5 against opponents at p = 0.7 after the random
 #          replies: rlW with a KL of 0.05 to the shipped model (GPU WINS_GPU), rlW0 without (WINS_GPU2)
 set -uo pipefail
@@ -456,16 +455,12 @@ start() {
     wins2)  # the shipped model's wins phase against opponents whose best response is the unbeatable
       # 95.56% limit policy (scripts/tictactoe_best_response.py; p = 0.7 after the replies has a beatable
       # one): plan unsure's control (rlWP: random replies, 128 greedy probes restarted walking back,
-      # lr 1e-5), 120 steps, p in [0.35, 0.7] (rlWM) and in [0, 0.7] (rlWM0), eight buckets, and
-      # rlWM with every game not won restarted (walking back) and 2 given moves in each restart
-      # group (rlWX): the shipped model's largest give-ups are moves its teacher's corner habit
-      # never samples (an edge at O8 X4 O3: +0.333 of a game), met in lines it draws, which
-      # rlWM restarts only when lost. Side by side on GPU WINS_GPU (default 0)
+      # lr 1e-5), 120 steps, p in [0.35, 0.7] (rlWM) and in [0, 0.7] (rlWM0), eight buckets, side by
+      # side on GPU WINS_GPU (default 0)
       export FIRST_STAGES=sft LAST_STAGES=""
       local shared="$wins_probes RL_STEPS=${RL_STEPS:-120} RL_LR=1e-5 RL_MAX_P=0.7 BUCKETS=8"
       from_shipped shipped
-      job "${WINS_GPU:-0}" shipped "$shared" "rlWM RL_MIN_P=0.35" "rlWM0 RL_MIN_P=0" \
-        "rlWX RL_MIN_P=0.35 RESTART_BELOW=1.0 RESTART_EXPLORE=2" ;;
+      job "${WINS_GPU:-0}" shipped "$shared" "rlWM RL_MIN_P=0.35" "rlWM0 RL_MIN_P=0" ;;
     wins)  # the shipped model against opponents at p = 0.7 after random replies (taken for the 95.56%
       # limit policy's opponent; computed since, its best response loses 22%: scripts/tictactoe_best_response.py):
       # rlW near it by a KL (GPU WINS_GPU), rlW0 without (GPU WINS_GPU2)
