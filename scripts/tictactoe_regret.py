@@ -1,6 +1,6 @@
 """Where a greedy model gives up wins against the random opponent, exactly.
 
-    python scripts/tictactoe_regret.py RUN [--top 12] [--by-symmetry] [--claims] [--train-p 0.7 [--random-replies 4] [--trap-prob 1] [--unsure 0.9]]
+    python scripts/tictactoe_regret.py RUN [--top 12] [--by-symmetry] [--by-kind] [--claims] [--train-p 0.7 [--random-replies 4] [--trap-prob 1] [--unsure 0.9]]
 
 RUN is an `rlvr eval tictactoe --exhaustive` folder (or its results.jsonl). The model's move
 after every line it reaches is read from each game's record (`info["exact"]["moves"]`, the
@@ -25,6 +25,13 @@ With `--by-symmetry`, the decisions grouped by their board up to the board's 8 s
 and another wrong, so a class shows how many of the orientations the model reaches it gets wrong,
 and whether the lost points are one habit or many separate mistakes.
 
+With `--by-kind`, the points given up split by what was on the board (`decision_kind`): a win
+X could take at once and did not (blocking instead, or not), a threat to block, or a quiet
+board, where the teacher that made the SFT data plays the centre, else a corner (bar its 10%
+random moves): the model played that habit while only other moves were best, or another move.
+The split says whether the shortfall is a skill not learnt (wins left on the board) or a prior
+that RL has not moved (the teacher's habit).
+
 With `--claims`, whether the reasoning of the model's reply at each listed decision states the
 board truly (`rlvr_tictactoe.game.claim_truth`: a line it wins on, a threat it blocks, or no
 threat), and how many of all decisions state something false.
@@ -46,7 +53,7 @@ import sys
 from pathlib import Path
 
 from rlvr_tictactoe import tree
-from rlvr_tictactoe.game import EMPTY_BOARD, Board, apply_move, claim_truth, legal_moves
+from rlvr_tictactoe.game import CENTRE, CORNERS, EMPTY, EMPTY_BOARD, Board, apply_move, claim_truth, legal_moves, winner
 from rlvr_tictactoe.rewards import parse
 from rlvr_tictactoe.tasks import game_outcome, reply_prob
 
@@ -195,6 +202,38 @@ def symmetry_view(gaps: list[tree.Gap], policy: dict[Line, int]) -> list[tuple[f
     return sorted(rows, key=lambda r: -r[0])
 
 
+KINDS = (
+    "a win on the board, a block played instead",
+    "a win on the board, another move played",
+    "a threat on the board",
+    "quiet board: the teacher's habit played (centre, else a corner), only other moves best",
+    "quiet board: another move",
+)
+
+
+def decision_kind(gap: tree.Gap) -> str:
+    """Which of `KINDS` a decision that gives up wins is, from the board before it."""
+    board = board_after(gap.line)
+    free = legal_moves(board)
+    wins = [c for c in free if winner(apply_move(board, c, "X")) == "X"]
+    blocks = [c for c in free if winner(apply_move(board, c, "O")) == "O"]
+    if wins:
+        return KINDS[0] if gap.move in blocks else KINDS[1]
+    if blocks:
+        return KINDS[2]
+    habit = {CENTRE} if board[CENTRE] == EMPTY else {c for c in CORNERS if board[c] == EMPTY}
+    return KINDS[3] if gap.move in habit and not habit & set(gap.best) else KINDS[4]
+
+
+def print_kinds(gaps: list[tree.Gap]) -> None:
+    found = {kind: [g for g in gaps if decision_kind(g) == kind] for kind in KINDS}
+    print("\nthe decisions that give up wins, by what was on the board:")
+    print("| kind | decisions | points |")
+    print("|---|---|---|")
+    for kind, some in found.items():
+        print(f"| {kind} | {len(some)} | {100 * sum(g.weighted for g in some):.2f} |")
+
+
 def show(line: Line) -> str:
     return " ".join(f"{mark}{cell}" for mark, cell in line) or "(X opens)"
 
@@ -214,6 +253,9 @@ def main() -> int:
     )
     parser.add_argument(
         "--unsure", type=float, default=None, help="with --train-p: the decisions --restart-unsure U restarts"
+    )
+    parser.add_argument(
+        "--by-kind", action="store_true", help="also the points given up by what was on the board (a win left, a habit)"
     )
     parser.add_argument(
         "--claims", action="store_true", help="also whether the model's reasoning states the board truly there"
@@ -271,6 +313,8 @@ def main() -> int:
             print(
                 f"| {100 * points:.2f} | {n} | {wrong} / {seen} | {show(g.line)} | X{g.move} | {', '.join(map(str, g.best))} |"
             )
+    if args.by_kind:
+        print_kinds(gaps)
     if args.claims:
         print_claims(gaps, policy, texts, args.top)
     if args.unsure is not None:

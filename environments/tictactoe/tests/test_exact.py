@@ -265,6 +265,30 @@ def test_the_gap_script_finds_what_unsure_restarts_would_restart():
     assert root[1:4] == (1, 0.5, 0.5) and math.isclose(root[4], max(after) - after[1]) and root[4] > 0
 
 
+def test_the_gap_script_sorts_each_decision_by_what_was_on_the_board(capsys):
+    script = gap_script()
+
+    def kind(line: str, move: int, best: list[int]) -> str:
+        steps = tuple((m[0], int(m[1])) for m in line.split())
+        return script.decision_kind(tree.Gap(0.01, 0.5, steps, move, best))
+
+    # X holds 4 5 6 (3 wins), O holds 8 2 1 (0 blocks 0-1-2)
+    assert kind("X4 O8 X6 O2 X5 O1", 0, [3]) == script.KINDS[0]  # blocked where it could win
+    assert kind("X4 O8 X6 O2 X5 O1", 7, [3]) == script.KINDS[1]
+    assert kind("O0 X4 O1", 5, [2]) == script.KINDS[2]  # O threatens 2
+    assert kind("O8 X4 O3", 0, [1, 7]) == script.KINDS[3]  # a corner where only an edge is best
+    assert kind("O8 X4 O3", 5, [1, 7]) == script.KINDS[4]  # an edge, not the best one
+    assert kind("", 4, [0, 2, 6, 8]) == script.KINDS[3]  # the centre as X's opening
+    assert kind("O4", 0, [2, 6, 8]) == script.KINDS[4]  # a corner, where the best are corners too
+    # the minimax player's shortfall, every decision of one kind, the kinds adding up to it
+    _, gaps = tree.win_rate_gaps(lambda line, board: first_best(board))
+    script.print_kinds(gaps)
+    rows = [r.split(" | ") for r in capsys.readouterr().out.splitlines() if r.startswith("| ") and r[2:6] != "kind"]
+    assert [r[0][2:] for r in rows] == list(script.KINDS)
+    assert sum(int(r[1]) for r in rows) == len(gaps)
+    assert math.isclose(sum(float(r[2][:-2]) for r in rows), 100 * sum(g.weighted for g in gaps), abs_tol=0.03)
+
+
 def test_the_board_symmetries_are_the_eight_of_the_square():
     script = gap_script()
     assert len(set(script.SYMMETRIES)) == 8 and all(sorted(m) == list(range(9)) for m in script.SYMMETRIES)
@@ -299,6 +323,8 @@ def test_the_gap_script_reads_a_saved_exhaustive_run(tmp_path, capsys, monkeypat
     assert (
         script.main() == 0 and f"{len(gaps)} decisions, {len(rows)} positions up to symmetry" in capsys.readouterr().out
     )
+    monkeypatch.setattr("sys.argv", ["tictactoe_regret.py", str(out), "--by-kind", "--top", "0"])
+    assert script.main() == 0 and "by what was on the board" in capsys.readouterr().out
     monkeypatch.setattr("sys.argv", ["tictactoe_regret.py", str(out), "--train-p", "0.7", "--top", "2"])
     assert script.main() == 0
     printed = capsys.readouterr().out  # policy players record no log-probabilities: "nan"
