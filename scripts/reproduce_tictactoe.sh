@@ -45,6 +45,7 @@ esac
 OUT=${OUT_DIR:-runs/tictactoe}
 SEED=${SEED:-0}
 PRESET=${PRESET:-small}
+TEACHER=${TEACHER:-teacher}   # the player whose games are the SFT data: teacher, or teacher_centre (no corner habit)
 SCALE=${SCALE:-full}
 DEVICE_FLAGS=${DEVICE_FLAGS:---bf16}
 RL_MIN_P=${RL_MIN_P:-0.0}; RL_MAX_P=${RL_MAX_P:-0.7}; RL_LR=${RL_LR:-2e-5}; RL_TEMP=${RL_TEMP:-1.0}
@@ -100,7 +101,7 @@ fi
 # 2. SFT data: teacher games, lost games and imperfect format filtered out
 if [ ! -f "$OUT/teacher.jsonl" ] && ! sft_done; then
   log "teacher games ($GAMES)"; stamp gen
-  rlvr gen tictactoe -m policy:teacher -n -1 -r 1 -q -o "$OUT/teacher.jsonl.part" --overwrite \
+  rlvr gen tictactoe -m "policy:$TEACHER" -n -1 -r 1 -q -o "$OUT/teacher.jsonl.part" --overwrite \
     -a "{\"num_tasks\": $GAMES, \"seed\": $((SEED + 100))}" \
     --filter 'loss == 0 and timeout == 0 and format_reward == 1 and invalid_moves == 0'
   mv "$OUT/teacher.jsonl.part" "$OUT/teacher.jsonl"

@@ -91,6 +91,8 @@
 #          OTHER="": the first of them alone)
 #   weakwins3 plan weakwins2 whose second phases are both the mix, at lr 1e-5 and at WINS_LR (3e-5)
 #   unbeatable one run a seed: RECIPE=unbeatable as it is, RL_STEPS (300)
+#   habit  one run a seed: RECIPE=unbeatable, RL_STEPS (300), from SFT on policy:teacher_centre's
+#          games (the teacher less its corner habit: centre, else any free cell, on a quiet board)
 #   mix    one run a seed: RECIPE=unbeatable against p in [0, 0.7] (8 buckets) instead of p = 0 after
 #          the random replies, whose best response caps wins at 94.08%; from each seed's SFT model
 #   wins2  the shipped model, 120 steps of plan unsure's control against p in [0.35, 0.7] and in
@@ -438,17 +440,22 @@ start() {
         "rlGY PHASE1_FROM=rlGX RL2_MIN_P=${OTHER_MIN_P:-0.7} RL2_BUCKETS=${OTHER_BUCKETS:-1} RL2_LR=${OTHER_LR:-1e-5}")
       per_seed "$weak_greedy RL_STEPS=${WEAK_STEPS:-300} RL2_STEPS=${WINS_STEPS:-100} RL2_MAX_P=0.7 RESTART_EXPLORE=2" \
         "${runs[@]}" ;;
-    unbeatable|mix)  # RECIPE=unbeatable, one run a seed from a new SFT model each (SEEDS, SEED_GPUS:
+    unbeatable|mix|habit)  # RECIPE=unbeatable, one run a seed from a new SFT model each (SEEDS, SEED_GPUS:
       # "0 0 0" puts three on one GPU). unbeatable: as it is, RL_STEPS (300), a repeat of the 2-of-3
       # result (twelfth session, two seeds a GPU) and its GPU-minutes a seed at three a GPU. mix:
       # against p in [0, 0.7] in 8 buckets after the random replies (perfect opponents in every
       # batch), whose best response is the 95.56% limit policy, where the recipe's own opponent (p =
       # 0) caps wins vs random at 94.08%, below the 95% target (scripts/tictactoe_best_response.py),
       # RL_STEPS (200). mix ran 2026-12-02 on one H200 (docs/RESULTS.md): no more wins than at p = 0,
-      # and more lost games (5/5/3 against 0/5/0)
+      # and more lost games (5/5/3 against 0/5/0). habit: as it is, 300 steps, from SFT on the games
+      # of policy:teacher_centre (the teacher less its corner habit): 76-95% of the wins the recipe's
+      # models give up are the centre-then-corner habit played where only an edge is better
+      # (tictactoe_regret.py --by-kind), an edge the teacher plays 5% of the time there
       export FIRST_STAGES=sft LAST_STAGES=""
       if [ "$1" = mix ]; then
         per_seed "RECIPE=unbeatable RL_STEPS=${RL_STEPS:-200} RL_MAX_P=0.7 BUCKETS=8 $keep" "rlM"
+      elif [ "$1" = habit ]; then
+        per_seed "RECIPE=unbeatable RL_STEPS=${RL_STEPS:-300} TEACHER=teacher_centre $keep" "rlH"
       else
         per_seed "RECIPE=unbeatable RL_STEPS=${RL_STEPS:-300} $keep" "rlU"
       fi ;;

@@ -18,7 +18,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE = """\
-echo "GPU=$CUDA_VISIBLE_DEVICES SEED=$SEED RL=$RL_NAME STEPS=$RL_STEPS K=${RESTART_EXPLORE:-} P=${RL_MIN_P:-}-${RL_MAX_P:-} B=${BUCKETS:-} RL2=$RL2_STEPS P2=${RL2_MIN_P:-}-${RL2_MAX_P:-} B2=${RL2_BUCKETS:-} LR2=${RL2_LR:-} STAGES=$EVAL_STAGES"
+echo "GPU=$CUDA_VISIBLE_DEVICES SEED=$SEED RL=$RL_NAME STEPS=$RL_STEPS K=${RESTART_EXPLORE:-} P=${RL_MIN_P:-}-${RL_MAX_P:-} B=${BUCKETS:-} RL2=$RL2_STEPS P2=${RL2_MIN_P:-}-${RL2_MAX_P:-} B2=${RL2_BUCKETS:-} LR2=${RL2_LR:-} TEACHER=${TEACHER:-} STAGES=$EVAL_STAGES"
 mkdir -p "$OUT_DIR/sft/final"; touch "$OUT_DIR/sft/final/config.json"
 [ -e "$OUT_DIR/$RL_NAME" ] || { mkdir -p "$OUT_DIR/$RL_NAME/final"; touch "$OUT_DIR/$RL_NAME/final/config.json"; }
 """
@@ -151,13 +151,16 @@ def test_a_plan_that_cannot_run_is_refused_with_its_reason(
 
 
 @pytest.mark.parametrize(
-    ("plan", "run", "head"),
-    [  # the recipe as it is, and against a mix whose best response wins the most
-        ("unbeatable", "rlU", "STEPS=300 K= P=- B="),
-        ("mix", "rlM", "STEPS=200 K= P=-0.7 B=8"),
+    ("plan", "run", "head", "teacher"),
+    [  # the recipe as it is, against a mix whose best response wins the most, and from another teacher's SFT data
+        ("unbeatable", "rlU", "STEPS=300 K= P=- B=", ""),
+        ("mix", "rlM", "STEPS=200 K= P=-0.7 B=8", ""),
+        ("habit", "rlH", "STEPS=300 K= P=- B=", "teacher_centre"),
     ],
 )
-def test_the_unbeatable_recipe_three_seeds_on_one_gpu(tmp_path: Path, plan: str, run: str, head: str) -> None:
+def test_the_unbeatable_recipe_three_seeds_on_one_gpu(
+    tmp_path: Path, plan: str, run: str, head: str, teacher: str
+) -> None:
     proc = _start(tmp_path, plan, SEEDS="3 4 5", SEED_GPUS="0 0 0")
     assert proc.returncode == 0, proc.stderr
     logs = _logs(tmp_path)
@@ -165,7 +168,7 @@ def test_the_unbeatable_recipe_three_seeds_on_one_gpu(tmp_path: Path, plan: str,
     for seed in (3, 4, 5):
         log = logs[f"s{seed}/pipeline-{run}.log"]
         assert log.startswith(f"GPU=0 SEED={seed} RL={run} {head} RL2=0 ")
-        assert log.endswith(f"STAGES=sft {run} {run}.best")
+        assert log.endswith(f"TEACHER={teacher} STAGES=sft {run} {run}.best")
 
 
 def test_the_weak_wins_phase_at_two_learning_rates_from_one_first_phase(tmp_path: Path) -> None:

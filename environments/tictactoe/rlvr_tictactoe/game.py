@@ -295,10 +295,12 @@ def _quiet_reason(b: Board, cell: int) -> str:
     return _OPEN.format(cell=cell)
 
 
-def teacher_move(board: Sequence[str], mark: str, rng: random.Random) -> tuple[int, str]:
+def teacher_move(board: Sequence[str], mark: str, rng: random.Random, corners: bool = True) -> tuple[int, str]:
     """A good but imperfect player, with a one-sentence reason: win if possible, else block,
     else (with probability TEACHER_RANDOM_PROB) any free cell, else centre, a random corner,
-    a random side. It sees no forks, so it falls for fork traps.
+    a random side. It sees no forks, so it falls for fork traps. With `corners=False`, no
+    corner habit: win, else block, else the centre, else any free cell, uniformly (an edge as
+    often as a corner, where the habit plays an edge only in its random moves).
 
     >>> teacher_move("XX OO    ", "O", random.Random(0))
     (5, 'I can complete the line 3-4-5 and win, so I play 5.')
@@ -313,6 +315,9 @@ def teacher_move(board: Sequence[str], mark: str, rng: random.Random) -> tuple[i
     if threats := _completing_cells(b, other(mark)):
         cell, line = rng.choice(threats)
         return cell, _BLOCKS.format(mark=other(mark), line=_line(line), cell=cell)
+    if not corners:
+        cell = CENTRE if b[CENTRE] == EMPTY else rng.choice(moves)
+        return cell, _quiet_reason(b, cell)
     if rng.random() < TEACHER_RANDOM_PROB:
         cell = rng.choice(moves)
         return cell, _OPEN.format(cell=cell)

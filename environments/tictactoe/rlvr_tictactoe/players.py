@@ -1,4 +1,4 @@
-"""Reference players as `Policy` clients (`-m policy:optimal|random|teacher`).
+"""Reference players as `Policy` clients (`-m policy:optimal|random|teacher|teacher_centre`).
 
 Each reads the board from the last message (`parse_board`), plays X, and answers in the exact
 format the rubric rewards: a short reasoning in `<think>`, then `<move>N</move>`. Their RNG
@@ -34,10 +34,15 @@ def _teacher(board: Board, rng: random.Random) -> tuple[int, str]:
     return teacher_move(board, MARK, rng)
 
 
+def _teacher_centre(board: Board, rng: random.Random) -> tuple[int, str]:
+    return teacher_move(board, MARK, rng, corners=False)
+
+
 POLICIES: dict[str, Callable[[Board, random.Random], tuple[int, str]]] = {
     "optimal": _optimal,
     "random": _random,
     "teacher": _teacher,
+    "teacher_centre": _teacher_centre,
 }
 """Name -> (board, rng) -> (cell, reasoning). The first one is check_env's default."""
 

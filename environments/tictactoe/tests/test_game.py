@@ -327,15 +327,31 @@ def _wins_now(board: str, mark: str) -> set[int]:
     return {c for c in legal_moves(board) if winner(apply_move(board, c, mark)) == mark}
 
 
-def test_teacher_takes_wins_and_blocks_threats(live_states):
+@pytest.mark.parametrize("corners", [True, False])
+def test_teacher_takes_wins_and_blocks_threats(live_states, corners):
     for i, (board, mover) in enumerate(live_states):
-        cell, reason = teacher_move(board, mover, random.Random(i))
+        cell, reason = teacher_move(board, mover, random.Random(i), corners=corners)
         assert cell in legal_moves(board) and f"{cell}" in reason, (board, cell, reason)
         if wins := _wins_now(board, mover):
             assert cell in wins, (board, mover, cell)
         elif threats := _wins_now(board, other(mover)):
             assert cell in threats, (board, mover, cell)
             assert "block" in reason
+
+
+def test_the_teacher_without_its_corner_habit_plays_every_free_cell_alike_once_the_centre_is_taken():
+    board = "   OX   O"  # O8 X4 O3, X to move: no win, no threat; only an edge (1 or 7) is best vs random
+    picks = {c: Counter(teacher_move(board, "X", random.Random(s), corners=c)[0] for s in range(1200)) for c in (1, 0)}
+    edges = {c: sum(picks[c][x] for x in (1, 5, 7)) / 1200 for c in picks}
+    assert edges[1] < 0.1  # the habit: corners, an edge only in its 10% random moves (5% here)
+    assert 0.42 < edges[0] < 0.58  # 3 of 6 free cells
+    assert set(picks[0]) == {0, 1, 2, 5, 6, 7} and min(picks[0].values()) > 140  # each near 200
+    replies = dict(teacher_replies(board, "X"))
+    for s in range(60):  # its words are the teacher's own for that cell (as `teacher_replies` gives them)
+        cell, reason = teacher_move(board, "X", random.Random(s), corners=False)
+        assert reason == replies[cell]
+    # the centre it keeps: taken whenever free and nothing to win or block
+    assert {teacher_move("O        ", "X", random.Random(s), corners=False)[0] for s in range(50)} == {4}
 
 
 def test_teacher_falls_for_the_opposite_corner_fork():

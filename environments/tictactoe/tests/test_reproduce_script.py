@@ -15,9 +15,15 @@ from pathlib import Path
 SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "reproduce_tictactoe.sh"
 
 
-def _train_args(tmp_path: Path, **env: str) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+def _train_args(
+    tmp_path: Path,
+    done_before: tuple[str, ...] = ("base/config.json", "teacher.jsonl", "sft/final/config.json"),
+    **env: str,
+) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    """The first `rlvr` command the script runs, with the stages `done_before` already in place
+    (by default all up to RL: the command is `rlvr train`)."""
     out, bin_dir, args = tmp_path / "run", tmp_path / "bin", tmp_path / "args.txt"
-    for done in ("base/config.json", "teacher.jsonl", "sft/final/config.json"):
+    for done in done_before:
         (out / done).parent.mkdir(parents=True, exist_ok=True)
         (out / done).write_text("{}")
     bin_dir.mkdir()
@@ -150,3 +156,11 @@ def test_without_exact_evaluation_the_sampled_cells_are_linked_alone(tmp_path: P
     calls, evals = _evaluate(tmp_path, b"weights", EXACT="0")  # (the smoke scale's setting)
     assert calls == ["rl-optimal", "rl-random"]
     assert sorted(p.name for p in evals.iterdir() if p.is_symlink()) == ["rl.best-optimal", "rl.best-random"]
+
+
+def test_the_sft_data_comes_from_the_teacher_named(tmp_path: Path) -> None:
+    for teacher, sub in ((None, "default"), ("teacher_centre", "centre")):
+        env = {"TEACHER": teacher} if teacher else {}
+        proc, argv = _train_args(tmp_path / sub, ("base/config.json",), **env)
+        assert proc.returncode == 3, proc.stdout + proc.stderr
+        assert argv[:2] == ["gen", "tictactoe"] and _flag(argv, "-m") == f"policy:{teacher or 'teacher'}"
