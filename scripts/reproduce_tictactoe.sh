@@ -168,7 +168,7 @@ same_as_final() {  # same_as_final RUN: RUN's kept best holds its final model's 
 mkdir -p "$OUT/eval"; stamp eval
 for stage in $EVAL_STAGES; do
   run=${stage%.best} opps="random optimal"
-  model="$OUT/$stage/final"; [ "$stage" = base ] && model="$OUT/base"; [ "$stage" = teacher ] && model=policy:teacher
+  model="$OUT/$stage/final"; [ "$stage" = base ] && model="$OUT/base"; [ "$stage" = teacher ] && model="policy:$TEACHER"
   [ "$run" != "$stage" ] && model="$OUT/$run/best"  # RUN.best: RUN's kept best (KEEP_BEST)
   [ "$stage" = teacher ] || [ -f "$model/config.json" ] || continue
   if [ "$EXACT" = 1 ]; then opps="exact $opps"; fi  # (an assignment of a failing $(...) would end the script)

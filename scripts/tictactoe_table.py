@@ -19,7 +19,7 @@ from rlvr.errors import ResultsError
 from rlvr.results import RunDir
 
 STAGES = {
-    "teacher": "teacher (policy:teacher)",
+    "teacher": "teacher",
     "base": "base (random weights)",
     "sft": "after SFT",
     "rl": "after RL",
@@ -65,13 +65,25 @@ def sample_cell(run: Path) -> str:
     return f"{wdl} | {row['format %']:.1f} | {row['invalid %']:.1f}"
 
 
+def label(root: Path, stage: str) -> str:
+    """The stage's row name; the teacher's with the player its evaluations ran (TEACHER=)."""
+    if stage == "teacher":
+        for run in (root / f"teacher-{kind}" for kind in ("exact", "random", "optimal")):
+            try:
+                return f"teacher ({RunDir.open(run).metadata['model']})"
+            except (ResultsError, KeyError, OSError):
+                continue
+        return "teacher (policy:teacher)"
+    return STAGES.get(stage, stage)
+
+
 def main(out: str, stages: list[str]) -> None:
     root = Path(out) / "eval"
     print("Exact, over the whole game tree (greedy; W/D/L %, L includes timeouts):\n")
     print("| model | vs random W/D/L | vs optimal W/D/L | games lost | games with a rejected move | unbeatable |")
     print("|---|---|---|---|---|---|")
     for stage in stages:
-        print(f"| {STAGES.get(stage, stage)} | {exact_cell(root / f'{stage}-exact')} |")
+        print(f"| {label(root, stage)} | {exact_cell(root / f'{stage}-exact')} |")
     win, draw, _ = minimax_rates_vs_random()
     print(
         f"\nLimits: a player that never loses wins at most {100 * never_losing_max_win_rate():.2f}% vs random;"
@@ -83,7 +95,7 @@ def main(out: str, stages: list[str]) -> None:
         print("|---|---|---|---|---|---|---|")
         for stage in stages:
             cells = " | ".join(sample_cell(root / f"{stage}-{opp}") for opp in ("random", "optimal"))
-            print(f"| {STAGES.get(stage, stage)} | {cells} |")
+            print(f"| {label(root, stage)} | {cells} |")
     seconds = {p.stem: int(p.read_text()) for p in Path(out).glob("*.seconds")}
     if seconds:
         print("\nseconds per stage: " + ", ".join(f"{k} {v}" for k, v in sorted(seconds.items())))

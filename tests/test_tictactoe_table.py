@@ -49,3 +49,15 @@ def test_a_torn_or_foreign_metadata_file_is_said_so_in_its_cell(tmp_path: Path) 
     foreign.mkdir()
     (foreign / "metadata.json").write_text('{"status": "complete"}')
     assert "not an rlvr results file" in table.exact_cell(foreign)
+
+
+def test_the_teacher_row_names_the_player_its_evaluations_ran(tmp_path: Path) -> None:
+    assert table.label(tmp_path, "teacher") == "teacher (policy:teacher)"  # none run: the default player
+    assert table.label(tmp_path, "sft") == "after SFT"
+    run = tmp_path / "teacher-random"
+    run.mkdir()
+    (run / "metadata.json").write_text('{"format": "rlvr.results/1", "status": "compl')  # torn: passed over
+    assert table.label(tmp_path, "teacher") == "teacher (policy:teacher)"
+    meta = {"format": FORMAT, "status": "complete", "model": "policy:teacher_centre"}
+    (run / "metadata.json").write_text(json.dumps(meta))
+    assert table.label(tmp_path, "teacher") == "teacher (policy:teacher_centre)"
