@@ -92,6 +92,11 @@ done_in() { echo $(( $(date +%s) - $(cat "$OUT/$1.start") )) > "$OUT/$1.seconds"
 # SFT (and the base's own evaluation): skipped where the SFT model is there, e.g. RL from the
 # shipped model, whose variants side by side (tictactoe_gpus.sh) would otherwise write one file together
 sft_done() { [ -f "$OUT/sft/final/config.json" ]; }
+made_by=$(cat "$OUT/teacher.name" 2>/dev/null || echo teacher)   # the SFT data's player (none recorded: teacher)
+if { [ -f "$OUT/teacher.jsonl" ] || sft_done; } && [ "$made_by" != "$TEACHER" ]; then  # a resume would reuse it
+  echo "reproduce_tictactoe.sh: $OUT's SFT data came from policy:$made_by, not TEACHER=$TEACHER: use another OUT_DIR" >&2
+  exit 2
+fi
 if [ ! -f "$OUT/base/config.json" ] && { ! sft_done || [[ " $EVAL_STAGES " == *" base "* ]]; }; then
   log "base model ($PRESET)"; stamp base
   rlvr model new --preset "$PRESET" --corpus tictactoe --seed "$SEED" -o "$OUT/base"
@@ -104,6 +109,7 @@ if [ ! -f "$OUT/teacher.jsonl" ] && ! sft_done; then
   rlvr gen tictactoe -m "policy:$TEACHER" -n -1 -r 1 -q -o "$OUT/teacher.jsonl.part" --overwrite \
     -a "{\"num_tasks\": $GAMES, \"seed\": $((SEED + 100))}" \
     --filter 'loss == 0 and timeout == 0 and format_reward == 1 and invalid_moves == 0'
+  echo "$TEACHER" > "$OUT/teacher.name"   # (before the data: a kill between the two leaves no data to reuse)
   mv "$OUT/teacher.jsonl.part" "$OUT/teacher.jsonl"
   done_in gen
 fi

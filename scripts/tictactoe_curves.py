@@ -137,10 +137,10 @@ def line_styles(lines: list[tuple[str, str]], palette: list[Any]) -> dict[tuple[
     ):
         styles.update({x: {"color": colour, "lw": 2.2, "ls": DASHES[i % len(DASHES)]} for i, x in enumerate(picked)})
     styles.update({x: {"color": "navy", "lw": 2.2} for x in lines if BELOW in x[1]})  # its seeds and weak start
-    styles.update({x: {"color": "navy", "lw": 2.2, "ls": "--"} for x in lines if BELOW in x[1] and AGAIN in x[1]})
+    styles.update({x: {"color": "navy", "lw": 2.2, "ls": DASHES[1]} for x in lines if BELOW in x[1] and AGAIN in x[1]})
     styles.update({x: {"color": "crimson", "lw": 2.2} for x in lines if BELOW in x[1] and MIX in x[0]})
     faster = [x for x in lines if BELOW in x[1] and "lr " in x[1]]  # the same at other learning rates
-    styles.update({x: {"color": "navy", "lw": 2.2, "ls": ("--", ":", "-.")[i % 3]} for i, x in enumerate(faster)})
+    styles.update({x: {"color": "navy", "lw": 2.2, "ls": DASHES[1 + i % 3]} for i, x in enumerate(faster)})
     return styles
 
 

@@ -53,7 +53,7 @@ import sys
 from pathlib import Path
 
 from rlvr_tictactoe import tree
-from rlvr_tictactoe.game import CENTRE, CORNERS, EMPTY, EMPTY_BOARD, Board, apply_move, claim_truth, legal_moves, winner
+from rlvr_tictactoe.game import EMPTY_BOARD, Board, apply_move, claim_truth, habit_moves, legal_moves, winner
 from rlvr_tictactoe.rewards import parse
 from rlvr_tictactoe.tasks import game_outcome, reply_prob
 
@@ -221,7 +221,7 @@ def decision_kind(gap: tree.Gap) -> str:
         return KINDS[0] if gap.move in blocks else KINDS[1]
     if blocks:
         return KINDS[2]
-    habit = {CENTRE} if board[CENTRE] == EMPTY else {c for c in CORNERS if board[c] == EMPTY}
+    habit = set(habit_moves(board))
     return KINDS[3] if gap.move in habit and not habit & set(gap.best) else KINDS[4]
 
 

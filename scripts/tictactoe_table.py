@@ -66,24 +66,28 @@ def sample_cell(run: Path) -> str:
 
 
 def label(root: Path, stage: str) -> str:
-    """The stage's row name; the teacher's with the player its evaluations ran (TEACHER=)."""
-    if stage == "teacher":
-        for run in (root / f"teacher-{kind}" for kind in ("exact", "random", "optimal")):
-            try:
-                return f"teacher ({RunDir.open(run).metadata['model']})"
-            except (ResultsError, KeyError, OSError):
-                continue
-        return "teacher (policy:teacher)"
-    return STAGES.get(stage, stage)
+    """The stage's row name; the teacher's with the player its evaluations ran (TEACHER=), as
+    one printable table cell whatever the metadata holds."""
+    if stage != "teacher":
+        return STAGES.get(stage, stage)
+    for run in (root / f"teacher-{kind}" for kind in ("exact", "random", "optimal")):
+        try:
+            model = RunDir.open(run).metadata["model"]
+        except (ResultsError, KeyError, OSError):
+            continue
+        name = " ".join(str(model).encode("utf-8", "replace").decode().replace("|", "/").split())[:80]
+        return f"teacher ({name})"
+    return "teacher (policy:teacher)"
 
 
 def main(out: str, stages: list[str]) -> None:
     root = Path(out) / "eval"
+    names = {stage: label(root, stage) for stage in stages}
     print("Exact, over the whole game tree (greedy; W/D/L %, L includes timeouts):\n")
     print("| model | vs random W/D/L | vs optimal W/D/L | games lost | games with a rejected move | unbeatable |")
     print("|---|---|---|---|---|---|")
     for stage in stages:
-        print(f"| {label(root, stage)} | {exact_cell(root / f'{stage}-exact')} |")
+        print(f"| {names[stage]} | {exact_cell(root / f'{stage}-exact')} |")
     win, draw, _ = minimax_rates_vs_random()
     print(
         f"\nLimits: a player that never loses wins at most {100 * never_losing_max_win_rate():.2f}% vs random;"
@@ -95,7 +99,7 @@ def main(out: str, stages: list[str]) -> None:
         print("|---|---|---|---|---|---|---|")
         for stage in stages:
             cells = " | ".join(sample_cell(root / f"{stage}-{opp}") for opp in ("random", "optimal"))
-            print(f"| {label(root, stage)} | {cells} |")
+            print(f"| {names[stage]} | {cells} |")
     seconds = {p.stem: int(p.read_text()) for p in Path(out).glob("*.seconds")}
     if seconds:
         print("\nseconds per stage: " + ", ".join(f"{k} {v}" for k, v in sorted(seconds.items())))

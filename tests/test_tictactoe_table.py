@@ -61,3 +61,8 @@ def test_the_teacher_row_names_the_player_its_evaluations_ran(tmp_path: Path) ->
     meta = {"format": FORMAT, "status": "complete", "model": "policy:teacher_centre"}
     (run / "metadata.json").write_text(json.dumps(meta))
     assert table.label(tmp_path, "teacher") == "teacher (policy:teacher_centre)"
+    meta["model"] = "policy:\ud800|x\n" + "y" * 10_000  # hostile: a lone surrogate, a pipe, a newline, huge
+    (run / "metadata.json").write_text(json.dumps(meta))
+    name = table.label(tmp_path, "teacher")
+    assert name.startswith("teacher (policy:?/x y") and len(name) < 100 and "\n" not in name
+    name.encode("utf-8")  # printable

@@ -321,13 +321,22 @@ def teacher_move(board: Sequence[str], mark: str, rng: random.Random, corners: b
     if rng.random() < TEACHER_RANDOM_PROB:
         cell = rng.choice(moves)
         return cell, _OPEN.format(cell=cell)
-    if b[CENTRE] == EMPTY:
-        return CENTRE, _quiet_reason(b, CENTRE)
-    if corners := [c for c in CORNERS if b[c] == EMPTY]:
-        cell = rng.choice(corners)
-        return cell, _quiet_reason(b, cell)
-    cell = rng.choice(moves)
+    habit = habit_moves(b)
+    cell = CENTRE if habit == [CENTRE] else rng.choice(habit)
     return cell, _quiet_reason(b, cell)
+
+
+def habit_moves(board: Sequence[str]) -> list[int]:
+    """The teacher's habit on a quiet board (no win, no threat), bar its random moves: the
+    centre if free, else the free corners, else every free cell.
+
+    >>> habit_moves("   OX   O"), habit_moves("O        ")
+    ([0, 2, 6], [4])
+    """
+    b = _board(board)
+    if b[CENTRE] == EMPTY:
+        return [CENTRE]
+    return [c for c in CORNERS if b[c] == EMPTY] or legal_moves(b)
 
 
 def teacher_replies(board: Sequence[str], mark: str) -> list[tuple[int, str]]:

@@ -164,3 +164,14 @@ def test_the_sft_data_comes_from_the_teacher_named(tmp_path: Path) -> None:
         proc, argv = _train_args(tmp_path / sub, ("base/config.json",), **env)
         assert proc.returncode == 3, proc.stdout + proc.stderr
         assert argv[:2] == ["gen", "tictactoe"] and _flag(argv, "-m") == f"policy:{teacher or 'teacher'}"
+
+
+def test_a_resume_with_another_teacher_is_refused_before_any_work(tmp_path: Path) -> None:
+    done = ("base/config.json", "teacher.jsonl", "sft/final/config.json")
+    proc, argv = _train_args(tmp_path / "a", done, TEACHER="teacher_centre")  # the data: the default teacher's
+    assert proc.returncode == 2 and argv == []  # no rlvr command ran
+    assert "SFT data came from policy:teacher, not TEACHER=teacher_centre" in proc.stderr
+    (tmp_path / "b" / "run").mkdir(parents=True)
+    (tmp_path / "b" / "run" / "teacher.name").write_text("teacher_centre\n")
+    proc, argv = _train_args(tmp_path / "b", done, TEACHER="teacher_centre")  # recorded: the same player
+    assert proc.returncode == 3 and argv[:2] == ["train", "tictactoe"]
