@@ -133,12 +133,12 @@ def check_accounting(
     n_errors = len(poisoned) * rollouts_per_task
     assert summary["errors"] == n_errors
     assert summary["errors_by_kind"] == ({"ClientError": n_errors} if n_errors else {})
-    # what the server served, request by request, is what the client sent
-    assert (
-        server.counts["requests"]
-        == client.requests
-        == sum(server.counts[k] for k in ("ok", "429", "500", "hang", "malformed"))
-    )
+    # what the server served, request by request, the client sent; an attempt the client gave up
+    # on before the server read it (a busy machine can hold this process's server thread past
+    # timeout_s: 123 served of 124 sent, 2 cores under 3 busy jobs) was sent, not served, and retried
+    served = sum(server.counts[k] for k in ("ok", "429", "500", "hang", "malformed"))
+    assert server.counts["requests"] == served <= client.requests
+    assert client.requests - served <= client.retries
     assert server.counts["ok"] == sum(len(r.turns) for r in rollouts)
     # each model call is one first request plus its retries; a poisoned rollout makes one call
     assert client.retries == client.requests - server.counts["ok"] - n_errors
