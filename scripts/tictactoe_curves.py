@@ -37,6 +37,8 @@ COVER = "at 4 random replies"  # greedy probes, a share at 4 random replies (pla
 BELOW = "restarts below 0.65"  # plan cover restarting drawn games with a rejected move too: navy, solid
 MIX = "then p in [0, 0.7]"  # plan mix: the BELOW recipe against a mix of opponents (in the opponent): crimson
 AGAIN = "again"  # a BELOW run repeated on seeds that have another (in the variant): navy, dashed
+HABIT = "SFT on teacher_centre"  # plan habit: the BELOW recipe from SFT on policy:teacher_centre: goldenrod
+CUT = "cut at step"  # a run its machine was lost under (in the variant): dashed
 TITLES = {
     "weak": "weak start (200 games)",
     "weak1": "weak start, seed 1 (200 games)",
@@ -125,8 +127,8 @@ DASHES = ("-", "--", ":", "-.", (0, (6, 2, 1, 2, 1, 2)))  # one family's lines, 
 
 def line_styles(lines: list[tuple[str, str]], palette: list[Any]) -> dict[tuple[str, str], dict[str, Any]]:
     """Colour and dash of each (opponent, variant) line: a named family's colour, and a dash that
-    tells its lines apart; a line of no family takes the next colour of `palette`."""
-    styles = {line: {"color": palette[i % len(palette)]} for i, line in enumerate(lines)}
+    tells its lines apart; the lines of no family take `palette`'s colours in turn."""
+    styles: dict[tuple[str, str], dict[str, Any]] = {}
     for colour, picked in (
         ("black", [x for x in lines if x[0] == CURRENT]),
         ("red", [x for x in lines if RESTARTS in x[0] and EVERY_POINT not in x[0] and WALK_BACK not in x[0]]),
@@ -139,9 +141,13 @@ def line_styles(lines: list[tuple[str, str]], palette: list[Any]) -> dict[tuple[
     styles.update({x: {"color": "navy", "lw": 2.2} for x in lines if BELOW in x[1]})  # its seeds and weak start
     styles.update({x: {"color": "navy", "lw": 2.2, "ls": DASHES[1]} for x in lines if BELOW in x[1] and AGAIN in x[1]})
     styles.update({x: {"color": "crimson", "lw": 2.2} for x in lines if BELOW in x[1] and MIX in x[0]})
+    habit = [x for x in lines if HABIT in x[1]]
+    styles.update({x: {"color": "goldenrod", "lw": 2.2, "ls": DASHES[1 if CUT in x[1] else 0]} for x in habit})
     faster = [x for x in lines if BELOW in x[1] and "lr " in x[1]]  # the same at other learning rates
     styles.update({x: {"color": "navy", "lw": 2.2, "ls": DASHES[1 + i % 3]} for i, x in enumerate(faster)})
-    return styles
+    rest = [x for x in lines if x not in styles]
+    styles.update({x: {"color": palette[i % len(palette)]} for i, x in enumerate(rest)})
+    return {line: styles[line] for line in lines}
 
 
 def plot(table: Path, out: Path, match: str = "", seeds_from: str = "") -> None:

@@ -18,10 +18,13 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE = """\
-echo "GPU=$CUDA_VISIBLE_DEVICES SEED=$SEED RL=$RL_NAME STEPS=$RL_STEPS K=${RESTART_EXPLORE:-} P=${RL_MIN_P:-}-${RL_MAX_P:-} B=${BUCKETS:-} RL2=$RL2_STEPS P2=${RL2_MIN_P:-}-${RL2_MAX_P:-} B2=${RL2_BUCKETS:-} LR2=${RL2_LR:-} TEACHER=${TEACHER:-} STAGES=$EVAL_STAGES"
+echo "GPU=$CUDA_VISIBLE_DEVICES SEED=$SEED RL=$RL_NAME STEPS=$RL_STEPS K=${RESTART_EXPLORE:-} P=${RL_MIN_P:-}-${RL_MAX_P:-} B=${BUCKETS:-} RL2=$RL2_STEPS P2=${RL2_MIN_P:-}-${RL2_MAX_P:-} B2=${RL2_BUCKETS:-} LR2=${RL2_LR:-} EVERY=${EVAL_EVERY:-} KEEP=${KEEP_BEST:-} TEACHER=${TEACHER:-} STAGES=$EVAL_STAGES"
 mkdir -p "$OUT_DIR/sft/final"; touch "$OUT_DIR/sft/final/config.json"
 [ -e "$OUT_DIR/$RL_NAME" ] || { mkdir -p "$OUT_DIR/$RL_NAME/final"; touch "$OUT_DIR/$RL_NAME/final/config.json"; }
 """
+
+KEEP = "min:exact/beaten_games,max:exact/random/win_pct"  # the best RL model: fewest lost games, then most wins
+KEEP_SHIP = "min:exact/beaten_games,min:exact/rejected_move_games,max:exact/random/win_pct"
 
 pytestmark = pytest.mark.skipif(shutil.which("setsid") is None, reason="needs setsid (util-linux)")
 
@@ -151,15 +154,17 @@ def test_a_plan_that_cannot_run_is_refused_with_its_reason(
 
 
 @pytest.mark.parametrize(
-    ("plan", "run", "head", "teacher"),
-    [  # the recipe as it is, against a mix whose best response wins the most, and from another teacher's SFT data
-        ("unbeatable", "rlU", "STEPS=300 K= P=- B=", ""),
-        ("mix", "rlM", "STEPS=200 K= P=-0.7 B=8", ""),
-        ("habit", "rlH", "STEPS=300 K= P=- B=", "teacher_centre"),
+    ("plan", "run", "head", "tail"),
+    [  # the recipe as it is, against a mix whose best response wins the most, from another teacher's
+        # SFT data, and that again with its best kept for shipping (no rejected move if it can)
+        ("unbeatable", "rlU", "STEPS=300 K= P=- B=", f"EVERY= KEEP={KEEP} TEACHER="),
+        ("mix", "rlM", "STEPS=200 K= P=-0.7 B=8", f"EVERY= KEEP={KEEP} TEACHER="),
+        ("habit", "rlH", "STEPS=300 K= P=- B=", f"EVERY= KEEP={KEEP} TEACHER=teacher_centre"),
+        ("habit2", "rlH", "STEPS=300 K= P=- B=", f"EVERY=10 KEEP={KEEP_SHIP} TEACHER=teacher_centre"),
     ],
 )
 def test_the_unbeatable_recipe_three_seeds_on_one_gpu(
-    tmp_path: Path, plan: str, run: str, head: str, teacher: str
+    tmp_path: Path, plan: str, run: str, head: str, tail: str
 ) -> None:
     proc = _start(tmp_path, plan, SEEDS="3 4 5", SEED_GPUS="0 0 0")
     assert proc.returncode == 0, proc.stderr
@@ -168,7 +173,7 @@ def test_the_unbeatable_recipe_three_seeds_on_one_gpu(
     for seed in (3, 4, 5):
         log = logs[f"s{seed}/pipeline-{run}.log"]
         assert log.startswith(f"GPU=0 SEED={seed} RL={run} {head} RL2=0 ")
-        assert log.endswith(f"TEACHER={teacher} STAGES=sft {run} {run}.best")
+        assert log.endswith(f"{tail} STAGES=sft {run} {run}.best")
 
 
 def test_the_weak_wins_phase_at_two_learning_rates_from_one_first_phase(tmp_path: Path) -> None:
