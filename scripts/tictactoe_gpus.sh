@@ -579,7 +579,8 @@ if not found:  # no RL stage evaluated yet (the runs still going): the kept best
             continue
         if "exact/beaten_games" in metrics and (kept.parent / "config.json").exists():
             win = metrics.get("exact/random/win_pct", 0.0)
-            found.append((metrics["exact/beaten_games"], 0, -win, str(kept.parent)))
+            rejected = metrics.get("exact/rejected_move_games", 0)  # (in the record when KEEP_BEST names it)
+            found.append((metrics["exact/beaten_games"], rejected, -win, str(kept.parent)))
 print(sorted(found)[0][-1] if found else "")  # (a RUN.best was chosen by these evaluations)
 EOF
     ;;

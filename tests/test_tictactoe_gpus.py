@@ -7,6 +7,7 @@ variables the real one reads, and the SFT model's marker file the later variants
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -229,3 +230,52 @@ def test_collect_early_in_a_run_with_a_dangling_link(tmp_path: Path) -> None:
     pipefail) and a link to a phase not there yet: what is there still comes back."""
     files = {"eval/sft-exact/metadata.json": '{"status": "running"}', "rl/metrics.csv": "step\n0\n"}
     assert _collect(tmp_path, files, {"rlY": "rlX"}) == ["eval/sft-exact/metadata.json", "rl/metrics.csv"]
+
+
+def _exact(lost: int, rejected: int, win: float) -> str:
+    """An exact evaluation's metadata: `lost` beaten lines, rejected-move games, wins vs random."""
+    rates = {"random": {"win": win}, "optimal": {"draw": 100.0}}
+    beaten = [f"line{i}" for i in range(lost)]
+    return json.dumps({"exact": {"beaten": beaten, "rejected_move_games": rejected, "rates_pct": rates}})
+
+
+def _best(tmp_path: Path, files: dict[str, str]) -> str:
+    for name, text in files.items():
+        path = tmp_path / "runs" / "plan" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    proc = _gpus(tmp_path, "best")
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip().removeprefix("runs/plan/")
+
+
+def test_best_takes_fewest_lost_then_fewest_rejected_then_most_wins(tmp_path: Path) -> None:
+    files = {
+        "s3/eval/sft-exact/metadata.json": _exact(0, 0, 99.0),  # not an RL model: never the answer
+        "s3/eval/rlH-exact/metadata.json": _exact(0, 3, 93.66),
+        "s3/eval/rlH.best-exact/metadata.json": _exact(0, 0, 91.15),
+        "s4/eval/rlH-exact/metadata.json": _exact(0, 0, 92.36),
+        "s5/eval/rlH-exact/metadata.json": _exact(1, 0, 95.0),
+        "s6/eval/rlH-exact/metadata.json": _exact(0, 0, 94.0),  # its model folder is gone: passed over
+    }
+    for run in ("s3/rlH/final", "s3/rlH/best", "s4/rlH/final", "s5/rlH/final", "s3/sft/final"):
+        files[f"{run}/config.json"] = "{}"
+    assert _best(tmp_path, files) == "s4/rlH/final"
+
+
+def test_best_before_any_rl_evaluation_reads_the_kept_bests_records(tmp_path: Path) -> None:
+    """Mid-run (a device call ending before the last evaluation), each run's kept best by its
+    own record, rejected-move games included where the record has them."""
+
+    def kept(lost: int, rejected: int, win: float) -> str:
+        metrics = {"exact/beaten_games": lost, "exact/rejected_move_games": rejected, "exact/random/win_pct": win}
+        return json.dumps({"keep_best": "min:exact/beaten_games", "step": 120, "metrics": metrics})
+
+    files = {
+        "s3/rlH/best/keep_best.json": kept(0, 3, 93.7),
+        "s4/rlH/best/keep_best.json": kept(0, 0, 91.3),
+        "s5/rlH/best/keep_best.json": "not json",  # passed over, said on stderr
+    }
+    for run in ("s3", "s4", "s5"):
+        files[f"{run}/rlH/best/config.json"] = "{}"
+    assert _best(tmp_path, files) == "s4/rlH/best"
