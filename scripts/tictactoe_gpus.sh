@@ -95,6 +95,9 @@
 #          games (the teacher less its corner habit: centre, else any free cell, on a quiet board)
 #   habit2 habit with an exact evaluation every 10 steps and the best kept by fewest lost games, then
 #          fewest rejected-move games, then most wins: RUN.best is the candidate to ship (`bundle` it)
+#   habitwins habit2 for RL_STEPS (150), then a wins phase (rlH2) of WINS_STEPS (150) at lr 1e-5
+#          against p in [0, 0.7] after the random replies, whose best response is the 95.56% limit
+#          policy (the recipe's own opponent, p = 0, caps wins at 94.08%)
 #   mix    one run a seed: RECIPE=unbeatable against p in [0, 0.7] (8 buckets) instead of p = 0 after
 #          the random replies, whose best response caps wins at 94.08%; from each seed's SFT model
 #   wins2  the shipped model, 120 steps of plan unsure's control against p in [0.35, 0.7] and in
@@ -442,7 +445,7 @@ start() {
         "rlGY PHASE1_FROM=rlGX RL2_MIN_P=${OTHER_MIN_P:-0.7} RL2_BUCKETS=${OTHER_BUCKETS:-1} RL2_LR=${OTHER_LR:-1e-5}")
       per_seed "$weak_greedy RL_STEPS=${WEAK_STEPS:-300} RL2_STEPS=${WINS_STEPS:-100} RL2_MAX_P=0.7 RESTART_EXPLORE=2" \
         "${runs[@]}" ;;
-    unbeatable|mix|habit|habit2)  # RECIPE=unbeatable, one run a seed from a new SFT model each (SEEDS, SEED_GPUS:
+    unbeatable|mix|habit|habit2|habitwins)  # RECIPE=unbeatable, one run a seed from a new SFT model each (SEEDS, SEED_GPUS:
       # "0 0 0" puts three on one GPU). unbeatable: as it is, RL_STEPS (300), a repeat of the 2-of-3
       # result (twelfth session, two seeds a GPU) and its GPU-minutes a seed at three a GPU. mix:
       # against p in [0, 0.7] in 8 buckets after the random replies (perfect opponents in every
@@ -456,15 +459,19 @@ start() {
       # 2026-12-02 for 150 steps on seeds 3 and 4 (RL_STEPS=150, two on one H200): both unbeatable
       # at step 150 with 93.66% and 92.36% wins vs random, and 3 and 1 games with a rejected move,
       # which the shipped model must not have; habit2 keeps the best by them too, evaluating every
-      # 10 steps for more candidates (lost-game counts swing between evaluations)
+      # 10 steps for more candidates (lost-game counts swing between evaluations). habitwins: habit2
+      # for 150 steps, then 150 against p in [0, 0.7] (rlH2), from 92.36-93.66% towards the 95.56%
+      # the recipe's own opponent cannot lead to (its best response wins 94.08%)
       export FIRST_STAGES=sft LAST_STAGES=""
       if [ "$1" = mix ]; then
         per_seed "RECIPE=unbeatable RL_STEPS=${RL_STEPS:-200} RL_MAX_P=0.7 BUCKETS=8 $keep" "rlM"
       elif [ "$1" = habit ]; then
         per_seed "RECIPE=unbeatable RL_STEPS=${RL_STEPS:-300} TEACHER=teacher_centre $keep" "rlH"
-      elif [ "$1" = habit2 ]; then
+      elif [ "$1" = habit2 ] || [ "$1" = habitwins ]; then
         local ship="KEEP_BEST=min:exact/beaten_games,min:exact/rejected_move_games,max:exact/random/win_pct"
-        per_seed "RECIPE=unbeatable RL_STEPS=${RL_STEPS:-300} TEACHER=teacher_centre EVAL_EVERY=10 $ship" "rlH"
+        local wins="RL_STEPS=${RL_STEPS:-300}"
+        [ "$1" = habitwins ] && wins="RL_STEPS=${RL_STEPS:-150} RL2_STEPS=${WINS_STEPS:-150} RL2_MAX_P=0.7 RL2_BUCKETS=8 RL2_LR=1e-5"
+        per_seed "RECIPE=unbeatable $wins TEACHER=teacher_centre EVAL_EVERY=10 $ship" "rlH"
       else
         per_seed "RECIPE=unbeatable RL_STEPS=${RL_STEPS:-300} $keep" "rlU"
       fi ;;

@@ -177,6 +177,17 @@ def test_the_unbeatable_recipe_three_seeds_on_one_gpu(
         assert log.endswith(f"{tail} STAGES=sft {run} {run}.best")
 
 
+def test_the_habit_recipe_then_a_wins_phase_against_opponents_with_a_safe_optimum(tmp_path: Path) -> None:
+    proc = _start(tmp_path, "habitwins", SEEDS="3 4", SEED_GPUS="0 0", WINS_STEPS="120")
+    assert proc.returncode == 0, proc.stderr
+    logs = _logs(tmp_path)
+    assert list(logs) == ["s3/pipeline-rlH.log", "s4/pipeline-rlH.log"]
+    for seed in (3, 4):
+        log = logs[f"s{seed}/pipeline-rlH.log"]
+        assert log.startswith(f"GPU=0 SEED={seed} RL=rlH STEPS=150 K= P=- B= RL2=120 P2=-0.7 B2=8 LR2=1e-5 ")
+        assert log.endswith(f"EVERY=10 KEEP={KEEP_SHIP} TEACHER=teacher_centre STAGES=sft rlH rlH2 rlH.best rlH2.best")
+
+
 def test_the_weak_wins_phase_at_two_learning_rates_from_one_first_phase(tmp_path: Path) -> None:
     proc = _start(tmp_path, "weakwins3", SEEDS="4", SEED_GPUS="0")
     assert proc.returncode == 0, proc.stderr
