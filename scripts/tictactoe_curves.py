@@ -147,7 +147,7 @@ def line_styles(lines: list[tuple[str, str]], palette: list[Any]) -> dict[tuple[
     styles.update({x: {"color": "navy", "lw": 2.2, "ls": DASHES[1 + i % 3]} for i, x in enumerate(faster)})
     rest = [x for x in lines if x not in styles]
     styles.update({x: {"color": palette[i % len(palette)]} for i, x in enumerate(rest)})
-    return {line: styles[line] for line in lines}
+    return styles
 
 
 def plot(table: Path, out: Path, match: str = "", seeds_from: str = "") -> None:

@@ -15,8 +15,9 @@
 #                                            # back here: cat DIR/model.tar.* | tar x -C DEST
 #   scripts/tictactoe_gpus.sh summary        # every stage's exact table, kept bests, exact curves
 #   scripts/tictactoe_gpus.sh best           # the RL model (final, or a kept best) losing the fewest games,
-#                                            # then with the fewest rejected-move games; before any
-#                                            # RL stage is evaluated, the best kept best by its record
+#                                            # then with the fewest rejected-move games, then most
+#                                            # wins; a run not yet evaluated (still going) by its
+#                                            # kept best's record
 #
 # Plans (docs/RESULTS.md says which produced what; the shipped models/tictactoe-tiny is seed 0 of
 # `explore`, variant A, then `rlR` of `replies` (reproduce_tictactoe.sh's two RL phases), then
@@ -181,6 +182,7 @@ start() {
   export RL2_STEPS=${RL2_STEPS:-0}  # the plans ran one RL phase from SFT (reproduce_tictactoe.sh runs two)
   local plain="TRAP_PROB=0.0 OPENING_PLIES=0"  # the plans before traps and random starts
   local keep="KEEP_BEST=min:exact/beaten_games,max:exact/random/win_pct"  # fewest lost games, then most wins
+  local ship="KEEP_BEST=min:exact/beaten_games,min:exact/rejected_move_games,max:exact/random/win_pct"  # and 0 rejected
   # rlS5's recipe (random replies, then p = 0, traps, half of each batch restarts of lost games),
   # the best exact evaluation kept (RUN.best, a selection): plans points and backtrack
   local restarts5="TRAP_PROB=1.0 OPENING_PLIES=0 RANDOM_REPLIES=4 RL_LR=2e-5 EVAL_EVERY=25 RL_MAX_P=0.0 BUCKETS=1"
@@ -463,18 +465,14 @@ start() {
       # for 150 steps, then 150 against p in [0, 0.7] (rlH2), from 92.36-93.66% towards the 95.56%
       # the recipe's own opponent cannot lead to (its best response wins 94.08%)
       export FIRST_STAGES=sft LAST_STAGES=""
-      if [ "$1" = mix ]; then
-        per_seed "RECIPE=unbeatable RL_STEPS=${RL_STEPS:-200} RL_MAX_P=0.7 BUCKETS=8 $keep" "rlM"
-      elif [ "$1" = habit ]; then
-        per_seed "RECIPE=unbeatable RL_STEPS=${RL_STEPS:-300} TEACHER=teacher_centre $keep" "rlH"
-      elif [ "$1" = habit2 ] || [ "$1" = habitwins ]; then
-        local ship="KEEP_BEST=min:exact/beaten_games,min:exact/rejected_move_games,max:exact/random/win_pct"
-        local wins="RL_STEPS=${RL_STEPS:-300}"
-        [ "$1" = habitwins ] && wins="RL_STEPS=${RL_STEPS:-150} RL2_STEPS=${WINS_STEPS:-150} RL2_MAX_P=0.7 RL2_BUCKETS=8 RL2_LR=1e-5"
-        per_seed "RECIPE=unbeatable $wins TEACHER=teacher_centre EVAL_EVERY=10 $ship" "rlH"
-      else
-        per_seed "RECIPE=unbeatable RL_STEPS=${RL_STEPS:-300} $keep" "rlU"
-      fi ;;
+      local centre="TEACHER=teacher_centre" shipping="TEACHER=teacher_centre EVAL_EVERY=10 $ship"
+      case $1 in
+        unbeatable) per_seed "RECIPE=unbeatable RL_STEPS=${RL_STEPS:-300} $keep" "rlU" ;;
+        mix) per_seed "RECIPE=unbeatable RL_STEPS=${RL_STEPS:-200} RL_MAX_P=0.7 BUCKETS=8 $keep" "rlM" ;;
+        habit) per_seed "RECIPE=unbeatable RL_STEPS=${RL_STEPS:-300} $centre $keep" "rlH" ;;
+        habit2) per_seed "RECIPE=unbeatable RL_STEPS=${RL_STEPS:-300} $shipping" "rlH" ;;
+        habitwins) per_seed "RECIPE=unbeatable RL_STEPS=${RL_STEPS:-150} $shipping RL2_STEPS=${WINS_STEPS:-150} RL2_MAX_P=0.7 RL2_BUCKETS=8 RL2_LR=1e-5" "rlH" ;;
+      esac ;;
     wins2)  # the shipped model's wins phase against opponents whose best response is the unbeatable
       # 95.56% limit policy (scripts/tictactoe_best_response.py; p = 0.7 after the replies has a beatable
       # one): plan unsure's control (rlWP: random replies, 128 greedy probes restarted walking back,
@@ -567,28 +565,44 @@ EOF
   best)  # fewest lost games over the whole tree, then fewest with a rejected move, then the
     # highest exact win rate vs random
     python3 - "$ROOT" <<'EOF'
-import json, sys
+import json, math, sys
 from pathlib import Path
-found = []
+
+def read(path):  # a JSON object, or {} for a file torn, still being written or foreign (said on stderr)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        data = None
+    if not isinstance(data, dict):
+        print(f"best: {path} is not a JSON object; passed over", file=sys.stderr)
+        return {}
+    return data
+
+def number(value, worst):  # a count or rate; missing, unreadable or NaN ranks worst
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return worst
+    return worst if math.isnan(value) else value
+
+def rank(lost, rejected, win):
+    return (number(lost, math.inf), number(rejected, math.inf), -number(win, -math.inf))
+
+found = {}  # model folder -> rank: by the pipeline's exact evaluation, else (still running) its kept-best record
 for meta in Path(sys.argv[1]).glob("*/eval/*-exact/metadata.json"):
     stage = meta.parent.name.removesuffix("-exact")
     run = meta.parents[2] / stage.removesuffix(".best") / ("best" if stage.endswith(".best") else "final")
-    exact = json.loads(meta.read_text()).get("exact")
-    if exact and (run / "config.json").exists() and stage not in ("sft", "base", "teacher"):
-        rejected = exact.get("rejected_move_games", 0)
-        found.append((len(exact["beaten"]), rejected, -exact["rates_pct"]["random"].get("win", 0.0), str(run)))
-if not found:  # no RL stage evaluated yet (the runs still going): the kept bests, by their own records
-    for kept in Path(sys.argv[1]).glob("*/*/best/keep_best.json"):
-        try:
-            metrics = json.loads(kept.read_text()).get("metrics", {})
-        except (ValueError, AttributeError):
-            print(f"best: {kept} is not a keep-best record; passed over", file=sys.stderr)
-            continue
-        if "exact/beaten_games" in metrics and (kept.parent / "config.json").exists():
-            win = metrics.get("exact/random/win_pct", 0.0)
-            rejected = metrics.get("exact/rejected_move_games", 0)  # (in the record when KEEP_BEST names it)
-            found.append((metrics["exact/beaten_games"], rejected, -win, str(kept.parent)))
-print(sorted(found)[0][-1] if found else "")  # (a RUN.best was chosen by these evaluations)
+    exact = read(meta).get("exact")
+    if isinstance(exact, dict) and (run / "config.json").exists() and stage not in ("sft", "base", "teacher"):
+        beaten, rates = exact.get("beaten"), exact.get("rates_pct") or {}
+        win = (rates.get("random") or {}).get("win")
+        found[run] = rank(len(beaten) if isinstance(beaten, list) else None, exact.get("rejected_move_games"), win)
+for kept in Path(sys.argv[1]).glob("*/*/best/keep_best.json"):
+    metrics = read(kept).get("metrics")  # (the metrics its KEEP_BEST names: rejected-move games where named)
+    if kept.parent not in found and isinstance(metrics, dict) and (kept.parent / "config.json").exists():
+        names = ("beaten_games", "rejected_move_games", "random/win_pct")
+        found[kept.parent] = rank(*(metrics.get(f"exact/{name}") for name in names))
+print(min(found, key=lambda run: (found[run], str(run))) if found else "")
 EOF
     ;;
   ship)

@@ -250,6 +250,12 @@ def _exact(lost: int, rejected: int, win: float) -> str:
     return json.dumps({"exact": {"beaten": beaten, "rejected_move_games": rejected, "rates_pct": rates}})
 
 
+def _kept(lost: object, rejected: object, win: object) -> str:
+    """A kept best's record (`best/keep_best.json`) holding the three metrics `best` ranks by."""
+    metrics = {"exact/beaten_games": lost, "exact/rejected_move_games": rejected, "exact/random/win_pct": win}
+    return json.dumps({"keep_best": "min:exact/beaten_games", "step": 90, "metrics": metrics})
+
+
 def _best(tmp_path: Path, files: dict[str, str]) -> str:
     for name, text in files.items():
         path = tmp_path / "runs" / "plan" / name
@@ -278,15 +284,42 @@ def test_best_before_any_rl_evaluation_reads_the_kept_bests_records(tmp_path: Pa
     """Mid-run (a device call ending before the last evaluation), each run's kept best by its
     own record, rejected-move games included where the record has them."""
 
-    def kept(lost: int, rejected: int, win: float) -> str:
-        metrics = {"exact/beaten_games": lost, "exact/rejected_move_games": rejected, "exact/random/win_pct": win}
-        return json.dumps({"keep_best": "min:exact/beaten_games", "step": 120, "metrics": metrics})
-
     files = {
-        "s3/rlH/best/keep_best.json": kept(0, 3, 93.7),
-        "s4/rlH/best/keep_best.json": kept(0, 0, 91.3),
+        "s3/rlH/best/keep_best.json": _kept(0, 3, 93.7),
+        "s4/rlH/best/keep_best.json": _kept(0, 0, 91.3),
         "s5/rlH/best/keep_best.json": "not json",  # passed over, said on stderr
     }
     for run in ("s3", "s4", "s5"):
         files[f"{run}/rlH/best/config.json"] = "{}"
+    assert _best(tmp_path, files) == "s4/rlH/best"
+
+
+def test_best_mixes_finished_and_running_seeds_and_ranks_hostile_records_last(tmp_path: Path) -> None:
+    """One seed evaluated by its pipeline, the others still running (only their kept-best records):
+    all compete, an evaluation over the run's own record; a torn or foreign metadata file, a NaN
+    rate and a null count rank last, not crash."""
+
+    files = {
+        "s3/eval/rlH-exact/metadata.json": _exact(0, 1, 93.66),
+        "s3/eval/rlH.best-exact/metadata.json": _exact(0, 2, 92.0),
+        "s3/rlH/best/keep_best.json": _kept(0, 0, 99.0),  # the trainer's view; the pipeline's evaluation decides
+        "s4/rlH/best/keep_best.json": _kept(0, 0, 91.3),
+        "s5/eval/rlH-exact/metadata.json": '{"exact": {"beaten": [], "rejec',  # torn mid-write
+        "s6/rlH/best/keep_best.json": _kept(0, None, 99.0),
+        "s7/eval/rlH-exact/metadata.json": "[1, 2]",  # JSON, not an object
+    }
+    for run in ("s3/rlH/final", "s3/rlH/best", "s4/rlH/best", "s5/rlH/final", "s6/rlH/best", "s7/rlH/final"):
+        files[f"{run}/config.json"] = "{}"
+    assert _best(tmp_path, files) == "s4/rlH/best"
+    files["s4/rlH/best/keep_best.json"] = _kept(1, 0, 99.9)  # now every record ranks below s3's evaluation
+    assert _best(tmp_path, files) == "s3/rlH/final"
+
+
+def test_best_ranks_a_nan_win_rate_last(tmp_path: Path) -> None:
+    files = {
+        "s3/eval/rlH-exact/metadata.json": _exact(0, 0, float("nan")),  # (json writes NaN)
+        "s4/rlH/best/keep_best.json": _kept(0, 0, 90.0),
+        "s3/rlH/final/config.json": "{}",
+        "s4/rlH/best/config.json": "{}",
+    }
     assert _best(tmp_path, files) == "s4/rlH/best"
