@@ -621,5 +621,5 @@ EOF
     mkdir -p "$3" && tmp=$(mktemp -d "$3/.bundle.XXXXXX") && bash "$0" ship "$2" "$tmp/model" \
       && tar cf - -C "$tmp" model | split -b 15M -d - "$tmp/model.tar." \
       && rm -f "$3"/model.tar.* && mv "$tmp"/model.tar.* "$3"/ && rm -rf "$tmp" && ls -l "$3"/model.tar.* ;;
-  *) sed -n 2,22p "$0"; exit 2 ;;
+  *) awk 'NR > 1 && /^#$/ && ++blank == 2 { exit } NR > 1' "$0"; exit 2 ;;  # the header up to its plans
 esac

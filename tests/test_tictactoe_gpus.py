@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import tarfile
@@ -323,3 +324,13 @@ def test_best_ranks_a_nan_win_rate_last(tmp_path: Path) -> None:
         "s4/rlH/best/config.json": "{}",
     }
     assert _best(tmp_path, files) == "s4/rlH/best"
+
+
+def test_without_a_command_the_usage_lists_every_command_and_stops_before_the_plans(tmp_path: Path) -> None:
+    proc = _gpus(tmp_path)
+    assert proc.returncode == 2 and "Plans" not in proc.stdout
+    script = (ROOT / "scripts" / "tictactoe_gpus.sh").read_text()
+    commands = set(re.findall(r"^  ([a-z]+)\)", script, re.MULTILINE))
+    assert commands == {"start", "wait", "collect", "summary", "best", "ship", "bundle"}
+    for command in commands:
+        assert f"scripts/tictactoe_gpus.sh {command}" in proc.stdout, command
