@@ -135,6 +135,8 @@ def test_the_shipped_models_wins_phase_against_two_safe_opponent_ranges(tmp_path
     assert logs["shipped/pipeline-rlWM0.log"].startswith("GPU=0 SEED=0 RL=rlWM0 STEPS=120 K= P=0-0.7 B=8 RL2=0 ")
     assert logs["shipped/pipeline-rlWM.log"].endswith("STAGES=sft rlWM rlWM.best")
     assert logs["shipped/pipeline-rlWM0.log"].endswith("STAGES=rlWM0 rlWM0.best")
+    for log in logs.values():  # evaluated every 10 steps, the best kept by the shipping rule (0 rejected too)
+        assert " EVERY=10 KEEP=min:exact/beaten_games,min:exact/rejected_move_games,max:exact/random/win_pct " in log
     assert (tmp_path / "runs" / "plan" / "shipped" / "sft" / "final" / "config.json").exists()  # the shipped model
 
 
