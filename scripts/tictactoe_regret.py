@@ -30,7 +30,8 @@ X could take at once and did not (blocking instead, or not), a threat to block, 
 board, where the teacher that made the SFT data plays the centre, else a corner (bar its 10%
 random moves): the model played that habit while only other moves were best, or another move.
 The split says whether the shortfall is a skill not learnt (wins left on the board) or a prior
-that RL has not moved (the teacher's habit).
+that RL has not moved (the teacher's habit); each kind also names the openings (the games' first
+two moves) that hold most of its decisions.
 
 With `--claims`, whether the reasoning of the model's reply at each listed decision states the
 board truly (`rlvr_tictactoe.game.claim_truth`: a line it wins on, a threat it blocks, or no
@@ -50,6 +51,7 @@ import functools
 import math
 import re
 import sys
+from collections import Counter
 from pathlib import Path
 
 from rlvr_tictactoe import tree
@@ -225,13 +227,20 @@ def decision_kind(gap: tree.Gap) -> str:
     return KINDS[3] if gap.move in habit and not habit & set(gap.best) else KINDS[4]
 
 
+def openings(gaps: list[tree.Gap], top: int = 3) -> str:
+    """The games' first two moves that hold most of `gaps`, with their decision counts: one
+    subtree holding a kind (say, after O opens in the centre) points at what trained it there."""
+    counts = Counter(show(g.line[:2]) for g in gaps).most_common(top)
+    return ", ".join(f"{line}: {n}" for line, n in counts)
+
+
 def print_kinds(gaps: list[tree.Gap]) -> None:
     found = {kind: [g for g in gaps if decision_kind(g) == kind] for kind in KINDS}
     print("\nthe decisions that give up wins, by what was on the board:")
-    print("| kind | decisions | points |")
-    print("|---|---|---|")
+    print("| kind | decisions | points | where (first two moves: decisions) |")
+    print("|---|---|---|---|")
     for kind, some in found.items():
-        print(f"| {kind} | {len(some)} | {100 * sum(g.weighted for g in some):.2f} |")
+        print(f"| {kind} | {len(some)} | {100 * sum(g.weighted for g in some):.2f} | {openings(some)} |")
 
 
 def show(line: Line) -> str:

@@ -286,7 +286,18 @@ def test_the_gap_script_sorts_each_decision_by_what_was_on_the_board(capsys):
     rows = [r.split(" | ") for r in capsys.readouterr().out.splitlines() if r.startswith("| ") and r[2:6] != "kind"]
     assert [r[0][2:] for r in rows] == list(script.KINDS)
     assert sum(int(r[1]) for r in rows) == len(gaps)
-    assert math.isclose(sum(float(r[2][:-2]) for r in rows), 100 * sum(g.weighted for g in gaps), abs_tol=0.03)
+    assert math.isclose(sum(float(r[2]) for r in rows), 100 * sum(g.weighted for g in gaps), abs_tol=0.03)
+    for r in rows:  # where: at most three openings, the most decisions first, none counted twice
+        where = [(w.rsplit(": ", 1)[0], int(w.rsplit(": ", 1)[1])) for w in r[3][:-2].split(", ") if w]
+        assert len(where) <= 3 and len({w for w, _ in where}) == len(where) and sum(n for _, n in where) <= int(r[1])
+        assert [n for _, n in where] == sorted((n for _, n in where), reverse=True)
+    # where, counted: two decisions after X4 O8, one after O0 X4, one at X's opening
+    some = [
+        tree.Gap(0.01, 0.5, tuple((m[0], int(m[1])) for m in line.split()), move, best)
+        for line, move, best in [("X4 O8 X6 O2 X5 O1", 0, [3]), ("X4 O8", 0, [2]), ("O0 X4 O1", 5, [2]), ("", 4, [0])]
+    ]
+    assert script.openings(some) == "X4 O8: 2, O0 X4: 1, (X opens): 1"
+    assert script.openings(some, top=1) == "X4 O8: 2" and script.openings([]) == ""
 
 
 def test_the_board_symmetries_are_the_eight_of_the_square():
