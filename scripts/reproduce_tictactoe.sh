@@ -45,7 +45,7 @@ esac
 OUT=${OUT_DIR:-runs/tictactoe}
 SEED=${SEED:-0}
 PRESET=${PRESET:-small}
-TEACHER=${TEACHER:-teacher}   # the player whose games are the SFT data: teacher, or teacher_centre (no corner habit)
+TEACHER=${TEACHER:-teacher}   # the player whose games are the SFT data: teacher, teacher_centre (no corner habit), or limit (the 95.56% unbeatable player)
 SCALE=${SCALE:-full}
 DEVICE_FLAGS=${DEVICE_FLAGS:---bf16}
 RL_MIN_P=${RL_MIN_P:-0.0}; RL_MAX_P=${RL_MAX_P:-0.7}; RL_LR=${RL_LR:-2e-5}; RL_TEMP=${RL_TEMP:-1.0}

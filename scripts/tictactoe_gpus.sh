@@ -100,6 +100,10 @@
 #   habitwins habit2 for RL_STEPS (150), then a wins phase (rlH2) of WINS_STEPS (150) at lr 1e-5
 #          against p in [0, 0.7] after the random replies, whose best response is the 95.56% limit
 #          policy (the recipe's own opponent, p = 0, caps wins at 94.08%)
+#   limit  two runs a seed from one SFT model on policy:limit's games (the 95.56% unbeatable player
+#          as the teacher): RECIPE=unbeatable as it is (rlL) and against p in [0, 0.7] in 8 buckets
+#          (rlLM, whose best response is that teacher), RL_STEPS (150), evaluated every 10 steps,
+#          the best kept as habit2's: what SFT on the best teacher reaches, and what each RL keeps
 #   mix    one run a seed: RECIPE=unbeatable against p in [0, 0.7] (8 buckets) instead of p = 0 after
 #          the random replies, whose best response caps wins at 94.08%; from each seed's SFT model
 #   wins2  the shipped model, 120 steps of plan unsure's control against p in [0.35, 0.7] and in
@@ -449,7 +453,7 @@ start() {
         "rlGY PHASE1_FROM=rlGX RL2_MIN_P=${OTHER_MIN_P:-0.7} RL2_BUCKETS=${OTHER_BUCKETS:-1} RL2_LR=${OTHER_LR:-1e-5}")
       per_seed "$weak_greedy RL_STEPS=${WEAK_STEPS:-300} RL2_STEPS=${WINS_STEPS:-100} RL2_MAX_P=0.7 RESTART_EXPLORE=2" \
         "${runs[@]}" ;;
-    unbeatable|mix|habit|habit2|habitwins)  # RECIPE=unbeatable, one run a seed from a new SFT model each (SEEDS, SEED_GPUS:
+    unbeatable|mix|habit|habit2|habitwins|limit)  # RECIPE=unbeatable, one run a seed from a new SFT model each (SEEDS, SEED_GPUS:
       # "0 0 0" puts three on one GPU). unbeatable: as it is, RL_STEPS (300), a repeat of the 2-of-3
       # result (twelfth session, two seeds a GPU) and its GPU-minutes a seed at three a GPU. mix:
       # against p in [0, 0.7] in 8 buckets after the random replies (perfect opponents in every
@@ -467,7 +471,10 @@ start() {
       # seeds 5-7 for 150 steps: 1 of 3 unbeatable (90.50% wins), RL put the corner habit back on
       # two (docs/RESULTS.md). habitwins: habit2
       # for 150 steps, then 150 against p in [0, 0.7] (rlH2), from 92.36-93.66% towards the 95.56%
-      # the recipe's own opponent cannot lead to (its best response wins 94.08%)
+      # the recipe's own opponent cannot lead to (its best response wins 94.08%). limit: SFT on the
+      # limit player's games (every quiet move one of the best; plan habit2 showed RL putting the
+      # corner habit back where the teacher never plays it), then the recipe as it is beside the
+      # recipe against [0, 0.7], whose best response is the teacher itself
       export FIRST_STAGES=sft LAST_STAGES=""
       local centre="TEACHER=teacher_centre" shipping="TEACHER=teacher_centre EVAL_EVERY=10 $ship"
       case $1 in
@@ -475,6 +482,8 @@ start() {
         mix) per_seed "RECIPE=unbeatable RL_STEPS=${RL_STEPS:-200} RL_MAX_P=0.7 BUCKETS=8 $keep" "rlM" ;;
         habit) per_seed "RECIPE=unbeatable RL_STEPS=${RL_STEPS:-300} $centre $keep" "rlH" ;;
         habit2) per_seed "RECIPE=unbeatable RL_STEPS=${RL_STEPS:-300} $shipping" "rlH" ;;
+        limit) per_seed "RECIPE=unbeatable RL_STEPS=${RL_STEPS:-150} TEACHER=limit EVAL_EVERY=10 $ship" \
+          "rlL" "rlLM RL_MAX_P=0.7 BUCKETS=8" ;;
         habitwins) per_seed "RECIPE=unbeatable RL_STEPS=${RL_STEPS:-150} $shipping RL2_STEPS=${WINS_STEPS:-150} RL2_MAX_P=0.7 RL2_BUCKETS=8 RL2_LR=1e-5" "rlH" ;;
       esac ;;
     wins2)  # the shipped model's wins phase against opponents whose best response is the unbeatable

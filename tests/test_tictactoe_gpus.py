@@ -191,6 +191,19 @@ def test_the_habit_recipe_then_a_wins_phase_against_opponents_with_a_safe_optimu
         assert log.endswith(f"EVERY=10 KEEP={KEEP_SHIP} TEACHER=teacher_centre STAGES=sft rlH rlH2 rlH.best rlH2.best")
 
 
+def test_sft_on_the_limit_player_then_the_recipe_beside_it_against_the_mix(tmp_path: Path) -> None:
+    proc = _start(tmp_path, "limit", SEEDS="5 6", SEED_GPUS="0 0")
+    assert proc.returncode == 0, proc.stderr
+    logs = _logs(tmp_path)
+    assert list(logs) == [f"s{seed}/pipeline-{run}.log" for seed in (5, 6) for run in ("rlL", "rlLM")]
+    for seed in (5, 6):  # one SFT model a seed, on the limit player's games; the second run waits for it
+        plain, mixed = logs[f"s{seed}/pipeline-rlL.log"], logs[f"s{seed}/pipeline-rlLM.log"]
+        assert plain.startswith(f"GPU=0 SEED={seed} RL=rlL STEPS=150 K= P=- B= RL2=0 ")
+        assert mixed.startswith(f"GPU=0 SEED={seed} RL=rlLM STEPS=150 K= P=-0.7 B=8 RL2=0 ")
+        assert plain.endswith(f"EVERY=10 KEEP={KEEP_SHIP} TEACHER=limit STAGES=sft rlL rlL.best")
+        assert mixed.endswith(f"EVERY=10 KEEP={KEEP_SHIP} TEACHER=limit STAGES=rlLM rlLM.best")
+
+
 def test_the_weak_wins_phase_at_two_learning_rates_from_one_first_phase(tmp_path: Path) -> None:
     proc = _start(tmp_path, "weakwins3", SEEDS="4", SEED_GPUS="0")
     assert proc.returncode == 0, proc.stderr

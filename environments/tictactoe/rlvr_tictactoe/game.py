@@ -295,12 +295,20 @@ def _quiet_reason(b: Board, cell: int) -> str:
     return _OPEN.format(cell=cell)
 
 
-def teacher_move(board: Sequence[str], mark: str, rng: random.Random, corners: bool = True) -> tuple[int, str]:
+def teacher_move(
+    board: Sequence[str],
+    mark: str,
+    rng: random.Random,
+    corners: bool = True,
+    quiet: Callable[[Board], list[int]] | None = None,
+) -> tuple[int, str]:
     """A good but imperfect player, with a one-sentence reason: win if possible, else block,
     else (with probability TEACHER_RANDOM_PROB) any free cell, else centre, a random corner,
     a random side. It sees no forks, so it falls for fork traps. With `corners=False`, no
     corner habit: win, else block, else the centre, else any free cell, uniformly (an edge as
-    often as a corner, where the habit plays an edge only in its random moves).
+    often as a corner, where the habit plays an edge only in its random moves). With `quiet`,
+    a board with no win and no threat gets a uniform choice among `quiet(board)` instead, and
+    no random moves (`tree.limit_moves` there makes the limit player, `policy:limit`).
 
     >>> teacher_move("XX OO    ", "O", random.Random(0))
     (5, 'I can complete the line 3-4-5 and win, so I play 5.')
@@ -315,6 +323,9 @@ def teacher_move(board: Sequence[str], mark: str, rng: random.Random, corners: b
     if threats := _completing_cells(b, other(mark)):
         cell, line = rng.choice(threats)
         return cell, _BLOCKS.format(mark=other(mark), line=_line(line), cell=cell)
+    if quiet is not None:
+        cell = rng.choice(quiet(b))
+        return cell, _quiet_reason(b, cell)
     if not corners:
         cell = CENTRE if b[CENTRE] == EMPTY else rng.choice(moves)
         return cell, _quiet_reason(b, cell)

@@ -1,4 +1,4 @@
-"""Reference players as `Policy` clients (`-m policy:optimal|random|teacher|teacher_centre`).
+"""Reference players as `Policy` clients (`-m policy:optimal|random|teacher|teacher_centre|limit`).
 
 Each reads the board from the last message (`parse_board`), plays X, and answers in the exact
 format the rubric rewards: a short reasoning in `<think>`, then `<move>N</move>`. Their RNG
@@ -38,11 +38,18 @@ def _teacher_centre(board: Board, rng: random.Random) -> tuple[int, str]:
     return teacher_move(board, MARK, rng, corners=False)
 
 
+def _limit(board: Board, rng: random.Random) -> tuple[int, str]:
+    from rlvr_tictactoe import tree  # (here: tree imports tasks, which imports this module)
+
+    return teacher_move(board, MARK, rng, quiet=tree.limit_moves)
+
+
 POLICIES: dict[str, Callable[[Board, random.Random], tuple[int, str]]] = {
     "optimal": _optimal,
     "random": _random,
     "teacher": _teacher,
     "teacher_centre": _teacher_centre,
+    "limit": _limit,
 }
 """Name -> (board, rng) -> (cell, reasoning). The first one is check_env's default."""
 

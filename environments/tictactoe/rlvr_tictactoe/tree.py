@@ -190,6 +190,18 @@ def _never_losing(board: Board) -> list[int]:
     return [m for m in moves if game_value(apply_move(board, m, "X"), "O") <= 0] or moves
 
 
+def limit_moves(board: Board) -> list[int]:
+    """X's best moves on `board` (X to move) for the limit: the never-losing moves whose best
+    never-losing play after them wins most often against the random opponent. Playing one of
+    them everywhere is the unbeatable player that wins `never_losing_max_win_rate()`.
+
+    >>> limit_moves(EMPTY_BOARD), limit_moves(apply_move(EMPTY_BOARD, 4, "O"))
+    ([0, 2, 6, 8], [0, 2, 6, 8])
+    """
+    top = _safe_win(board, True)
+    return [m for m in _never_losing(board) if _safe_win(apply_move(board, m, "X"), False) >= top - 1e-9]
+
+
 def _roots() -> list[tuple[float, Board]]:
     """The boards X first moves on, with their chance: the start coin, then O's uniform opening."""
     return [(0.5, EMPTY_BOARD)] + [(0.5 / 9, apply_move(EMPTY_BOARD, c, "O")) for c in range(9)]
@@ -249,12 +261,7 @@ def win_rate_gaps(choose: Callable[[tuple[tuple[str, int], ...], Board], int]) -
         move = choose(line, board)
         after = apply_move(board, move, "X")
         if (gap := _safe_win(board, True) - _safe_win(after, False)) > 1e-9:
-            best = [
-                m
-                for m in _never_losing(board)
-                if _safe_win(apply_move(board, m, "X"), False) >= _safe_win(board, True) - 1e-9
-            ]
-            gaps.append(Gap(chance * gap, gap, line, move, best))
+            gaps.append(Gap(chance * gap, gap, line, move, limit_moves(board)))
         if (o := game_outcome(after)) is not None:
             wins += chance * (o == "win")
             return

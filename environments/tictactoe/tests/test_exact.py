@@ -183,6 +183,23 @@ def best_vs_random(board) -> int:
     return max(safe, key=lambda c: tree._safe_win(apply_move(board, c, "X"), False))
 
 
+def test_the_limit_player_never_loses_and_wins_the_limit_whichever_tie_it_takes():
+    limit = tree.never_losing_max_win_rate()
+    env = load_environment()
+    result = asyncio.run(enumerate_games(env, env.policies()["limit"](), GREEDY))
+    assert result.unbeatable and result.summary()["rejected_move_games"] == 0
+    assert math.isclose(result.rates("random")["win"], limit, abs_tol=1e-12)
+    assert math.isclose(result.rates("optimal")["draw"], 1.0, abs_tol=1e-12)
+    # every move limit_moves offers is a best one: the first, the last, and another player's pick
+    for pick in (lambda board: tree.limit_moves(board)[0], lambda board: tree.limit_moves(board)[-1]):
+        wins, gaps = tree.win_rate_gaps(lambda line, board, pick=pick: pick(board))
+        assert gaps == [] and math.isclose(wins, limit, abs_tol=1e-12)
+    seen: list = []
+    tree.win_rate_gaps(lambda line, board: seen.append(board) or best_vs_random(board))
+    assert all(best_vs_random(board) in tree.limit_moves(board) for board in seen)
+    assert tree.limit_moves(apply_move(EMPTY_BOARD, 1, "O")) != legal_moves(apply_move(EMPTY_BOARD, 1, "O"))
+
+
 def test_win_rate_gaps_locate_the_shortfall_from_the_never_losing_limit():
     limit = tree.never_losing_max_win_rate()
     wins, gaps = tree.win_rate_gaps(lambda line, board: best_vs_random(board))

@@ -354,6 +354,24 @@ def test_the_teacher_without_its_corner_habit_plays_every_free_cell_alike_once_t
     assert {teacher_move("O        ", "X", random.Random(s), corners=False)[0] for s in range(50)} == {4}
 
 
+def test_a_teacher_with_a_quiet_chooser_wins_and_blocks_first_and_never_moves_at_random(live_states):
+    def quiet(board):  # the cells it may take on a quiet board: the last two free
+        return legal_moves(board)[-2:]
+
+    for i, (board, mover) in enumerate(live_states):
+        if mover != "X":
+            continue
+        cell, reason = teacher_move(board, "X", random.Random(i), quiet=quiet)
+        if wins := _wins_now(board, "X"):
+            assert cell in wins and "win" in reason
+        elif threats := _wins_now(board, "O"):
+            assert cell in threats and "block" in reason
+        else:  # never one of the teacher's random moves, and its words for the cell
+            assert cell in quiet(board) and reason == dict(teacher_replies(board, "X"))[cell], (board, cell)
+    picks = Counter(teacher_move("   OX   O", "X", random.Random(s), quiet=quiet)[0] for s in range(200))
+    assert set(picks) == {6, 7} and min(picks.values()) > 70  # both, uniformly
+
+
 def test_teacher_falls_for_the_opposite_corner_fork():
     board = "X   O   X"  # O must take a side; a corner loses to a fork
     picks = Counter(teacher_player(board, "O", random.Random(s)) for s in range(200))
