@@ -491,7 +491,7 @@ start() {
       # one): plan unsure's control (rlWP: random replies, 128 greedy probes restarted walking back,
       # lr 1e-5), 120 steps, p in [0.35, 0.7] (rlWM) and in [0, 0.7] (rlWM0), eight buckets, side by
       # side on GPU WINS_GPU (default 0), evaluated every 10 steps, the best kept by the shipping rule
-      # ($ship, after $wins_probes's $keep: the later assignment wins). Ran 2026-12-02 for 100 steps:
+      # ($ship overrides $wins_probes's $keep, as later settings do). Ran 2026-12-02 for 100 steps:
       # no wins gained (92.37 -> 92.32 and 92.10%), each run's best the start
       export FIRST_STAGES=sft LAST_STAGES=""
       local shared="$wins_probes RL_STEPS=${RL_STEPS:-120} RL_LR=1e-5 RL_MAX_P=0.7 BUCKETS=8 EVAL_EVERY=10 $ship"

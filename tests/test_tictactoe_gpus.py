@@ -60,6 +60,13 @@ def _logs(tmp_path: Path) -> dict[str, str]:
     return {str(p.relative_to(runs)): p.read_text().strip() for p in sorted(runs.glob("*/pipeline-*.log"))}
 
 
+def _plan_logs(tmp_path: Path, plan: str, **env: str) -> dict[str, str]:
+    """Start `plan` (it must start), and its pipeline logs once every job is under way."""
+    proc = _start(tmp_path, plan, **env)
+    assert proc.returncode == 0, proc.stderr
+    return _logs(tmp_path)
+
+
 def test_each_seed_runs_on_the_gpu_named_for_it(tmp_path: Path) -> None:
     proc = _start(tmp_path, "given4", SEEDS="1 2", SEED_GPUS="0 1")
     assert proc.returncode == 0, proc.stderr
@@ -86,9 +93,7 @@ def test_the_wins_phase_can_keep_perfect_opponents(tmp_path: Path) -> None:
 
 
 def test_two_second_phases_share_one_first_phase(tmp_path: Path) -> None:
-    proc = _start(tmp_path, "weakwins2", SEEDS="2", SEED_GPUS="0")
-    assert proc.returncode == 0, proc.stderr
-    logs = _logs(tmp_path)
+    logs = _plan_logs(tmp_path, "weakwins2", SEEDS="2", SEED_GPUS="0")
     assert list(logs) == ["s2/pipeline-rlGX.log", "s2/pipeline-rlGY.log"]
     first, second = logs["s2/pipeline-rlGX.log"], logs["s2/pipeline-rlGY.log"]
     assert first.startswith("GPU=0 SEED=2 RL=rlGX STEPS=300 K=2 P=-0.0 B=1 RL2=100 P2=0-0.7 B2=8 LR2=1e-5 ")
@@ -100,9 +105,7 @@ def test_two_second_phases_share_one_first_phase(tmp_path: Path) -> None:
 
 
 def test_the_weak_wins_plan_without_its_second_wins_phase_fits_two_seeds_a_gpu(tmp_path: Path) -> None:
-    proc = _start(tmp_path, "weakwins2", SEEDS="4 5", SEED_GPUS="0 0", OTHER="")
-    assert proc.returncode == 0, proc.stderr
-    logs = _logs(tmp_path)
+    logs = _plan_logs(tmp_path, "weakwins2", SEEDS="4 5", SEED_GPUS="0 0", OTHER="")
     assert list(logs) == ["s4/pipeline-rlGX.log", "s5/pipeline-rlGX.log"]  # no rlGY
     assert logs["s4/pipeline-rlGX.log"].startswith(
         "GPU=0 SEED=4 RL=rlGX STEPS=300 K=2 P=-0.0 B=1 RL2=100 P2=0-0.7 B2=8 "
@@ -127,9 +130,7 @@ def test_the_second_of_two_weak_wins_phases_can_take_another_safe_range(tmp_path
 
 
 def test_the_shipped_models_wins_phase_against_two_safe_opponent_ranges(tmp_path: Path) -> None:
-    proc = _start(tmp_path, "wins2")
-    assert proc.returncode == 0, proc.stderr
-    logs = _logs(tmp_path)
+    logs = _plan_logs(tmp_path, "wins2")
     assert list(logs) == ["shipped/pipeline-rlWM.log", "shipped/pipeline-rlWM0.log"]
     assert logs["shipped/pipeline-rlWM.log"].startswith("GPU=0 SEED=0 RL=rlWM STEPS=120 K= P=0.35-0.7 B=8 RL2=0 ")
     assert logs["shipped/pipeline-rlWM0.log"].startswith("GPU=0 SEED=0 RL=rlWM0 STEPS=120 K= P=0-0.7 B=8 RL2=0 ")
@@ -170,9 +171,7 @@ def test_a_plan_that_cannot_run_is_refused_with_its_reason(
 def test_the_unbeatable_recipe_three_seeds_on_one_gpu(
     tmp_path: Path, plan: str, run: str, head: str, tail: str
 ) -> None:
-    proc = _start(tmp_path, plan, SEEDS="3 4 5", SEED_GPUS="0 0 0")
-    assert proc.returncode == 0, proc.stderr
-    logs = _logs(tmp_path)
+    logs = _plan_logs(tmp_path, plan, SEEDS="3 4 5", SEED_GPUS="0 0 0")
     assert list(logs) == [f"s{seed}/pipeline-{run}.log" for seed in (3, 4, 5)]
     for seed in (3, 4, 5):
         log = logs[f"s{seed}/pipeline-{run}.log"]
@@ -181,9 +180,7 @@ def test_the_unbeatable_recipe_three_seeds_on_one_gpu(
 
 
 def test_the_habit_recipe_then_a_wins_phase_against_opponents_with_a_safe_optimum(tmp_path: Path) -> None:
-    proc = _start(tmp_path, "habitwins", SEEDS="3 4", SEED_GPUS="0 0", WINS_STEPS="120")
-    assert proc.returncode == 0, proc.stderr
-    logs = _logs(tmp_path)
+    logs = _plan_logs(tmp_path, "habitwins", SEEDS="3 4", SEED_GPUS="0 0", WINS_STEPS="120")
     assert list(logs) == ["s3/pipeline-rlH.log", "s4/pipeline-rlH.log"]
     for seed in (3, 4):
         log = logs[f"s{seed}/pipeline-rlH.log"]
@@ -192,9 +189,7 @@ def test_the_habit_recipe_then_a_wins_phase_against_opponents_with_a_safe_optimu
 
 
 def test_sft_on_the_limit_player_then_the_recipe_beside_it_against_the_mix(tmp_path: Path) -> None:
-    proc = _start(tmp_path, "limit", SEEDS="5 6", SEED_GPUS="0 0")
-    assert proc.returncode == 0, proc.stderr
-    logs = _logs(tmp_path)
+    logs = _plan_logs(tmp_path, "limit", SEEDS="5 6", SEED_GPUS="0 0")
     assert list(logs) == [f"s{seed}/pipeline-{run}.log" for seed in (5, 6) for run in ("rlL", "rlLM")]
     for seed in (5, 6):  # one SFT model a seed, on the limit player's games; the second run waits for it
         plain, mixed = logs[f"s{seed}/pipeline-rlL.log"], logs[f"s{seed}/pipeline-rlLM.log"]
@@ -205,9 +200,7 @@ def test_sft_on_the_limit_player_then_the_recipe_beside_it_against_the_mix(tmp_p
 
 
 def test_the_weak_wins_phase_at_two_learning_rates_from_one_first_phase(tmp_path: Path) -> None:
-    proc = _start(tmp_path, "weakwins3", SEEDS="4", SEED_GPUS="0")
-    assert proc.returncode == 0, proc.stderr
-    logs = _logs(tmp_path)
+    logs = _plan_logs(tmp_path, "weakwins3", SEEDS="4", SEED_GPUS="0")
     first, second = logs["s4/pipeline-rlGX.log"], logs["s4/pipeline-rlGY.log"]
     assert first.startswith("GPU=0 SEED=4 RL=rlGX STEPS=300 K=2 P=-0.0 B=1 RL2=120 P2=0-0.7 B2=8 LR2=1e-5 ")
     assert second.startswith("GPU=0 SEED=4 RL=rlGY STEPS=300 K=2 P=-0.0 B=1 RL2=120 P2=0-0.7 B2=8 LR2=3e-5 ")

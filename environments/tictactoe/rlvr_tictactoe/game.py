@@ -296,19 +296,14 @@ def _quiet_reason(b: Board, cell: int) -> str:
 
 
 def teacher_move(
-    board: Sequence[str],
-    mark: str,
-    rng: random.Random,
-    corners: bool = True,
-    quiet: Callable[[Board], list[int]] | None = None,
+    board: Sequence[str], mark: str, rng: random.Random, quiet: Callable[[Board], list[int]] | None = None
 ) -> tuple[int, str]:
     """A good but imperfect player, with a one-sentence reason: win if possible, else block,
     else (with probability TEACHER_RANDOM_PROB) any free cell, else centre, a random corner,
-    a random side. It sees no forks, so it falls for fork traps. With `corners=False`, no
-    corner habit: win, else block, else the centre, else any free cell, uniformly (an edge as
-    often as a corner, where the habit plays an edge only in its random moves). With `quiet`,
+    a random side (`habit_moves`). It sees no forks, so it falls for fork traps. With `quiet`,
     a board with no win and no threat gets a uniform choice among `quiet(board)` instead, and
-    no random moves (`tree.limit_moves` there makes the limit player, `policy:limit`).
+    no random moves: `centre_else_any` is the teacher less its corner habit (`policy:
+    teacher_centre`), `tree.limit_moves` the limit player (`policy:limit`).
 
     >>> teacher_move("XX OO    ", "O", random.Random(0))
     (5, 'I can complete the line 3-4-5 and win, so I play 5.')
@@ -323,18 +318,25 @@ def teacher_move(
     if threats := _completing_cells(b, other(mark)):
         cell, line = rng.choice(threats)
         return cell, _BLOCKS.format(mark=other(mark), line=_line(line), cell=cell)
-    if quiet is not None:
-        cell = rng.choice(quiet(b))
-        return cell, _quiet_reason(b, cell)
-    if not corners:
-        cell = CENTRE if b[CENTRE] == EMPTY else rng.choice(moves)
-        return cell, _quiet_reason(b, cell)
-    if rng.random() < TEACHER_RANDOM_PROB:
-        cell = rng.choice(moves)
-        return cell, _OPEN.format(cell=cell)
-    habit = habit_moves(b)
-    cell = CENTRE if habit == [CENTRE] else rng.choice(habit)
+    if quiet is None:
+        if rng.random() < TEACHER_RANDOM_PROB:
+            cell = rng.choice(moves)
+            return cell, _OPEN.format(cell=cell)
+        quiet = habit_moves
+    cells = quiet(b)
+    cell = CENTRE if cells == [CENTRE] else rng.choice(cells)  # (the centre alone draws nothing from rng)
     return cell, _quiet_reason(b, cell)
+
+
+def centre_else_any(board: Sequence[str]) -> list[int]:
+    """The quiet moves of the teacher less its corner habit: the centre if free, else every free
+    cell (an edge as often as a corner, where the habit plays an edge only in its random moves).
+
+    >>> centre_else_any("O        "), centre_else_any("   OX   O")
+    ([4], [0, 1, 2, 5, 6, 7])
+    """
+    b = _board(board)
+    return [CENTRE] if b[CENTRE] == EMPTY else legal_moves(b)
 
 
 def habit_moves(board: Sequence[str]) -> list[int]:

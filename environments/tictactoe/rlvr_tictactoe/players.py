@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from rlvr import Policy
 from rlvr.types import Messages
-from rlvr_tictactoe.game import Board, best_moves, legal_moves, parse_board, teacher_move
+from rlvr_tictactoe.game import Board, best_moves, centre_else_any, legal_moves, parse_board, teacher_move
 
 MARK = "X"
 
@@ -35,7 +35,7 @@ def _teacher(board: Board, rng: random.Random) -> tuple[int, str]:
 
 
 def _teacher_centre(board: Board, rng: random.Random) -> tuple[int, str]:
-    return teacher_move(board, MARK, rng, corners=False)
+    return teacher_move(board, MARK, rng, quiet=centre_else_any)
 
 
 def _limit(board: Board, rng: random.Random) -> tuple[int, str]:

@@ -18,6 +18,7 @@ from rlvr_tictactoe.game import (
     EMPTY_BOARD,
     apply_move,
     best_moves,
+    centre_else_any,
     claim_truth,
     game_value,
     is_draw,
@@ -327,49 +328,39 @@ def _wins_now(board: str, mark: str) -> set[int]:
     return {c for c in legal_moves(board) if winner(apply_move(board, c, mark)) == mark}
 
 
-@pytest.mark.parametrize("corners", [True, False])
-def test_teacher_takes_wins_and_blocks_threats(live_states, corners):
+def _last_two(board):  # a quiet chooser for the tests: the last two free cells
+    return legal_moves(board)[-2:]
+
+
+@pytest.mark.parametrize("quiet", [None, centre_else_any, _last_two])
+def test_teacher_takes_wins_and_blocks_threats(live_states, quiet):
     for i, (board, mover) in enumerate(live_states):
-        cell, reason = teacher_move(board, mover, random.Random(i), corners=corners)
+        cell, reason = teacher_move(board, mover, random.Random(i), quiet=quiet)
         assert cell in legal_moves(board) and f"{cell}" in reason, (board, cell, reason)
         if wins := _wins_now(board, mover):
             assert cell in wins, (board, mover, cell)
         elif threats := _wins_now(board, other(mover)):
             assert cell in threats, (board, mover, cell)
             assert "block" in reason
+        elif quiet is not None:  # never one of the teacher's random moves, and its words for the cell
+            assert cell in quiet(board) and reason == dict(teacher_replies(board, mover))[cell], (board, cell)
 
 
 def test_the_teacher_without_its_corner_habit_plays_every_free_cell_alike_once_the_centre_is_taken():
     board = "   OX   O"  # O8 X4 O3, X to move: no win, no threat; only an edge (1 or 7) is best vs random
-    picks = {c: Counter(teacher_move(board, "X", random.Random(s), corners=c)[0] for s in range(1200)) for c in (1, 0)}
-    edges = {c: sum(picks[c][x] for x in (1, 5, 7)) / 1200 for c in picks}
-    assert edges[1] < 0.1  # the habit: corners, an edge only in its 10% random moves (5% here)
-    assert 0.42 < edges[0] < 0.58  # 3 of 6 free cells
-    assert set(picks[0]) == {0, 1, 2, 5, 6, 7} and min(picks[0].values()) > 140  # each near 200
-    replies = dict(teacher_replies(board, "X"))
-    for s in range(60):  # its words are the teacher's own for that cell (as `teacher_replies` gives them)
-        cell, reason = teacher_move(board, "X", random.Random(s), corners=False)
-        assert reason == replies[cell]
+    picks = {
+        q: Counter(teacher_move(board, "X", random.Random(s), quiet=q)[0] for s in range(1200))
+        for q in (None, centre_else_any)
+    }
+    edges = {q: sum(picks[q][x] for x in (1, 5, 7)) / 1200 for q in picks}
+    assert edges[None] < 0.1  # the habit: corners, an edge only in its 10% random moves (5% here)
+    assert 0.42 < edges[centre_else_any] < 0.58  # 3 of 6 free cells
+    assert set(picks[centre_else_any]) == {0, 1, 2, 5, 6, 7} and min(picks[centre_else_any].values()) > 140
     # the centre it keeps: taken whenever free and nothing to win or block
-    assert {teacher_move("O        ", "X", random.Random(s), corners=False)[0] for s in range(50)} == {4}
-
-
-def test_a_teacher_with_a_quiet_chooser_wins_and_blocks_first_and_never_moves_at_random(live_states):
-    def quiet(board):  # the cells it may take on a quiet board: the last two free
-        return legal_moves(board)[-2:]
-
-    for i, (board, mover) in enumerate(live_states):
-        if mover != "X":
-            continue
-        cell, reason = teacher_move(board, "X", random.Random(i), quiet=quiet)
-        if wins := _wins_now(board, "X"):
-            assert cell in wins and "win" in reason
-        elif threats := _wins_now(board, "O"):
-            assert cell in threats and "block" in reason
-        else:  # never one of the teacher's random moves, and its words for the cell
-            assert cell in quiet(board) and reason == dict(teacher_replies(board, "X"))[cell], (board, cell)
-    picks = Counter(teacher_move("   OX   O", "X", random.Random(s), quiet=quiet)[0] for s in range(200))
-    assert set(picks) == {6, 7} and min(picks.values()) > 70  # both, uniformly
+    assert {teacher_move("O        ", "X", random.Random(s), quiet=centre_else_any)[0] for s in range(50)} == {4}
+    # any quiet chooser is drawn from uniformly
+    picks[_last_two] = Counter(teacher_move(board, "X", random.Random(s), quiet=_last_two)[0] for s in range(200))
+    assert set(picks[_last_two]) == {6, 7} and min(picks[_last_two].values()) > 70
 
 
 def test_teacher_falls_for_the_opposite_corner_fork():
