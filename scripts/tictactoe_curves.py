@@ -38,6 +38,7 @@ BELOW = "restarts below 0.65"  # plan cover restarting drawn games with a reject
 MIX = "then p in [0, 0.7]"  # plan mix: the BELOW recipe against a mix of opponents (in the opponent): crimson
 AGAIN = "again"  # a BELOW run repeated on seeds that have another (in the variant): navy, dashed
 HABIT = "SFT on teacher_centre"  # plan habit: the BELOW recipe from SFT on policy:teacher_centre: goldenrod
+LIMIT = "SFT on the limit player"  # plan limit: SFT on policy:limit, then RL (in the variant): deep sky blue
 CUT = "cut at step"  # a run its machine was lost under (in the variant): dashed
 TITLES = {
     "weak": "weak start (200 games)",
@@ -143,6 +144,8 @@ def line_styles(lines: list[tuple[str, str]], palette: list[Any]) -> dict[tuple[
     styles.update({x: {"color": "crimson", "lw": 2.2} for x in lines if BELOW in x[1] and MIX in x[0]})
     habit = [x for x in lines if HABIT in x[1]]
     styles.update({x: {"color": "goldenrod", "lw": 2.2, "ls": DASHES[1 if CUT in x[1] else 0]} for x in habit})
+    limit = [x for x in lines if LIMIT in x[1]]  # the recipe solid, against the mix dashed
+    styles.update({x: {"color": "deepskyblue", "lw": 2.2, "ls": DASHES[1 if MIX in x[0] else 0]} for x in limit})
     faster = [x for x in lines if BELOW in x[1] and "lr " in x[1]]  # the same at other learning rates
     styles.update({x: {"color": "navy", "lw": 2.2, "ls": DASHES[1 + i % 3]} for i, x in enumerate(faster)})
     rest = [x for x in lines if x not in styles]
@@ -162,7 +165,8 @@ def plot(table: Path, out: Path, match: str = "", seeds_from: str = "") -> None:
     seeds = sorted({r["seed"] for r in rows}, key=lambda s: (s == "shipped", s.startswith("weak"), s))
     lines = sorted({(r["opponent"], r["variant"]) for r in rows})
     styles = line_styles(lines, [plt.get_cmap("tab20")(i) for i in range(20)])
-    columns = 2 if len(seeds) > 2 else 1  # (two columns of long labels overrun one or two panels)
+    longest = max(len(f"{o}, {v}") for o, v in lines)  # about 0.065 inches a character at 8 points:
+    columns = 2 if 2 * 0.065 * longest + 1 <= 4.2 * len(seeds) else 1  # two columns only where they fit
     legend_in = 0.2 * ((len(lines) + columns - 1) // columns) + 0.4  # inches below the panels
     fig, axes = plt.subplots(1, len(seeds), figsize=(4.2 * len(seeds), 3.6 + legend_in), squeeze=False)
     handles: dict[str, Any] = {}

@@ -47,4 +47,4 @@ def test_the_shipped_model_plays_well_on_cpu():
         losses = sum(r.rewards["loss"] + r.rewards["timeout"] for r in rollouts)
         assert losses == 0, opponent  # the card, exact: no line of play beats it
         if opponent == "random":
-            assert sum(r.rewards["win"] for r in rollouts) >= 19  # the card, exact: 92.3% wins
+            assert sum(r.rewards["win"] for r in rollouts) >= 19  # the card, exact: 95.4% wins
