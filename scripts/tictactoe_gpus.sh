@@ -6,7 +6,10 @@
 #   scripts/tictactoe_gpus.sh wait SECONDS [DIR]  # wait until every job ended or SECONDS passed, print the
 #                                            # summary (each run's step and exact curve);
 #                                            # with DIR, then collect into DIR (end every device call
-#                                            # so: a machine lost between calls keeps nothing)
+#                                            # so: a machine lost between calls keeps nothing);
+#                                            # with BUNDLE=1, also `bundle "$(best)" DIR` (the
+#                                            # idle release is 30 s: a run's weights may not wait
+#                                            # for the next call)
 #   scripts/tictactoe_gpus.sh collect DIR    # tables, metrics, logs, exact summaries, plots -> DIR/runs.tgz
 #                                            # (wait's collection leaves the plots out: a short reply)
 #   scripts/tictactoe_gpus.sh ship MODEL DIR # a model folder (best's answer) in bfloat16, shards under 15 MB
@@ -549,7 +552,13 @@ case ${1:-} in
     while [ -f "$ROOT.pid" ] && [ "$(date +%s)" -lt "$end" ]; do sleep 10; done
     for f in "$ROOT"/*/pipeline-*.log; do echo "--- $f"; grep -E "^== |step [0-9]+/|exact W/D/L|unbeatable|Error|error" "$f" | tail -6; done
     bash "$0" summary  # the pipelines run quietly, so their logs hold no steps: each run's from its metrics
-    if [ -n "${3:-}" ]; then collect "$3" noplots; fi ;;
+    if [ -n "${3:-}" ]; then
+      collect "$3" noplots
+      if [ -n "${BUNDLE:-}" ]; then  # and the best model so far: a machine released before the next call keeps it
+        best=$(bash "$0" best)
+        if [ -n "$best" ]; then bash "$0" bundle "$best" "$3"; else echo "no RL model evaluated yet: nothing bundled"; fi
+      fi
+    fi ;;
   collect) collect "$2" "${3:-}" ;;
   summary)  # every exact table of the plan's stages, the kept bests, and each run's exact curve
     python3 - "$ROOT" <<'EOF'

@@ -7,11 +7,13 @@ variables the real one reads, and the SFT model's marker file the later variants
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
 import shutil
 import subprocess
+import sys
 import tarfile
 import time
 from pathlib import Path
@@ -102,6 +104,13 @@ def test_two_second_phases_share_one_first_phase(tmp_path: Path) -> None:
     assert second.endswith("STAGES=rlGY2 rlGY2.best")  # its phase 1 is rlGX's, evaluated there
     link = tmp_path / "runs" / "plan" / "s2" / "rlGY"
     assert link.is_symlink() and os.readlink(link) == "rlGX"
+
+
+def test_the_weak_start_takes_the_teacher_named_outside_the_plan(tmp_path: Path) -> None:
+    """TEACHER=limit before `start weakwins2`: its 200 SFT games are the limit player's (the plan
+    sets no teacher, so both runs' pipelines read it, and the second waits for that SFT model)."""
+    logs = _plan_logs(tmp_path, "weakwins2", SEEDS="2", SEED_GPUS="0", TEACHER="limit")
+    assert [log.split(" TEACHER=")[1].split(" ")[0] for log in logs.values()] == ["limit", "limit"]
 
 
 def test_the_weak_wins_plan_without_its_second_wins_phase_fits_two_seeds_a_gpu(tmp_path: Path) -> None:
@@ -342,3 +351,23 @@ def test_without_a_command_the_usage_lists_every_command_and_stops_before_the_pl
     assert commands == {"start", "wait", "collect", "summary", "best", "ship", "bundle"}
     for command in commands:
         assert f"scripts/tictactoe_gpus.sh {command}" in proc.stdout, command
+
+
+def test_wait_with_bundle_brings_the_best_weights_back_with_the_runs(tmp_path: Path) -> None:
+    """BUNDLE=1: each call's `wait ... DIR` also ships the best model so far (the shipped model
+    stands in for a run's kept best), so a machine released between calls loses no weights."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    path = {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}  # python3 with torch
+    assert _gpus(tmp_path, "wait", "0", "out", BUNDLE="1", **path).stdout.endswith("nothing bundled\n")
+    best = tmp_path / "runs" / "plan" / "s8" / "rlLM" / "best"
+    shutil.copytree(ROOT / "models" / "tictactoe-tiny", best)
+    (best / "keep_best.json").write_text(_kept(0, 0, 95.4))
+    proc = _gpus(tmp_path, "wait", "0", "out", BUNDLE="1", **path)
+    assert proc.returncode == 0, proc.stderr
+    parts = sorted((tmp_path / "out").glob("model.tar.*"))
+    assert len(parts) == 3 and all(p.stat().st_size <= 15 * 2**20 for p in parts)
+    with tarfile.open(fileobj=io.BytesIO(b"".join(p.read_bytes() for p in parts))) as tar:
+        names = set(tar.getnames())
+    assert {"model/config.json", "model/tokenizer.json", "model/model.safetensors.index.json"} <= names
+    assert (tmp_path / "out" / "runs.tgz").exists()
