@@ -8,17 +8,20 @@ TORCH  ?= torch==2.13.0
 
 .PHONY: run test install install-dev browser lint bench clean
 
+# `make run` and `make test` started together share one venv: each step that writes it holds a
+# lock (flock, where there is one), and the second to come finds the venv made.
+LOCK   := $(if $(shell command -v flock),flock $(VENV).lock,)
+
 $(BIN)/python:
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
+	$(LOCK) sh -c 'test -x $(BIN)/python || { $(PYTHON) -m venv $(VENV) && $(BIN)/python -m pip install -q --upgrade pip; }'
 
 install: $(BIN)/python
-	$(BIN)/pip install -q $(TORCH)
-	$(BIN)/pip install -q -e '.[train,sandbox]' $(ENV_PKGS)
+	$(LOCK) $(BIN)/pip install -q $(TORCH)
+	$(LOCK) $(BIN)/pip install -q -e '.[train,sandbox]' $(ENV_PKGS)
 
 install-dev: $(BIN)/python
-	$(BIN)/pip install -q $(TORCH)
-	$(BIN)/pip install -q -e '.[train,plot,gym,reasoning_gym,textarena,mcp,sandbox,test]' $(ENV_PKGS)
+	$(LOCK) $(BIN)/pip install -q $(TORCH)
+	$(LOCK) $(BIN)/pip install -q -e '.[train,plot,gym,reasoning_gym,textarena,mcp,sandbox,test]' $(ENV_PKGS)
 
 # The main job: the shipped tic-tac-toe model (models/tictactoe-tiny, the env's default when no -m
 # is given) plays 200 greedy games against each opponent on the CPU, then the table.
@@ -55,4 +58,4 @@ lint:
 	$(BIN)/mypy
 
 clean:
-	rm -rf $(VENV) runs build *.egg-info src/*.egg-info
+	rm -rf $(VENV) $(VENV).lock runs build *.egg-info src/*.egg-info
