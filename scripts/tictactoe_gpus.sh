@@ -642,9 +642,13 @@ AutoTokenizer.from_pretrained(src).save_pretrained(dst)
 print(f"shipped {src} -> {dst} (bfloat16)")
 EOF
     ;;
-  bundle)  # the parts are written beside DIR's and renamed over them: a kill keeps the last whole set
+  bundle)  # the parts are written beside DIR's, then swapped in (rm, mv): a kill while they are
+    # written keeps the last whole set (and its half-written folder is removed, here or by the next
+    # bundle: in $OUT it would come back as files); only a kill inside the swap itself leaves none
     [ -f "${2:-}/config.json" ] && [ -n "${3:-}" ] || { echo "bundle MODEL DIR: no model folder at '${2:-}'" >&2; exit 2; }
-    mkdir -p "$3" && tmp=$(mktemp -d "$3/.bundle.XXXXXX") && bash "$0" ship "$2" "$tmp/model" \
+    mkdir -p "$3" && rm -rf "$3"/.bundle.* && tmp=$(mktemp -d "$3/.bundle.XXXXXX") || exit 1
+    trap 'rm -rf "$tmp"' EXIT; trap 'exit 143' TERM INT
+    bash "$0" ship "$2" "$tmp/model" \
       && tar cf - -C "$tmp" model | split -b 15M -d - "$tmp/model.tar." \
       && rm -f "$3"/model.tar.* && mv "$tmp"/model.tar.* "$3"/ && rm -rf "$tmp" && ls -l "$3"/model.tar.* ;;
   *) awk 'NR > 1 && /^#$/ && ++blank == 2 { exit } NR > 1' "$0"; exit 2 ;;  # the header up to its plans

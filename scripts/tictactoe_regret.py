@@ -228,9 +228,9 @@ def decision_kind(gap: tree.Gap) -> str:
 
 
 def openings(gaps: list[tree.Gap], top: int = 3) -> str:
-    """The games' first two moves (one, for X's reply to O's opening) that hold most of `gaps`,
-    with their decision counts: one subtree holding a kind (say, after O opens in the centre)
-    points at what trained it there."""
+    """The games' first two moves (X's opening and O's reply, or O's opening and X's reply) that
+    hold most of `gaps`, with their decision counts: one subtree holding a kind (say, after O
+    opens in the centre) points at what trained it there."""
     counts = Counter(show(g.line[:2]) for g in gaps).most_common(top)
     return ", ".join(f"{line}: {n}" for line, n in counts)
 

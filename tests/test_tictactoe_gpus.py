@@ -363,6 +363,9 @@ def test_wait_with_bundle_brings_the_best_weights_back_with_the_runs(tmp_path: P
     best = tmp_path / "runs" / "plan" / "s8" / "rlLM" / "best"
     shutil.copytree(ROOT / "models" / "tictactoe-tiny", best)
     (best / "keep_best.json").write_text(_kept(0, 0, 95.4))
+    stale = tmp_path / "out" / ".bundle.killed" / "model"  # a bundle killed mid-write (SIGKILL) left this
+    stale.mkdir(parents=True)
+    (stale / "config.json").write_text("{}")
     proc = _gpus(tmp_path, "wait", "0", "out", BUNDLE="1", **path)
     assert proc.returncode == 0, proc.stderr
     parts = sorted((tmp_path / "out").glob("model.tar.*"))
@@ -371,3 +374,9 @@ def test_wait_with_bundle_brings_the_best_weights_back_with_the_runs(tmp_path: P
         names = set(tar.getnames())
     assert {"model/config.json", "model/tokenizer.json", "model/model.safetensors.index.json"} <= names
     assert (tmp_path / "out" / "runs.tgz").exists()
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "model.tar.00",
+        "model.tar.01",
+        "model.tar.02",
+        "runs.tgz",
+    ]
