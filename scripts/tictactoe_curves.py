@@ -10,8 +10,9 @@ is not added again.
 `plot` draws one panel
 per seed, one line per (opponent, variant), or only the lines whose "opponent, variant" label
 contains MATCH (and only the seeds that have one; with SEEDS, only the seeds whose name starts
-with it, e.g. `weak`); a panel whose counts span more than 10x (the weak
-start, or one run's collapse) is drawn linear up to 10 and logarithmic above, so 0 stays visible.
+with it, e.g. `weak`, or with one of several comma-separated prefixes, e.g. `weak_w3,weak_l`); a
+panel whose counts span more than 10x (the weak start, or one run's collapse) is drawn linear up
+to 10 and logarithmic above, so 0 stays visible.
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ TITLES = {
     "weak_w2": "weak start, plan weakwins, SFT seed 2",
     "weak_w3": "weak start, plan weakwins2, SFT seed 2",
     "weak_w4": "weak start, plan weakwins3, SFT seed 3",
+    "weak_l2": "weak start on the limit player, SFT seed 2",
+    "weak_l3": "weak start on the limit player, SFT seed 3",
     "shipped": "RL 2, 3 and 4 of the shipped model",
 }
 
@@ -114,12 +117,11 @@ def _number(text: str | None) -> float | None:
 
 def select(table: Path, match: str = "", seeds_from: str = "") -> list[dict[str, str]]:
     """The table's whole rows whose "opponent, variant" contains `match`, of the seeds whose name
-    starts with `seeds_from`."""
+    starts with `seeds_from` (or with one of its comma-separated prefixes)."""
+    prefixes = tuple(seeds_from.split(","))
     with table.open() as f:
         return [
-            r
-            for r in _whole_rows(f)
-            if match in f"{r['opponent']}, {r['variant']}" and r["seed"].startswith(seeds_from)
+            r for r in _whole_rows(f) if match in f"{r['opponent']}, {r['variant']}" and r["seed"].startswith(prefixes)
         ]
 
 

@@ -451,7 +451,9 @@ start() {
       if [ "$1" = weakwins3 ]; then
         : "${OTHER_MIN_P:=0}" "${OTHER_BUCKETS:=8}" "${OTHER_LR:=${WINS_LR:-3e-5}}" "${WINS_STEPS:=120}"
       fi
-      # OTHER="" leaves rlGY out: rlGX alone a seed, e.g. two seeds a GPU (SEED_GPUS="0 0")
+      # OTHER="" leaves rlGY out: rlGX alone a seed, e.g. two seeds a GPU (SEED_GPUS="0 0"; with
+      # TEACHER=limit, WEAK_STEPS=250, seeds 2 and 3, run 2026-12-02: 4.1-4.3 s a step side by side,
+      # too slow for one session's device time; seed 2 alone reached 86.98% wins, 93.12% draws)
       export FIRST_STAGES="base sft" LAST_STAGES=""
       local runs=("rlGX RL2_MIN_P=0 RL2_BUCKETS=8 RL2_LR=1e-5")
       [ -n "${OTHER-1}" ] && runs+=(

@@ -46,6 +46,9 @@ def test_add_counts_a_later_phase_on_and_skips_what_it_cannot_read(tmp_path: Pat
     assert curves.add(table, first, "weak_w2", "walk back", "two phases") == 2  # after the torn row
     assert [(r["seed"], r["step"]) for r in curves.select(table)][3:] == [("weak_w2", "0"), ("weak_w2", "25")]
     assert "two\n" not in table.read_text()  # the torn row is gone
+    curves.add(table, first, "weak_l2", "walk back", "two phases")
+    picked = {r["seed"] for r in curves.select(table, "", "weak_w2,weak_l")}  # comma-separated prefixes
+    assert picked == {"weak_w2", "weak_l2"}
 
 
 def test_plot_draws_the_matching_lines_and_refuses_an_empty_match(tmp_path: Path) -> None:
