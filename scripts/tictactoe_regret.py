@@ -5,7 +5,8 @@
 RUN is an `rlvr eval tictactoe --exhaustive` folder (or its results.jsonl). The model's move
 after every line it reaches is read from each game's record (`info["exact"]["moves"]`, the
 accepted moves in order; the model's reply depends on the conversation, so lines, not boards, are
-the keys), and `rlvr_tictactoe.tree.win_rate_gaps` says, for each decision, how much win rate
+the keys; a game that timed out, every reply rejected, is a decision with no move, which gives up
+all the wins its position held), and `rlvr_tictactoe.tree.win_rate_gaps` says, for each decision, how much win rate
 against the uniform-random opponent it gives up against the best move that still never loses
 (the policy whose exact rate is the 95.56% limit), weighted by how often the random opponent
 leads there. For an unbeatable model the weighted gaps add up to its distance from that limit.
@@ -28,7 +29,8 @@ and whether the lost points are one habit or many separate mistakes.
 With `--by-kind`, the points given up split by what was on the board (`decision_kind`): a win
 X could take at once and did not (blocking instead, or not), a threat to block, or a quiet
 board, where the teacher that made the SFT data plays the centre, else a corner (bar its 10%
-random moves): the model played that habit while only other moves were best, or another move.
+random moves): the model played that habit while only other moves were best, or another move;
+or no move accepted at all (a timeout).
 The split says whether the shortfall is a skill not learnt (wins left on the board) or a prior
 that RL has not moved (the teacher's habit); each kind also names the openings (the games' first
 two moves) that hold most of its decisions.
@@ -66,12 +68,13 @@ Line = tuple[tuple[str, int], ...]
 _STEP = re.compile(r"[XO][0-8]")  # one accepted move of an exact record: who, and the cell
 
 
-def read_records(run: Path) -> tuple[dict[Line, int], dict[Line, float], dict[Line, str]]:
-    """From one pass over the saved games: the model's move after each line, the chance at
+def read_records(run: Path) -> tuple[dict[Line, int | None], dict[Line, float], dict[Line, str]]:
+    """From one pass over the saved games: the model's move after each line (None where every
+    reply was rejected and the game ended there, a timeout), the chance at
     temperature 1 of its recorded (greedy) reply there, exp of the sum of the reply's token
     log-probabilities, and the reply's text (the last two where no rejected move adds a turn).
     A torn last line (a killed run) is dropped by `RunDir`; a run without exact records is refused."""
-    policy: dict[Line, int] = {}
+    policy: dict[Line, int | None] = {}
     odds: dict[Line, float] = {}
     texts: dict[Line, str] = {}
     for rollout in RunDir.open(run).read():
@@ -85,6 +88,8 @@ def read_records(run: Path) -> tuple[dict[Line, int], dict[Line, float], dict[Li
         mine = [i for i, (mark, _) in enumerate(moves) if mark == "X"]
         for i in mine:
             policy[tuple(moves[:i])] = moves[i][1]
+        if record.get("outcome") == "timeout" and moves[-1][0] == "O":  # X's turn, no move accepted
+            policy[tuple(moves)] = None
         if len(rollout.turns) == len(mine):  # one turn a move: each reply is that move's
             for i, turn in zip(mine, rollout.turns, strict=True):
                 texts[tuple(moves[:i])] = turn.completion.text
@@ -94,7 +99,7 @@ def read_records(run: Path) -> tuple[dict[Line, int], dict[Line, float], dict[Li
     return policy, odds, texts
 
 
-def read_policy(run: Path) -> dict[Line, int]:
+def read_policy(run: Path) -> dict[Line, int | None]:
     """The model's move after each line of the saved games (`read_records`)."""
     return read_records(run)[0]
 
@@ -142,12 +147,13 @@ def line_worths(line: Line, ks: list[int], p: float, trap: float) -> tuple[float
 def training_view(gap: tree.Gap, ks: list[int], p: float, trap: float) -> tuple[float, float]:
     """(reach, reward gap) of one decision: its best never-losing move's reward over the model's."""
     reach, worth = line_worths(gap.line, ks, p, trap)
-    return (reach, max(worth[m] for m in gap.best) - worth[gap.move]) if worth else (0.0, math.nan)
+    mine = 0.0 if gap.move is None else worth[gap.move]  # (no move: the game ends, scored as a loss)
+    return (reach, max(worth[m] for m in gap.best) - mine) if worth else (0.0, math.nan)
 
 
 def unsure_view(
-    policy: dict[Line, int], odds: dict[Line, float], u: float, ks: list[int], p: float, trap: float
-) -> list[tuple[Line, int, float, float, float]]:
+    policy: dict[Line, int | None], odds: dict[Line, float], u: float, ks: list[int], p: float, trap: float
+) -> list[tuple[Line, int | None, float, float, float]]:
     """(line, model's move, greedy probability, reach, reward gap) of each decision whose greedy
     reply has a probability below `u` at T 1 (no recorded probability: left out), most often
     reached first; the gap over every legal move (not only never-losing ones: against the
@@ -155,7 +161,7 @@ def unsure_view(
     rows = []
     for line, move in policy.items():
         sure = odds.get(line, math.nan)
-        if not sure < u:  # (NaN: not recorded)
+        if move is None or not sure < u:  # (NaN: not recorded; no move: no reply to restart)
             continue
         reach, worth = line_worths(line, ks, p, trap)
         if worth:
@@ -187,7 +193,7 @@ def canonical(board: tuple[tuple[int, ...], tuple[int, ...]]) -> tuple[tuple[int
     return min(tuple(tuple(sorted(s[c] for c in cells)) for cells in board) for s in SYMMETRIES)  # type: ignore[return-value]
 
 
-def symmetry_view(gaps: list[tree.Gap], policy: dict[Line, int]) -> list[tuple[float, int, int, int, tree.Gap]]:
+def symmetry_view(gaps: list[tree.Gap], policy: dict[Line, int | None]) -> list[tuple[float, int, int, int, tree.Gap]]:
     """Per position up to symmetry, largest first: (points given up, decisions, boards given up
     there, boards of that position the model reaches at all, the largest decision)."""
     reached: dict[tuple, set[tuple]] = {}
@@ -210,11 +216,14 @@ KINDS = (
     "a threat on the board",
     "quiet board: the teacher's habit played (centre, else a corner), only other moves best",
     "quiet board: another move",
+    "no move accepted (every reply rejected: a timeout)",
 )
 
 
 def decision_kind(gap: tree.Gap) -> str:
     """Which of `KINDS` a decision that gives up wins is, from the board before it."""
+    if gap.move is None:
+        return KINDS[5]
     board = board_after(gap.line)
     free = legal_moves(board)
     wins = [c for c in free if winner(apply_move(board, c, "X")) == "X"]
@@ -246,6 +255,10 @@ def print_kinds(gaps: list[tree.Gap]) -> None:
 
 def show(line: Line) -> str:
     return " ".join(f"{mark}{cell}" for mark, cell in line) or "(X opens)"
+
+
+def played(move: int | None) -> str:
+    return "none (timeout)" if move is None else f"X{move}"
 
 
 def main() -> int:
@@ -286,9 +299,7 @@ def main() -> int:
         return 2
     except KeyError as exc:  # a position the saved games never answer: a timed-out or unfinished tree
         line = " ".join(f"{mark}{cell}" for mark, cell in exc.args[0]) or "the empty board"
-        print(
-            f"error: {args.run} has no legal model move after {line} (a timeout, or an unfinished run)", file=sys.stderr
-        )
+        print(f"error: {args.run} has no model move after {line} (an unfinished run?)", file=sys.stderr)
         return 2
     total, limit = sum(g.weighted for g in gaps), tree.never_losing_max_win_rate()
     print(
@@ -301,7 +312,7 @@ def main() -> int:
     ks = list(range(args.random_replies + 1))
     views = [(g, *training_view(g, ks, args.train_p, args.trap_prob)) for g in gaps] if extra else []
     for i, g in enumerate(gaps[: args.top]):
-        row = f"| {100 * g.weighted:.2f} | {g.gap:.3f} | {show(g.line)} | X{g.move} | {', '.join(map(str, g.best))} |"
+        row = f"| {100 * g.weighted:.2f} | {g.gap:.3f} | {show(g.line)} | {played(g.move)} | {', '.join(map(str, g.best))} |"
         if extra:
             row += f" {odds.get(g.line, math.nan):.3f} | {views[i][1]:.4f} | {views[i][2]:.3f} |"
         print(row)
@@ -321,7 +332,7 @@ def main() -> int:
         print("|---|---|---|---|---|---|")
         for points, n, wrong, seen, g in rows[: args.top]:
             print(
-                f"| {100 * points:.2f} | {n} | {wrong} / {seen} | {show(g.line)} | X{g.move} | {', '.join(map(str, g.best))} |"
+                f"| {100 * points:.2f} | {n} | {wrong} / {seen} | {show(g.line)} | {played(g.move)} | {', '.join(map(str, g.best))} |"
             )
     if args.by_kind:
         print_kinds(gaps)
@@ -332,7 +343,7 @@ def main() -> int:
     return 0
 
 
-def print_claims(gaps: list[tree.Gap], policy: dict[Line, int], texts: dict[Line, str], top: int) -> None:
+def print_claims(gaps: list[tree.Gap], policy: dict[Line, int | None], texts: dict[Line, str], top: int) -> None:
     """Whether the reasoning of each listed decision's reply states the board truly
     (`game.claim_truth`: a win, a threat to block, or no threat), and the counts over every
     decision: a reply that names a threat not on the board can make a move look forced."""
@@ -348,7 +359,7 @@ def print_claims(gaps: list[tree.Gap], policy: dict[Line, int], texts: dict[Line
         said = parse(texts.get(g.line, "")).last("think") or "?"
         said = " ".join(said.encode("utf-8", "replace").decode().replace("|", "/").split())  # one printable cell
         said = said if len(said) <= 100 else said[:99] + "..."
-        print(f"| {100 * g.weighted:.2f} | {show(g.line)} | X{g.move} | {said} | {truth(g.line)} |")
+        print(f"| {100 * g.weighted:.2f} | {show(g.line)} | {played(g.move)} | {said} | {truth(g.line)} |")
     false_gaps = [g for g in gaps if truth(g.line) == "false"]
     every = [truth(line) for line in policy]
     print(
@@ -358,7 +369,7 @@ def print_claims(gaps: list[tree.Gap], policy: dict[Line, int], texts: dict[Line
     )
 
 
-def print_unsure(rows: list[tuple[Line, int, float, float, float]], u: float, top: int) -> None:
+def print_unsure(rows: list[tuple[Line, int | None, float, float, float]], u: float, top: int) -> None:
     meets = sum(row[3] for row in rows)
     better = [(at, gain) for *_, at, gain in rows if gain > 1e-9]
     at_better = sum(at for at, _ in better)
@@ -367,7 +378,7 @@ def print_unsure(rows: list[tuple[Line, int, float, float, float]], u: float, to
     print("| reach | greedy at T 1 | line | model | reward gap |")
     print("|---|---|---|---|---|")
     for line, move, sure, at, gain in rows[:top]:
-        print(f"| {at:.4f} | {sure:.3f} | {show(line)} | X{move} | {gain:.3f} |")
+        print(f"| {at:.4f} | {sure:.3f} | {show(line)} | {played(move)} | {gain:.3f} |")
     share = at_better / meets if meets else 0.0
     print(
         f"a greedy probe game meets them {meets:.4f} times on average; {100 * share:.1f}% of those meetings are at "

@@ -241,24 +241,30 @@ class Gap(NamedTuple):
     (both followed by the best never-losing play)."""
     line: tuple[tuple[str, int], ...]
     """The moves before it, ("X" or "O", cell) in order."""
-    move: int
-    """The player's move."""
+    move: int | None
+    """The player's move (None: none was accepted, the game ended there unwon)."""
     best: list[int]
     """The best never-losing moves there."""
 
 
-def win_rate_gaps(choose: Callable[[tuple[tuple[str, int], ...], Board], int]) -> tuple[float, list[Gap]]:
+def win_rate_gaps(choose: Callable[[tuple[tuple[str, int], ...], Board], int | None]) -> tuple[float, list[Gap]]:
     """(the player's exact win rate vs the random opponent, its `Gap`s largest first) for a
     deterministic X player `choose(line, board) -> cell` (a model's reply can depend on the
-    conversation, so it gets the line, not only the board). The weighted gaps sum to
-    `never_losing_max_win_rate()` less the player's win rate, when the player never loses:
-    the list says where an unbeatable player's shortfall from the limit lies."""
+    conversation, so it gets the line, not only the board); None for no move, a game that ends
+    there unwon (a model whose replies were all rejected: a timeout), whose gap is all the win
+    rate the position held. The weighted gaps sum to `never_losing_max_win_rate()` less the
+    player's win rate, when the player never loses nor times out: the list says where an
+    unbeatable player's shortfall from the limit lies."""
     gaps: list[Gap] = []
     wins = 0.0
 
     def walk(board: Board, line: tuple[tuple[str, int], ...], chance: float) -> None:
         nonlocal wins
         move = choose(line, board)
+        if move is None:  # the game ends here, not won
+            if (gap := _safe_win(board, True)) > 1e-9:
+                gaps.append(Gap(chance * gap, gap, line, None, limit_moves(board)))
+            return
         after = apply_move(board, move, "X")
         if (gap := _safe_win(board, True) - _safe_win(after, False)) > 1e-9:
             gaps.append(Gap(chance * gap, gap, line, move, limit_moves(board)))

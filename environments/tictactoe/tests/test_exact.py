@@ -430,9 +430,32 @@ def test_the_gap_script_reads_a_saved_exhaustive_run(tmp_path, capsys, monkeypat
     text = (out / "results.jsonl").read_bytes()
     (torn / "results.jsonl").write_bytes(text[: len(text) - 40])
     assert run(torn) in (0, 2) and "Traceback" not in capsys.readouterr().err
-    # a player that times out leaves decisions without a move; an ordinary eval has no exact records
-    assert run(saved(exact(lambda board: 4).games, tmp_path / "timeouts")) == 2
-    assert "no legal model move after" in capsys.readouterr().err
+    # a player that times out (every reply rejected once cell 4 is taken): decisions with no move,
+    # each giving up all the wins its position held, so the gaps add up to the whole limit
+    stubborn = exact(lambda board: 4)
+    assert stubborn.rates("random").get("win", 0) == 0 and stubborn.rates("random")["timeout"] > 0.5
+    policy = script.read_policy(saved(stubborn.games, tmp_path / "timeouts"))
+    # no move: after X4 and each of O's 8 replies, after O4, and after O's 8 other openings, X4 and 7 replies
+    assert list(policy.values()).count(None) == 8 + 1 + 8 * 7 and set(policy.values()) == {4, None}
+    wins, gaps = tree.win_rate_gaps(lambda line, board: policy[line])
+    assert wins == 0 and math.isclose(sum(g.weighted for g in gaps), tree.never_losing_max_win_rate(), abs_tol=1e-12)
+    monkeypatch.setattr(
+        "sys.argv", ["tictactoe_regret.py", str(tmp_path / "timeouts"), "--by-kind", "--train-p", "0.7"]
+    )
+    capsys.readouterr()
+    assert script.main() == 0
+    printed = capsys.readouterr().out
+    stuck = sum(g.move is None for g in gaps)
+    assert stuck > 0 and f"| no move accepted (every reply rejected: a timeout) | {stuck} |" in printed
+    assert "| none (timeout) |" in printed
+    # a decision no saved game holds (a game left out: an unfinished run) is named, not guessed
+    games = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
+    ends_on_x = next(i for i, g in enumerate(games) if g["info"]["exact"]["moves"].rsplit(".", 1)[-1][0] == "X")
+    short = tmp_path / "short"
+    short.mkdir()
+    (short / "results.jsonl").write_text("".join(json.dumps(g) + "\n" for i, g in enumerate(games) if i != ends_on_x))
+    assert run(short) == 2 and "has no model move after" in capsys.readouterr().err
+    # an ordinary eval has no exact records
     plain = tmp_path / "plain"
     assert main(["eval", "tictactoe", "-m", "policy:optimal", "-n", "2", "-r", "1", "-q", "-o", str(plain)]) == 0
     capsys.readouterr()
