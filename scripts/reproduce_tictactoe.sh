@@ -24,7 +24,8 @@
 #    moves; LOSS_REWARD sets the value of a lost game (0 = the reference rubric).
 # 2. RL2_STEPS (0 skips it) from the empty board against an opponent whose first k moves are
 #    random (k up to RL2_RANDOM_REPLIES, the env's random_replies) and whose later ones are
-#    perfect (p in [RL2_MIN_P, RL2_MAX_P], RL2_BUCKETS buckets), at RL2_LR and RL2_TEMP.
+#    perfect (p in [RL2_MIN_P, RL2_MAX_P], RL2_BUCKETS buckets), at RL2_LR and RL2_TEMP, its
+#    restarts from games scored below RL2_RESTART_BELOW (default RESTART_BELOW).
 #
 # Every stage is skipped when its output exists and resumes from its last checkpoint when it
 # was cut short, so the script can be re-run across machine sessions until it completes.
@@ -61,6 +62,7 @@ PROBE_REPLIES=${PROBE_REPLIES:-}   # greedy probes (RL_EXTRA=--restart-greedy=N)
 PROBE_SHARE=${PROBE_SHARE:-}       # with PROBE_REPLIES: the share of probes that get it (env option probe_random_share)
 RESTART_FRAC=${RESTART_FRAC:-0}   # share of each RL batch that replays a training game lost (scored below
 RESTART_BELOW=${RESTART_BELOW:-0.5}   # RESTART_BELOW) from before one of its moves (rlvr train --restart-frac)
+RL2_RESTART_BELOW=${RL2_RESTART_BELOW:-$RESTART_BELOW}   # phase 2's (0.9: clean draws, 0.7, too; a win scores 1.2)
 RESTART_POINTS=${RESTART_POINTS:-random}   # restart from one later move drawn at random, all of them, or backtrack
 RESTART_UNSURE=${RESTART_UNSURE:-}   # with greedy probes: also restart before their turns whose reply had a probability below this
 RESTART_EXPLORE=${RESTART_EXPLORE:-}   # in each restart's group, this many rollouts are given a move the teacher might make there
@@ -126,8 +128,8 @@ if [ ! -f "$OUT/sft/final/config.json" ]; then
 fi
 
 # 4. RL: opponents of mixed strength, stratified batches, exact evaluation every EVAL_EVERY steps
-rl() {  # rl NAME FROM STEPS MIN_P MAX_P LR TEMPERATURE BUCKETS OPENING_PLIES RANDOM_REPLIES
-  local name=$1 from=$2 steps=$3 low=$4 high=$5 lr=$6 temp=$7 buckets=$8 plies=$9 replies=${10}
+rl() {  # rl NAME FROM STEPS MIN_P MAX_P LR TEMPERATURE BUCKETS OPENING_PLIES RANDOM_REPLIES RESTART_BELOW
+  local name=$1 from=$2 steps=$3 low=$4 high=$5 lr=$6 temp=$7 buckets=$8 plies=$9 replies=${10} below=${11}
   if [ "$steps" -gt 0 ] && [ -f "$from/config.json" ] && [ ! -f "$OUT/$name/final/config.json" ]; then
     local env_args="{\"min_random_move_prob\": $low, \"max_random_move_prob\": $high, \"loss_reward\": $LOSS_REWARD, \"trap_prob\": $TRAP_PROB, \"opening_plies\": $plies, \"opening_history\": $OPENING_HISTORY, \"random_replies\": $replies${PROBE_REPLIES:+, \"probe_random_replies\": $PROBE_REPLIES}${PROBE_SHARE:+, \"probe_random_share\": $PROBE_SHARE}${CLAIM_PENALTY:+, \"claim_penalty\": $CLAIM_PENALTY}}"
     log "RL $name ($steps steps, $env_args, lr $lr, T $temp)"; stamp "$name"
@@ -137,16 +139,17 @@ rl() {  # rl NAME FROM STEPS MIN_P MAX_P LR TEMPERATURE BUCKETS OPENING_PLIES RA
       --max-tokens 48 --micro-batch-size "${MICRO:-64}" --seed "$SEED" --env-args "$env_args" --lr "$lr" --temperature "$temp" \
       --eval-env-args '[{"opponent": "random"}, {"opponent": "optimal"}]' $([ "$EXACT" = 1 ] && echo --eval-exact) \
       --eval-every "$EVAL_EVERY" --eval-tasks "$EVAL_TASKS" --save-every "$EVAL_EVERY" $RL_DEVICE_FLAGS $RL_EXTRA \
-      --restart-frac "$RESTART_FRAC" --restart-below "$RESTART_BELOW" --restart-points "$RESTART_POINTS" \
+      --restart-frac "$RESTART_FRAC" --restart-below "$below" --restart-points "$RESTART_POINTS" \
       ${KEEP_BEST:+--keep-best "$KEEP_BEST"} ${RESTART_UNSURE:+--restart-unsure "$RESTART_UNSURE"} \
       ${RESTART_EXPLORE:+--restart-explore "$RESTART_EXPLORE"} \
       ${RESTART_EXPLORE_WEIGHT:+--restart-explore-weight "$RESTART_EXPLORE_WEIGHT"}
     done_in "$name"
   fi
 }
-rl "$RL_NAME" "$OUT/sft/final" "$RL_STEPS" "$RL_MIN_P" "$RL_MAX_P" "$RL_LR" "$RL_TEMP" "$BUCKETS" "$OPENING_PLIES" "$RANDOM_REPLIES"
+rl "$RL_NAME" "$OUT/sft/final" "$RL_STEPS" "$RL_MIN_P" "$RL_MAX_P" "$RL_LR" "$RL_TEMP" "$BUCKETS" "$OPENING_PLIES" "$RANDOM_REPLIES" \
+  "$RESTART_BELOW"
 rl "${RL_NAME}2" "$OUT/$RL_NAME/final" "$RL2_STEPS" "$RL2_MIN_P" "$RL2_MAX_P" "$RL2_LR" "$RL2_TEMP" "$RL2_BUCKETS" \
-  "$RL2_OPENING_PLIES" "$RL2_RANDOM_REPLIES"
+  "$RL2_OPENING_PLIES" "$RL2_RANDOM_REPLIES" "$RL2_RESTART_BELOW"
 
 # 5. evaluation of every stage: exact (the whole game tree, greedy), and 200-game greedy samples
 #    on held-out seeds against the random and the optimal opponent (the reference's columns).

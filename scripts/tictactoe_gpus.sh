@@ -451,13 +451,17 @@ start() {
       if [ "$1" = weakwins3 ]; then
         : "${OTHER_MIN_P:=0}" "${OTHER_BUCKETS:=8}" "${OTHER_LR:=${WINS_LR:-3e-5}}" "${WINS_STEPS:=120}"
       fi
+      # OTHER_RESTART_BELOW=0.9: rlGY2 also restarts clean draws (0.7; a win scores 1.2), where the
+      # weak start leaves most of its wins, a win on the board not taken (plan weakwins2 from the
+      # limit player's games, docs/RESULTS.md); not run yet: OTHER_MIN_P=0 OTHER_BUCKETS=8
+      # OTHER_RESTART_BELOW=0.9 puts it beside rlGX2 as its control, about 24 device-minutes a seed.
       # OTHER="" leaves rlGY out: rlGX alone a seed, e.g. two seeds a GPU (SEED_GPUS="0 0"; with
       # TEACHER=limit, WEAK_STEPS=250, seeds 2 and 3, run 2026-12-02: 4.1-4.3 s a step side by side,
       # too slow for one session's device time; seed 2 alone reached 86.98% wins, 93.12% draws)
       export FIRST_STAGES="base sft" LAST_STAGES=""
       local runs=("rlGX RL2_MIN_P=0 RL2_BUCKETS=8 RL2_LR=1e-5")
       [ -n "${OTHER-1}" ] && runs+=(
-        "rlGY PHASE1_FROM=rlGX RL2_MIN_P=${OTHER_MIN_P:-0.7} RL2_BUCKETS=${OTHER_BUCKETS:-1} RL2_LR=${OTHER_LR:-1e-5}")
+        "rlGY PHASE1_FROM=rlGX RL2_MIN_P=${OTHER_MIN_P:-0.7} RL2_BUCKETS=${OTHER_BUCKETS:-1} RL2_LR=${OTHER_LR:-1e-5}${OTHER_RESTART_BELOW:+ RL2_RESTART_BELOW=$OTHER_RESTART_BELOW}")
       per_seed "$weak_greedy RL_STEPS=${WEAK_STEPS:-300} RL2_STEPS=${WINS_STEPS:-100} RL2_MAX_P=0.7 RESTART_EXPLORE=2" \
         "${runs[@]}" ;;
     unbeatable|mix|habit|habit2|habitwins|limit)  # RECIPE=unbeatable, one run a seed from a new SFT model each (SEEDS, SEED_GPUS:

@@ -2,7 +2,8 @@
 run gets, and that a plan it cannot run is refused at once with its reason and a non-zero status.
 
 The stand-in `scripts/reproduce_tictactoe.sh` (in a copy of the scripts folder) only writes the
-variables the real one reads, and the SFT model's marker file the later variants wait for.
+variables the real one reads (RL2_RESTART_BELOW to a file of its own), and the SFT model's marker
+file the later variants wait for.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 FAKE = """\
 echo "GPU=$CUDA_VISIBLE_DEVICES SEED=$SEED RL=$RL_NAME STEPS=$RL_STEPS K=${RESTART_EXPLORE:-} P=${RL_MIN_P:-}-${RL_MAX_P:-} B=${BUCKETS:-} RL2=$RL2_STEPS P2=${RL2_MIN_P:-}-${RL2_MAX_P:-} B2=${RL2_BUCKETS:-} LR2=${RL2_LR:-} EVERY=${EVAL_EVERY:-} KEEP=${KEEP_BEST:-} TEACHER=${TEACHER:-} STAGES=$EVAL_STAGES"
+echo "${RL2_RESTART_BELOW:-}" > "$OUT_DIR/$RL_NAME.restart_below2"
 mkdir -p "$OUT_DIR/sft/final"; touch "$OUT_DIR/sft/final/config.json"
 [ -e "$OUT_DIR/$RL_NAME" ] || { mkdir -p "$OUT_DIR/$RL_NAME/final"; touch "$OUT_DIR/$RL_NAME/final/config.json"; }
 """
@@ -206,6 +208,16 @@ def test_sft_on_the_limit_player_then_the_recipe_beside_it_against_the_mix(tmp_p
         assert mixed.startswith(f"GPU=0 SEED={seed} RL=rlLM STEPS=150 K= P=-0.7 B=8 RL2=0 ")
         assert plain.endswith(f"EVERY=10 KEEP={KEEP_SHIP} TEACHER=limit STAGES=sft rlL rlL.best")
         assert mixed.endswith(f"EVERY=10 KEEP={KEEP_SHIP} TEACHER=limit STAGES=rlLM rlLM.best")
+
+
+def test_the_second_weak_wins_phase_can_restart_draws_too(tmp_path: Path) -> None:
+    logs = _plan_logs(
+        tmp_path, "weakwins2", SEEDS="4", SEED_GPUS="0", OTHER_MIN_P="0", OTHER_BUCKETS="8", OTHER_RESTART_BELOW="0.9"
+    )
+    assert " P2=0-0.7 B2=8 LR2=1e-5 " in logs["s4/pipeline-rlGX.log"]
+    assert " P2=0-0.7 B2=8 LR2=1e-5 " in logs["s4/pipeline-rlGY.log"]
+    below = {p.stem: p.read_text().strip() for p in (tmp_path / "runs" / "plan" / "s4").glob("*.restart_below2")}
+    assert below == {"rlGX": "", "rlGY": "0.9"}  # the control keeps the usual restarts
 
 
 def test_the_weak_wins_phase_at_two_learning_rates_from_one_first_phase(tmp_path: Path) -> None:

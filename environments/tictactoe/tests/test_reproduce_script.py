@@ -87,6 +87,20 @@ def test_without_a_recipe_the_two_phase_defaults_are_unchanged(tmp_path: Path) -
     assert json.loads(_flag(argv, "--env-args"))["opening_plies"] == 4
 
 
+def test_the_second_phase_restarts_below_its_own_threshold(tmp_path: Path) -> None:
+    """RL2_RESTART_BELOW sets phase 2's --restart-below alone (phase 1 keeps RESTART_BELOW); unset,
+    phase 2 takes RESTART_BELOW."""
+    sft = ("base/config.json", "teacher.jsonl", "sft/final/config.json")
+    recipe = {"RECIPE": "unbeatable", "RESTART_BELOW": "0.5", "RL2_STEPS": "10"}
+    proc, argv = _train_args(tmp_path / "first", sft, **recipe, RL2_RESTART_BELOW="0.9")
+    assert proc.returncode == 3 and _flag(argv, "--steps") == "300" and _flag(argv, "--restart-below") == "0.5"
+    proc, argv = _train_args(tmp_path / "second", (*sft, "rl/final/config.json"), **recipe, RL2_RESTART_BELOW="0.9")
+    assert proc.returncode == 3 and _flag(argv, "--steps") == "10" and _flag(argv, "--restart-below") == "0.9"
+    assert _flag(argv, "--model").endswith("rl/final")
+    proc, argv = _train_args(tmp_path / "third", (*sft, "rl/final/config.json"), **recipe)
+    assert proc.returncode == 3 and _flag(argv, "--steps") == "10" and _flag(argv, "--restart-below") == "0.5"
+
+
 def test_an_unknown_recipe_is_refused_before_any_work(tmp_path: Path) -> None:
     proc, argv = _train_args(tmp_path, RECIPE="unbeatabel")
     assert proc.returncode == 2
