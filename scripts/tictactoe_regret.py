@@ -6,8 +6,8 @@ RUN is an `rlvr eval tictactoe --exhaustive` folder (or its results.jsonl). The 
 after every line it reaches is read from each game's record (`info["exact"]["moves"]`, the
 accepted moves in order; the model's reply depends on the conversation, so lines, not boards, are
 the keys; a game that timed out, every reply rejected, is a decision with no move, which gives up
-all the wins its position held), and `rlvr_tictactoe.tree.win_rate_gaps` says, for each decision, how much win rate
-against the uniform-random opponent it gives up against the best move that still never loses
+all the wins its position held), and `rlvr_tictactoe.tree.win_rate_gaps` says, for each
+decision, how much win rate against the uniform-random opponent it gives up against the best move that still never loses
 (the policy whose exact rate is the 95.56% limit), weighted by how often the random opponent
 leads there. For an unbeatable model the weighted gaps add up to its distance from that limit.
 
@@ -81,14 +81,14 @@ def read_records(run: Path) -> tuple[dict[Line, int | None], dict[Line, float], 
         record = rollout.info.get("exact")
         if not isinstance(record, dict) or not record.get("moves"):
             raise ResultsError(f"{run}: game {rollout.task_id} has no exact record (not an --exhaustive run?)")
-        steps = str(record["moves"]).split(".")
+        steps = [] if record["moves"] == "X-first" else str(record["moves"]).split(".")  # (no move accepted)
         if len(steps) > 9 or not all(_STEP.fullmatch(step) for step in steps):
             raise ResultsError(f"{run}: game {rollout.task_id} has no readable moves: {str(record['moves'])[:60]!r}")
         moves = [(step[0], int(step[1:])) for step in steps]
         mine = [i for i, (mark, _) in enumerate(moves) if mark == "X"]
         for i in mine:
             policy[tuple(moves[:i])] = moves[i][1]
-        if record.get("outcome") == "timeout" and moves[-1][0] == "O":  # X's turn, no move accepted
+        if record.get("outcome") == "timeout" and (not moves or moves[-1][0] == "O"):  # X's turn, no move accepted
             policy[tuple(moves)] = None
         if len(rollout.turns) == len(mine):  # one turn a move: each reply is that move's
             for i, turn in zip(mine, rollout.turns, strict=True):

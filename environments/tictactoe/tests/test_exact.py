@@ -448,6 +448,11 @@ def test_the_gap_script_reads_a_saved_exhaustive_run(tmp_path, capsys, monkeypat
     stuck = sum(g.move is None for g in gaps)
     assert stuck > 0 and f"| no move accepted (every reply rejected: a timeout) | {stuck} |" in printed
     assert "| none (timeout) |" in printed
+    # no reply ever accepted: X's opening (a record of no moves, "X-first") and each of O's 9 openings
+    policy = script.read_policy(saved(exact(lambda board: 9).games, tmp_path / "never"))
+    assert policy == {(): None} | {(("O", c),): None for c in range(9)}
+    wins, gaps = tree.win_rate_gaps(lambda line, board: policy[line])
+    assert wins == 0 and math.isclose(sum(g.weighted for g in gaps), tree.never_losing_max_win_rate(), abs_tol=1e-12)
     # a decision no saved game holds (a game left out: an unfinished run) is named, not guessed
     games = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
     ends_on_x = next(i for i, g in enumerate(games) if g["info"]["exact"]["moves"].rsplit(".", 1)[-1][0] == "X")
