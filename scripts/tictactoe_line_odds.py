@@ -32,7 +32,12 @@ def line_odds(line: str, ks: list[int], p: float, trap: float) -> float:
 
 
 def every(odds: float, games: int) -> str:
-    return f"every {1 / (odds * games):,.0f} steps" if odds else "never"
+    """How often `games` games a step, each lost with chance `odds`, lose one: "one lost every N
+    steps", or the number a step once it is one or more."""
+    n = odds * games
+    if not n:
+        return "none lost"
+    return f"{n:.1f} lost a step" if n >= 1 else f"one lost every {1 / n:,.0f} steps"
 
 
 def lost_lines(run: Path) -> tuple[list[str], int]:
@@ -81,10 +86,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {line:28} {odds:.2e} a game{also}")
         total = sum(train)
         print(
-            f"  a greedy probe loses {100 * total:.4f}% of games: {args.probes} a step lose one {every(total, args.probes)}"
+            f"  a greedy probe loses {100 * total:.4f}% of games: {args.probes} probes a step, {every(total, args.probes)}"
         )
         if fixed:
-            print(f"  with k = {args.probe_k}: {100 * sum(fixed):.4f}%, one {every(sum(fixed), args.probes)}")
+            print(f"  with k = {args.probe_k}: {100 * sum(fixed):.4f}%, {every(sum(fixed), args.probes)}")
     return 0
 
 

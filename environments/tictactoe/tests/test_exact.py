@@ -576,6 +576,10 @@ def test_the_line_odds_script_gives_each_line_its_chance_under_the_training_oppo
     printed = capsys.readouterr().out
     assert f"{len(lost)} lost lines of {len(lines)} games" in printed
     assert f"a greedy probe loses {100 * chance:.4f}% of games" in printed
+    assert f"64 probes a step, {script.every(chance, 64)}" in printed
+    # a weak player loses several a step: a count, not "one every 0 steps"
+    assert script.every(0.0459, 64) == "2.9 lost a step" and script.every(0.001, 64) == "one lost every 16 steps"
+    assert script.every(0.0, 64) == "none lost"
     # a plain eval, a torn metadata.json (a killed write), lines that are not games: one line, exit 2
     for name, text in (
         ("plain", '{"status": "complete"}'),
