@@ -35,7 +35,7 @@ import functools
 import runpy
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -159,7 +159,7 @@ OUTCOMES = {name: row for name, row in zip(("win", "draw", "loss"), np.eye(3), s
 
 
 def expected(
-    policy: dict[History, int],
+    policy: Mapping[History, int | None],
     replies: Callable[[Board], np.ndarray],
     leaf: Callable[[str], np.ndarray],
     board: Board = EMPTY_BOARD,
@@ -177,6 +177,8 @@ def expected(
         return leaf(end)
     if x_to_move:
         cell = policy[history]
+        if cell is None:  # no reply accepted: a timeout, which the rubric scores as a loss
+            return leaf("loss")
         return expected(policy, replies, leaf, apply_move(board, cell, "X"), (*history, cell), False)
     total = np.zeros_like(leaf("draw"))
     for (cell, child), probs in zip(moves(board, "O"), replies(board)):
@@ -186,30 +188,31 @@ def expected(
 
 
 def rates(
-    policy: dict[History, int],
+    policy: Mapping[History, int | None],
     p: float,
     board: Board = EMPTY_BOARD,
     history: History = (),
     x_to_move: bool | None = None,
 ) -> tuple[float, float, float]:
     """(win, draw, loss) of `policy` against the opponent of random-move probability `p` (no
-    traps, no random replies), from `board` after `history`; from the start, both starts."""
+    traps, no random replies), from `board` after `history`; from the start, both starts. A
+    timeout (no move) counts as a loss."""
     win, draw, loss = expected(
         policy, functools.partial(_fixed_replies, p=p), OUTCOMES.__getitem__, board, history, x_to_move
     )
     return float(win), float(draw), float(loss)
 
 
-def policy_reward(solver: Solver, policy: dict[History, int]) -> float:
+def policy_reward(solver: Solver, policy: Mapping[History, int | None]) -> float:
     """The expected training reward of `policy` (X's move for every history it reaches, both
     starts) against the solver's opponent (types equally likely)."""
     return float(expected(policy, solver.replies, solver.ends.__getitem__).mean())
 
 
-def read_model_policy(run: Path) -> dict[History, int]:
+def read_model_policy(run: Path) -> dict[History, int | None]:
     """A greedy model's move after every line of an `rlvr eval tictactoe --exhaustive` folder,
-    by history (`tictactoe_regret.read_policy`: its accepted moves; a rejected move and the reply
-    format are not counted)."""
+    by history (`tictactoe_regret.read_policy`: its accepted moves, None where none was, a
+    timeout; a rejected move and the reply format are not counted)."""
     read_policy = runpy.run_path(str(Path(__file__).with_name("tictactoe_regret.py")))["read_policy"]
     return {tuple(cell for _, cell in line): cell for line, cell in read_policy(run).items()}
 
@@ -259,7 +262,7 @@ def report(
     opponent: Opponent,
     grid: int,
     watch: frozenset[History] = frozenset(),
-    model: dict[History, int] | None = None,
+    model: Mapping[History, int | None] | None = None,
 ) -> dict[str, Any]:
     start = time.monotonic()
     solver = Solver(opponent, grid, watch)

@@ -5,6 +5,7 @@ player, while p drawn from a range that reaches down to 0.35 keeps it safe at th
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import json
 import subprocess
@@ -12,10 +13,15 @@ import sys
 from pathlib import Path
 
 import pytest
+from rlvr_tictactoe import load_environment
 from rlvr_tictactoe.game import EMPTY_BOARD, apply_move, game_value
 from rlvr_tictactoe.tree import minimax_rates_vs_random, never_losing_max_win_rate
 
+from rlvr import Policy
 from rlvr.cli import main
+from rlvr.exact import enumerate_games
+from rlvr.results import json_line
+from rlvr.types import SamplingArgs
 
 SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "tictactoe_best_response.py"
 spec = importlib.util.spec_from_file_location("tictactoe_best_response", SCRIPT)
@@ -53,6 +59,23 @@ def test_the_best_response_to_p_07_alone_is_the_limit_policy_and_beats_a_saved_m
         [sys.executable, str(SCRIPT), "--model", str(cut), "--p", "0.7"], capture_output=True, text=True
     )
     assert done.returncode == 2 and "not a whole exhaustive run" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_model_that_times_out_is_read_and_its_timeouts_count_as_losses(tmp_path: Path) -> None:
+    """A weak model's exhaustive run has games that end with every reply rejected: read as no move
+    there, scored as the rubric scores a timeout (a loss), not a crash on a move of None."""
+    stubborn = Policy(lambda messages, rng: "<move>4</move>")  # times out once cell 4 is taken
+    result = asyncio.run(enumerate_games(load_environment(), stubborn, SamplingArgs(temperature=0.0), concurrency=64))
+    (tmp_path / "results.jsonl").write_bytes(b"".join(json_line(g.to_dict()) for g in result.games))
+    model = script.read_model_policy(tmp_path)
+    assert set(model.values()) == {4, None}
+    win, draw, loss = script.rates(model, 1.0)
+    rates = result.rates("random")
+    assert win == 0 and draw == 0 and loss == pytest.approx(rates.get("loss", 0) + rates["timeout"], abs=1e-12)
+    assert script.rates({(): None} | {(c,): None for c in range(9)}, 0.0) == (0.0, 0.0, 1.0)
+    solver = script.Solver(script.Opponent("p = 0", 0.0, 0.0, 0, 0.0), grid=1)
+    solver.solve()
+    assert script.policy_reward(solver, model) == 0.0  # every game a timeout: reward 0
 
 
 @pytest.mark.parametrize("bad", ["O8.X4", "O8.O4.X1", "Y4.O1", "O8.X44.O1", "O8.X8.O1"])
