@@ -118,7 +118,7 @@ def _number(text: str | None) -> float | None:
 def select(table: Path, match: str = "", seeds_from: str = "") -> list[dict[str, str]]:
     """The table's whole rows whose "opponent, variant" contains `match`, of the seeds whose name
     starts with `seeds_from` (or with one of its comma-separated prefixes)."""
-    prefixes = tuple(seeds_from.split(","))
+    prefixes = tuple(x for x in seeds_from.split(",") if x) or ("",)  # (a stray comma adds no "every seed")
     with table.open() as f:
         return [
             r for r in _whole_rows(f) if match in f"{r['opponent']}, {r['variant']}" and r["seed"].startswith(prefixes)

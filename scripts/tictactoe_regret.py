@@ -7,9 +7,10 @@ after every line it reaches is read from each game's record (`info["exact"]["mov
 accepted moves in order; the model's reply depends on the conversation, so lines, not boards, are
 the keys; a game that timed out, every reply rejected, is a decision with no move, which gives up
 all the wins its position held), and `rlvr_tictactoe.tree.win_rate_gaps` says, for each
-decision, how much win rate against the uniform-random opponent it gives up against the best move that still never loses
-(the policy whose exact rate is the 95.56% limit), weighted by how often the random opponent
-leads there. For an unbeatable model the weighted gaps add up to its distance from that limit.
+decision, how much win rate against the uniform-random opponent it gives up against the best
+move that still never loses (the policy whose exact rate is the 95.56% limit), weighted by how
+often the random opponent leads there. For an unbeatable model the weighted gaps add up to its
+distance from that limit.
 
 With `--train-p P`, also what RL against the training opponent sees of each decision (O moves
 first in half the games; k from 0 to `--random-replies`, uniformly; uniformly random replies
@@ -73,7 +74,8 @@ def read_records(run: Path) -> tuple[dict[Line, int | None], dict[Line, float], 
     reply was rejected and the game ended there, a timeout), the chance at
     temperature 1 of its recorded (greedy) reply there, exp of the sum of the reply's token
     log-probabilities, and the reply's text (the last two where no rejected move adds a turn).
-    A torn last line (a killed run) is dropped by `RunDir`; a run without exact records is refused."""
+    A torn last line (a killed run) is dropped by `RunDir`; a run without exact records, or whose
+    games answer one line two ways, is refused."""
     policy: dict[Line, int | None] = {}
     odds: dict[Line, float] = {}
     texts: dict[Line, str] = {}
@@ -81,15 +83,20 @@ def read_records(run: Path) -> tuple[dict[Line, int | None], dict[Line, float], 
         record = rollout.info.get("exact")
         if not isinstance(record, dict) or not record.get("moves"):
             raise ResultsError(f"{run}: game {rollout.task_id} has no exact record (not an --exhaustive run?)")
-        steps = [] if record["moves"] == "X-first" else str(record["moves"]).split(".")  # (no move accepted)
+        steps = [] if record["moves"] == tree.NO_MOVES else str(record["moves"]).split(".")
         if len(steps) > 9 or not all(_STEP.fullmatch(step) for step in steps):
             raise ResultsError(f"{run}: game {rollout.task_id} has no readable moves: {str(record['moves'])[:60]!r}")
         moves = [(step[0], int(step[1:])) for step in steps]
         mine = [i for i, (mark, _) in enumerate(moves) if mark == "X"]
-        for i in mine:
-            policy[tuple(moves[:i])] = moves[i][1]
+        said = {tuple(moves[:i]): moves[i][1] for i in mine}
         if record.get("outcome") == "timeout" and (not moves or moves[-1][0] == "O"):  # X's turn, no move accepted
-            policy[tuple(moves)] = None
+            said[tuple(moves)] = None
+        for line, move in said.items():  # a greedy model answers a line one way in every game
+            if policy.setdefault(line, move) != move:
+                raise ResultsError(
+                    f"{run}: game {rollout.task_id} plays {move} after {show(line)}, another game "
+                    f"{policy[line]}: not one deterministic policy's run (two runs in one file?)"
+                )
         if len(rollout.turns) == len(mine):  # one turn a move: each reply is that move's
             for i, turn in zip(mine, rollout.turns, strict=True):
                 texts[tuple(moves[:i])] = turn.completion.text
@@ -104,12 +111,15 @@ def read_policy(run: Path) -> dict[Line, int | None]:
     return read_records(run)[0]
 
 
+REWARD = {"win": 1.0, "draw": 0.5, "loss": 0.0}  # the training reward of an outcome (a timeout: a loss's)
+
+
 @functools.cache
 def value(board: Board, x_to_move: bool, k: int, p: float, trap: float) -> float:
     """The training reward (win 1, draw 0.5, loss 0) X can expect from `board` against the
     training opponent with k random replies, playing the best reply to it."""
     if (outcome := game_outcome(board)) is not None:
-        return {"win": 1.0, "draw": 0.5, "loss": 0.0}[outcome]
+        return REWARD[outcome]
     if x_to_move:
         return max(value(apply_move(board, m, "X"), False, k, p, trap) for m in legal_moves(board))
     q = reply_prob(board, p, k)
@@ -147,7 +157,7 @@ def line_worths(line: Line, ks: list[int], p: float, trap: float) -> tuple[float
 def training_view(gap: tree.Gap, ks: list[int], p: float, trap: float) -> tuple[float, float]:
     """(reach, reward gap) of one decision: its best never-losing move's reward over the model's."""
     reach, worth = line_worths(gap.line, ks, p, trap)
-    mine = 0.0 if gap.move is None else worth[gap.move]  # (no move: the game ends, scored as a loss)
+    mine = REWARD["loss"] if gap.move is None else worth[gap.move]  # (no move: the game ends, a timeout)
     return (reach, max(worth[m] for m in gap.best) - mine) if worth else (0.0, math.nan)
 
 

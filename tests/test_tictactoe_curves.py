@@ -49,6 +49,7 @@ def test_add_counts_a_later_phase_on_and_skips_what_it_cannot_read(tmp_path: Pat
     curves.add(table, first, "weak_l2", "walk back", "two phases")
     picked = {r["seed"] for r in curves.select(table, "", "weak_w2,weak_l")}  # comma-separated prefixes
     assert picked == {"weak_w2", "weak_l2"}
+    assert {r["seed"] for r in curves.select(table, "", "weak_l,")} == {"weak_l2"}  # a trailing comma
 
 
 def test_plot_draws_the_matching_lines_and_refuses_an_empty_match(tmp_path: Path) -> None:

@@ -81,6 +81,11 @@ def line_chance(line: Sequence[tuple[str, int]], k: int, p: float, trap_prob: fl
     return chance
 
 
+NO_MOVES = "X-first"
+"""The id of the line where X moves first and no move has been played: the record of a game whose
+first reply was never accepted."""
+
+
 def line_id(opening: int | None, moves: Sequence[int]) -> str:
     """A readable id for a line: who moved where, in order.
 
@@ -89,7 +94,7 @@ def line_id(opening: int | None, moves: Sequence[int]) -> str:
     """
     marks = ("O", "X") if opening is not None else ("X", "O")
     cells = ([opening] if opening is not None else []) + list(moves)
-    return ".".join(f"{marks[i % 2]}{c}" for i, c in enumerate(cells)) or "X-first"
+    return ".".join(f"{marks[i % 2]}{c}" for i, c in enumerate(cells)) or NO_MOVES
 
 
 def line_task(base: Task, *, opening: int | None, moves: Sequence[int], line: Sequence[int], weights: dict) -> Task:

@@ -453,6 +453,12 @@ def test_the_gap_script_reads_a_saved_exhaustive_run(tmp_path, capsys, monkeypat
     assert policy == {(): None} | {(("O", c),): None for c in range(9)}
     wins, gaps = tree.win_rate_gaps(lambda line, board: policy[line])
     assert wins == 0 and math.isclose(sum(g.weighted for g in gaps), tree.never_losing_max_win_rate(), abs_tol=1e-12)
+    # two players' games in one file: a line answered two ways is refused, not silently overwritten
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    both = (tmp_path / "timeouts" / "results.jsonl").read_bytes() + (tmp_path / "never" / "results.jsonl").read_bytes()
+    (mixed / "results.jsonl").write_bytes(both)
+    assert run(mixed) == 2 and "two runs in one file" in capsys.readouterr().err
     # a decision no saved game holds (a game left out: an unfinished run) is named, not guessed
     games = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
     ends_on_x = next(i for i, g in enumerate(games) if g["info"]["exact"]["moves"].rsplit(".", 1)[-1][0] == "X")
