@@ -54,6 +54,7 @@ RL2_MIN_P=${RL2_MIN_P:-0.0}; RL2_MAX_P=${RL2_MAX_P:-0.0}; RL2_LR=${RL2_LR:-2e-5}
 RL2_OPENING_PLIES=${RL2_OPENING_PLIES:-0}; RL2_RANDOM_REPLIES=${RL2_RANDOM_REPLIES:-4}
 LOSS_REWARD=${LOSS_REWARD:-0.0}
 CLAIM_PENALTY=${CLAIM_PENALTY:-}   # the env's claim_penalty: a reply whose reasoning misstates the board costs this (unset: the reference rubric)
+MISSED_WIN_PENALTY=${MISSED_WIN_PENALTY:-}   # the env's missed_win_penalty: a game that leaves a win on the board costs this (unset: the reference rubric)
 TRAP_PROB=${TRAP_PROB:-1.0}   # how often the opponent's best move is a trap (env option trap_prob)
 OPENING_PLIES=${OPENING_PLIES:-4}   # training games may start after up to this many random moves
 OPENING_HISTORY=${OPENING_HISTORY:-false}   # true: such starts are shown as the conversation that led there
@@ -131,7 +132,7 @@ fi
 rl() {  # rl NAME FROM STEPS MIN_P MAX_P LR TEMPERATURE BUCKETS OPENING_PLIES RANDOM_REPLIES RESTART_BELOW
   local name=$1 from=$2 steps=$3 low=$4 high=$5 lr=$6 temp=$7 buckets=$8 plies=$9 replies=${10} below=${11}
   if [ "$steps" -gt 0 ] && [ -f "$from/config.json" ] && [ ! -f "$OUT/$name/final/config.json" ]; then
-    local env_args="{\"min_random_move_prob\": $low, \"max_random_move_prob\": $high, \"loss_reward\": $LOSS_REWARD, \"trap_prob\": $TRAP_PROB, \"opening_plies\": $plies, \"opening_history\": $OPENING_HISTORY, \"random_replies\": $replies${PROBE_REPLIES:+, \"probe_random_replies\": $PROBE_REPLIES}${PROBE_SHARE:+, \"probe_random_share\": $PROBE_SHARE}${CLAIM_PENALTY:+, \"claim_penalty\": $CLAIM_PENALTY}}"
+    local env_args="{\"min_random_move_prob\": $low, \"max_random_move_prob\": $high, \"loss_reward\": $LOSS_REWARD, \"trap_prob\": $TRAP_PROB, \"opening_plies\": $plies, \"opening_history\": $OPENING_HISTORY, \"random_replies\": $replies${PROBE_REPLIES:+, \"probe_random_replies\": $PROBE_REPLIES}${PROBE_SHARE:+, \"probe_random_share\": $PROBE_SHARE}${CLAIM_PENALTY:+, \"claim_penalty\": $CLAIM_PENALTY}${MISSED_WIN_PENALTY:+, \"missed_win_penalty\": $MISSED_WIN_PENALTY}}"
     log "RL $name ($steps steps, $env_args, lr $lr, T $temp)"; stamp "$name"
     resume=""; [ -d "$OUT/$name/checkpoints" ] && resume="--resume"
     rlvr train tictactoe --model "$from" --output-dir "$OUT/$name" $resume -q \

@@ -39,6 +39,7 @@ from rlvr_tictactoe.game import (
     opponent_move,
     render,
     teacher_replies,
+    winning_cells,
 )
 from rlvr_tictactoe.rewards import PARSER, GameState, make_rubric, parse, summarize
 from rlvr_tictactoe.tasks import board_view, game_outcome, make_task, opening_task, reply_prob
@@ -107,13 +108,14 @@ class TicTacToeEnv(MultiTurnEnv[GameState]):
         probe_random_replies: int | None = None,
         probe_random_share: float = 1.0,
         claim_penalty: float = 0.0,
+        missed_win_penalty: float = 0.0,
     ) -> None:
         super().__init__(
             dataset,
             eval_dataset=eval_dataset,
             system_prompt=SYSTEM_PROMPT,
             parser=PARSER,
-            rubric=make_rubric(loss_reward, claim_penalty),
+            rubric=make_rubric(loss_reward, claim_penalty, missed_win_penalty),
             sampling=sampling or SamplingArgs(max_tokens=256),  # a think + move is ~30 tokens
             max_turns=max_turns,
         )
@@ -144,6 +146,9 @@ class TicTacToeEnv(MultiTurnEnv[GameState]):
         if cell is None:
             state.invalid_moves += 1
             return [_user(board_view(f"Invalid move: {error}. Try again.", state.board))]
+        wins = winning_cells(state.board, "X")
+        if wins and cell not in wins:  # a win left on the board (a metric; a cost with missed_win_penalty)
+            state.missed_wins += 1
         state.board = apply_move(state.board, cell, "X")
         state.moves.append(cell)
         if (outcome := game_outcome(state.board)) is not None:
@@ -325,6 +330,7 @@ def load_environment(
     probe_random_replies: int | None = None,
     probe_random_share: float = 1.0,
     claim_penalty: float = 0.0,
+    missed_win_penalty: float = 0.0,
 ) -> TicTacToeEnv:
     """Build the environment; every argument is documented in the package README.
 
@@ -345,6 +351,7 @@ def load_environment(
         "trap_prob": trap_prob,
         "probe_random_share": probe_random_share,
         "claim_penalty": claim_penalty,
+        "missed_win_penalty": missed_win_penalty,
     }.items():
         if isinstance(value, bool) or not (isinstance(value, (int, float)) and 0.0 <= value <= 1.0):  # (NaN too)
             raise ValueError(f"{name} must be a number in [0, 1], got {value!r}")
@@ -390,4 +397,5 @@ def load_environment(
         probe_random_replies=probe_random_replies,
         probe_random_share=float(probe_random_share),
         claim_penalty=float(claim_penalty),
+        missed_win_penalty=float(missed_win_penalty),
     )

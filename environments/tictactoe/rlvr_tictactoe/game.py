@@ -274,6 +274,15 @@ def _completing_cells(board: Sequence[str], mark: str) -> list[tuple[int, tuple[
     return found
 
 
+def winning_cells(board: Sequence[str], mark: str) -> set[int]:
+    """The free cells where `mark` completes a line at once (a win on the board).
+
+    >>> sorted(winning_cells("XX OO    ", "X")), sorted(winning_cells("XX OO    ", "O"))
+    ([2], [5])
+    """
+    return {cell for cell, _ in _completing_cells(board, mark)}
+
+
 def _line(line: tuple[int, ...]) -> str:
     return "-".join(map(str, line))
 

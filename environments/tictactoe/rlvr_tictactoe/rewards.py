@@ -49,6 +49,8 @@ class GameState(State):
     false_claims: int = 0
     """Model turns whose reasoning misstates the board (`game.claim_truth`: a win, a threat, or no
     threat that is not there)."""
+    missed_wins: int = 0
+    """Model turns that played another cell while a win was on the board (`game.winning_cells`)."""
     line_ended: bool = False
     """Exact evaluation only: O was to move and the task's fixed line of replies had run out."""
 
@@ -142,19 +144,29 @@ def false_claims(state: GameState) -> float:
     return float(state.false_claims)
 
 
-def claim_reward(penalty: float) -> RewardFn:
-    """-`penalty` if any of the model's turns misstated the board, else 0 (the env option
-    `claim_penalty`; not in the reference rubric).
+def missed_wins(state: GameState) -> float:
+    """Number of model turns that played another cell while a win was on the board."""
+    return float(state.missed_wins)
+
+
+def penalty_if_any(metric: RewardFn, penalty: float) -> RewardFn:
+    """-`penalty` for a game whose count `metric` is above 0, else 0: an env option's reward term,
+    not in the reference rubric (`claim_penalty` on `false_claims`, `missed_win_penalty` on
+    `missed_wins`). Taking a win at once is always a best move, so `missed_win_penalty` never
+    steers away from the best play.
 
     >>> from rlvr import Task
-    >>> [claim_reward(0.1)(GameState(task=Task("t"), false_claims=n)) for n in (0, 2)]
-    [0.0, -0.1]
+    >>> term = penalty_if_any(missed_wins, 0.3)
+    >>> term.__name__, [term(GameState(task=Task("t"), missed_wins=n)) for n in (0, 2)]
+    ('missed_win_penalty', [0.0, -0.3])
     """
+    name = {false_claims: "claim_penalty", missed_wins: "missed_win_penalty"}[metric]
 
-    def claim_penalty(state: GameState) -> float:
-        return -penalty if state.false_claims else 0.0
+    def term(state: GameState) -> float:
+        return -penalty if metric(state) else 0.0
 
-    return claim_penalty
+    term.__name__ = term.__qualname__ = name
+    return term
 
 
 def outcome_reward(loss_reward: float) -> RewardFn:
@@ -176,13 +188,14 @@ def outcome_reward(loss_reward: float) -> RewardFn:
     return scored
 
 
-def make_rubric(loss_reward: float = 0.0, claim_penalty: float = 0.0) -> Rubric:
-    metrics: list[RewardFn] = [win, draw, loss, timeout, invalid_moves, turns, false_claims]
+def make_rubric(loss_reward: float = 0.0, claim_penalty: float = 0.0, missed_win_penalty: float = 0.0) -> Rubric:
+    metrics: list[RewardFn] = [win, draw, loss, timeout, invalid_moves, turns, false_claims, missed_wins]
     funcs: list[RewardFn] = [outcome_reward(loss_reward), format_reward, invalid_move_penalty]
     weights = list(WEIGHTS.values())
-    if claim_penalty:  # (the reference rubric has no such term)
-        funcs.append(claim_reward(claim_penalty))
-        weights.append(1.0)
+    for metric, penalty in ((false_claims, claim_penalty), (missed_wins, missed_win_penalty)):
+        if penalty:  # (the reference rubric has neither term)
+            funcs.append(penalty_if_any(metric, penalty))
+            weights.append(1.0)
     return Rubric([*funcs, *metrics], weights=[*weights, *[0.0] * len(metrics)], parser=PARSER)
 
 

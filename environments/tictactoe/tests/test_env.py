@@ -517,6 +517,17 @@ def test_loss_reward_option_changes_only_a_lost_games_win_reward():
             load_environment(loss_reward=bad)
 
 
+def _assert_costs(plain, costly, metric: str, option: str, value: float) -> None:
+    """The same games scored without and with the env option `option` (a reward term of that name):
+    it costs `value` exactly where `metric` counted something, and the option refuses bad values."""
+    for a, b in zip(plain, costly, strict=True):
+        assert b.rewards[option] == (-value if a.rewards[metric] else 0.0)
+        assert math.isclose(b.reward, a.reward + b.rewards[option])
+    for bad in (float("nan"), -0.1, 1.5, "x", True):
+        with pytest.raises(ValueError, match=option):
+            load_environment(**{option: bad})
+
+
 def test_false_claims_are_counted_always_and_cost_only_with_claim_penalty():
     """A player that always claims "no immediate threat" misstates the board exactly on its
     turns where O can complete a line; the count is a metric everywhere, a reward term only
@@ -540,9 +551,38 @@ def test_false_claims_are_counted_always_and_cost_only_with_claim_penalty():
     assert "claim_penalty" not in plain.rubric.names  # the reference rubric is unchanged
     costly = load_environment(opponent="optimal", eval_tasks=40, claim_penalty=0.25)
     again = play(costly, scripted(calm), costly.tasks("eval"))
-    for a, b in zip(rollouts, again, strict=True):
-        assert b.rewards["claim_penalty"] == (-0.25 if a.rewards["false_claims"] else 0.0)
-        assert math.isclose(b.reward, a.reward + b.rewards["claim_penalty"])
-    for bad in (float("nan"), -0.1, 1.5, "x", True):
-        with pytest.raises(ValueError, match="claim_penalty"):
-            load_environment(claim_penalty=bad)
+    _assert_costs(rollouts, again, "false_claims", "claim_penalty", 0.25)
+
+
+def test_missed_wins_are_counted_always_and_cost_only_with_missed_win_penalty():
+    """A player that takes the first free cell misses exactly its turns where X could complete a
+    line elsewhere (counted here from the lines, not through `winning_cells`); one that takes a
+    win when there is one misses none. A metric everywhere, a reward term only with the option."""
+
+    def win_cells(board) -> set[int]:
+        cells = set()
+        for line in LINES:
+            marks = [board[i] for i in line]
+            if marks.count("X") == 2 and marks.count(" ") == 1:
+                cells.add(line[marks.index(" ")])
+        return cells
+
+    seen: list[bool] = []
+
+    def first_free(board, rng) -> str:
+        cell = board.index(" ")
+        seen.append(bool(win_cells(board)) and cell not in win_cells(board))
+        return f"<think>first free cell</think><move>{cell}</move>"
+
+    def greedy(board, rng) -> str:
+        cell = min(win_cells(board), default=board.index(" "))
+        return f"<think>a win if there is one</think><move>{cell}</move>"
+
+    plain = load_environment(opponent="random", eval_tasks=60)
+    rollouts = play(plain, scripted(first_free), plain.tasks("eval"))
+    assert sum(r.rewards["missed_wins"] for r in rollouts) == sum(seen) > 0
+    assert all(r.rewards["missed_wins"] == 0 for r in play(plain, scripted(greedy), plain.tasks("eval")))
+    assert "missed_win_penalty" not in plain.rubric.names  # the reference rubric is unchanged
+    costly = load_environment(opponent="random", eval_tasks=60, missed_win_penalty=0.3)
+    again = play(costly, scripted(first_free), costly.tasks("eval"))
+    _assert_costs(rollouts, again, "missed_wins", "missed_win_penalty", 0.3)

@@ -12,6 +12,8 @@ import os
 import subprocess
 from pathlib import Path
 
+from rlvr_tictactoe.env import load_environment
+
 SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "reproduce_tictactoe.sh"
 
 
@@ -99,6 +101,16 @@ def test_the_second_phase_restarts_below_its_own_threshold(tmp_path: Path) -> No
     assert _flag(argv, "--model").endswith("rl/final")
     proc, argv = _train_args(tmp_path / "third", (*sft, "rl/final/config.json"), **recipe)
     assert proc.returncode == 3 and _flag(argv, "--steps") == "10" and _flag(argv, "--restart-below") == "0.5"
+
+
+def test_the_env_penalties_reach_the_env_args_and_the_env_takes_them(tmp_path: Path) -> None:
+    proc, argv = _train_args(tmp_path, MISSED_WIN_PENALTY="0.3", CLAIM_PENALTY="0.1")
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    env_args = json.loads(_flag(argv, "--env-args"))
+    assert (env_args["missed_win_penalty"], env_args["claim_penalty"]) == (0.3, 0.1)
+    assert {"missed_win_penalty", "claim_penalty"} <= set(load_environment(**env_args).rubric.names)
+    proc, argv = _train_args(tmp_path / "plain")
+    assert "missed_win_penalty" not in json.loads(_flag(argv, "--env-args"))  # unset: the reference rubric
 
 
 def test_an_unknown_recipe_is_refused_before_any_work(tmp_path: Path) -> None:
