@@ -55,8 +55,16 @@ TITLES = {
     "weak_w4": "weak start, plan weakwins3, SFT seed 3",
     "weak_l2": "weak start on the limit player, SFT seed 2",
     "weak_l3": "weak start on the limit player, SFT seed 3",
+    "weak_w5": "weak start, plan weakwins2, SFT seed 4",
     "shipped": "RL 2, 3 and 4 of the shipped model",
 }
+
+
+def panel_title(seed: str) -> str:
+    """A panel's title: the seed's entry in TITLES, else "seed N" for a seed named sN, else the name."""
+    if seed in TITLES:
+        return TITLES[seed]
+    return f"seed {seed[1:]}" if seed[:1] == "s" and seed[1:].isdigit() else f"seed {seed}"
 
 
 def add(table: Path, run: Path, seed: str, opponent: str, variant: str, first_step: int = 0) -> int:
@@ -170,7 +178,8 @@ def plot(table: Path, out: Path, match: str = "", seeds_from: str = "") -> None:
     longest = max(len(f"{o}, {v}") for o, v in lines)  # about 0.065 inches a character at 8 points:
     columns = 2 if 2 * 0.065 * longest + 1 <= 4.2 * len(seeds) else 1  # two columns only where they fit
     legend_in = 0.2 * ((len(lines) + columns - 1) // columns) + 0.4  # inches below the panels
-    fig, axes = plt.subplots(1, len(seeds), figsize=(4.2 * len(seeds), 3.6 + legend_in), squeeze=False)
+    width = max(4.2 * len(seeds), 0.065 * longest + 0.8)  # wide enough for one column of the legend
+    fig, axes = plt.subplots(1, len(seeds), figsize=(width, 3.6 + legend_in), squeeze=False)
     handles: dict[str, Any] = {}
     for ax, seed in zip(axes[0], seeds, strict=True):
         counts = [int(r["lost_games"]) for r in rows if r["seed"] == seed]
@@ -183,7 +192,7 @@ def plot(table: Path, out: Path, match: str = "", seeds_from: str = "") -> None:
             if points:
                 label = f"{line[0]}, {line[1]}"
                 (handles[label],) = ax.plot(*zip(*points, strict=True), marker="o", ms=3, **styles[line])
-        ax.set_title(TITLES.get(seed, f"seed {seed[1:]}"))
+        ax.set_title(panel_title(seed))
         ax.set_xlabel("RL step (0 = SFT model)")
         if max(counts) > 10 * max(min(counts), 1):
             ax.set_yscale("symlog", linthresh=10)

@@ -453,8 +453,10 @@ start() {
       fi
       # OTHER_RESTART_BELOW=0.9: rlGY2 also restarts clean draws (0.7; a win scores 1.2), where the
       # weak start leaves most of its wins, a win on the board not taken (plan weakwins2 from the
-      # limit player's games, docs/RESULTS.md); not run yet: OTHER_MIN_P=0 OTHER_BUCKETS=8
-      # OTHER_RESTART_BELOW=0.9 puts it beside rlGX2 as its control, about 24 device-minutes a seed.
+      # limit player's games, docs/RESULTS.md); OTHER_MIN_P=0 OTHER_BUCKETS=8 OTHER_RESTART_BELOW=0.9
+      # puts it beside rlGX2 as its control. Run 2026-12-03 on one H200, seed 4, WEAK_STEPS=250: worse
+      # (66 lost games, 83.88% wins; the control 48, 85.82%): drawn games filled the restart pool.
+      # 17.6 GPU-minutes for the seed with both mixed phases side by side.
       # OTHER="" leaves rlGY out: rlGX alone a seed, e.g. two seeds a GPU (SEED_GPUS="0 0"; with
       # TEACHER=limit, WEAK_STEPS=250, seeds 2 and 3, run 2026-12-02: 4.1-4.3 s a step side by side,
       # too slow for one session's device time; seed 2 alone reached 86.98% wins, 93.12% draws)

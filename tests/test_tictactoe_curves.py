@@ -94,3 +94,12 @@ def test_a_repeat_is_dashed_beside_its_first_run() -> None:
     styles = curves.line_styles([first, again], ["grey"])
     assert styles[first] == {"color": "navy", "lw": 2.2}
     assert styles[again] == {"color": "navy", "lw": 2.2, "ls": "--"}
+
+
+def test_every_panel_of_the_results_has_a_title_that_names_its_seed() -> None:
+    """A seed named sN is "seed N"; any other seed in the curves table needs its line in TITLES
+    (a weak start's panel once read "seed eak_w5")."""
+    assert (curves.panel_title("s12"), curves.panel_title("shipped")) == ("seed 12", curves.TITLES["shipped"])
+    assert curves.panel_title("odd_one") == "seed odd_one"
+    seeds = {r["seed"] for r in curves.select(ROOT / "docs" / "results" / "tictactoe-exact" / "exact_curves.csv")}
+    assert sorted(x for x in seeds if not (x[:1] == "s" and x[1:].isdigit()) and x not in curves.TITLES) == []
