@@ -2,7 +2,7 @@
 run gets, and that a plan it cannot run is refused at once with its reason and a non-zero status.
 
 The stand-in `scripts/reproduce_tictactoe.sh` (in a copy of the scripts folder) only writes the
-variables the real one reads (RL2_RESTART_BELOW to a file of its own), and the SFT model's marker
+variables the real one reads (RL2_RESTART_BELOW and MISSED_WIN_PENALTY to files of their own), and the SFT model's marker
 file the later variants wait for.
 """
 
@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FAKE = """\
 echo "GPU=$CUDA_VISIBLE_DEVICES SEED=$SEED RL=$RL_NAME STEPS=$RL_STEPS K=${RESTART_EXPLORE:-} P=${RL_MIN_P:-}-${RL_MAX_P:-} B=${BUCKETS:-} RL2=$RL2_STEPS P2=${RL2_MIN_P:-}-${RL2_MAX_P:-} B2=${RL2_BUCKETS:-} LR2=${RL2_LR:-} EVERY=${EVAL_EVERY:-} KEEP=${KEEP_BEST:-} TEACHER=${TEACHER:-} STAGES=$EVAL_STAGES"
 echo "${RL2_RESTART_BELOW:-}" > "$OUT_DIR/$RL_NAME.restart_below2"
+echo "${MISSED_WIN_PENALTY:-}" > "$OUT_DIR/$RL_NAME.missed_win_penalty"
 mkdir -p "$OUT_DIR/sft/final"; touch "$OUT_DIR/sft/final/config.json"
 [ -e "$OUT_DIR/$RL_NAME" ] || { mkdir -p "$OUT_DIR/$RL_NAME/final"; touch "$OUT_DIR/$RL_NAME/final/config.json"; }
 """
@@ -218,6 +219,14 @@ def test_the_second_weak_wins_phase_can_restart_draws_too(tmp_path: Path) -> Non
     assert " P2=0-0.7 B2=8 LR2=1e-5 " in logs["s4/pipeline-rlGY.log"]
     below = {p.stem: p.read_text().strip() for p in (tmp_path / "runs" / "plan" / "s4").glob("*.restart_below2")}
     assert below == {"rlGX": "", "rlGY": "0.9"}  # the control keeps the usual restarts
+
+
+def test_the_second_weak_wins_phase_can_cost_a_missed_win(tmp_path: Path) -> None:
+    _plan_logs(tmp_path, "weakwins2", SEEDS="4", SEED_GPUS="0", OTHER_MIN_P="0", OTHER_MISSED_WIN_PENALTY="0.3")
+    runs = tmp_path / "runs" / "plan" / "s4"
+    cost = {p.stem: p.read_text().strip() for p in runs.glob("*.missed_win_penalty")}
+    assert cost == {"rlGX": "", "rlGY": "0.3"}  # the control keeps the reference rubric
+    assert {p.stem: p.read_text().strip() for p in runs.glob("*.restart_below2")} == {"rlGX": "", "rlGY": ""}
 
 
 def test_the_weak_wins_phase_at_two_learning_rates_from_one_first_phase(tmp_path: Path) -> None:
