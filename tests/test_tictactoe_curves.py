@@ -3,6 +3,7 @@ phase counted on from the step its first phase ended at, and the figure drawn fr
 
 from __future__ import annotations
 
+import csv
 import re
 import shlex
 from pathlib import Path
@@ -103,3 +104,30 @@ def test_every_panel_of_the_results_has_a_title_that_names_its_seed() -> None:
     assert curves.panel_title("odd_one") == "seed odd_one"
     seeds = {r["seed"] for r in curves.select(ROOT / "docs" / "results" / "tictactoe-exact" / "exact_curves.csv")}
     assert sorted(x for x in seeds if not (x[:1] == "s" and x[1:].isdigit()) and x not in curves.TITLES) == []
+
+
+def test_the_curves_script_skips_torn_and_nan_lines_and_never_adds_a_point_twice(tmp_path) -> None:
+    """scripts/tictactoe_curves.py `add`: rows without an exact evaluation, a torn last line (a
+    run killed mid-write) and NaN are skipped; a second phase continues the line from its first
+    step, and a point the CSV already has is not added again."""
+    header = "step," + ",".join(curves.SOURCE.values())
+    run = tmp_path / "run"
+    run.mkdir()
+    lines = [header, "0,2,0,91,0.1,99,1", "10,,,,,,", "20,nan,0,91,0,99,1", "40,1,0,92.5,0,100,0", "60,0,0"]
+    (run / "metrics.csv").write_text("\n".join(lines))
+    table = tmp_path / "curves.csv"
+    assert curves.add(table, run, "0", "o", "v") == 2
+    assert curves.add(table, run, "0", "o", "v") == 0
+    assert curves.add(table, run, "0", "o", "v", 40) == 1  # its step 0 is step 40, already there
+    with table.open() as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["step"], r["lost_games"]) for r in rows] == [("0", "2"), ("40", "1"), ("80", "1")]
+    # plot's choice of lines and panels: a label's part, and seeds by the start of their name
+    curves.add(table, run, "weak", "o", "v, lr 4e-5")
+    curves.add(table, run, "weak1", "o", "v, lr 4e-5")
+    assert {r["seed"] for r in curves.select(table, "lr 4e-5")} == {"weak", "weak1"}
+    assert {r["seed"] for r in curves.select(table, "", "weak")} == {"weak", "weak1"}
+    assert {r["seed"] for r in curves.select(table, "", "0")} == {"0"}
+    assert curves.select(table, "lr 4e-5", "0") == []
+    with pytest.raises(SystemExit, match="no line"):
+        curves.plot(table, tmp_path / "none.png", "lr 4e-5", "0")
