@@ -459,8 +459,8 @@ start() {
       # (66 lost games, 83.88% wins; the control 48, 85.82%): drawn games filled the restart pool.
       # 17.6 GPU-minutes for the seed with both mixed phases side by side. OTHER_MISSED_WIN_PENALTY
       # (e.g. 0.3): rlGY2 trains with the env's missed_win_penalty, a game that leaves a win on the
-      # board costs that much (12-17% of the mixed phase's games on seed 4's control, a CPU probe of
-      # two steps); not run yet.
+      # board costs that much (0.12-0.17 missed wins a game in the mixed phase from seed 4's
+      # control, a CPU probe of two steps); not run yet.
       # OTHER="" leaves rlGY out: rlGX alone a seed, e.g. two seeds a GPU (SEED_GPUS="0 0"; with
       # TEACHER=limit, WEAK_STEPS=250, seeds 2 and 3, run 2026-12-02: 4.1-4.3 s a step side by side,
       # too slow for one session's device time; seed 2 alone reached 86.98% wins, 93.12% draws)

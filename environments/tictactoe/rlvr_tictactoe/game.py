@@ -196,7 +196,7 @@ def move_rng(example_seed: int, board: Sequence[str]) -> random.Random:
 
 
 def _wins_at_once(board: Board, mark: str) -> bool:
-    return any(winner(board[:c] + (mark,) + board[c + 1 :]) == mark for c, v in enumerate(board) if v == EMPTY)
+    return bool(winning_cells(board, mark))
 
 
 def _deep_losses(board: Board, replier: str) -> int:

@@ -149,18 +149,17 @@ def missed_wins(state: GameState) -> float:
     return float(state.missed_wins)
 
 
-def penalty_if_any(metric: RewardFn, penalty: float) -> RewardFn:
-    """-`penalty` for a game whose count `metric` is above 0, else 0: an env option's reward term,
-    not in the reference rubric (`claim_penalty` on `false_claims`, `missed_win_penalty` on
-    `missed_wins`). Taking a win at once is always a best move, so `missed_win_penalty` never
-    steers away from the best play.
+def penalty_if_any(name: str, metric: RewardFn, penalty: float) -> RewardFn:
+    """The reward term `name`: -`penalty` for a game whose count `metric` is above 0, else 0 (an
+    env option, not in the reference rubric: `claim_penalty` on `false_claims`,
+    `missed_win_penalty` on `missed_wins`). Taking a win at once is always a best move, so
+    `missed_win_penalty` never steers away from the best play.
 
     >>> from rlvr import Task
-    >>> term = penalty_if_any(missed_wins, 0.3)
+    >>> term = penalty_if_any("missed_win_penalty", missed_wins, 0.3)
     >>> term.__name__, [term(GameState(task=Task("t"), missed_wins=n)) for n in (0, 2)]
     ('missed_win_penalty', [0.0, -0.3])
     """
-    name = {false_claims: "claim_penalty", missed_wins: "missed_win_penalty"}[metric]
 
     def term(state: GameState) -> float:
         return -penalty if metric(state) else 0.0
@@ -192,9 +191,10 @@ def make_rubric(loss_reward: float = 0.0, claim_penalty: float = 0.0, missed_win
     metrics: list[RewardFn] = [win, draw, loss, timeout, invalid_moves, turns, false_claims, missed_wins]
     funcs: list[RewardFn] = [outcome_reward(loss_reward), format_reward, invalid_move_penalty]
     weights = list(WEIGHTS.values())
-    for metric, penalty in ((false_claims, claim_penalty), (missed_wins, missed_win_penalty)):
+    options = (("claim_penalty", false_claims, claim_penalty), ("missed_win_penalty", missed_wins, missed_win_penalty))
+    for name, metric, penalty in options:
         if penalty:  # (the reference rubric has neither term)
-            funcs.append(penalty_if_any(metric, penalty))
+            funcs.append(penalty_if_any(name, metric, penalty))
             weights.append(1.0)
     return Rubric([*funcs, *metrics], weights=[*weights, *[0.0] * len(metrics)], parser=PARSER)
 
