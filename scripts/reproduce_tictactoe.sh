@@ -55,6 +55,7 @@ RL2_OPENING_PLIES=${RL2_OPENING_PLIES:-0}; RL2_RANDOM_REPLIES=${RL2_RANDOM_REPLI
 LOSS_REWARD=${LOSS_REWARD:-0.0}
 CLAIM_PENALTY=${CLAIM_PENALTY:-}   # the env's claim_penalty: a reply whose reasoning misstates the board costs this (unset: the reference rubric)
 MISSED_WIN_PENALTY=${MISSED_WIN_PENALTY:-}   # the env's missed_win_penalty: a game that leaves a win on the board costs this (unset: the reference rubric)
+TURN_CREDIT=${TURN_CREDIT:-}   # rlvr train --turn-credit: the weight of the env's turn scores (tic-tac-toe: -1 a turn that leaves a win on the board)
 TRAP_PROB=${TRAP_PROB:-1.0}   # how often the opponent's best move is a trap (env option trap_prob)
 OPENING_PLIES=${OPENING_PLIES:-4}   # training games may start after up to this many random moves
 OPENING_HISTORY=${OPENING_HISTORY:-false}   # true: such starts are shown as the conversation that led there
@@ -142,7 +143,7 @@ rl() {  # rl NAME FROM STEPS MIN_P MAX_P LR TEMPERATURE BUCKETS OPENING_PLIES RA
       --eval-every "$EVAL_EVERY" --eval-tasks "$EVAL_TASKS" --save-every "$EVAL_EVERY" $RL_DEVICE_FLAGS $RL_EXTRA \
       --restart-frac "$RESTART_FRAC" --restart-below "$below" --restart-points "$RESTART_POINTS" \
       ${KEEP_BEST:+--keep-best "$KEEP_BEST"} ${RESTART_UNSURE:+--restart-unsure "$RESTART_UNSURE"} \
-      ${RESTART_EXPLORE:+--restart-explore "$RESTART_EXPLORE"} \
+      ${RESTART_EXPLORE:+--restart-explore "$RESTART_EXPLORE"} ${TURN_CREDIT:+--turn-credit "$TURN_CREDIT"} \
       ${RESTART_EXPLORE_WEIGHT:+--restart-explore-weight "$RESTART_EXPLORE_WEIGHT"}
     done_in "$name"
   fi

@@ -92,7 +92,8 @@
 #   weakwins2 one GPU a seed: plan weakwins's first phase, then two second phases side by side from
 #          it (variable PHASE1_FROM of a variant): p in [0, 0.7] in 8 buckets, and p = 0.7 alone (or
 #          p in [OTHER_MIN_P, 0.7] in OTHER_BUCKETS, at OTHER_LR; both at lr 1e-5 by default; the
-#          second restarting below OTHER_RESTART_BELOW, or with OTHER_MISSED_WIN_PENALTY, if set;
+#          second restarting below OTHER_RESTART_BELOW, with OTHER_MISSED_WIN_PENALTY or with
+#          OTHER_TURN_CREDIT, if set;
 #          OTHER="": the first of them alone)
 #   weakwins3 plan weakwins2 whose second phases are both the mix, at lr 1e-5 and at WINS_LR (3e-5)
 #   unbeatable one run a seed: RECIPE=unbeatable as it is, RL_STEPS (300)
@@ -459,15 +460,18 @@ start() {
       # (66 lost games, 83.88% wins; the control 48, 85.82%): drawn games filled the restart pool.
       # 17.6 GPU-minutes for the seed with both mixed phases side by side. OTHER_MISSED_WIN_PENALTY
       # (e.g. 0.3): rlGY2 trains with the env's missed_win_penalty, a game that leaves a win on the
-      # board costs that much (0.12-0.17 missed wins a game in the mixed phase from seed 4's
-      # control, a CPU probe of two steps); not run yet.
+      # board costs that much. Run 2026-12-03 at 0.3 from seed 4's first phase at step 125 (its
+      # best; carried in, bf16): missed wins a game in training 0.123 against the control's 0.128
+      # over steps 51-100, the term moved nothing it aims at. OTHER_TURN_CREDIT (e.g. 1): rlGY2
+      # trains with --turn-credit, the env's turn score (-1 a turn that leaves a win on the board)
+      # on that turn's advantage alone instead of the whole game's; not run yet.
       # OTHER="" leaves rlGY out: rlGX alone a seed, e.g. two seeds a GPU (SEED_GPUS="0 0"; with
       # TEACHER=limit, WEAK_STEPS=250, seeds 2 and 3, run 2026-12-02: 4.1-4.3 s a step side by side,
       # too slow for one session's device time; seed 2 alone reached 86.98% wins, 93.12% draws)
       export FIRST_STAGES="base sft" LAST_STAGES=""
       local runs=("rlGX RL2_MIN_P=0 RL2_BUCKETS=8 RL2_LR=1e-5")
       [ -n "${OTHER-1}" ] && runs+=(
-        "rlGY PHASE1_FROM=rlGX RL2_MIN_P=${OTHER_MIN_P:-0.7} RL2_BUCKETS=${OTHER_BUCKETS:-1} RL2_LR=${OTHER_LR:-1e-5}${OTHER_RESTART_BELOW:+ RL2_RESTART_BELOW=$OTHER_RESTART_BELOW}${OTHER_MISSED_WIN_PENALTY:+ MISSED_WIN_PENALTY=$OTHER_MISSED_WIN_PENALTY}")
+        "rlGY PHASE1_FROM=rlGX RL2_MIN_P=${OTHER_MIN_P:-0.7} RL2_BUCKETS=${OTHER_BUCKETS:-1} RL2_LR=${OTHER_LR:-1e-5}${OTHER_RESTART_BELOW:+ RL2_RESTART_BELOW=$OTHER_RESTART_BELOW}${OTHER_MISSED_WIN_PENALTY:+ MISSED_WIN_PENALTY=$OTHER_MISSED_WIN_PENALTY}${OTHER_TURN_CREDIT:+ TURN_CREDIT=$OTHER_TURN_CREDIT}")
       per_seed "$weak_greedy RL_STEPS=${WEAK_STEPS:-300} RL2_STEPS=${WINS_STEPS:-100} RL2_MAX_P=0.7 RESTART_EXPLORE=2" \
         "${runs[@]}" ;;
     unbeatable|mix|habit|habit2|habitwins|limit)  # RECIPE=unbeatable, one run a seed from a new SFT model each (SEEDS, SEED_GPUS:

@@ -292,12 +292,15 @@ def test_tictactoe_two_step_smoke_through_the_cli(tiny, tmp_path, capsys) -> Non
         "0.5",
         "--restart-greedy",
         "2",
+        "--turn-credit",  # (the env's turn scores: a turn that leaves a win on the board)
+        "1",
     ]
     assert main(argv) == 0, capsys.readouterr().err
     printed = capsys.readouterr().out
     assert "step 2/2  reward" in printed and "opponent=optimal" in printed
     rows = list(csv.DictReader((out / "metrics.csv").read_text().splitlines()))
     assert [r["step"] for r in rows] == ["0.0", "1.0", "2.0"]
+    assert all(float(r["turn/scored"]) > 0 for r in rows[1:])  # every trained turn got its score
     last = rows[-1]
     for name in (
         "reward/mean",

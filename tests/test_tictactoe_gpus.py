@@ -2,8 +2,8 @@
 run gets, and that a plan it cannot run is refused at once with its reason and a non-zero status.
 
 The stand-in `scripts/reproduce_tictactoe.sh` (in a copy of the scripts folder) only writes the
-variables the real one reads (RL2_RESTART_BELOW and MISSED_WIN_PENALTY to files of their own), and the SFT model's marker
-file the later variants wait for.
+variables the real one reads (RL2_RESTART_BELOW, MISSED_WIN_PENALTY and TURN_CREDIT to files of their
+own), and the SFT model's marker file the later variants wait for.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ FAKE = """\
 echo "GPU=$CUDA_VISIBLE_DEVICES SEED=$SEED RL=$RL_NAME STEPS=$RL_STEPS K=${RESTART_EXPLORE:-} P=${RL_MIN_P:-}-${RL_MAX_P:-} B=${BUCKETS:-} RL2=$RL2_STEPS P2=${RL2_MIN_P:-}-${RL2_MAX_P:-} B2=${RL2_BUCKETS:-} LR2=${RL2_LR:-} EVERY=${EVAL_EVERY:-} KEEP=${KEEP_BEST:-} TEACHER=${TEACHER:-} STAGES=$EVAL_STAGES"
 echo "${RL2_RESTART_BELOW:-}" > "$OUT_DIR/$RL_NAME.restart_below2"
 echo "${MISSED_WIN_PENALTY:-}" > "$OUT_DIR/$RL_NAME.missed_win_penalty"
+echo "${TURN_CREDIT:-}" > "$OUT_DIR/$RL_NAME.turn_credit"
 mkdir -p "$OUT_DIR/sft/final"; touch "$OUT_DIR/sft/final/config.json"
 [ -e "$OUT_DIR/$RL_NAME" ] || { mkdir -p "$OUT_DIR/$RL_NAME/final"; touch "$OUT_DIR/$RL_NAME/final/config.json"; }
 """
@@ -221,12 +222,15 @@ def test_the_second_weak_wins_phase_can_restart_draws_too(tmp_path: Path) -> Non
     assert below == {"rlGX": "", "rlGY": "0.9"}  # the control keeps the usual restarts
 
 
-def test_the_second_weak_wins_phase_can_cost_a_missed_win(tmp_path: Path) -> None:
-    _plan_logs(tmp_path, "weakwins2", SEEDS="4", SEED_GPUS="0", OTHER_MIN_P="0", OTHER_MISSED_WIN_PENALTY="0.3")
+@pytest.mark.parametrize("option", ["missed_win_penalty", "turn_credit"])
+def test_the_second_weak_wins_phase_can_cost_a_missed_win(tmp_path: Path, option: str) -> None:
+    """By the game's reward (OTHER_MISSED_WIN_PENALTY) or by the turn's (OTHER_TURN_CREDIT), in the
+    second phase alone; the control keeps the reference rubric and the other option stays unset."""
+    _plan_logs(tmp_path, "weakwins2", SEEDS="4", SEED_GPUS="0", OTHER_MIN_P="0", **{f"OTHER_{option.upper()}": "0.3"})
     runs = tmp_path / "runs" / "plan" / "s4"
-    cost = {p.stem: p.read_text().strip() for p in runs.glob("*.missed_win_penalty")}
-    assert cost == {"rlGX": "", "rlGY": "0.3"}  # the control keeps the reference rubric
-    assert {p.stem: p.read_text().strip() for p in runs.glob("*.restart_below2")} == {"rlGX": "", "rlGY": ""}
+    for name in ("missed_win_penalty", "turn_credit", "restart_below2"):
+        got = {p.stem: p.read_text().strip() for p in runs.glob(f"*.{name}")}
+        assert got == {"rlGX": "", "rlGY": "0.3" if name == option else ""}
 
 
 def test_the_weak_wins_phase_at_two_learning_rates_from_one_first_phase(tmp_path: Path) -> None:

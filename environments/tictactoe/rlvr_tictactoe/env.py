@@ -146,8 +146,7 @@ class TicTacToeEnv(MultiTurnEnv[GameState]):
         if cell is None:
             state.invalid_moves += 1
             return [_user(board_view(f"Invalid move: {error}. Try again.", state.board))]
-        wins = winning_cells(state.board, "X")
-        if wins and cell not in wins:  # a win left on the board (a metric; a cost with missed_win_penalty)
+        if missed_win(state.board, cell):  # a metric; a cost with missed_win_penalty, a turn score (turn_rewards)
             state.missed_wins += 1
         state.board = apply_move(state.board, cell, "X")
         state.moves.append(cell)
@@ -207,32 +206,34 @@ class TicTacToeEnv(MultiTurnEnv[GameState]):
     def restart_tasks(self, task: Task, rollout: Rollout) -> list[Task]:
         """The game of `rollout` again from before each of the model's moves after its first,
         where the game was still open: the conversation up to there as the prompt, the board
-        in the task (its seed, hence the opponent's replies on a board, unchanged). The turns
-        are replayed through `read_move` against the recorded moves; a record that does not
-        match them (or a line of exact evaluation) gives none."""
-        moves, board = rollout.info.get("moves"), tuple(task.info["board"])
-        if "line" in task.info or not isinstance(moves, list):
-            return []
-        prompt, played, out = list(task.prompt), 0, []
-        for turn in rollout.turns:
-            message = turn.completion.message()
-            cell, _ = read_move(str(message.get("content") or ""), board)
-            prompt += [message, *turn.env_messages]
+        in the task (its seed, hence the opponent's replies on a board, unchanged). A record
+        that does not match the turns (`replay`) or a line of exact evaluation gives none."""
+        replayed = replay(task, rollout) if "line" not in task.info else None
+        prompt, out = list(task.prompt), []
+        for turn, (_, cell, board, played) in zip(rollout.turns, replayed or []):
+            prompt += [turn.completion.message(), *turn.env_messages]
             if cell is None:
                 continue
-            if played >= len(moves) or moves[played] != cell:
-                return []
-            board, played = apply_move(board, cell, "X"), played + 1
-            if played < len(moves):  # the opponent replied
-                try:
-                    board, played = apply_move(board, moves[played], "O"), played + 1
-                except ValueError:  # not a free cell: not this game's record
-                    return []
             if game_outcome(board) is not None:
                 break
             info = {**task.info, "board": "".join(board)}
             out.append(Task(id=f"{task.id}@{played}", prompt=tuple(prompt), info=info, seed=task.seed))
         return out
+
+    def turn_rewards(self, task: Task, rollout: Rollout) -> list[float] | None:
+        """-1 for each model turn whose accepted move left a win on the board for another cell
+        (the metric `missed_wins`, `game.winning_cells`), 0 for every other turn; the trainer's
+        `turn_credit` adds them, normalised within the group, to those turns' advantages alone.
+        Why: a missed win rarely costs the game at once (a later move may still win, or the
+        draw scores 0.7 beside a win's 1.2), and the episode's advantage is shared by all its
+        turns, so the decision that gave up the win is barely told apart from the rest. Taking
+        a win at once is always a best move, so the score never points away from the best
+        play. None when the record does not match the turns (`replay`)."""
+        replayed = replay(task, rollout)
+        if replayed is None:
+            return None
+        scores = [-1.0 if cell is not None and missed_win(before, cell) else 0.0 for before, cell, _, _ in replayed]
+        return scores + [0.0] * (len(rollout.turns) - len(scores))
 
     def other_replies(self, task: Task) -> list[str]:
         """The replies the trainer's `restart_explore` may give at a restart: every move the
@@ -289,6 +290,44 @@ class TicTacToeEnv(MultiTurnEnv[GameState]):
 
 def _user(content: str) -> dict[str, str]:
     return {"role": "user", "content": content}
+
+
+def missed_win(board: Board, cell: int) -> bool:
+    """Whether X taking `cell` on `board` leaves a win on the board (a cell where X completes a
+    line at once) untaken.
+
+    >>> missed_win(tuple("XX OO    "), 5), missed_win(tuple("XX OO    "), 2), missed_win(EMPTY_BOARD, 4)
+    (True, False, False)
+    """
+    wins = winning_cells(board, "X")
+    return bool(wins) and cell not in wins
+
+
+def replay(task: Task, rollout: Rollout) -> list[tuple[Board, int | None, Board, int]] | None:
+    """Each model turn of `rollout` up to the game's end, replayed through `read_move` against
+    its recorded moves (`rollout.info["moves"]`): the board the turn saw, the cell it took
+    (None: rejected), the board after it and the opponent's reply, and the number of recorded
+    moves played by then. None when the record does not match the turns."""
+    moves, board = rollout.info.get("moves"), tuple(task.info["board"])
+    if not isinstance(moves, list):
+        return None
+    played, out = 0, []
+    for turn in rollout.turns:
+        before = board
+        cell, _ = read_move(str(turn.completion.message().get("content") or ""), board)
+        if cell is not None:
+            if played >= len(moves) or moves[played] != cell:
+                return None
+            board, played = apply_move(board, cell, "X"), played + 1
+            if played < len(moves) and game_outcome(board) is None:  # the opponent replied
+                try:
+                    board, played = apply_move(board, moves[played], "O"), played + 1
+                except ValueError:  # not a free cell: not this game's record
+                    return None
+        out.append((before, cell, board, played))
+        if game_outcome(board) is not None:
+            break
+    return out
 
 
 # ---- entry point ----------------------------------------------------------------------------

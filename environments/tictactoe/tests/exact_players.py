@@ -1,12 +1,13 @@
-"""Deterministic scripted players for the exact-evaluation tests, and `exact`: one played over the
-whole game tree through the real env, messages and engine."""
+"""Deterministic scripted players for the tic-tac-toe tests, `exact` (one played over the whole
+game tree through the real env, messages and engine), and `win_cells`, the tests' own count of the
+cells that win at once."""
 
 from __future__ import annotations
 
 import asyncio
 
 from rlvr_tictactoe import load_environment
-from rlvr_tictactoe.game import EMPTY_BOARD, apply_move, best_moves, legal_moves, parse_board
+from rlvr_tictactoe.game import EMPTY_BOARD, LINES, apply_move, best_moves, legal_moves, parse_board
 
 from rlvr import Policy
 from rlvr.exact import ExactResult, enumerate_games
@@ -23,6 +24,17 @@ def as_policy(choose) -> Policy:
         return f"<think>scripted</think>\n<move>{cell}</move>"
 
     return Policy(play, name="scripted")
+
+
+def win_cells(board) -> set[int]:
+    """The cells where X completes a line at once, counted from the lines (not through the
+    env's `winning_cells`, which the tests check)."""
+    found = set()
+    for line in LINES:
+        marks = [board[i] for i in line]
+        if marks.count("X") == 2 and marks.count(" ") == 1:
+            found.add(line[marks.index(" ")])
+    return found
 
 
 def first_best(board) -> int:

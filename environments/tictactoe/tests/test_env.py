@@ -8,6 +8,7 @@ import re
 from collections import Counter
 
 import pytest
+from exact_players import win_cells
 from rlvr_tictactoe import GameState, load_environment
 from rlvr_tictactoe.env import make_task, read_move
 from rlvr_tictactoe.game import (
@@ -556,16 +557,8 @@ def test_false_claims_are_counted_always_and_cost_only_with_claim_penalty():
 
 def test_missed_wins_are_counted_always_and_cost_only_with_missed_win_penalty():
     """A player that takes the first free cell misses exactly its turns where X could complete a
-    line elsewhere (counted here from the lines, not through `winning_cells`); one that takes a
-    win when there is one misses none. A metric everywhere, a reward term only with the option."""
-
-    def win_cells(board) -> set[int]:
-        cells = set()
-        for line in LINES:
-            marks = [board[i] for i in line]
-            if marks.count("X") == 2 and marks.count(" ") == 1:
-                cells.add(line[marks.index(" ")])
-        return cells
+    line elsewhere (`win_cells`: counted from the lines, not through `winning_cells`); one that
+    takes a win when there is one misses none. A metric everywhere, a reward term only with the option."""
 
     seen: list[bool] = []
 

@@ -1,10 +1,11 @@
-"""Restarts of tic-tac-toe games (the trainer's restart_frac) and the other replies a restart
-may be given (restart_explore)."""
+"""The trainer's hooks that replay a tic-tac-toe game's turns: restarts (restart_frac), the
+other replies a restart may be given (restart_explore), and the turn scores (turn_credit)."""
 
 from __future__ import annotations
 
 import asyncio
 
+from exact_players import win_cells
 from rlvr_tictactoe import load_environment
 from rlvr_tictactoe.env import read_move
 from rlvr_tictactoe.game import parse_board, teacher_replies
@@ -93,3 +94,46 @@ def test_restart_points_skip_rejected_turns_and_refuse_a_record_that_does_not_ma
         forged = type(game)(**{**game.__dict__, "info": {**game.info, "moves": [moves[0], bad, *moves[2:]]}})
         assert env.restart_tasks(task, forged) == []
     assert env.restart_tasks(env.tree_roots(0)[0], game) == []  # a line of exact evaluation
+
+
+# ---- turn scores (the trainer's turn_credit) -------------------------------------------------
+
+
+def test_turn_scores_mark_exactly_the_turns_that_leave_a_win_on_the_board():
+    """A first-free-cell player, every third reply rejected: a turn scores -1 exactly when the
+    board it was shown (read back from the conversation) had a cell completing an X line (`win_cells`,
+    counted from the lines) and the turn took another cell; rejected turns and the rest score 0,
+    one score a turn, and the scores add up to the game's `missed_wins` metric."""
+
+    calls: list[int] = []
+
+    def sloppy(board, rng) -> str:
+        calls.append(1)
+        return "<move>9</move>" if len(calls) % 3 == 0 else first_free(board, rng)
+
+    env = load_environment(opponent="random", eval_tasks=60)
+    tasks = env.tasks("eval")
+    missed = rejected = 0
+    for game, task in zip(play(env, scripted(sloppy), tasks), tasks, strict=True):
+        scores = env.turn_rewards(task, game)
+        assert scores is not None and len(scores) == len(game.turns)
+        shown = [m["content"] for m, reply in zip(game.messages, game.messages[1:]) if reply["role"] == "assistant"]
+        for score, before, turn in zip(scores, shown, game.turns, strict=True):
+            board = parse_board(before)
+            cell, _ = read_move(str(turn.completion.message()["content"]), board)
+            wins = win_cells(board)
+            assert score == (-1.0 if cell is not None and wins and cell not in wins else 0.0)
+            rejected += cell is None
+        assert -sum(scores) == game.rewards["missed_wins"]
+        missed += game.rewards["missed_wins"]
+    assert missed > 0 and rejected > 0
+
+    def greedy(board, rng) -> str:
+        cell = min(win_cells(board), default=board.index(" "))
+        return f"<think>a win if there is one</think><move>{cell}</move>"
+
+    games = play(env, scripted(greedy), tasks)
+    assert all(env.turn_rewards(t, g) == [0.0] * len(g.turns) for g, t in zip(games, tasks, strict=True))
+    game, task = games[0], tasks[0]
+    forged = type(game)(**{**game.__dict__, "info": {**game.info, "moves": [9, *game.info["moves"][1:]]}})
+    assert env.turn_rewards(task, forged) is None  # a record that does not match its turns: no scores

@@ -129,7 +129,7 @@ class TrainConfig:
     restart_explore_weight: float = 1.0
     """the advantage on a given reply's own tokens (restart_explore) is multiplied by this; the rest of its episode keeps the whole. A reply the policy almost never samples is given far more often than sampled, and its gradient is far larger (tictactoe: 470x a sampled reply's), so below 1 it no longer sets the step's direction alone; 1 = trained as if sampled"""
     turn_credit: float = 0.0
-    """weight of the env's score of each model turn (turn_rewards, e.g. the scaffold's guess game), normalised within the group and added to that turn's advantage alone, where the episode's reward is shared by all its turns; 0 = off"""
+    """weight of the env's score of each model turn (turn_rewards, e.g. the scaffold's guess game or tic-tac-toe's missed wins), normalised within the group and added to that turn's advantage alone, where the episode's reward is shared by all its turns; 0 = off"""
     ema_decay: float = 0.0
     """evaluate and export an exponential moving average of the weights, average = decay * average + (1 - decay) * weights after every step (e.g. 0.98: about the last 50 steps); training uses the current weights; 0 = off"""
     mask_truncated: bool = False
