@@ -56,6 +56,7 @@ TITLES = {
     "weak_l2": "weak start on the limit player, SFT seed 2",
     "weak_l3": "weak start on the limit player, SFT seed 3",
     "weak_w5": "weak start, plan weakwins2, SFT seed 4",
+    "weak_w6": "weak start, plan weakwins2, SFT seed 4 again",
     "shipped": "RL 2, 3 and 4 of the shipped model",
 }
 
