@@ -16,6 +16,7 @@ pytest.importorskip("reverse_text")
 from rlvr.check import check_env
 from rlvr.cli import main
 from rlvr.engine import run_rollouts
+from rlvr.envs.multiturn import MultiTurnEnv
 from rlvr.errors import UsageError
 from rlvr.mixture import EnvGroup
 from rlvr.registry import load_environment
@@ -202,6 +203,12 @@ def test_a_mixture_scores_turns_through_the_member_that_played() -> None:
     """The trainer's turn_credit on a mixture: the member's own turn scores of its task (the
     member's id, not the mixture's); a mixture whose members score no turns says so."""
     ttt, rev = members()
+    assert EnvGroup([ttt, rev]).scores_turns  # tic-tac-toe scores its turns (missed wins)
+
+    class Unscored(type(ttt)):
+        turn_rewards = MultiTurnEnv.turn_rewards
+
+    ttt.__class__ = Unscored
     assert not EnvGroup([ttt, rev]).scores_turns
 
     class Scored(type(ttt)):
