@@ -58,7 +58,15 @@ from collections import Counter
 from pathlib import Path
 
 from rlvr_tictactoe import tree
-from rlvr_tictactoe.game import EMPTY_BOARD, Board, apply_move, claim_truth, habit_moves, legal_moves, winner
+from rlvr_tictactoe.game import (
+    EMPTY_BOARD,
+    Board,
+    apply_move,
+    claim_truth,
+    habit_moves,
+    legal_moves,
+    winning_cells,
+)
 from rlvr_tictactoe.rewards import parse
 from rlvr_tictactoe.tasks import game_outcome, reply_prob
 
@@ -235,9 +243,7 @@ def decision_kind(gap: tree.Gap) -> str:
     if gap.move is None:
         return KINDS[5]
     board = board_after(gap.line)
-    free = legal_moves(board)
-    wins = [c for c in free if winner(apply_move(board, c, "X")) == "X"]
-    blocks = [c for c in free if winner(apply_move(board, c, "O")) == "O"]
+    wins, blocks = winning_cells(board, "X"), winning_cells(board, "O")
     if wins:
         return KINDS[0] if gap.move in blocks else KINDS[1]
     if blocks:

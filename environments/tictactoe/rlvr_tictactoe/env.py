@@ -35,11 +35,11 @@ from rlvr_tictactoe.game import (
     Board,
     apply_move,
     claim_truth,
+    missed_win,
     move_rng,
     opponent_move,
     render,
     teacher_replies,
-    winning_cells,
 )
 from rlvr_tictactoe.rewards import PARSER, GameState, make_rubric, parse, summarize
 from rlvr_tictactoe.tasks import board_view, game_outcome, make_task, opening_task, reply_prob
@@ -222,7 +222,7 @@ class TicTacToeEnv(MultiTurnEnv[GameState]):
 
     def turn_rewards(self, task: Task, rollout: Rollout) -> list[float] | None:
         """-1 for each model turn whose accepted move left a win on the board for another cell
-        (the metric `missed_wins`, `game.winning_cells`), 0 for every other turn; the trainer's
+        (the metric `missed_wins`, `game.missed_win`), 0 for every other turn; the trainer's
         `turn_credit` adds them, normalised within the group, to those turns' advantages alone.
         Why: a missed win rarely costs the game at once (a later move may still win, or the
         draw scores 0.7 beside a win's 1.2), and the episode's advantage is shared by all its
@@ -290,17 +290,6 @@ class TicTacToeEnv(MultiTurnEnv[GameState]):
 
 def _user(content: str) -> dict[str, str]:
     return {"role": "user", "content": content}
-
-
-def missed_win(board: Board, cell: int) -> bool:
-    """Whether X taking `cell` on `board` leaves a win on the board (a cell where X completes a
-    line at once) untaken.
-
-    >>> missed_win(tuple("XX OO    "), 5), missed_win(tuple("XX OO    "), 2), missed_win(EMPTY_BOARD, 4)
-    (True, False, False)
-    """
-    wins = winning_cells(board, "X")
-    return bool(wins) and cell not in wins
 
 
 def replay(task: Task, rollout: Rollout) -> list[tuple[Board, int | None, Board, int]] | None:

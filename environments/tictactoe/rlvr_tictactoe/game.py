@@ -195,10 +195,6 @@ def move_rng(example_seed: int, board: Sequence[str]) -> random.Random:
     return random.Random(int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big"))
 
 
-def _wins_at_once(board: Board, mark: str) -> bool:
-    return bool(winning_cells(board, mark))
-
-
 def _deep_losses(board: Board, replier: str) -> int:
     """How many of `replier`'s moves lose against perfect play without losing at once (a fork
     two moves on, not a missed block: blocks are what every player learns first)."""
@@ -206,7 +202,7 @@ def _deep_losses(board: Board, replier: str) -> int:
     for r, c in enumerate(board):
         if c == EMPTY:
             after = board[:r] + (replier,) + board[r + 1 :]
-            count += winner(after) is None and _solve(after, mover)[0] > 0 and not _wins_at_once(after, mover)
+            count += winner(after) is None and _solve(after, mover)[0] > 0 and not winning_cells(after, mover)
     return count
 
 
@@ -281,6 +277,17 @@ def winning_cells(board: Sequence[str], mark: str) -> set[int]:
     ([2], [5])
     """
     return {cell for cell, _ in _completing_cells(board, mark)}
+
+
+def missed_win(board: Sequence[str], cell: int, mark: str = "X") -> bool:
+    """Whether `mark` taking `cell` on `board` leaves a win on the board untaken (a cell of
+    `winning_cells`, not this one).
+
+    >>> missed_win("XX OO    ", 5), missed_win("XX OO    ", 2), missed_win("         ", 4)
+    (True, False, False)
+    """
+    wins = winning_cells(board, mark)
+    return bool(wins) and cell not in wins
 
 
 def _line(line: tuple[int, ...]) -> str:

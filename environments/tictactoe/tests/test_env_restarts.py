@@ -100,16 +100,17 @@ def test_restart_points_skip_rejected_turns_and_refuse_a_record_that_does_not_ma
 
 
 def test_turn_scores_mark_exactly_the_turns_that_leave_a_win_on_the_board():
-    """A first-free-cell player, every third reply rejected: a turn scores -1 exactly when the
+    """A first-free-cell player, every third reply rejected (hostile text): a turn scores -1 exactly when the
     board it was shown (read back from the conversation) had a cell completing an X line (`win_cells`,
     counted from the lines) and the turn took another cell; rejected turns and the rest score 0,
     one score a turn, and the scores add up to the game's `missed_wins` metric."""
 
     calls: list[int] = []
+    hostile = ["<move>9</move>", "\ud800<move>\ud800</move>", "<think>" + "<move>4" * 20_000, "<move>nan</move>"]
 
-    def sloppy(board, rng) -> str:
+    def sloppy(board, rng) -> str:  # every third reply rejected: off the board, a lone surrogate, unclosed, NaN
         calls.append(1)
-        return "<move>9</move>" if len(calls) % 3 == 0 else first_free(board, rng)
+        return hostile[len(calls) // 3 % len(hostile)] if len(calls) % 3 == 0 else first_free(board, rng)
 
     env = load_environment(opponent="random", eval_tasks=60)
     tasks = env.tasks("eval")
