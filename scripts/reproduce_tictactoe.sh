@@ -92,12 +92,13 @@ log() { printf '\n== %s [%s]\n' "$*" "$(date +%H:%M:%S)"; }
 stamp() { date +%s > "$OUT/$1.start"; }
 done_in() { echo $(( $(date +%s) - $(cat "$OUT/$1.start") )) > "$OUT/$1.seconds"; }
 
-# 1. base model: random weights, tokenizer trained on tic-tac-toe text. Steps 1 and 2 only feed
-# SFT (and the base's own evaluation): skipped where the SFT model is there, e.g. RL from the
-# shipped model, whose variants side by side (tictactoe_gpus.sh) would otherwise write one file together
-sft_done() { [ -f "$OUT/sft/final/config.json" ]; }
+# 1. base model: random weights, tokenizer trained on tic-tac-toe text. Steps 1 to 3 only feed
+# RL's first phase (and the base's own evaluation): skipped where the SFT model is there, e.g. RL
+# from the shipped model, whose variants side by side (tictactoe_gpus.sh) would otherwise write one
+# file together, or where the first phase is done (its final model restored alone: tictactoe_gpus.sh restore)
+sft_done() { [ -f "$OUT/sft/final/config.json" ] || [ -f "$OUT/$RL_NAME/final/config.json" ]; }
 made_by=$(cat "$OUT/teacher.name" 2>/dev/null || echo teacher)   # the SFT data's player (none recorded: teacher)
-if { [ -f "$OUT/teacher.jsonl" ] || sft_done; } && [ "$made_by" != "$TEACHER" ]; then  # a resume would reuse it
+if { [ -f "$OUT/teacher.jsonl" ] || [ -f "$OUT/sft/final/config.json" ]; } && [ "$made_by" != "$TEACHER" ]; then  # a resume would reuse it
   echo "reproduce_tictactoe.sh: $OUT's SFT data came from policy:$made_by, not TEACHER=$TEACHER: use another OUT_DIR" >&2
   exit 2
 fi
@@ -119,7 +120,7 @@ if [ ! -f "$OUT/teacher.jsonl" ] && ! sft_done; then
 fi
 
 # 3. SFT warm-up
-if [ ! -f "$OUT/sft/final/config.json" ]; then
+if ! sft_done; then
   log "SFT ($SFT_STEPS steps x $SFT_BATCH)"; stamp sft
   resume=""; [ -d "$OUT/sft/checkpoints" ] && resume="--resume"
   rlvr sft --model "$OUT/base" --data "$OUT/teacher.jsonl" -o "$OUT/sft" $resume -q \

@@ -9,13 +9,21 @@
 #                                            # so: a machine lost between calls keeps nothing);
 #                                            # with BUNDLE=1, also `bundle "$(best)" DIR` (the
 #                                            # idle release is 30 s: a run's weights may not wait
-#                                            # for the next call)
+#                                            # for the next call); with BUNDLE_FROM=SEED/RUN (e.g.
+#                                            # s2/rlGX), also RUN's first-phase final model, once
+#                                            # there, into DIR/SEED-RUN: what its second phases
+#                                            # start from (`restore` it on the next machine)
 #   scripts/tictactoe_gpus.sh collect DIR    # tables, metrics, logs, exact summaries, plots -> DIR/runs.tgz
 #                                            # (wait's collection leaves the plots out: a short reply)
 #   scripts/tictactoe_gpus.sh ship MODEL DIR # a model folder (best's answer) in bfloat16, shards under 15 MB
 #   scripts/tictactoe_gpus.sh bundle MODEL DIR  # ship MODEL, as DIR/model.tar.00, .01, ... (15 MB
 #                                            # each: $OUT takes 8 files, a model folder has 9);
 #                                            # back here: cat DIR/model.tar.* | tar x -C DEST
+#   scripts/tictactoe_gpus.sh restore DIR RUNS/SEED/RUN  # a bundle as RUN's final model, from which
+#                                            # `start` runs only the second phases: the pipeline
+#                                            # skips base, data and SFT where RUN's first phase
+#                                            # is done (carry the folder to the device: `run`'s
+#                                            # carry, 64 MiB in all)
 #   scripts/tictactoe_gpus.sh summary        # every stage's exact table, kept bests, exact curves
 #   scripts/tictactoe_gpus.sh best           # the RL model (final, or a kept best) losing the fewest games,
 #                                            # then with the fewest rejected-move games, then most
@@ -140,9 +148,9 @@ job() {  # job GPU NAME "SHARED VARS" "VARIANT VARS" ...: one seed's SFT, then i
       [ -n "${KEEP_BEST:-}" ] && rl="$rl$(printf ' %s.best' $rl)"  # and each phase's kept best (a selection)
       if [ $first = 1 ]; then
         export EVAL_STAGES="${FIRST_STAGES-base sft} $rl ${LAST_STAGES-teacher}"
-      else  # the later variants start from the first one's SFT model
+      else  # the later variants start from the first one's SFT model (a phase 2 alone: from its phase 1, above)
         export EVAL_STAGES="$rl"
-        wait_for "$out/sft/final/config.json"
+        [ -n "${PHASE1_FROM:-}" ] || wait_for "$out/sft/final/config.json"
       fi
       bash scripts/reproduce_tictactoe.sh > "$out/pipeline-$variant.log" 2>&1
     ) &
@@ -574,6 +582,13 @@ case ${1:-} in
         best=$(bash "$0" best)
         if [ -n "$best" ]; then bash "$0" bundle "$best" "$3"; else echo "no RL model evaluated yet: nothing bundled"; fi
       fi
+      if [ -n "${BUNDLE_FROM:-}" ]; then  # and a first phase's final model, where second phases start
+        if [ -f "$ROOT/$BUNDLE_FROM/final/config.json" ]; then
+          bash "$0" bundle "$ROOT/$BUNDLE_FROM/final" "$3/${BUNDLE_FROM//\//-}"
+        else
+          echo "no $ROOT/$BUNDLE_FROM/final yet: not bundled"
+        fi
+      fi
     fi ;;
   collect) collect "$2" "${3:-}" ;;
   summary)  # every exact table of the plan's stages, the kept bests, and each run's exact curve
@@ -667,5 +682,14 @@ EOF
     bash "$0" ship "$2" "$tmp/model" \
       && tar cf - -C "$tmp" model | split -b 15M -d - "$tmp/model.tar." \
       && rm -f "$3"/model.tar.* && mv "$tmp"/model.tar.* "$3"/ && rm -rf "$tmp" && ls -l "$3"/model.tar.* ;;
+  restore)  # restore DIR RUN: DIR's bundle (model.tar.*) as RUN/final, unpacked beside it, then moved in
+    [ -n "${3:-}" ] && compgen -G "${2:-}/model.tar.*" > /dev/null \
+      || { echo "restore DIR RUN: no bundle (model.tar.*) in '${2:-}'" >&2; exit 2; }
+    [ -e "$3/final" ] && { echo "restore: $3/final is there already: not replaced" >&2; exit 2; }
+    mkdir -p "$3" && tmp=$(mktemp -d "$3/.restore.XXXXXX") || exit 1
+    trap 'rm -rf "$tmp"' EXIT
+    cat "$2"/model.tar.* | tar x -C "$tmp" && [ -f "$tmp/model/config.json" ] \
+      || { echo "restore: $2's bundle holds no model folder (cut short?)" >&2; exit 1; }
+    mv "$tmp/model" "$3/final" && echo "restored $2 -> $3/final" ;;
   *) awk 'NR > 1 && /^#$/ && ++blank == 2 { exit } NR > 1' "$0"; exit 2 ;;  # the header up to its plans
 esac

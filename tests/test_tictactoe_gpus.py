@@ -3,7 +3,9 @@ run gets, and that a plan it cannot run is refused at once with its reason and a
 
 The stand-in `scripts/reproduce_tictactoe.sh` (in a copy of the scripts folder) only writes the
 variables the real one reads (RL2_RESTART_BELOW, MISSED_WIN_PENALTY and TURN_CREDIT to files of their
-own), and the SFT model's marker file the later variants wait for.
+own), and the SFT model's marker file the later variants wait for (not where the first phase is
+there already, restored: the real one skips SFT then). The real pipeline runs once, with `rlvr` a
+stand-in that logs its calls.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ echo "GPU=$CUDA_VISIBLE_DEVICES SEED=$SEED RL=$RL_NAME STEPS=$RL_STEPS K=${RESTA
 echo "${RL2_RESTART_BELOW:-}" > "$OUT_DIR/$RL_NAME.restart_below2"
 echo "${MISSED_WIN_PENALTY:-}" > "$OUT_DIR/$RL_NAME.missed_win_penalty"
 echo "${TURN_CREDIT:-}" > "$OUT_DIR/$RL_NAME.turn_credit"
-mkdir -p "$OUT_DIR/sft/final"; touch "$OUT_DIR/sft/final/config.json"
+[ -f "$OUT_DIR/$RL_NAME/final/config.json" ] || { mkdir -p "$OUT_DIR/sft/final"; touch "$OUT_DIR/sft/final/config.json"; }
 [ -e "$OUT_DIR/$RL_NAME" ] || { mkdir -p "$OUT_DIR/$RL_NAME/final"; touch "$OUT_DIR/$RL_NAME/final/config.json"; }
 """
 
@@ -373,7 +375,7 @@ def test_without_a_command_the_usage_lists_every_command_and_stops_before_the_pl
     assert proc.returncode == 2 and "Plans" not in proc.stdout
     script = (ROOT / "scripts" / "tictactoe_gpus.sh").read_text()
     commands = set(re.findall(r"^  ([a-z]+)\)", script, re.MULTILINE))
-    assert commands == {"start", "wait", "collect", "summary", "best", "ship", "bundle"}
+    assert commands == {"start", "wait", "collect", "summary", "best", "ship", "bundle", "restore"}
     for command in commands:
         assert f"scripts/tictactoe_gpus.sh {command}" in proc.stdout, command
 
@@ -405,3 +407,131 @@ def test_wait_with_bundle_brings_the_best_weights_back_with_the_runs(tmp_path: P
         "model.tar.02",
         "runs.tgz",
     ]
+
+
+def test_wait_with_bundle_from_brings_a_first_phases_final_model_back_for_restore(tmp_path: Path) -> None:
+    """BUNDLE_FROM=SEED/RUN: the first phase's final model too (what second phases start from), into
+    DIR/SEED-RUN; `restore` makes it RUN's final model on the next machine, the weights unchanged."""
+    pytest.importorskip("torch")
+    safetensors = pytest.importorskip("safetensors.torch")
+    path = {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    proc = _gpus(tmp_path, "wait", "0", "out", BUNDLE_FROM="s8/rlLM", **path)
+    assert proc.returncode == 0 and "no runs/plan/s8/rlLM/final yet: not bundled" in proc.stdout
+    final = tmp_path / "runs" / "plan" / "s8" / "rlLM" / "final"
+    shutil.copytree(ROOT / "models" / "tictactoe-tiny", final)
+    proc = _gpus(tmp_path, "wait", "0", "out", BUNDLE_FROM="s8/rlLM", **path)
+    assert proc.returncode == 0, proc.stderr
+    assert len(list((tmp_path / "out" / "s8-rlLM").glob("model.tar.*"))) == 3
+    run = tmp_path / "elsewhere" / "s8" / "rlLM"
+    proc = _gpus(tmp_path, "restore", str(tmp_path / "out" / "s8-rlLM"), str(run))
+    assert proc.returncode == 0, proc.stderr
+
+    def weights(folder: Path) -> dict:
+        return {k: v for f in sorted(folder.glob("*.safetensors")) for k, v in safetensors.load_file(f).items()}
+
+    shipped, restored = weights(final), weights(run / "final")
+    assert shipped.keys() == restored.keys()
+    assert all(restored[k].equal(shipped[k].to(restored[k].dtype)) for k in shipped)  # bf16 both ways
+
+
+def _bundle_of(tmp_path: Path, folder: Path, parts: int = 3) -> Path:
+    """`bundle`'s output for a model folder (a tar of `model/`, split), made here without torch."""
+    data = io.BytesIO()
+    with tarfile.open(fileobj=data, mode="w") as tar:
+        tar.add(folder, arcname="model")
+    blob, out = data.getvalue(), tmp_path / "bundle"
+    out.mkdir()
+    size = -(-len(blob) // parts)
+    for i in range(parts):
+        (out / f"model.tar.{i:02d}").write_bytes(blob[i * size : (i + 1) * size])
+    return out
+
+
+def test_restore_puts_a_bundle_back_as_a_runs_final_model(tmp_path: Path) -> None:
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text('{"model_type": "llama"}')
+    (model / "model.safetensors").write_bytes(os.urandom(50_000))
+    bundle = _bundle_of(tmp_path, model)
+    run = tmp_path / "runs" / "plan" / "s2" / "rlGX"
+    proc = _gpus(tmp_path, "restore", str(bundle), str(run))
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in run.iterdir()) == ["final"]  # nothing half-made left beside it
+    for name in ("config.json", "model.safetensors"):
+        assert (run / "final" / name).read_bytes() == (model / name).read_bytes()
+    again = _gpus(tmp_path, "restore", str(bundle), str(run))  # a model there is never overwritten
+    assert again.returncode == 2 and "there already" in again.stderr
+    shutil.rmtree(run)
+    (bundle / "model.tar.02").unlink()  # a bundle cut short: refused, and no final model
+    cut = _gpus(tmp_path, "restore", str(bundle), str(run))
+    assert cut.returncode == 1 and "cut short" in cut.stderr
+    assert list(run.iterdir()) == []
+    for args in ((str(tmp_path / "nowhere"), str(run)), (str(bundle),)):
+        proc = _gpus(tmp_path, "restore", *args)
+        assert proc.returncode == 2 and "no bundle" in proc.stderr
+
+
+def test_a_second_phase_from_a_restored_first_phase_waits_for_no_sft(tmp_path: Path) -> None:
+    """The first phase's final model restored alone (no SFT model on this machine): both second
+    phases start, the other arm too, which would otherwise wait for an SFT model never made."""
+    final = tmp_path / "runs" / "plan" / "s2" / "rlGX" / "final"
+    final.mkdir(parents=True)
+    (final / "config.json").write_text("{}")
+    logs = _plan_logs(tmp_path, "weakwins2", SEEDS="2", SEED_GPUS="0")
+    assert list(logs) == ["s2/pipeline-rlGX.log", "s2/pipeline-rlGY.log"]
+    assert not (tmp_path / "runs" / "plan" / "s2" / "sft").exists()
+
+
+STUB_RLVR = """#!/usr/bin/env bash
+echo "$*" >> "$RLVR_CALLS"
+out=""; prev=""
+for a in "$@"; do case $prev in -o|--output-dir) out=$a ;; esac; prev=$a; done
+case $1 in
+  model) mkdir -p "$out"; echo {} > "$out/config.json" ;;
+  gen) touch "$out" ;;
+  sft|train) mkdir -p "$out/final"; echo {} > "$out/final/config.json" ;;
+  eval) mkdir -p "$out"; echo '{"status": "complete"}' > "$out/metadata.json" ;;
+esac
+"""
+
+
+@pytest.mark.parametrize("restored", [False, True])
+def test_the_pipeline_skips_base_data_and_sft_where_the_first_phase_is_restored(tmp_path: Path, restored: bool) -> None:
+    """The real scripts/reproduce_tictactoe.sh, its `rlvr` a stand-in that logs each call: with RUN's
+    first phase there (restored), it trains only the second phase, from that model."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "rlvr").write_text(STUB_RLVR)
+    (bin_dir / "rlvr").chmod(0o755)
+    out = tmp_path / "runs" / "s2"
+    if restored:
+        (out / "rlGX" / "final").mkdir(parents=True)
+        (out / "rlGX" / "final" / "config.json").write_text("{}")
+    calls = tmp_path / "calls.log"
+    proc = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "reproduce_tictactoe.sh")],
+        cwd=ROOT,
+        env=os.environ
+        | {
+            "PATH": os.pathsep.join([str(bin_dir), str(Path(sys.executable).parent), os.environ["PATH"]]),
+            "RLVR_CALLS": str(calls),
+            "OUT_DIR": str(out),
+            "RL_NAME": "rlGX",
+            "SCALE": "smoke",
+            "TEACHER": "limit",
+            "EVAL_STAGES": "base sft rlGX rlGX2",
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    commands = [line.split()[0] for line in calls.read_text().splitlines()]
+    trained = [line for line in calls.read_text().splitlines() if line.startswith("train")]
+    if restored:
+        assert "sft" not in commands and "gen" not in commands
+        assert commands.count("model") == 1  # the base model, built for its evaluation (EVAL_STAGES)
+        assert len(trained) == 1 and f"--model {out}/rlGX/final --output-dir {out}/rlGX2 " in trained[0]
+    else:
+        assert commands[:3] == ["model", "gen", "sft"]
+        assert [t.split("--output-dir ")[1].split()[0] for t in trained] == [f"{out}/rlGX", f"{out}/rlGX2"]
