@@ -57,6 +57,7 @@ TITLES = {
     "weak_l3": "weak start on the limit player, SFT seed 3",
     "weak_w5": "weak start, plan weakwins2, SFT seed 4",
     "weak_w6": "weak start, plan weakwins2, SFT seed 4 again",
+    "weak_w7": "weak start, plan weakwins2, SFT seed 2 again",
     "shipped": "RL 2, 3 and 4 of the shipped model",
 }
 
