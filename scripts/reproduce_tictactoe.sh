@@ -102,7 +102,9 @@ if { [ -f "$OUT/teacher.jsonl" ] || [ -f "$OUT/sft/final/config.json" ]; } && [ 
   echo "reproduce_tictactoe.sh: $OUT's SFT data came from policy:$made_by, not TEACHER=$TEACHER: use another OUT_DIR" >&2
   exit 2
 fi
-if [ ! -f "$OUT/base/config.json" ] && { ! sft_done || [[ " $EVAL_STAGES " == *" base "* ]]; }; then
+if [ ! -f "$OUT/base/config.json" ] \
+  && { ! sft_done || { [[ " $EVAL_STAGES " == *" base "* ]] && [ -f "$OUT/sft/final/config.json" ]; }; }; then
+  # (a restored first phase alone: a base model made here now is not the one it came from)
   log "base model ($PRESET)"; stamp base
   rlvr model new --preset "$PRESET" --corpus tictactoe --seed "$SEED" -o "$OUT/base"
   done_in base

@@ -495,18 +495,20 @@ esac
 """
 
 
-@pytest.mark.parametrize("restored", [False, True])
-def test_the_pipeline_skips_base_data_and_sft_where_the_first_phase_is_restored(tmp_path: Path, restored: bool) -> None:
+@pytest.mark.parametrize("there", ["nothing", "sft", "phase 1"])
+def test_the_pipeline_skips_base_data_and_sft_where_the_first_phase_is_restored(tmp_path: Path, there: str) -> None:
     """The real scripts/reproduce_tictactoe.sh, its `rlvr` a stand-in that logs each call: with RUN's
-    first phase there (restored), it trains only the second phase, from that model."""
+    first phase there (restored), it trains only the second phase, from that model; with the SFT
+    model there, both phases, and the base model only for its evaluation."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "rlvr").write_text(STUB_RLVR)
     (bin_dir / "rlvr").chmod(0o755)
     out = tmp_path / "runs" / "s2"
-    if restored:
-        (out / "rlGX" / "final").mkdir(parents=True)
-        (out / "rlGX" / "final" / "config.json").write_text("{}")
+    if there != "nothing":
+        folder = out / ("sft" if there == "sft" else "rlGX") / "final"
+        folder.mkdir(parents=True)
+        (folder / "config.json").write_text("{}")
     calls = tmp_path / "calls.log"
     proc = subprocess.run(
         ["bash", str(ROOT / "scripts" / "reproduce_tictactoe.sh")],
@@ -518,7 +520,7 @@ def test_the_pipeline_skips_base_data_and_sft_where_the_first_phase_is_restored(
             "OUT_DIR": str(out),
             "RL_NAME": "rlGX",
             "SCALE": "smoke",
-            "TEACHER": "limit",
+            "TEACHER": "teacher" if there == "sft" else "limit",
             "EVAL_STAGES": "base sft rlGX rlGX2",
         },
         capture_output=True,
@@ -527,11 +529,15 @@ def test_the_pipeline_skips_base_data_and_sft_where_the_first_phase_is_restored(
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     commands = [line.split()[0] for line in calls.read_text().splitlines()]
-    trained = [line for line in calls.read_text().splitlines() if line.startswith("train")]
-    if restored:
-        assert "sft" not in commands and "gen" not in commands
-        assert commands.count("model") == 1  # the base model, built for its evaluation (EVAL_STAGES)
-        assert len(trained) == 1 and f"--model {out}/rlGX/final --output-dir {out}/rlGX2 " in trained[0]
+    trained = [
+        line.split("--output-dir ")[1].split()[0] for line in calls.read_text().splitlines() if line.startswith("train")
+    ]
+    made = [c for c in commands if c != "eval"]
+    if (
+        there == "phase 1"
+    ):  # no base model either, though EVAL_STAGES names it: one made now is not the one it came from
+        assert made == ["train"] and trained == [f"{out}/rlGX2"]
+        assert f"--model {out}/rlGX/final --output-dir {out}/rlGX2 " in calls.read_text()
     else:
-        assert commands[:3] == ["model", "gen", "sft"]
-        assert [t.split("--output-dir ")[1].split()[0] for t in trained] == [f"{out}/rlGX", f"{out}/rlGX2"]
+        assert made == (["model", "gen", "sft"] if there == "nothing" else ["model"]) + ["train", "train"]
+        assert trained == [f"{out}/rlGX", f"{out}/rlGX2"]
