@@ -70,6 +70,7 @@ RESTART_UNSURE=${RESTART_UNSURE:-}   # with greedy probes: also restart before t
 RESTART_EXPLORE=${RESTART_EXPLORE:-}   # in each restart's group, this many rollouts are given a move the teacher might make there
 RESTART_EXPLORE_WEIGHT=${RESTART_EXPLORE_WEIGHT:-}   # with RESTART_EXPLORE: the advantage on a given move's own tokens is multiplied by this
 KEEP_BEST=${KEEP_BEST:-}   # e.g. min:exact/beaten_games: also keep RUN/best, evaluated as stage RUN.best (a selection)
+RL2_KEEP_BEST=${RL2_KEEP_BEST:-$KEEP_BEST}   # phase 2's, e.g. "exact/optimal/draw_pct>=97,max:exact/random/win_pct"
 RL_EXTRA=${RL_EXTRA:-}   # more `rlvr train` flags for the RL phases, e.g. "--kl-coef 0.05"
 SFT_EXTRA=${SFT_EXTRA:-}   # more `rlvr sft` flags, e.g. --deterministic (on a GPU: the same SFT model for a seed every time)
 EXACT=${EXACT:-1}   # 0: no exact evaluation (the smoke scale, where a barely trained model is slow to walk)
@@ -85,7 +86,7 @@ else
   BATCH=${BATCH:-256}; GROUP=${GROUP:-8}; BUCKETS=${BUCKETS:-8}; RL2_BUCKETS=${RL2_BUCKETS:-1}
   EVAL_GAMES=${EVAL_GAMES:-200}; EVAL_TASKS=${EVAL_TASKS:-64}; EVAL_EVERY=${EVAL_EVERY:-20}
 fi
-[ "$EXACT" = 1 ] || KEEP_BEST=""   # a kept best is chosen by exact evaluations: none at the smoke scale
+[ "$EXACT" = 1 ] || KEEP_BEST="" RL2_KEEP_BEST=""   # a kept best is chosen by exact evaluations: none at the smoke scale
 RL_DEVICE_FLAGS=${DEVICE_FLAGS:---no-bf16}   # rlvr train's bf16 is automatic (on with a CUDA GPU); no flags kept it off
 mkdir -p "$OUT"
 log() { printf '\n== %s [%s]\n' "$*" "$(date +%H:%M:%S)"; }
@@ -133,8 +134,8 @@ if ! sft_done; then
 fi
 
 # 4. RL: opponents of mixed strength, stratified batches, exact evaluation every EVAL_EVERY steps
-rl() {  # rl NAME FROM STEPS MIN_P MAX_P LR TEMPERATURE BUCKETS OPENING_PLIES RANDOM_REPLIES RESTART_BELOW
-  local name=$1 from=$2 steps=$3 low=$4 high=$5 lr=$6 temp=$7 buckets=$8 plies=$9 replies=${10} below=${11}
+rl() {  # rl NAME FROM STEPS MIN_P MAX_P LR TEMPERATURE BUCKETS OPENING_PLIES RANDOM_REPLIES RESTART_BELOW KEEP_BEST
+  local name=$1 from=$2 steps=$3 low=$4 high=$5 lr=$6 temp=$7 buckets=$8 plies=$9 replies=${10} below=${11} keep=${12}
   if [ "$steps" -gt 0 ] && [ -f "$from/config.json" ] && [ ! -f "$OUT/$name/final/config.json" ]; then
     local env_args="{\"min_random_move_prob\": $low, \"max_random_move_prob\": $high, \"loss_reward\": $LOSS_REWARD, \"trap_prob\": $TRAP_PROB, \"opening_plies\": $plies, \"opening_history\": $OPENING_HISTORY, \"random_replies\": $replies${PROBE_REPLIES:+, \"probe_random_replies\": $PROBE_REPLIES}${PROBE_SHARE:+, \"probe_random_share\": $PROBE_SHARE}${CLAIM_PENALTY:+, \"claim_penalty\": $CLAIM_PENALTY}${MISSED_WIN_PENALTY:+, \"missed_win_penalty\": $MISSED_WIN_PENALTY}}"
     log "RL $name ($steps steps, $env_args, lr $lr, T $temp)"; stamp "$name"
@@ -145,16 +146,16 @@ rl() {  # rl NAME FROM STEPS MIN_P MAX_P LR TEMPERATURE BUCKETS OPENING_PLIES RA
       --eval-env-args '[{"opponent": "random"}, {"opponent": "optimal"}]' $([ "$EXACT" = 1 ] && echo --eval-exact) \
       --eval-every "$EVAL_EVERY" --eval-tasks "$EVAL_TASKS" --save-every "$EVAL_EVERY" $RL_DEVICE_FLAGS $RL_EXTRA \
       --restart-frac "$RESTART_FRAC" --restart-below "$below" --restart-points "$RESTART_POINTS" \
-      ${KEEP_BEST:+--keep-best "$KEEP_BEST"} ${RESTART_UNSURE:+--restart-unsure "$RESTART_UNSURE"} \
+      ${keep:+--keep-best "$keep"} ${RESTART_UNSURE:+--restart-unsure "$RESTART_UNSURE"} \
       ${RESTART_EXPLORE:+--restart-explore "$RESTART_EXPLORE"} ${TURN_CREDIT:+--turn-credit "$TURN_CREDIT"} \
       ${RESTART_EXPLORE_WEIGHT:+--restart-explore-weight "$RESTART_EXPLORE_WEIGHT"}
     done_in "$name"
   fi
 }
 rl "$RL_NAME" "$OUT/sft/final" "$RL_STEPS" "$RL_MIN_P" "$RL_MAX_P" "$RL_LR" "$RL_TEMP" "$BUCKETS" "$OPENING_PLIES" "$RANDOM_REPLIES" \
-  "$RESTART_BELOW"
+  "$RESTART_BELOW" "$KEEP_BEST"
 rl "${RL_NAME}2" "$OUT/$RL_NAME/final" "$RL2_STEPS" "$RL2_MIN_P" "$RL2_MAX_P" "$RL2_LR" "$RL2_TEMP" "$RL2_BUCKETS" \
-  "$RL2_OPENING_PLIES" "$RL2_RANDOM_REPLIES" "$RL2_RESTART_BELOW"
+  "$RL2_OPENING_PLIES" "$RL2_RANDOM_REPLIES" "$RL2_RESTART_BELOW" "$RL2_KEEP_BEST"
 
 # 5. evaluation of every stage: exact (the whole game tree, greedy), and 200-game greedy samples
 #    on held-out seeds against the random and the optimal opponent (the reference's columns).

@@ -674,8 +674,9 @@ def test_keep_best_keeps_the_model_of_the_best_evaluation_and_resumes_the_compar
 
 
 def test_keep_best_refuses_a_metric_the_run_does_not_have_before_training(tiny, tmp_path) -> None:
-    with pytest.raises(UsageError, match="min:METRIC or max:METRIC"):
-        config(tiny, tmp_path / "r0", keep_best="lowest:loss")
+    for bad in ("lowest:loss", "x>=", "x>=ninety", ">=97", "x=>97", "x>=nan", "x<=inf", "max:", "max:x,,min:y"):
+        with pytest.raises(UsageError, match="min:METRIC, max:METRIC, METRIC>=NUMBER or METRIC<=NUMBER"):
+            config(tiny, tmp_path / "r0", keep_best=bad)
     with pytest.raises(UsageError, match="keep_best needs evaluations"):
         config(tiny, tmp_path / "r1", keep_best="min:loss/policy")
     with pytest.raises(UsageError, match="no evaluation metric eval/nope.*eval/default/reward/mean"):
@@ -704,6 +705,45 @@ def test_keep_best_ties_go_to_the_later_step_and_nan_is_never_best(tmp_path) -> 
         (tmp_path / "keep_best.json").write_text(broken)  # cut short, not a record, a hostile value
         with pytest.raises(UsageError, match="is not a keep_best record"):
             KeepBest("min:exact/beaten_games,max:exact/random/win_pct", tmp_path)
+
+
+def test_keep_best_floors_and_ceilings_gate_before_the_entries_after_them(tmp_path) -> None:
+    """`METRIC>=X`: an evaluation that meets the floor beats one that misses it, whatever comes
+    after; among those that meet it (or miss it) the next entries decide."""
+    from rlvr.train.best import KeepBest
+
+    spec = "exact/optimal/draw_pct>=97, max:exact/random/win_pct"
+    keep = KeepBest(spec, tmp_path)
+
+    def seen(draws: float, wins: float, step: int = 0) -> bool:
+        metrics = {"exact/optimal/draw_pct": draws, "exact/random/win_pct": wins}
+        if not keep.better(metrics):
+            return False
+        for name, text in keep.record(step, metrics).items():
+            (tmp_path / name).write_text(text)
+        return True
+
+    assert seen(96.9, 92.0)  # the first evaluation
+    assert seen(97.2, 88.5)  # meets the floor: beats more wins below it
+    assert not seen(96.99, 99.0) and not seen(math.nan, 99.0)  # misses it (a NaN misses it)
+    assert not seen(97.5, 88.4) and seen(98.3, 88.75)  # both meet it: the most wins
+    assert seen(97.0, 88.75)  # the floor itself meets it; a tie on every entry goes to the later step
+    kept = json.loads((tmp_path / "keep_best.json").read_text())
+    assert kept == {
+        "keep_best": "exact/optimal/draw_pct>=97,max:exact/random/win_pct",
+        "step": 0,
+        "metrics": {"exact/optimal/draw_pct": 97.0, "exact/random/win_pct": 88.75},
+    }
+    assert KeepBest("exact/optimal/draw_pct >= 97.0,max:exact/random/win_pct", tmp_path).best == (0.0, -88.75)
+    assert KeepBest("exact/optimal/draw_pct>=98,max:exact/random/win_pct", tmp_path).best is None  # another floor
+    ceiling = KeepBest("exact/beaten_games<=20,max:exact/random/win_pct", tmp_path / "c")
+    assert ceiling.better({"exact/beaten_games": 25, "exact/random/win_pct": 90.0})
+    ceiling.record(1, {"exact/beaten_games": 25, "exact/random/win_pct": 90.0})
+    assert ceiling.better({"exact/beaten_games": 20, "exact/random/win_pct": 80.0})
+    ceiling.record(2, {"exact/beaten_games": 20, "exact/random/win_pct": 80.0})
+    assert not ceiling.better({"exact/beaten_games": 21, "exact/random/win_pct": 95.0})
+    named = KeepBest("eval/opponent=optimal/outcome/draw_pct>=97", tmp_path / "n")  # a name with '=' in it
+    assert named.order == [(">=", "eval/opponent=optimal/outcome/draw_pct", 97.0)]
 
 
 def test_a_kill_while_keeping_a_model_leaves_the_previous_model_and_its_record(tiny, tmp_path) -> None:

@@ -2,8 +2,8 @@
 run gets, and that a plan it cannot run is refused at once with its reason and a non-zero status.
 
 The stand-in `scripts/reproduce_tictactoe.sh` (in a copy of the scripts folder) only writes the
-variables the real one reads (RL2_RESTART_BELOW, MISSED_WIN_PENALTY and TURN_CREDIT to files of their
-own), and the SFT model's marker file the later variants wait for (not where the first phase is
+variables the real one reads (RL2_RESTART_BELOW, MISSED_WIN_PENALTY, TURN_CREDIT and RL2_KEEP_BEST
+to files of their own), and the SFT model's marker file the later variants wait for (not where the first phase is
 there already, restored: the real one skips SFT then). The real pipeline runs once, with `rlvr` a
 stand-in that logs its calls.
 """
@@ -29,6 +29,7 @@ echo "GPU=$CUDA_VISIBLE_DEVICES SEED=$SEED RL=$RL_NAME STEPS=$RL_STEPS K=${RESTA
 echo "${RL2_RESTART_BELOW:-}" > "$OUT_DIR/$RL_NAME.restart_below2"
 echo "${MISSED_WIN_PENALTY:-}" > "$OUT_DIR/$RL_NAME.missed_win_penalty"
 echo "${TURN_CREDIT:-}" > "$OUT_DIR/$RL_NAME.turn_credit"
+echo "${RL2_KEEP_BEST:-}" > "$OUT_DIR/$RL_NAME.keep2"
 [ -f "$OUT_DIR/$RL_NAME/final/config.json" ] || { mkdir -p "$OUT_DIR/sft/final"; touch "$OUT_DIR/sft/final/config.json"; }
 [ -e "$OUT_DIR/$RL_NAME" ] || { mkdir -p "$OUT_DIR/$RL_NAME/final"; touch "$OUT_DIR/$RL_NAME/final/config.json"; }
 """
@@ -110,6 +111,9 @@ def test_two_second_phases_share_one_first_phase(tmp_path: Path) -> None:
     assert second.endswith("STAGES=rlGY2 rlGY2.best")  # its phase 1 is rlGX's, evaluated there
     link = tmp_path / "runs" / "plan" / "s2" / "rlGY"
     assert link.is_symlink() and os.readlink(link) == "rlGX"
+    for run in ("rlGX", "rlGY"):  # the second phases keep the most wins with the draws held
+        keep2 = (tmp_path / "runs" / "plan" / "s2" / f"{run}.keep2").read_text().strip()
+        assert keep2 == "exact/optimal/draw_pct>=97,max:exact/random/win_pct"
 
 
 def test_the_weak_start_takes_the_teacher_named_outside_the_plan(tmp_path: Path) -> None:
@@ -519,7 +523,9 @@ def test_the_pipeline_skips_base_data_and_sft_where_the_first_phase_is_restored(
             "RLVR_CALLS": str(calls),
             "OUT_DIR": str(out),
             "RL_NAME": "rlGX",
-            "SCALE": "smoke",
+            "SCALE": "full",  # (the stand-in's sizes do not matter; kept bests need exact evaluations)
+            "KEEP_BEST": "min:exact/beaten_games",
+            "RL2_KEEP_BEST": "exact/optimal/draw_pct>=97,max:exact/random/win_pct",
             "TEACHER": "teacher" if there == "sft" else "limit",
             "EVAL_STAGES": "base sft rlGX rlGX2",
         },
@@ -533,9 +539,15 @@ def test_the_pipeline_skips_base_data_and_sft_where_the_first_phase_is_restored(
         line.split("--output-dir ")[1].split()[0] for line in calls.read_text().splitlines() if line.startswith("train")
     ]
     made = [c for c in commands if c != "eval"]
-    if (
-        there == "phase 1"
-    ):  # no base model either, though EVAL_STAGES names it: one made now is not the one it came from
+    keeps = [
+        line.split("--keep-best ")[1].split()[0] for line in calls.read_text().splitlines() if line.startswith("train")
+    ]
+    assert keeps == (["min:exact/beaten_games"] if there != "phase 1" else []) + [
+        "exact/optimal/draw_pct>=97,max:exact/random/win_pct"
+    ]
+    # with the first phase there, no base model either, though EVAL_STAGES names it: one made now is
+    # not the one the run came from
+    if there == "phase 1":
         assert made == ["train"] and trained == [f"{out}/rlGX2"]
         assert f"--model {out}/rlGX/final --output-dir {out}/rlGX2 " in calls.read_text()
     else:

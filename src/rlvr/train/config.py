@@ -169,7 +169,7 @@ class TrainConfig:
     eval_exact: bool = False
     """at every evaluation also play greedily over the env's whole game tree (envs that offer one, e.g. tictactoe): exact rates, no sampling"""
     keep_best: str | None = None
-    """keep the model of the best evaluation in RUN_DIR/best (its step and values in keep_best.json there), e.g. min:exact/beaten_games,max:exact/random/win_pct (later metrics break ties, then the later step); a selection by the evaluation, to be reported as such; None = only final"""
+    """keep the model of the best evaluation in RUN_DIR/best (its step and values in keep_best.json there), e.g. min:exact/beaten_games,max:exact/random/win_pct (later entries break ties, then the later step); METRIC>=X or METRIC<=X is a floor or ceiling: one that meets it beats one that does not, e.g. exact/optimal/draw_pct>=97,max:exact/random/win_pct; a selection by the evaluation, to be reported as such; None = only final"""
     save_every: int | None = 50
     """checkpoint every N steps (and after the last); None = only after the last"""
     vllm_url: str | None = None
