@@ -97,14 +97,15 @@ done_in() { echo $(( $(date +%s) - $(cat "$OUT/$1.start") )) > "$OUT/$1.seconds"
 # RL's first phase (and the base's own evaluation): skipped where the SFT model is there, e.g. RL
 # from the shipped model, whose variants side by side (tictactoe_gpus.sh) would otherwise write one
 # file together, or where the first phase is done (its final model restored alone: tictactoe_gpus.sh restore)
-sft_done() { [ -f "$OUT/sft/final/config.json" ] || [ -f "$OUT/$RL_NAME/final/config.json" ]; }
+have_sft() { [ -f "$OUT/sft/final/config.json" ]; }
+sft_done() { have_sft || [ -f "$OUT/$RL_NAME/final/config.json" ]; }
 made_by=$(cat "$OUT/teacher.name" 2>/dev/null || echo teacher)   # the SFT data's player (none recorded: teacher)
-if { [ -f "$OUT/teacher.jsonl" ] || [ -f "$OUT/sft/final/config.json" ]; } && [ "$made_by" != "$TEACHER" ]; then  # a resume would reuse it
+if { [ -f "$OUT/teacher.jsonl" ] || have_sft; } && [ "$made_by" != "$TEACHER" ]; then  # a resume would reuse it
   echo "reproduce_tictactoe.sh: $OUT's SFT data came from policy:$made_by, not TEACHER=$TEACHER: use another OUT_DIR" >&2
   exit 2
 fi
 if [ ! -f "$OUT/base/config.json" ] \
-  && { ! sft_done || { [[ " $EVAL_STAGES " == *" base "* ]] && [ -f "$OUT/sft/final/config.json" ]; }; }; then
+  && { ! sft_done || { [[ " $EVAL_STAGES " == *" base "* ]] && have_sft; }; }; then
   # (a restored first phase alone: a base model made here now is not the one it came from)
   log "base model ($PRESET)"; stamp base
   rlvr model new --preset "$PRESET" --corpus tictactoe --seed "$SEED" -o "$OUT/base"

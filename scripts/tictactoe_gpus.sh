@@ -145,7 +145,12 @@ job() {  # job GPU NAME "SHARED VARS" "VARIANT VARS" ...: one seed's SFT, then i
         wait_for "$out/$PHASE1_FROM/final/config.json"
         ln -sfn "$PHASE1_FROM" "$out/$variant"; rl="${variant}2"
       fi
-      [ -n "${KEEP_BEST:-}" ] && rl="$rl$(printf ' %s.best' $rl)"  # and each phase's kept best (a selection)
+      local phase keep kept=""  # and each phase's kept best (a selection; phase 2's by RL2_KEEP_BEST where set)
+      for phase in $rl; do
+        keep=${KEEP_BEST:-}; [ "$phase" = "${variant}2" ] && keep=${RL2_KEEP_BEST:-$keep}
+        [ -n "$keep" ] && kept="$kept $phase.best"
+      done
+      rl="$rl$kept"
       if [ $first = 1 ]; then
         export EVAL_STAGES="${FIRST_STAGES-base sft} $rl ${LAST_STAGES-teacher}"
       else  # the later variants start from the first one's SFT model (a phase 2 alone: from its phase 1, above)

@@ -116,6 +116,14 @@ def test_two_second_phases_share_one_first_phase(tmp_path: Path) -> None:
         assert keep2 == "exact/optimal/draw_pct>=97,max:exact/random/win_pct"
 
 
+def test_a_second_phase_kept_by_its_own_rule_is_evaluated_as_a_stage(tmp_path: Path) -> None:
+    """RL2_KEEP_BEST without KEEP_BEST (plan recipe keeps no best): phase 2's kept best is a stage
+    of its own, phase 1 has none."""
+    logs = _plan_logs(tmp_path, "recipe", SEEDS="0", RL2_KEEP_BEST="max:exact/random/win_pct")
+    assert logs["s0/pipeline-rl.log"].endswith("STAGES=sft rl rl2 rl2.best")
+    assert logs["s0/pipeline-rlR.log"].endswith("STAGES=rlR")  # no phase 2 there
+
+
 def test_the_weak_start_takes_the_teacher_named_outside_the_plan(tmp_path: Path) -> None:
     """TEACHER=limit before `start weakwins2`: its 200 SFT games are the limit player's (the plan
     sets no teacher, so both runs' pipelines read it, and the second waits for that SFT model)."""

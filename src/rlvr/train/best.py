@@ -7,8 +7,9 @@ in order (the first entry decides, the next breaks its ties); a tie on every ent
 the later step. An entry `METRIC>=X` (or `METRIC<=X`) is a floor (a ceiling): an evaluation that
 meets it beats one that does not, and two that both meet it, or both miss it, tie there:
 
-    keep_best = "exact/optimal/draw_pct>=97,max:exact/random/win_pct"   # the most wins with the draws held The best model is written to `RUN_DIR/best` (a plain model folder, like
-`final`), and `RUN_DIR/best/keep_best.json` in it names its step and values: both appear at once
+    keep_best = "exact/optimal/draw_pct>=97,max:exact/random/win_pct"   # the most wins with the draws held
+
+The best model is written to `RUN_DIR/best` (a plain model folder, like `final`), and `RUN_DIR/best/keep_best.json` in it names its step and values: both appear at once
 (the folder is renamed into place whole), so a kill never leaves a record of another model. A
 resumed run reads that file, so the comparison goes on where it stopped.
 
@@ -45,9 +46,9 @@ def parse(spec: str) -> list[tuple[str, str, float]]:
 
 
 def _parse_entry(entry: str) -> tuple[str, str, float] | None:
-    how, _, name = entry.partition(":")
-    if how in ("min", "max"):
-        return (how, name, 0.0) if name else None
+    prefix, _, name = entry.partition(":")
+    if prefix in ("min", "max"):
+        return (prefix, name.strip(), 0.0) if name.strip() else None
     for how in (">=", "<="):
         name, found, text = entry.rpartition(how)
         if found:
@@ -94,12 +95,10 @@ class KeepBest:
         key = []
         for how, name, bound in self.order:
             value = float(metrics[name])
-            if how == ">=":
-                key.append(0.0 if value >= bound else 1.0)
-            elif how == "<=":
-                key.append(0.0 if value <= bound else 1.0)
-            else:
+            if how in ("min", "max"):
                 key.append(value if how == "min" else -value)
+            else:  # (a NaN compares false both ways: missed)
+                key.append(0.0 if (value >= bound if how == ">=" else value <= bound) else 1.0)
         return tuple(key)
 
     def better(self, metrics: Mapping[str, float]) -> bool:
