@@ -23,12 +23,16 @@
 #                                            # `start` runs only the second phases: the pipeline
 #                                            # skips base, data and SFT where RUN's first phase
 #                                            # is done (carry the folder to the device: `run`'s
-#                                            # carry, 64 MiB in all)
+#                                            # carry, 64 MiB in all with the tracked tree: move
+#                                            # models/tictactoe-tiny, 34 MB, aside for that call
+#                                            # and back after); RUN/restored_from names DIR
 #   scripts/tictactoe_gpus.sh summary        # every stage's exact table, kept bests, exact curves
 #   scripts/tictactoe_gpus.sh best           # the RL model (final, or a kept best) losing the fewest games,
 #                                            # then with the fewest rejected-move games, then most
-#                                            # wins; a run not yet evaluated (still going) by its
-#                                            # kept best's record
+#                                            # wins; or by BEST_BY, a keep_best order (plans
+#                                            # weakwins2/3: the most wins with >= 97% draws, their
+#                                            # target); a run not yet evaluated (still going) by its
+#                                            # kept best's record; never a restored first phase
 #
 # Plans (docs/RESULTS.md says which produced what; the shipped models/tictactoe-tiny is seed 8 of
 # `limit` (RL_STEPS=60), `rlLM`'s kept best; the one shipped before it seed 0 of `explore`,
@@ -486,7 +490,9 @@ start() {
       # too slow for one session's device time; seed 2 alone reached 86.98% wins, 93.12% draws)
       # The second phases keep the model of the most wins among evaluations with >= 97% draws vs
       # optimal (the weak start's target pair; a selection by the exact evaluation, reported as such).
+      # `best` (so `wait`'s BUNDLE=1 too) answers by that order: the model this plan is after.
       export FIRST_STAGES="base sft" LAST_STAGES=""
+      echo "${weak_target#RL2_KEEP_BEST=}" > "$ROOT/best_by"
       local runs=("rlGX RL2_MIN_P=0 RL2_BUCKETS=8 RL2_LR=1e-5")
       [ -n "${OTHER-1}" ] && runs+=(
         "rlGY PHASE1_FROM=rlGX RL2_MIN_P=${OTHER_MIN_P:-0.7} RL2_BUCKETS=${OTHER_BUCKETS:-1} RL2_LR=${OTHER_LR:-1e-5}${OTHER_RESTART_BELOW:+ RL2_RESTART_BELOW=$OTHER_RESTART_BELOW}${OTHER_MISSED_WIN_PENALTY:+ MISSED_WIN_PENALTY=$OTHER_MISSED_WIN_PENALTY}${OTHER_TURN_CREDIT:+ TURN_CREDIT=$OTHER_TURN_CREDIT}")
@@ -629,11 +635,22 @@ for metrics in sorted(root.glob("*/*/metrics.csv")):
     print(f"{metrics.parent.relative_to(root)} at {at}; lost games by step: {curve}")
 EOF
     ;;
-  best)  # fewest lost games over the whole tree, then fewest with a rejected move, then the
-    # highest exact win rate vs random
-    python3 - "$ROOT" <<'EOF'
-import json, math, sys
+  best)  # by BEST_BY, a keep_best order (min:METRIC, max:METRIC, METRIC>=X, METRIC<=X; the
+    # plan's own where `start` wrote one, RUNS/best_by; else fewest lost games over the whole tree,
+    # then fewest with a rejected move, then the highest exact win rate vs random); a restored
+    # first phase (`restore`: this machine's input, not its work) is never the answer
+    spec=${BEST_BY:-$(cat "$ROOT/best_by" 2> /dev/null)}
+    python3 - "$ROOT" "${spec:-min:exact/beaten_games,min:exact/rejected_move_games,max:exact/random/win_pct}" <<'EOF'
+import json, math, re, sys
 from pathlib import Path
+
+order = []  # (how, metric, bound), as rlvr.train.best reads a keep_best (this python3 may lack rlvr)
+for entry in sys.argv[2].split(","):
+    m = re.fullmatch(r"\s*(?:(min|max):(\S+)|(\S+?)(>=|<=)([-+0-9.eE]+))\s*", entry)
+    try:
+        order.append((m[1], m[2], 0.0) if m[1] else (m[4], m[3], float(m[5])))
+    except (TypeError, ValueError):
+        sys.exit(f"best: BEST_BY {sys.argv[2]!r}: each entry is min:METRIC, max:METRIC, METRIC>=X or METRIC<=X")
 
 def read(path):  # a JSON object, or {} for a file torn, still being written or foreign (said on stderr)
     try:
@@ -645,30 +662,44 @@ def read(path):  # a JSON object, or {} for a file torn, still being written or 
         return {}
     return data
 
-def number(value, worst):  # a count or rate; missing, unreadable or NaN ranks worst
+def number(value):  # a count or rate; missing, unreadable or NaN: None (ranks worst)
     try:
         value = float(value)
     except (TypeError, ValueError):
-        return worst
-    return worst if math.isnan(value) else value
+        return None
+    return None if math.isnan(value) else value
 
-def rank(lost, rejected, win):
-    return (number(lost, math.inf), number(rejected, math.inf), -number(win, -math.inf))
+def rank(metrics):  # lower is better; a floor or ceiling: 0 met, 1 missed (or unknown)
+    key = []
+    for how, name, bound in order:
+        value = number(metrics.get(name))
+        if how in ("min", "max"):
+            key.append(math.inf if value is None else value if how == "min" else -value)
+        else:
+            key.append(0 if value is not None and (value >= bound if how == ">=" else value <= bound) else 1)
+    return tuple(key)
+
+def exact_metrics(exact):  # an exact evaluation's metadata as the trainer names its metrics
+    beaten, rates = exact.get("beaten"), exact.get("rates_pct")
+    out = {"exact/beaten_games": len(beaten) if isinstance(beaten, list) else None,
+           "exact/rejected_move_games": exact.get("rejected_move_games")}
+    for opponent, outcomes in (rates.items() if isinstance(rates, dict) else ()):
+        for outcome, pct in (outcomes.items() if isinstance(outcomes, dict) else ()):
+            out[f"exact/{opponent}/{outcome}_pct"] = pct
+    return out
 
 found = {}  # model folder -> rank: by the pipeline's exact evaluation, else (still running) its kept-best record
 for meta in Path(sys.argv[1]).glob("*/eval/*-exact/metadata.json"):
     stage = meta.parent.name.removesuffix("-exact")
     run = meta.parents[2] / stage.removesuffix(".best") / ("best" if stage.endswith(".best") else "final")
     exact = read(meta).get("exact")
-    if isinstance(exact, dict) and (run / "config.json").exists() and stage not in ("sft", "base", "teacher"):
-        beaten, rates = exact.get("beaten"), exact.get("rates_pct") or {}
-        win = (rates.get("random") or {}).get("win")
-        found[run] = rank(len(beaten) if isinstance(beaten, list) else None, exact.get("rejected_move_games"), win)
+    if (isinstance(exact, dict) and (run / "config.json").exists() and stage not in ("sft", "base", "teacher")
+            and not (run.parent / "restored_from").exists()):
+        found[run] = rank(exact_metrics(exact))
 for kept in Path(sys.argv[1]).glob("*/*/best/keep_best.json"):
-    metrics = read(kept).get("metrics")  # (the metrics its KEEP_BEST names: rejected-move games where named)
+    metrics = read(kept).get("metrics")  # (the metrics its KEEP_BEST names: others rank worst)
     if kept.parent not in found and isinstance(metrics, dict) and (kept.parent / "config.json").exists():
-        names = ("beaten_games", "rejected_move_games", "random/win_pct")
-        found[kept.parent] = rank(*(metrics.get(f"exact/{name}") for name in names))
+        found[kept.parent] = rank(metrics)
 print(min(found, key=lambda run: (found[run], str(run))) if found else "")
 EOF
     ;;
@@ -700,6 +731,6 @@ EOF
     trap 'rm -rf "$tmp"' EXIT
     cat "$2"/model.tar.* | tar x -C "$tmp" && [ -f "$tmp/model/config.json" ] \
       || { echo "restore: $2's bundle holds no model folder (cut short?)" >&2; exit 1; }
-    mv "$tmp/model" "$3/final" && echo "restored $2 -> $3/final" ;;
+    mv "$tmp/model" "$3/final" && echo "$2" > "$3/restored_from" && echo "restored $2 -> $3/final" ;;
   *) awk 'NR > 1 && /^#$/ && ++blank == 2 { exit } NR > 1' "$0"; exit 2 ;;  # the header up to its plans
 esac

@@ -382,6 +382,41 @@ def test_best_ranks_a_nan_win_rate_last(tmp_path: Path) -> None:
     assert _best(tmp_path, files) == "s4/rlH/best"
 
 
+def test_best_by_a_keep_best_order_and_never_a_restored_first_phase(tmp_path: Path) -> None:
+    """BEST_BY (or the plan's RUNS/best_by) ranks by a keep_best order: the most wins among models
+    with >= 97% draws vs optimal, the fewest lost games aside; the first phase restored as this
+    machine's input is evaluated beside its second phases but is never the answer."""
+
+    def exact(lost: int, win: float, draw: float) -> str:
+        rates = {"random": {"win": win}, "optimal": {"draw": draw}}
+        return json.dumps({"exact": {"beaten": ["x"] * lost, "rejected_move_games": 0, "rates_pct": rates}})
+
+    files = {
+        "s2/eval/rlGX-exact/metadata.json": exact(12, 89.59, 99.16),  # the input: fewest lost, restored
+        "s2/rlGX/restored_from": "out/s2-rlGX\n",
+        "s2/eval/rlGX2-exact/metadata.json": exact(18, 89.72, 99.07),
+        "s2/eval/rlGY2-exact/metadata.json": exact(23, 90.09, 98.10),
+        "s2/eval/rlGY2.best-exact/metadata.json": exact(30, 91.00, 96.90),  # more wins, draws below the floor
+    }
+    for run in ("rlGX/final", "rlGX2/final", "rlGY2/final", "rlGY2/best"):
+        files[f"s2/{run}/config.json"] = "{}"
+    assert _best(tmp_path, files) == "s2/rlGX2/final"  # by default the fewest lost, the input passed over
+    wins = "exact/optimal/draw_pct>=97,max:exact/random/win_pct"
+    assert _gpus(tmp_path, "best", BEST_BY=wins).stdout.strip() == "runs/plan/s2/rlGY2/final"
+    (tmp_path / "runs" / "plan" / "best_by").write_text(wins + "\n")  # what plan weakwins2's start writes
+    assert _best(tmp_path, {}) == "s2/rlGY2/final"
+    assert _gpus(tmp_path, "best", BEST_BY="max:exact/random/win_pct").stdout.strip() == "runs/plan/s2/rlGY2/best"
+    for bad in ("most:wins", "exact/optimal/draw_pct>=high", "max:"):
+        proc = _gpus(tmp_path, "best", BEST_BY=bad)
+        assert proc.returncode == 1 and "each entry is" in proc.stderr and not proc.stdout, bad
+
+
+def test_plan_weakwins2_writes_its_target_order_for_best(tmp_path: Path) -> None:
+    _plan_logs(tmp_path, "weakwins2", SEEDS="2", SEED_GPUS="0")
+    best_by = (tmp_path / "runs" / "plan" / "best_by").read_text().strip()
+    assert best_by == "exact/optimal/draw_pct>=97,max:exact/random/win_pct"
+
+
 def test_without_a_command_the_usage_lists_every_command_and_stops_before_the_plans(tmp_path: Path) -> None:
     proc = _gpus(tmp_path)
     assert proc.returncode == 2 and "Plans" not in proc.stdout
@@ -468,7 +503,8 @@ def test_restore_puts_a_bundle_back_as_a_runs_final_model(tmp_path: Path) -> Non
     run = tmp_path / "runs" / "plan" / "s2" / "rlGX"
     proc = _gpus(tmp_path, "restore", str(bundle), str(run))
     assert proc.returncode == 0, proc.stderr
-    assert sorted(p.name for p in run.iterdir()) == ["final"]  # nothing half-made left beside it
+    assert sorted(p.name for p in run.iterdir()) == ["final", "restored_from"]  # nothing half-made beside it
+    assert (run / "restored_from").read_text().strip() == str(bundle)
     for name in ("config.json", "model.safetensors"):
         assert (run / "final" / name).read_bytes() == (model / name).read_bytes()
     again = _gpus(tmp_path, "restore", str(bundle), str(run))  # a model there is never overwritten
