@@ -1,7 +1,7 @@
 """Exact curves of RL runs: lost games over the whole tree at each exact evaluation.
 
     python scripts/tictactoe_curves.py add CSV RUN_DIR SEED OPPONENT VARIANT [FIRST_STEP]  # append a run's points
-    python scripts/tictactoe_curves.py plot CSV PNG [MATCH [SEEDS]]                          # draw every run
+    python scripts/tictactoe_curves.py plot CSV PNG [MATCH [SEEDS [COLUMN]]]                 # draw every run
 
 `add` reads RUN_DIR/metrics.csv (written by `rlvr train --eval-exact`). A later RL phase passes
 FIRST_STEP, the step the phase before it ended at, and its steps are counted from there; a point
@@ -12,7 +12,8 @@ per seed, one line per (opponent, variant), or only the lines whose "opponent, v
 contains MATCH (and only the seeds that have one; with SEEDS, only the seeds whose name starts
 with it, e.g. `weak`, or with one of several comma-separated prefixes, e.g. `weak_w3,weak_l`); a
 panel whose counts span more than 10x (the weak start, or one run's collapse) is drawn linear up
-to 10 and logarithmic above, so 0 stays visible.
+to 10 and logarithmic above, so 0 stays visible. COLUMN draws another of the CSV's columns instead
+of the lost games, e.g. `random_win_pct` (exact wins vs random, %) or `optimal_draw_pct`.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ EVERY_POINT = "every later move"  # restarts from every later move (--restart-po
 WALK_BACK = "walk back"  # restarts that walk back from a lost game's last move (backtrack): in green
 GREEDY = "greedy probes"  # the walk back, restarting greedy probe games too (--restart-greedy): in orange
 COVER = "at 4 random replies"  # greedy probes, a share at 4 random replies (plan cover; in the variant): teal
+CONTINUED = "; continued:"  # a run continued from another's kept model, on another machine (in the variant): brown
 BELOW = "restarts below 0.65"  # plan cover restarting drawn games with a rejected move too: navy, solid
 MIX = "then p in [0, 0.7]"  # plan mix: the BELOW recipe against a mix of opponents (in the opponent): crimson
 AGAIN = "again"  # a BELOW run repeated on seeds that have another (in the variant): navy, dashed
@@ -147,7 +149,8 @@ def line_styles(lines: list[tuple[str, str]], palette: list[Any]) -> dict[tuple[
         ("red", [x for x in lines if RESTARTS in x[0] and EVERY_POINT not in x[0] and WALK_BACK not in x[0]]),
         ("purple", [x for x in lines if EVERY_POINT in x[0]]),
         ("green", [x for x in lines if WALK_BACK in x[0] and GREEDY not in x[0]]),
-        ("darkorange", [x for x in lines if GREEDY in x[0] and COVER not in x[1]]),
+        ("darkorange", [x for x in lines if GREEDY in x[0] and COVER not in x[1] and CONTINUED not in x[1]]),
+        ("saddlebrown", [x for x in lines if CONTINUED in x[1]]),
         ("teal", [x for x in lines if COVER in x[1] and BELOW not in x[1]]),
     ):
         styles.update({x: {"color": colour, "lw": 2.2, "ls": DASHES[i % len(DASHES)]} for i, x in enumerate(picked)})
@@ -165,13 +168,20 @@ def line_styles(lines: list[tuple[str, str]], palette: list[Any]) -> dict[tuple[
     return styles
 
 
-def plot(table: Path, out: Path, match: str = "", seeds_from: str = "") -> None:
+YLABEL = {"lost_games": "lost games over the whole tree", "rejected_move_games": "games with a rejected move",
+          "random_win_pct": "wins vs random, % (exact)", "random_loss_pct": "losses vs random, % (exact)",
+          "optimal_draw_pct": "draws vs optimal, % (exact)", "optimal_loss_pct": "losses vs optimal, % (exact)"}  # fmt: skip
+
+
+def plot(table: Path, out: Path, match: str = "", seeds_from: str = "", column: str = "lost_games") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = select(table, match, seeds_from)
+    if column not in YLABEL:
+        sys.exit(f"no column {column!r} to draw; one of {', '.join(YLABEL)}")
+    rows = [r for r in select(table, match, seeds_from) if _number(r.get(column)) is not None]
     if not rows:
         sys.exit(f"no line of {table} matches {match!r} with a seed starting {seeds_from!r}")
     seeds = sorted({r["seed"] for r in rows}, key=lambda s: (s == "shipped", s.startswith("weak"), s))
@@ -184,10 +194,10 @@ def plot(table: Path, out: Path, match: str = "", seeds_from: str = "") -> None:
     fig, axes = plt.subplots(1, len(seeds), figsize=(width, 3.6 + legend_in), squeeze=False)
     handles: dict[str, Any] = {}
     for ax, seed in zip(axes[0], seeds, strict=True):
-        counts = [int(r["lost_games"]) for r in rows if r["seed"] == seed]
+        counts = [float(r[column]) for r in rows if r["seed"] == seed]
         for line in lines:
             points = sorted(
-                (int(r["step"]), int(r["lost_games"]))
+                (int(r["step"]), float(r[column]))
                 for r in rows
                 if (r["opponent"], r["variant"]) == line and r["seed"] == seed
             )
@@ -196,12 +206,12 @@ def plot(table: Path, out: Path, match: str = "", seeds_from: str = "") -> None:
                 (handles[label],) = ax.plot(*zip(*points, strict=True), marker="o", ms=3, **styles[line])
         ax.set_title(panel_title(seed))
         ax.set_xlabel("RL step (0 = SFT model)")
-        if max(counts) > 10 * max(min(counts), 1):
+        if column.endswith("_games") and max(counts) > 10 * max(min(counts), 1):
             ax.set_yscale("symlog", linthresh=10)
             ticks = [t for t in (0, 5, 10, 20, 50, 100, 200, 500, 1000) if t <= 1.2 * max(counts)]
             ax.set_yticks(ticks, [str(t) for t in ticks])  # (symlog alone labels only the powers of 10)
         ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("lost games over the whole tree")
+    axes[0][0].set_ylabel(YLABEL[column])
     labels = sorted(handles)
     fig.legend([handles[k] for k in labels], labels, loc="lower center", ncol=columns, fontsize=8, frameon=False)
     fig.tight_layout(rect=(0, legend_in / (3.6 + legend_in), 1, 1))
@@ -215,7 +225,7 @@ if __name__ == "__main__":
         first = int(sys.argv[7]) if len(sys.argv) == 8 else 0
         seed, opponent, variant = sys.argv[4:7]
         print(f"{add(Path(sys.argv[2]), Path(sys.argv[3]), seed, opponent, variant, first)} points added")
-    elif len(sys.argv) in (4, 5, 6) and sys.argv[1] == "plot":
+    elif len(sys.argv) in (4, 5, 6, 7) and sys.argv[1] == "plot":
         plot(Path(sys.argv[2]), Path(sys.argv[3]), *sys.argv[4:])
     else:
         sys.exit(__doc__)

@@ -484,7 +484,9 @@ start() {
       # trains with --turn-credit, the env's turn score (-1 a turn that leaves a win on the board)
       # on that turn's advantage alone instead of the whole game's. Run 2026-12-03 at 0.5, seed 2,
       # 250 + 50 steps (cut there): missed wins in training 0.075 a game against the control's 0.107,
-      # 88.75% wins with 98.28% draws (control 88.49%, 97.55%).
+      # 88.75% wins with 98.28% draws (control 88.49%, 97.55%). Continued from the control's step 50
+      # (restored, 2026-12-03): 100 steps, then 75 more from the credit arm's end, 90.15% wins with
+      # 98.17% draws (its control 89.72%, 99.07%).
       # OTHER="" leaves rlGY out: rlGX alone a seed, e.g. two seeds a GPU (SEED_GPUS="0 0"; with
       # TEACHER=limit, WEAK_STEPS=250, seeds 2 and 3, run 2026-12-02: 4.1-4.3 s a step side by side,
       # too slow for one session's device time; seed 2 alone reached 86.98% wins, 93.12% draws)

@@ -66,6 +66,26 @@ def test_plot_draws_the_matching_lines_and_refuses_an_empty_match(tmp_path: Path
         curves.plot(table, tmp_path / "none.png", "no such variant")
 
 
+def test_plot_draws_another_column_and_passes_over_lines_without_it(tmp_path: Path) -> None:
+    """COLUMN (e.g. exact wins vs random, %): a line whose points lack it is left out of that figure
+    alone; a column the CSV does not have is refused by name."""
+    pytest.importorskip("matplotlib")
+    table = tmp_path / "curves.csv"
+    head = ",".join(curves.FIELDS)
+    table.write_text(
+        f"{head}\nweak_w7,walk back,credit,0,20,40,88.49,0.7,97.62,2.38\nweak_w7,walk back,credit,25,17,35,88.65,0.6,98.96,1.04\n"
+        "weak_w7,walk back,old,0,30,9,,,,\nweak_w7,walk back,old,25,25,8,,,,\n"  # lost games only (older rows)
+    )
+    out = tmp_path / "wins.png"
+    curves.plot(table, out, "", "weak", "random_win_pct")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    curves.plot(table, tmp_path / "old.png", "old")  # its lost games draw
+    with pytest.raises(SystemExit, match="no line"):
+        curves.plot(table, tmp_path / "none.png", "old", "", "random_win_pct")
+    with pytest.raises(SystemExit, match="no column 'wins'"):
+        curves.plot(table, tmp_path / "none.png", "", "", "wins")
+
+
 def _figures() -> list[tuple[str, str]]:
     """(MATCH, SEEDS) of every `tictactoe_curves.py plot` docs/RESULTS.md names, and the full figure."""
     text = (ROOT / "docs" / "RESULTS.md").read_text()
