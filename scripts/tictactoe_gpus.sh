@@ -25,7 +25,12 @@
 #                                            # is done (carry the folder to the device: `run`'s
 #                                            # carry, 64 MiB in all with the tracked tree: move
 #                                            # models/tictactoe-tiny, 34 MB, aside for that call
-#                                            # and back after); RUN/restored_from names DIR
+#                                            # and back after); RUN/restored_from names DIR.
+#                                            # A carried folder replaces the device's copy, runs
+#                                            # an earlier call wrote under it included: carry one
+#                                            # the next runs do not write into (a new RUNS), and
+#                                            # chain a call's steps with && or `set -e` (a failed
+#                                            # step before `export RUNS=...` runs the defaults)
 #   scripts/tictactoe_gpus.sh summary        # every stage's exact table, kept bests, exact curves
 #   scripts/tictactoe_gpus.sh best           # the RL model (final, or a kept best) losing the fewest games,
 #                                            # then with the fewest rejected-move games, then most
