@@ -2,6 +2,7 @@
 
     python benchmarks/bench_tictactoe_step.py --variant base= --variant packed="--micro-batch-size 256 --pack-sequences true"
     python benchmarks/bench_tictactoe_step.py --rounds 3 --steps 16 --out step.json --variant base= --variant x="--flag"
+    python benchmarks/bench_tictactoe_step.py --variant base= --variant trim="MALLOC_TRIM_THRESHOLD_=1073741824"  # (env)
 
 Each round runs `rlvr train tictactoe` once per variant, in the order given, from the same model
 and seed: the recipe's flags (`RECIPE`: random replies, then a perfect opponent with traps; half
@@ -68,6 +69,20 @@ def parse_variant(text: str) -> tuple[str, list[str]]:
     return name.strip(), shlex.split(flags)
 
 
+def split_env(flags: list[str]) -> tuple[dict[str, str], list[str]]:
+    """A variant's leading NAME=VALUE words (NAME in capitals, as a shell reads them) are the run's
+    environment, e.g. glibc's malloc settings; the rest are its flags.
+
+    >>> split_env(["MALLOC_TRIM_THRESHOLD_=1073741824", "--seed", "3", "X=1"])
+    ({'MALLOC_TRIM_THRESHOLD_': '1073741824'}, ['--seed', '3', 'X=1'])
+    """
+    env: dict[str, str] = {}
+    while flags and (m := re.fullmatch(r"([A-Z_][A-Z0-9_]*)=(.*)", flags[0])):
+        env[m[1]] = m[2]
+        flags = flags[1:]
+    return env, flags
+
+
 def summarize(metrics: Path, skip: int) -> dict[str, float]:
     """Medians of the step's times over the steps after `skip`, means of its gen/* counts, and
     how many steps that was (`rlvr.report.training.read_metrics`'s rows: a torn or non-number
@@ -103,6 +118,7 @@ def ratios(results: dict[str, list[dict[str, float]]], key: str = "time/step") -
 
 
 def run_one(args: argparse.Namespace, flags: list[str], out_dir: Path) -> tuple[dict[str, float], float]:
+    env, flags = split_env(flags)
     command = [
         sys.executable, "-m", "rlvr.cli", "train", "tictactoe", "--model", args.model, "--output-dir", str(out_dir),
         "--steps", str(args.steps), "--batch-size", str(args.batch_size), "--seed", str(args.seed),
@@ -112,7 +128,7 @@ def run_one(args: argparse.Namespace, flags: list[str], out_dir: Path) -> tuple[
     log = out_dir.with_suffix(".log")
     with log.open("w") as f:
         done = subprocess.run(
-            command, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT, env=os.environ | {"PYTHONUNBUFFERED": "1"}
+            command, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT, env=os.environ | {"PYTHONUNBUFFERED": "1"} | env
         )
     seconds = time.monotonic() - start
     if done.returncode != 0:

@@ -4,7 +4,9 @@ others go on (the training runs replaced by a stand-in)."""
 
 from __future__ import annotations
 
+import argparse
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -116,3 +118,24 @@ def test_a_folder_that_already_holds_its_runs_is_refused(tmp_path: Path, capsys)
     with pytest.raises(SystemExit):
         bench.main(["--variant", "a=", "--variant", "b=", "--keep", str(tmp_path)])
     assert "already holds runs of ['a']" in capsys.readouterr().err
+
+
+def test_a_variants_leading_assignments_are_its_environment(tmp_path: Path, monkeypatch) -> None:
+    """`heap="MALLOC_TRIM_THRESHOLD_=1073741824 --seed 3"`: the assignment reaches the run's
+    environment, not its command line; the flags after it stay flags."""
+    seen: dict = {}
+
+    def fake_run(command, **kwargs):
+        seen.update(command=command, env=kwargs["env"])
+        out = Path(command[command.index("--output-dir") + 1])
+        out.mkdir(parents=True)
+        (out / "metrics.csv").write_text("step,time/step\n1,3.0\n2,2.0\n")
+        return subprocess.CompletedProcess(command, 0)
+
+    monkeypatch.setattr(bench.subprocess, "run", fake_run)
+    args = argparse.Namespace(model="m", steps=2, batch_size=8, seed=1, extra="", skip=1)
+    _, flags = bench.parse_variant("heap=MALLOC_TRIM_THRESHOLD_=1073741824 --seed 3")
+    found, _ = bench.run_one(args, flags, tmp_path / "heap-round1")
+    assert found["time/step"] == 2.0
+    assert seen["env"]["MALLOC_TRIM_THRESHOLD_"] == "1073741824" and seen["env"]["PYTHONUNBUFFERED"] == "1"
+    assert seen["command"][-2:] == ["--seed", "3"] and not any("MALLOC" in c for c in seen["command"])
