@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import random
+import subprocess
+import sys
 import time
 
 import pytest
@@ -569,3 +571,48 @@ def test_a_failed_admission_fails_its_requests_instead_of_hanging_them(lm, monke
     assert calls and all(isinstance(r, RuntimeError) and "out of memory" in str(r) for r in results), results
     monkeypatch.undo()
     assert len(run(client.chat(ask(1), greedy)).token_ids) >= 1  # the next request starts a fresh worker
+
+
+def test_a_model_passed_in_on_the_cpu_gets_the_heap_setting_too(tiny_dir, monkeypatch) -> None:
+    """The trainer hands its policy to `LocalModel` already loaded: the malloc setting must not
+    depend on `LocalModel` loading the folder itself."""
+    import rlvr.clients.local as local
+
+    calls: list[tuple] = []
+    monkeypatch.setattr(local, "keep_freed_blocks", lambda *a: calls.append(a) or True)
+    model = transformers.AutoModelForCausalLM.from_pretrained(tiny_dir)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(tiny_dir)
+    LocalModel("tiny", model=model, tokenizer=tokenizer)
+    LocalModel(str(tiny_dir))
+    assert len(calls) == 2
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
+def test_keep_freed_blocks_stops_large_blocks_faulting_in_again() -> None:
+    """Activation-sized blocks (40 and 200 MB) freed and allocated again: by default glibc maps
+    each anew and every page faults in again; with `keep_freed_blocks` they come back from the
+    heap. Counted as the process's minor page faults, in a fresh process each way."""
+    code = (
+        "import resource, sys, torch\n"
+        "from rlvr.clients.local_load import keep_freed_blocks\n"
+        "torch.set_num_threads(1)\n"
+        "if sys.argv[1] == 'keep':\n"
+        "    assert keep_freed_blocks()\n"
+        "faults = 0\n"
+        "for n in (1_000_000, 10_000_000, 50_000_000):\n"
+        "    torch.empty(n).fill_(1.0)\n"
+        "    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt\n"
+        "    for _ in range(4):\n"
+        "        x = torch.empty(n)\n"
+        "        x.fill_(1.0)\n"
+        "        del x\n"
+        "    faults += resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before if n > 1_000_000 else 0\n"
+        "print(faults)\n"
+    )
+    faults = {
+        mode: int(subprocess.run([sys.executable, "-c", code, mode], capture_output=True, text=True, check=True).stdout)
+        for mode in ("default", "keep")
+    }
+    pages = 4 * (10_000_000 + 50_000_000) * 4 // 4096  # every page of every block of the loop
+    assert faults["default"] > pages // 2, faults  # (the pathology this fixes, as glibc does it here)
+    assert faults["keep"] < pages // 20, faults

@@ -45,24 +45,33 @@ def load_pretrained(path_or_id: str, device: str | None, dtype: str | None) -> t
     except LOAD_ERRORS as exc:
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ModelError(f"cannot load a causal language model from {path_or_id}: {detail}") from None
-    if device == "cpu":
-        keep_freed_blocks()
     return model.to(device).eval(), tokenizer
 
 
 def keep_freed_blocks(limit: int = 1 << 30) -> bool:
     """Let glibc's malloc serve blocks up to `limit` bytes from its heap instead of mapping fresh
-    pages for each (`mallopt(M_MMAP_THRESHOLD)`). On CPU every prefill allocates activations of
-    hundreds of MB; mapped anew each time, their pages fault in again (measured: 14M page faults
-    and 28 s of system time in a 200-game tic-tac-toe evaluation on 2 cores, 4M with this, and
-    the evaluation took about 30% less time). The process keeps freed memory for reuse.
-    Called when `LocalModel` loads a model onto the CPU; False where there is no glibc."""
+    pages for each (`mallopt(M_MMAP_THRESHOLD)`), and keep up to `limit` bytes freed at the heap's
+    top instead of handing them back (`M_TRIM_THRESHOLD`). On CPU every prefill and every training
+    micro-batch allocates activations of hundreds of MB; mapped anew each time, or trimmed and
+    grown again, their pages fault in again (measured: 14M page faults and 28 s of system time in a
+    200-game tic-tac-toe evaluation on 2 cores, 4M with the first setting, and the evaluation took
+    about 30% less time; a CPU training step: docs/benchmarks.md). The process keeps freed memory
+    for reuse. Called when a `LocalModel` is made over a model on the CPU, however it was loaded
+    (the trainer passes its policy in); False where there is no glibc."""
     if not sys.platform.startswith("linux"):
         return False
     try:
         libc = ctypes.CDLL("libc.so.6")
-        return bool(libc.mallopt(-3, limit))  # -3 = M_MMAP_THRESHOLD
+        return bool(libc.mallopt(-3, limit)) and bool(libc.mallopt(-1, limit))  # M_MMAP_, M_TRIM_THRESHOLD
     except (OSError, AttributeError):
+        return False
+
+
+def on_cpu(model: Any) -> bool:
+    """Whether `model`'s first parameter lives on the CPU (False for one without parameters)."""
+    try:
+        return bool(next(model.parameters()).device.type == "cpu")
+    except (AttributeError, StopIteration, TypeError):
         return False
 
 
