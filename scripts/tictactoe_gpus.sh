@@ -651,7 +651,7 @@ EOF
 import json, math, re, sys
 from pathlib import Path
 
-order = []  # (how, metric, bound), as rlvr.train.best reads a keep_best (this python3 may lack rlvr)
+order = []  # (how, metric, bound), as rlvr.train.best.parse reads it: importing rlvr needs numpy, a bare python3 lacks it
 for entry in sys.argv[2].split(","):
     m = re.fullmatch(r"\s*(?:(min|max):(\S+)|(\S+?)(>=|<=)([-+0-9.eE]+))\s*", entry)
     try:
