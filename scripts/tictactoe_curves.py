@@ -60,6 +60,7 @@ TITLES = {
     "weak_w5": "weak start, plan weakwins2, SFT seed 4",
     "weak_w6": "weak start, plan weakwins2, SFT seed 4 again",
     "weak_w7": "weak start, plan weakwins2, SFT seed 2 again",
+    "weak_w8": "weak start, 150 + 100 steps, SFT seed 2, third",
     "shipped": "RL 2, 3 and 4 of the shipped model",
 }
 

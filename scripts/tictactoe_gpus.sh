@@ -491,7 +491,10 @@ start() {
       # 250 + 50 steps (cut there): missed wins in training 0.075 a game against the control's 0.107,
       # 88.75% wins with 98.28% draws (control 88.49%, 97.55%). Continued from the control's step 50
       # (restored, 2026-12-03): 100 steps, then 75 more from the credit arm's end, 90.15% wins with
-      # 98.17% draws (its control 89.72%, 99.07%).
+      # 98.17% draws (its control 89.72%, 99.07%). From the credit arm's step 400 again (forty-first
+      # session), 100 steps: both arms met the pair (rlGX2 90.15% wins, 99.21% draws in bf16 on a
+      # CPU, its weights bundled); WEAK_STEPS=150 from a fresh, weaker SFT run: 85.83% / 93.47%
+      # with credit at mixed step 100 (without 81.15% / 94.14%), about 16.6 GPU-minutes to there.
       # OTHER="" leaves rlGY out: rlGX alone a seed, e.g. two seeds a GPU (SEED_GPUS="0 0"; with
       # TEACHER=limit, WEAK_STEPS=250, seeds 2 and 3, run 2026-12-02: 4.1-4.3 s a step side by side,
       # too slow for one session's device time; seed 2 alone reached 86.98% wins, 93.12% draws)
