@@ -25,7 +25,8 @@
 # 2. RL2_STEPS (0 skips it) from the empty board against an opponent whose first k moves are
 #    random (k up to RL2_RANDOM_REPLIES, the env's random_replies) and whose later ones are
 #    perfect (p in [RL2_MIN_P, RL2_MAX_P], RL2_BUCKETS buckets), at RL2_LR and RL2_TEMP, its
-#    restarts from games scored below RL2_RESTART_BELOW (default RESTART_BELOW).
+#    restarts from games scored below RL2_RESTART_BELOW (default RESTART_BELOW), its turn scores'
+#    weight RL2_TURN_CREDIT (default TURN_CREDIT; set empty, none in phase 2).
 #
 # Every stage is skipped when its output exists and resumes from its last checkpoint when it
 # was cut short, so the script can be re-run across machine sessions until it completes.
@@ -56,6 +57,7 @@ LOSS_REWARD=${LOSS_REWARD:-0.0}
 CLAIM_PENALTY=${CLAIM_PENALTY:-}   # the env's claim_penalty: a reply whose reasoning misstates the board costs this (unset: the reference rubric)
 MISSED_WIN_PENALTY=${MISSED_WIN_PENALTY:-}   # the env's missed_win_penalty: a game that leaves a win on the board costs this (unset: the reference rubric)
 TURN_CREDIT=${TURN_CREDIT:-}   # rlvr train --turn-credit: the weight of the env's turn scores (tic-tac-toe: -1 a turn that leaves a win on the board)
+RL2_TURN_CREDIT=${RL2_TURN_CREDIT-$TURN_CREDIT}   # phase 2's (e.g. 0.5 with TURN_CREDIT unset: turn scores in phase 2 alone)
 TRAP_PROB=${TRAP_PROB:-1.0}   # how often the opponent's best move is a trap (env option trap_prob)
 OPENING_PLIES=${OPENING_PLIES:-4}   # training games may start after up to this many random moves
 OPENING_HISTORY=${OPENING_HISTORY:-false}   # true: such starts are shown as the conversation that led there
@@ -135,8 +137,9 @@ if ! sft_done; then
 fi
 
 # 4. RL: opponents of mixed strength, stratified batches, exact evaluation every EVAL_EVERY steps
-rl() {  # rl NAME FROM STEPS MIN_P MAX_P LR TEMPERATURE BUCKETS OPENING_PLIES RANDOM_REPLIES RESTART_BELOW KEEP_BEST
+rl() {  # rl NAME FROM STEPS MIN_P MAX_P LR TEMPERATURE BUCKETS OPENING_PLIES RANDOM_REPLIES RESTART_BELOW KEEP_BEST CREDIT
   local name=$1 from=$2 steps=$3 low=$4 high=$5 lr=$6 temp=$7 buckets=$8 plies=$9 replies=${10} below=${11} keep=${12}
+  local credit=${13}
   if [ "$steps" -gt 0 ] && [ -f "$from/config.json" ] && [ ! -f "$OUT/$name/final/config.json" ]; then
     local env_args="{\"min_random_move_prob\": $low, \"max_random_move_prob\": $high, \"loss_reward\": $LOSS_REWARD, \"trap_prob\": $TRAP_PROB, \"opening_plies\": $plies, \"opening_history\": $OPENING_HISTORY, \"random_replies\": $replies${PROBE_REPLIES:+, \"probe_random_replies\": $PROBE_REPLIES}${PROBE_SHARE:+, \"probe_random_share\": $PROBE_SHARE}${CLAIM_PENALTY:+, \"claim_penalty\": $CLAIM_PENALTY}${MISSED_WIN_PENALTY:+, \"missed_win_penalty\": $MISSED_WIN_PENALTY}}"
     log "RL $name ($steps steps, $env_args, lr $lr, T $temp)"; stamp "$name"
@@ -148,15 +151,15 @@ rl() {  # rl NAME FROM STEPS MIN_P MAX_P LR TEMPERATURE BUCKETS OPENING_PLIES RA
       --eval-every "$EVAL_EVERY" --eval-tasks "$EVAL_TASKS" --save-every "$EVAL_EVERY" $RL_DEVICE_FLAGS $RL_EXTRA \
       --restart-frac "$RESTART_FRAC" --restart-below "$below" --restart-points "$RESTART_POINTS" \
       ${keep:+--keep-best "$keep"} ${RESTART_UNSURE:+--restart-unsure "$RESTART_UNSURE"} \
-      ${RESTART_EXPLORE:+--restart-explore "$RESTART_EXPLORE"} ${TURN_CREDIT:+--turn-credit "$TURN_CREDIT"} \
+      ${RESTART_EXPLORE:+--restart-explore "$RESTART_EXPLORE"} ${credit:+--turn-credit "$credit"} \
       ${RESTART_EXPLORE_WEIGHT:+--restart-explore-weight "$RESTART_EXPLORE_WEIGHT"}
     done_in "$name"
   fi
 }
 rl "$RL_NAME" "$OUT/sft/final" "$RL_STEPS" "$RL_MIN_P" "$RL_MAX_P" "$RL_LR" "$RL_TEMP" "$BUCKETS" "$OPENING_PLIES" "$RANDOM_REPLIES" \
-  "$RESTART_BELOW" "$KEEP_BEST"
+  "$RESTART_BELOW" "$KEEP_BEST" "$TURN_CREDIT"
 rl "${RL_NAME}2" "$OUT/$RL_NAME/final" "$RL2_STEPS" "$RL2_MIN_P" "$RL2_MAX_P" "$RL2_LR" "$RL2_TEMP" "$RL2_BUCKETS" \
-  "$RL2_OPENING_PLIES" "$RL2_RANDOM_REPLIES" "$RL2_RESTART_BELOW" "$RL2_KEEP_BEST"
+  "$RL2_OPENING_PLIES" "$RL2_RANDOM_REPLIES" "$RL2_RESTART_BELOW" "$RL2_KEEP_BEST" "$RL2_TURN_CREDIT"
 
 # 5. evaluation of every stage: exact (the whole game tree, greedy), and 200-game greedy samples
 #    on held-out seeds against the random and the optimal opponent (the reference's columns).

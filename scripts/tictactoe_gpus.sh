@@ -9,23 +9,29 @@
 #                                            # so: a machine lost between calls keeps nothing);
 #                                            # with BUNDLE=1, also `bundle "$(best)" DIR` (the
 #                                            # idle release is 30 s: a run's weights may not wait
-#                                            # for the next call); with BUNDLE_FROM=SEED/RUN (e.g.
-#                                            # s2/rlGX), also RUN's first-phase final model, once
-#                                            # there, into DIR/SEED-RUN: what its second phases
-#                                            # start from (`restore` it on the next machine)
+#                                            # for the next call); with BUNDLE_FROM="SEED/RUN ..."
+#                                            # (e.g. "s2/rlGX s3/rlGX"), also each RUN's first-phase
+#                                            # final model there yet, into one archive DIR/first
+#                                            # (folders SEED-RUN; three models take 7 parts, with
+#                                            # runs.tgz the 8 files $OUT keeps): what their second
+#                                            # phases start from (`restore` each on the next machine)
 #   scripts/tictactoe_gpus.sh collect DIR    # tables, metrics, logs, exact summaries, plots -> DIR/runs.tgz
 #                                            # (wait's collection leaves the plots out: a short reply)
 #   scripts/tictactoe_gpus.sh ship MODEL DIR # a model folder (best's answer) in bfloat16, shards under 15 MB
 #   scripts/tictactoe_gpus.sh bundle MODEL DIR  # ship MODEL, as DIR/model.tar.00, .01, ... (15 MB
 #                                            # each: $OUT takes 8 files, a model folder has 9);
 #                                            # back here: cat DIR/model.tar.* | tar x -C DEST
-#   scripts/tictactoe_gpus.sh restore DIR RUNS/SEED/RUN  # a bundle as RUN's final model, from which
+#   scripts/tictactoe_gpus.sh pack DIR NAME=MODEL...  # several models in one such archive, folders NAME
+#   scripts/tictactoe_gpus.sh restore DIR RUNS/SEED/RUN  # a bundle (its folder model, else SEED-RUN)
+#                                            # as RUN's final model, from which
 #                                            # `start` runs only the second phases: the pipeline
 #                                            # skips base, data and SFT where RUN's first phase
 #                                            # is done (carry the folder to the device: `run`'s
 #                                            # carry, 64 MiB in all with the tracked tree: move
 #                                            # models/tictactoe-tiny, 34 MB, aside for that call
-#                                            # and back after); RUN/restored_from names DIR.
+#                                            # and back after; one restored model a call: the
+#                                            # machine keeps an earlier call's carried folders
+#                                            # while it is held); RUN/restored_from names DIR.
 #                                            # A carried folder replaces the device's copy, runs
 #                                            # an earlier call wrote under it included: carry one
 #                                            # the next runs do not write into (a new RUNS), and
@@ -495,6 +501,9 @@ start() {
       # session), 100 steps: both arms met the pair (rlGX2 90.15% wins, 99.21% draws in bf16 on a
       # CPU, its weights bundled); WEAK_STEPS=150 from a fresh, weaker SFT run: 85.83% / 93.47%
       # with credit at mixed step 100 (without 81.15% / 94.14%), about 16.6 GPU-minutes to there.
+      # MIX_TURN_CREDIT (e.g. 0.5): rlGX2 trains with turn scores too (its first phase without); with
+      # OTHER="", the one run a seed is the line that met the pair, credit in its whole mixed phase:
+      # OTHER="" MIX_TURN_CREDIT=0.5 SEEDS="2 3" SEED_GPUS="0 0" (two a GPU: about 4.2 s a step each).
       # OTHER="" leaves rlGY out: rlGX alone a seed, e.g. two seeds a GPU (SEED_GPUS="0 0"; with
       # TEACHER=limit, WEAK_STEPS=250, seeds 2 and 3, run 2026-12-02: 4.1-4.3 s a step side by side,
       # too slow for one session's device time; seed 2 alone reached 86.98% wins, 93.12% draws)
@@ -503,7 +512,7 @@ start() {
       # `best` (so `wait`'s BUNDLE=1 too) answers by that order: the model this plan is after.
       export FIRST_STAGES="base sft" LAST_STAGES=""
       echo "${weak_target#RL2_KEEP_BEST=}" > "$ROOT/best_by"
-      local runs=("rlGX RL2_MIN_P=0 RL2_BUCKETS=8 RL2_LR=1e-5")
+      local runs=("rlGX RL2_MIN_P=0 RL2_BUCKETS=8 RL2_LR=1e-5${MIX_TURN_CREDIT:+ RL2_TURN_CREDIT=$MIX_TURN_CREDIT}")
       [ -n "${OTHER-1}" ] && runs+=(
         "rlGY PHASE1_FROM=rlGX RL2_MIN_P=${OTHER_MIN_P:-0.7} RL2_BUCKETS=${OTHER_BUCKETS:-1} RL2_LR=${OTHER_LR:-1e-5}${OTHER_RESTART_BELOW:+ RL2_RESTART_BELOW=$OTHER_RESTART_BELOW}${OTHER_MISSED_WIN_PENALTY:+ MISSED_WIN_PENALTY=$OTHER_MISSED_WIN_PENALTY}${OTHER_TURN_CREDIT:+ TURN_CREDIT=$OTHER_TURN_CREDIT}")
       per_seed "$weak_greedy RL_STEPS=${WEAK_STEPS:-300} RL2_STEPS=${WINS_STEPS:-100} RL2_MAX_P=0.7 RESTART_EXPLORE=2 $weak_target" \
@@ -608,12 +617,13 @@ case ${1:-} in
         best=$(bash "$0" best)
         if [ -n "$best" ]; then bash "$0" bundle "$best" "$3"; else echo "no RL model evaluated yet: nothing bundled"; fi
       fi
-      if [ -n "${BUNDLE_FROM:-}" ]; then  # and a first phase's final model, where second phases start
-        if [ -f "$ROOT/$BUNDLE_FROM/final/config.json" ]; then
-          bash "$0" bundle "$ROOT/$BUNDLE_FROM/final" "$3/${BUNDLE_FROM//\//-}"
-        else
-          echo "no $ROOT/$BUNDLE_FROM/final yet: not bundled"
-        fi
+      if [ -n "${BUNDLE_FROM:-}" ]; then  # and first phases' final models, where second phases start:
+        members=()  # one archive for all (DIR/first), its folders named SEED-RUN: three models in 7 parts
+        for key in $BUNDLE_FROM; do
+          if [ -f "$ROOT/$key/final/config.json" ]; then members+=("${key//\//-}=$ROOT/$key/final")
+          else echo "no $ROOT/$key/final yet: not bundled"; fi
+        done
+        [ ${#members[@]} -eq 0 ] || bash "$0" pack "$3/first" "${members[@]}"
       fi
     fi ;;
   collect) collect "$2" "${3:-}" ;;
@@ -724,23 +734,38 @@ AutoTokenizer.from_pretrained(src).save_pretrained(dst)
 print(f"shipped {src} -> {dst} (bfloat16)")
 EOF
     ;;
-  bundle)  # the parts are written beside DIR's, then swapped in (rm, mv): a kill while they are
-    # written keeps the last whole set (and its half-written folder is removed, here or by the next
-    # bundle: in $OUT it would come back as files); only a kill inside the swap itself leaves none
+  bundle)  # bundle MODEL DIR: one model, the archive's folder `model`
     [ -f "${2:-}/config.json" ] && [ -n "${3:-}" ] || { echo "bundle MODEL DIR: no model folder at '${2:-}'" >&2; exit 2; }
-    mkdir -p "$3" && rm -rf "$3"/.bundle.* && tmp=$(mktemp -d "$3/.bundle.XXXXXX") || exit 1
+    bash "$0" pack "$3" "model=$2" ;;
+  pack)  # pack DIR NAME=MODEL...: each model shipped into the folder NAME of one tar, split into
+    # DIR/model.tar.NN. The parts are written beside DIR's, then swapped in (rm, mv): a kill while
+    # they are written keeps the last whole set (and its half-written folder is removed, here or by
+    # the next pack: in $OUT it would come back as files); only a kill inside the swap leaves none
+    dir=${2:-}; shift 2 || { echo "pack DIR NAME=MODEL...: no DIR" >&2; exit 2; }
+    names=()
+    for pair in "$@"; do
+      [ "${pair%%=*}" != "$pair" ] && [ -f "${pair#*=}/config.json" ] \
+        || { echo "pack DIR NAME=MODEL...: no model folder in '$pair'" >&2; exit 2; }
+      names+=("${pair%%=*}")
+    done
+    [ ${#names[@]} -gt 0 ] || { echo "pack DIR NAME=MODEL...: no model named" >&2; exit 2; }
+    mkdir -p "$dir" && rm -rf "$dir"/.bundle.* && tmp=$(mktemp -d "$dir/.bundle.XXXXXX") || exit 1
     trap 'rm -rf "$tmp"' EXIT; trap 'exit 143' TERM INT
-    bash "$0" ship "$2" "$tmp/model" \
-      && tar cf - -C "$tmp" model | split -b 15M -d - "$tmp/model.tar." \
-      && rm -f "$3"/model.tar.* && mv "$tmp"/model.tar.* "$3"/ && rm -rf "$tmp" && ls -l "$3"/model.tar.* ;;
-  restore)  # restore DIR RUN: DIR's bundle (model.tar.*) as RUN/final, unpacked beside it, then moved in
+    for pair in "$@"; do bash "$0" ship "${pair#*=}" "$tmp/${pair%%=*}" || exit 1; done
+    tar cf - -C "$tmp" "${names[@]}" | split -b 15M -d - "$tmp/model.tar." \
+      && rm -f "$dir"/model.tar.* && mv "$tmp"/model.tar.* "$dir"/ && rm -rf "$tmp" && ls -l "$dir"/model.tar.* ;;
+  restore)  # restore DIR RUN: DIR's bundle (model.tar.*) as RUN/final, unpacked beside it, then moved
+    # in: the archive's folder `model` (bundle), else the one named for RUN, SEED-RUN (BUNDLE_FROM)
     [ -n "${3:-}" ] && compgen -G "${2:-}/model.tar.*" > /dev/null \
       || { echo "restore DIR RUN: no bundle (model.tar.*) in '${2:-}'" >&2; exit 2; }
     [ -e "$3/final" ] && { echo "restore: $3/final is there already: not replaced" >&2; exit 2; }
     mkdir -p "$3" && tmp=$(mktemp -d "$3/.restore.XXXXXX") || exit 1
     trap 'rm -rf "$tmp"' EXIT
-    cat "$2"/model.tar.* | tar x -C "$tmp" && [ -f "$tmp/model/config.json" ] \
-      || { echo "restore: $2's bundle holds no model folder (cut short?)" >&2; exit 1; }
-    mv "$tmp/model" "$3/final" && echo "$2" > "$3/restored_from" && echo "restored $2 -> $3/final" ;;
+    run=$(cd "$3" && pwd); member="$(basename "$(dirname "$run")")-$(basename "$run")"
+    cat "$2"/model.tar.* | tar x -C "$tmp" || { echo "restore: $2's bundle is cut short" >&2; exit 1; }
+    [ -f "$tmp/model/config.json" ] && member=model
+    [ -f "$tmp/$member/config.json" ] \
+      || { echo "restore: $2's bundle holds no folder model or $member (cut short?)" >&2; exit 1; }
+    mv "$tmp/$member" "$3/final" && echo "$2" > "$3/restored_from" && echo "restored $2 -> $3/final" ;;
   *) awk 'NR > 1 && /^#$/ && ++blank == 2 { exit } NR > 1' "$0"; exit 2 ;;  # the header up to its plans
 esac

@@ -2,7 +2,7 @@
 run gets, and that a plan it cannot run is refused at once with its reason and a non-zero status.
 
 The stand-in `scripts/reproduce_tictactoe.sh` (in a copy of the scripts folder) only writes the
-variables the real one reads (RL2_RESTART_BELOW, MISSED_WIN_PENALTY, TURN_CREDIT and RL2_KEEP_BEST
+variables the real one reads (RL2_RESTART_BELOW, MISSED_WIN_PENALTY, TURN_CREDIT, RL2_TURN_CREDIT and RL2_KEEP_BEST
 to files of their own), and the SFT model's marker file the later variants wait for (not where the first phase is
 there already, restored: the real one skips SFT then). The real pipeline runs once, with `rlvr` a
 stand-in that logs its calls.
@@ -29,6 +29,7 @@ echo "GPU=$CUDA_VISIBLE_DEVICES SEED=$SEED RL=$RL_NAME STEPS=$RL_STEPS K=${RESTA
 echo "${RL2_RESTART_BELOW:-}" > "$OUT_DIR/$RL_NAME.restart_below2"
 echo "${MISSED_WIN_PENALTY:-}" > "$OUT_DIR/$RL_NAME.missed_win_penalty"
 echo "${TURN_CREDIT:-}" > "$OUT_DIR/$RL_NAME.turn_credit"
+echo "${RL2_TURN_CREDIT:-}" > "$OUT_DIR/$RL_NAME.turn_credit2"
 echo "${RL2_KEEP_BEST:-}" > "$OUT_DIR/$RL_NAME.keep2"
 [ -f "$OUT_DIR/$RL_NAME/final/config.json" ] || { mkdir -p "$OUT_DIR/sft/final"; touch "$OUT_DIR/sft/final/config.json"; }
 [ -e "$OUT_DIR/$RL_NAME" ] || { mkdir -p "$OUT_DIR/$RL_NAME/final"; touch "$OUT_DIR/$RL_NAME/final/config.json"; }
@@ -247,6 +248,18 @@ def test_the_second_weak_wins_phase_can_cost_a_missed_win(tmp_path: Path, option
         assert got == {"rlGX": "", "rlGY": "0.3" if name == option else ""}
 
 
+def test_the_weak_wins_mix_alone_with_turn_scores_two_seeds_a_gpu(tmp_path: Path) -> None:
+    """MIX_TURN_CREDIT: rlGX's mixed phase trains with turn scores, its first phase without (the
+    stand-in sees TURN_CREDIT unset and RL2_TURN_CREDIT set); OTHER="" runs that line alone."""
+    logs = _plan_logs(tmp_path, "weakwins2", SEEDS="2 3", SEED_GPUS="0 0", OTHER="", MIX_TURN_CREDIT="0.5")
+    assert sorted(logs) == ["s2/pipeline-rlGX.log", "s3/pipeline-rlGX.log"]
+    assert all(log.startswith("GPU=0 ") for log in logs.values())
+    for seed in ("s2", "s3"):
+        runs = tmp_path / "runs" / "plan" / seed
+        assert (runs / "rlGX.turn_credit").read_text().strip() == ""
+        assert (runs / "rlGX.turn_credit2").read_text().strip() == "0.5"
+
+
 def test_the_weak_wins_phase_at_two_learning_rates_from_one_first_phase(tmp_path: Path) -> None:
     logs = _plan_logs(tmp_path, "weakwins3", SEEDS="4", SEED_GPUS="0")
     first, second = logs["s4/pipeline-rlGX.log"], logs["s4/pipeline-rlGY.log"]
@@ -422,7 +435,7 @@ def test_without_a_command_the_usage_lists_every_command_and_stops_before_the_pl
     assert proc.returncode == 2 and "Plans" not in proc.stdout
     script = (ROOT / "scripts" / "tictactoe_gpus.sh").read_text()
     commands = set(re.findall(r"^  ([a-z]+)\)", script, re.MULTILINE))
-    assert commands == {"start", "wait", "collect", "summary", "best", "ship", "bundle", "restore"}
+    assert commands == {"start", "wait", "collect", "summary", "best", "ship", "bundle", "pack", "restore"}
     for command in commands:
         assert f"scripts/tictactoe_gpus.sh {command}" in proc.stdout, command
 
@@ -456,29 +469,49 @@ def test_wait_with_bundle_brings_the_best_weights_back_with_the_runs(tmp_path: P
     ]
 
 
-def test_wait_with_bundle_from_brings_a_first_phases_final_model_back_for_restore(tmp_path: Path) -> None:
-    """BUNDLE_FROM=SEED/RUN: the first phase's final model too (what second phases start from), into
-    DIR/SEED-RUN; `restore` makes it RUN's final model on the next machine, the weights unchanged."""
+def test_wait_with_bundle_from_brings_first_phases_final_models_back_for_restore(tmp_path: Path) -> None:
+    """BUNDLE_FROM="SEED/RUN ...": each first phase's final model there yet (what second phases start
+    from), in one archive DIR/first, folders SEED-RUN; `restore` makes each its RUN's final model on
+    the next machine, the weights unchanged. Two models take 5 parts, not 6: one split archive."""
     pytest.importorskip("torch")
     safetensors = pytest.importorskip("safetensors.torch")
     path = {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    proc = _gpus(tmp_path, "wait", "0", "out", BUNDLE_FROM="s8/rlLM", **path)
+    proc = _gpus(tmp_path, "wait", "0", "out", BUNDLE_FROM="s8/rlLM s9/rlLM", **path)
     assert proc.returncode == 0 and "no runs/plan/s8/rlLM/final yet: not bundled" in proc.stdout
-    final = tmp_path / "runs" / "plan" / "s8" / "rlLM" / "final"
-    shutil.copytree(ROOT / "models" / "tictactoe-tiny", final)
-    proc = _gpus(tmp_path, "wait", "0", "out", BUNDLE_FROM="s8/rlLM", **path)
+    assert "no runs/plan/s9/rlLM/final yet: not bundled" in proc.stdout and not (tmp_path / "out" / "first").exists()
+    finals = {seed: tmp_path / "runs" / "plan" / seed / "rlLM" / "final" for seed in ("s8", "s9")}
+    shutil.copytree(ROOT / "models" / "tictactoe-tiny", finals["s8"])
+    proc = _gpus(tmp_path, "wait", "0", "out", BUNDLE_FROM="s8/rlLM s9/rlLM", **path)  # one of two there
+    assert proc.returncode == 0 and "no runs/plan/s9/rlLM/final yet" in proc.stdout, proc.stderr
+    assert len(list((tmp_path / "out" / "first").glob("model.tar.*"))) == 3
+    shutil.copytree(ROOT / "models" / "tictactoe-tiny", finals["s9"])
+    proc = _gpus(tmp_path, "wait", "0", "out", BUNDLE_FROM="s8/rlLM s9/rlLM", **path)
     assert proc.returncode == 0, proc.stderr
-    assert len(list((tmp_path / "out" / "s8-rlLM").glob("model.tar.*"))) == 3
-    run = tmp_path / "elsewhere" / "s8" / "rlLM"
-    proc = _gpus(tmp_path, "restore", str(tmp_path / "out" / "s8-rlLM"), str(run))
-    assert proc.returncode == 0, proc.stderr
+    assert len(list((tmp_path / "out" / "first").glob("model.tar.*"))) == 5  # the last set only
 
     def weights(folder: Path) -> dict:
         return {k: v for f in sorted(folder.glob("*.safetensors")) for k, v in safetensors.load_file(f).items()}
 
-    shipped, restored = weights(final), weights(run / "final")
-    assert shipped.keys() == restored.keys()
-    assert all(restored[k].equal(shipped[k].to(restored[k].dtype)) for k in shipped)  # bf16 both ways
+    shipped = weights(finals["s8"])
+    for seed in ("s8", "s9"):
+        run = tmp_path / "elsewhere" / seed / "rlLM"
+        proc = _gpus(tmp_path, "restore", str(tmp_path / "out" / "first"), str(run))
+        assert proc.returncode == 0, proc.stderr
+        restored = weights(run / "final")
+        assert shipped.keys() == restored.keys()
+        assert all(restored[k].equal(shipped[k].to(restored[k].dtype)) for k in shipped)  # bf16 both ways
+    other = tmp_path / "elsewhere" / "s7" / "rlLM"  # a run the archive holds no folder for: refused
+    proc = _gpus(tmp_path, "restore", str(tmp_path / "out" / "first"), str(other))
+    assert proc.returncode == 1 and "no folder model or s7-rlLM" in proc.stderr
+    assert not (other / "final").exists()
+
+
+def test_pack_refuses_a_name_without_a_model_and_keeps_the_last_set(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    for args in (("pack", str(out)), ("pack", str(out), "nameless"), ("pack", str(out), f"a={tmp_path}")):
+        proc = _gpus(tmp_path, *args)
+        assert proc.returncode == 2 and "pack DIR NAME=MODEL" in proc.stderr, args
+    assert not out.exists() or not list(out.glob("model.tar.*"))
 
 
 def _bundle_of(tmp_path: Path, folder: Path, parts: int = 3) -> Path:
@@ -543,20 +576,12 @@ esac
 """
 
 
-@pytest.mark.parametrize("there", ["nothing", "sft", "phase 1"])
-def test_the_pipeline_skips_base_data_and_sft_where_the_first_phase_is_restored(tmp_path: Path, there: str) -> None:
-    """The real scripts/reproduce_tictactoe.sh, its `rlvr` a stand-in that logs each call: with RUN's
-    first phase there (restored), it trains only the second phase, from that model; with the SFT
-    model there, both phases, and the base model only for its evaluation."""
+def _pipeline(tmp_path: Path, out: Path, **env: str) -> str:
+    """The real scripts/reproduce_tictactoe.sh into OUT, its `rlvr` a stand-in: the calls it made."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "rlvr").write_text(STUB_RLVR)
     (bin_dir / "rlvr").chmod(0o755)
-    out = tmp_path / "runs" / "s2"
-    if there != "nothing":
-        folder = out / ("sft" if there == "sft" else "rlGX") / "final"
-        folder.mkdir(parents=True)
-        (folder / "config.json").write_text("{}")
     calls = tmp_path / "calls.log"
     proc = subprocess.run(
         ["bash", str(ROOT / "scripts" / "reproduce_tictactoe.sh")],
@@ -568,24 +593,38 @@ def test_the_pipeline_skips_base_data_and_sft_where_the_first_phase_is_restored(
             "OUT_DIR": str(out),
             "RL_NAME": "rlGX",
             "SCALE": "full",  # (the stand-in's sizes do not matter; kept bests need exact evaluations)
-            "KEEP_BEST": "min:exact/beaten_games",
-            "RL2_KEEP_BEST": "exact/optimal/draw_pct>=97,max:exact/random/win_pct",
-            "TEACHER": "teacher" if there == "sft" else "limit",
-            "EVAL_STAGES": "base sft rlGX rlGX2",
-        },
+        }
+        | env,
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    commands = [line.split()[0] for line in calls.read_text().splitlines()]
-    trained = [
-        line.split("--output-dir ")[1].split()[0] for line in calls.read_text().splitlines() if line.startswith("train")
-    ]
+    return calls.read_text()
+
+
+@pytest.mark.parametrize("there", ["nothing", "sft", "phase 1"])
+def test_the_pipeline_skips_base_data_and_sft_where_the_first_phase_is_restored(tmp_path: Path, there: str) -> None:
+    """The real scripts/reproduce_tictactoe.sh, its `rlvr` a stand-in that logs each call: with RUN's
+    first phase there (restored), it trains only the second phase, from that model; with the SFT
+    model there, both phases, and the base model only for its evaluation."""
+    out = tmp_path / "runs" / "s2"
+    if there != "nothing":
+        folder = out / ("sft" if there == "sft" else "rlGX") / "final"
+        folder.mkdir(parents=True)
+        (folder / "config.json").write_text("{}")
+    calls = _pipeline(
+        tmp_path,
+        out,
+        KEEP_BEST="min:exact/beaten_games",
+        RL2_KEEP_BEST="exact/optimal/draw_pct>=97,max:exact/random/win_pct",
+        TEACHER="teacher" if there == "sft" else "limit",
+        EVAL_STAGES="base sft rlGX rlGX2",
+    )
+    commands = [line.split()[0] for line in calls.splitlines()]
+    trained = [line.split("--output-dir ")[1].split()[0] for line in calls.splitlines() if line.startswith("train")]
     made = [c for c in commands if c != "eval"]
-    keeps = [
-        line.split("--keep-best ")[1].split()[0] for line in calls.read_text().splitlines() if line.startswith("train")
-    ]
+    keeps = [line.split("--keep-best ")[1].split()[0] for line in calls.splitlines() if line.startswith("train")]
     assert keeps == (["min:exact/beaten_games"] if there != "phase 1" else []) + [
         "exact/optimal/draw_pct>=97,max:exact/random/win_pct"
     ]
@@ -593,7 +632,30 @@ def test_the_pipeline_skips_base_data_and_sft_where_the_first_phase_is_restored(
     # not the one the run came from
     if there == "phase 1":
         assert made == ["train"] and trained == [f"{out}/rlGX2"]
-        assert f"--model {out}/rlGX/final --output-dir {out}/rlGX2 " in calls.read_text()
+        assert f"--model {out}/rlGX/final --output-dir {out}/rlGX2 " in calls
     else:
         assert made == (["model", "gen", "sft"] if there == "nothing" else ["model"]) + ["train", "train"]
         assert trained == [f"{out}/rlGX", f"{out}/rlGX2"]
+
+
+@pytest.mark.parametrize(
+    ("env", "first", "second"),
+    [
+        ({"TURN_CREDIT": "0.3"}, "0.3", "0.3"),  # both phases, as before RL2_TURN_CREDIT
+        ({"RL2_TURN_CREDIT": "0.5"}, None, "0.5"),  # the mixed phase alone (plan weakwins2's MIX_TURN_CREDIT)
+        ({"TURN_CREDIT": "0.3", "RL2_TURN_CREDIT": ""}, "0.3", None),  # set empty: none in phase 2
+    ],
+)
+def test_each_rl_phase_takes_its_own_turn_credit(
+    tmp_path: Path, env: dict[str, str], first: str | None, second: str | None
+) -> None:
+    calls = _pipeline(tmp_path, tmp_path / "runs" / "s2", **env)
+    trains = {
+        line.split("--output-dir ")[1].split()[0].rsplit("/", 1)[1]: line
+        for line in calls.splitlines()
+        if line.startswith("train")
+    }
+    assert sorted(trains) == ["rlGX", "rlGX2"]
+    for run, credit in (("rlGX", first), ("rlGX2", second)):
+        got = trains[run].split("--turn-credit ")[1].split()[0] if "--turn-credit" in trains[run] else None
+        assert got == credit, (run, trains[run])
