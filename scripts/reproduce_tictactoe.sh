@@ -89,7 +89,7 @@ else
   EVAL_GAMES=${EVAL_GAMES:-200}; EVAL_TASKS=${EVAL_TASKS:-64}; EVAL_EVERY=${EVAL_EVERY:-20}
 fi
 [ "$EXACT" = 1 ] || KEEP_BEST="" RL2_KEEP_BEST=""   # a kept best is chosen by exact evaluations: none at the smoke scale
-RL_DEVICE_FLAGS=${DEVICE_FLAGS:---no-bf16}   # rlvr train's bf16 is automatic (on with a CUDA GPU); no flags kept it off
+RL_DEVICE_FLAGS=${DEVICE_FLAGS:---no-bf16}   # DEVICE_FLAGS (--bf16 by default: bf16 autocast) at full scale; the CPU smoke scale clears it: --no-bf16
 mkdir -p "$OUT"
 log() { printf '\n== %s [%s]\n' "$*" "$(date +%H:%M:%S)"; }
 stamp() { date +%s > "$OUT/$1.start"; }
