@@ -1,7 +1,7 @@
 """Exact curves of RL runs: lost games over the whole tree at each exact evaluation.
 
     python scripts/tictactoe_curves.py add CSV RUN_DIR SEED OPPONENT VARIANT [FIRST_STEP]  # append a run's points
-    python scripts/tictactoe_curves.py plot CSV PNG [MATCH [SEEDS [COLUMN]]]                 # draw every run
+    python scripts/tictactoe_curves.py plot CSV PNG [MATCH [SEEDS [COLUMN [TARGET]]]]        # draw every run
 
 `add` reads RUN_DIR/metrics.csv (written by `rlvr train --eval-exact`). A later RL phase passes
 FIRST_STEP, the step the phase before it ended at, and its steps are counted from there; a point
@@ -13,7 +13,8 @@ contains MATCH (and only the seeds that have one; with SEEDS, only the seeds who
 with it, e.g. `weak`, or with one of several comma-separated prefixes, e.g. `weak_w3,weak_l`); a
 panel whose counts span more than 10x (the weak start, or one run's collapse) is drawn linear up
 to 10 and logarithmic above, so 0 stays visible. COLUMN draws another of the CSV's columns instead
-of the lost games, e.g. `random_win_pct` (exact wins vs random, %) or `optimal_draw_pct`.
+of the lost games, e.g. `random_win_pct` (exact wins vs random, %) or `optimal_draw_pct`. TARGET, a
+number, draws that value as a grey dashed line in every panel (e.g. 90 for the weak start's wins).
 """
 
 from __future__ import annotations
@@ -174,7 +175,9 @@ YLABEL = {"lost_games": "lost games over the whole tree", "rejected_move_games":
           "optimal_draw_pct": "draws vs optimal, % (exact)", "optimal_loss_pct": "losses vs optimal, % (exact)"}  # fmt: skip
 
 
-def plot(table: Path, out: Path, match: str = "", seeds_from: str = "", column: str = "lost_games") -> None:
+def plot(
+    table: Path, out: Path, match: str = "", seeds_from: str = "", column: str = "lost_games", target: str = ""
+) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -182,6 +185,9 @@ def plot(table: Path, out: Path, match: str = "", seeds_from: str = "", column: 
 
     if column not in YLABEL:
         sys.exit(f"no column {column!r} to draw; one of {', '.join(YLABEL)}")
+    level = _number(target) if target else None
+    if target and level is None:
+        sys.exit(f"TARGET must be a finite number, got {target!r}")
     rows = [r for r in select(table, match, seeds_from) if _number(r.get(column)) is not None]
     if not rows:
         sys.exit(f"no line of {table} matches {match!r} with a seed starting {seeds_from!r}")
@@ -205,6 +211,8 @@ def plot(table: Path, out: Path, match: str = "", seeds_from: str = "", column: 
             if points:
                 label = f"{line[0]}, {line[1]}"
                 (handles[label],) = ax.plot(*zip(*points, strict=True), marker="o", ms=3, **styles[line])
+        if level is not None:
+            handles[f"target: {level:g}"] = ax.axhline(level, color="grey", ls="--", lw=1)
         ax.set_title(panel_title(seed))
         ax.set_xlabel("RL step (0 = SFT model)")
         if column.endswith("_games") and max(counts) > 10 * max(min(counts), 1):
@@ -226,7 +234,7 @@ if __name__ == "__main__":
         first = int(sys.argv[7]) if len(sys.argv) == 8 else 0
         seed, opponent, variant = sys.argv[4:7]
         print(f"{add(Path(sys.argv[2]), Path(sys.argv[3]), seed, opponent, variant, first)} points added")
-    elif len(sys.argv) in (4, 5, 6, 7) and sys.argv[1] == "plot":
+    elif len(sys.argv) in (4, 5, 6, 7, 8) and sys.argv[1] == "plot":
         plot(Path(sys.argv[2]), Path(sys.argv[3]), *sys.argv[4:])
     else:
         sys.exit(__doc__)

@@ -86,6 +86,36 @@ def test_plot_draws_another_column_and_passes_over_lines_without_it(tmp_path: Pa
         curves.plot(table, tmp_path / "none.png", "", "", "wins")
 
 
+def test_plot_draws_a_target_line_in_every_panel_and_refuses_a_target_that_is_no_number(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("matplotlib")
+    from matplotlib.axes import Axes
+
+    table = tmp_path / "curves.csv"
+    head = ",".join(curves.FIELDS)
+    table.write_text(
+        f"{head}\nweak_w7,walk back,credit,0,20,40,88.49,0.7,97.62,2.38\nweak_w8,walk back,credit,0,9,4,85.8,1,93.5,6.5\n"
+    )
+    drawn: list[float] = []
+    real = Axes.axhline
+
+    def spy(self: Axes, y: float = 0, *args: object, **kwargs: object) -> object:
+        drawn.append(y)
+        return real(self, y, *args, **kwargs)
+
+    monkeypatch.setattr(Axes, "axhline", spy)
+    out = tmp_path / "wins.png"
+    curves.plot(table, out, "", "weak", "random_win_pct", "90")
+    assert drawn == [90.0, 90.0] and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    drawn.clear()
+    curves.plot(table, out, "", "weak", "random_win_pct")  # no target, no line
+    assert drawn == []
+    for bad in ("ninety", "nan", "inf"):
+        with pytest.raises(SystemExit, match="TARGET must be a finite number"):
+            curves.plot(table, tmp_path / "none.png", "", "weak", "random_win_pct", bad)
+
+
 def _figures() -> list[tuple[str, str]]:
     """(MATCH, SEEDS) of every `tictactoe_curves.py plot` docs/RESULTS.md names, and the full figure."""
     text = (ROOT / "docs" / "RESULTS.md").read_text()
