@@ -500,7 +500,7 @@ start() {
       # 98.17% draws (its control 89.72%, 99.07%). From the credit arm's step 400 again (forty-first
       # session), 100 steps: both arms met the pair (rlGX2 90.15% wins, 99.21% draws in bf16 on a
       # CPU, its weights bundled); WEAK_STEPS=150 from a fresh, weaker SFT run: 85.83% / 93.47%
-      # with credit at mixed step 100 (without 81.15% / 94.14%), about 16.6 GPU-minutes to there.
+      # with credit at mixed step 100 (without 81.15% / 94.14%), about 17.7 GPU-minutes to there.
       # MIX_TURN_CREDIT (e.g. 0.5): rlGX2 trains with turn scores too (its first phase without); with
       # OTHER="", the one run a seed is the line that met the pair, credit in its whole mixed phase:
       # OTHER="" MIX_TURN_CREDIT=0.5 SEEDS="2 3" SEED_GPUS="0 0" (two a GPU: about 4.2 s a step each).
