@@ -138,8 +138,7 @@ fi
 
 # 4. RL: opponents of mixed strength, stratified batches, exact evaluation every EVAL_EVERY steps
 rl() {  # rl NAME FROM STEPS MIN_P MAX_P LR TEMPERATURE BUCKETS OPENING_PLIES RANDOM_REPLIES RESTART_BELOW KEEP_BEST CREDIT
-  local name=$1 from=$2 steps=$3 low=$4 high=$5 lr=$6 temp=$7 buckets=$8 plies=$9 replies=${10} below=${11} keep=${12}
-  local credit=${13}
+  local name=$1 from=$2 steps=$3 low=$4 high=$5 lr=$6 temp=$7 buckets=$8 plies=$9 replies=${10} below=${11} keep=${12} credit=${13}
   if [ "$steps" -gt 0 ] && [ -f "$from/config.json" ] && [ ! -f "$OUT/$name/final/config.json" ]; then
     local env_args="{\"min_random_move_prob\": $low, \"max_random_move_prob\": $high, \"loss_reward\": $LOSS_REWARD, \"trap_prob\": $TRAP_PROB, \"opening_plies\": $plies, \"opening_history\": $OPENING_HISTORY, \"random_replies\": $replies${PROBE_REPLIES:+, \"probe_random_replies\": $PROBE_REPLIES}${PROBE_SHARE:+, \"probe_random_share\": $PROBE_SHARE}${CLAIM_PENALTY:+, \"claim_penalty\": $CLAIM_PENALTY}${MISSED_WIN_PENALTY:+, \"missed_win_penalty\": $MISSED_WIN_PENALTY}}"
     log "RL $name ($steps steps, $env_args, lr $lr, T $temp)"; stamp "$name"

@@ -74,6 +74,9 @@ def panel_title(seed: str) -> str:
 
 
 def add(table: Path, run: Path, seed: str, opponent: str, variant: str, first_step: int = 0) -> int:
+    for label in (seed, opponent, variant):  # checked before the table is touched
+        if not label.strip() or not label.isprintable():  # (lone surrogates and newlines are not)
+            sys.exit(f"a line's seed, opponent and variant must be printable text, got {label!r}")
     new = not table.exists()
     have: set[tuple[str, str, str, int]] = set()
     if not new:
@@ -185,7 +188,7 @@ def plot(
 
     if column not in YLABEL:
         sys.exit(f"no column {column!r} to draw; one of {', '.join(YLABEL)}")
-    level = _number(target) if target else None
+    level = _number(target)
     if target and level is None:
         sys.exit(f"TARGET must be a finite number, got {target!r}")
     rows = [r for r in select(table, match, seeds_from) if _number(r.get(column)) is not None]

@@ -746,6 +746,8 @@ EOF
     for pair in "$@"; do
       [ "${pair%%=*}" != "$pair" ] && [ -f "${pair#*=}/config.json" ] \
         || { echo "pack DIR NAME=MODEL...: no model folder in '$pair'" >&2; exit 2; }
+      [[ ${pair%%=*} =~ ^[A-Za-z0-9_][A-Za-z0-9._-]*$ ]] \
+        || { echo "pack DIR NAME=MODEL...: NAME '${pair%%=*}' is not a plain folder name" >&2; exit 2; }
       names+=("${pair%%=*}")
     done
     [ ${#names[@]} -gt 0 ] || { echo "pack DIR NAME=MODEL...: no model named" >&2; exit 2; }
@@ -762,9 +764,11 @@ EOF
     mkdir -p "$3" && tmp=$(mktemp -d "$3/.restore.XXXXXX") || exit 1
     trap 'rm -rf "$tmp"' EXIT
     run=$(cd "$3" && pwd); member="$(basename "$(dirname "$run")")-$(basename "$run")"
-    cat "$2"/model.tar.* | tar x -C "$tmp" || { echo "restore: $2's bundle is cut short" >&2; exit 1; }
-    [ -f "$tmp/model/config.json" ] && member=model
-    [ -f "$tmp/$member/config.json" ] \
+    folders=$(cat "$2"/model.tar.* | tar t | cut -d/ -f1 | sort -u) \
+      || { echo "restore: $2's bundle is cut short" >&2; exit 1; }
+    grep -qx model <<< "$folders" && member=model  # then unpack that folder alone, not every model
+    grep -qxF "$member" <<< "$folders" && cat "$2"/model.tar.* | tar x -C "$tmp" "$member" \
+      && [ -f "$tmp/$member/config.json" ] \
       || { echo "restore: $2's bundle holds no folder model or $member (cut short?)" >&2; exit 1; }
     mv "$tmp/$member" "$3/final" && echo "$2" > "$3/restored_from" && echo "restored $2 -> $3/final" ;;
   *) awk 'NR > 1 && /^#$/ && ++blank == 2 { exit } NR > 1' "$0"; exit 2 ;;  # the header up to its plans

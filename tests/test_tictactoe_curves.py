@@ -181,3 +181,12 @@ def test_the_curves_script_skips_torn_and_nan_lines_and_never_adds_a_point_twice
     assert curves.select(table, "lr 4e-5", "0") == []
     with pytest.raises(SystemExit, match="no line"):
         curves.plot(table, tmp_path / "none.png", "lr 4e-5", "0")
+
+
+@pytest.mark.parametrize("label", ["\udcff", "two\nlines", "", "  "])
+def test_add_refuses_a_label_that_is_not_printable_text_and_leaves_the_table_alone(tmp_path: Path, label: str) -> None:
+    table = tmp_path / "curves.csv"
+    run = _run(tmp_path / "rl", ["0,0.1,206,254,74.5,13.0,76.2,23.8"])
+    with pytest.raises(SystemExit, match="printable text"):
+        curves.add(table, run, "weak_w1", "walk back", label)
+    assert not table.exists()

@@ -506,12 +506,19 @@ def test_wait_with_bundle_from_brings_first_phases_final_models_back_for_restore
     assert not (other / "final").exists()
 
 
-def test_pack_refuses_a_name_without_a_model_and_keeps_the_last_set(tmp_path: Path) -> None:
-    out = tmp_path / "out"
+def test_pack_refuses_a_name_without_a_model_or_one_that_leaves_its_folder(tmp_path: Path) -> None:
+    """A NAME must be a plain folder name: `..` or `a/b` would ship a model outside the archive's
+    folder (into DIR itself); nothing is written for a refused call."""
+    out, model = tmp_path / "out", tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
     for args in (("pack", str(out)), ("pack", str(out), "nameless"), ("pack", str(out), f"a={tmp_path}")):
         proc = _gpus(tmp_path, *args)
         assert proc.returncode == 2 and "pack DIR NAME=MODEL" in proc.stderr, args
-    assert not out.exists() or not list(out.glob("model.tar.*"))
+    for name in ("..", ".", "a/b", "../up", "-x", "s2\nrlGX", ""):
+        proc = _gpus(tmp_path, "pack", str(out), f"{name}={model}")
+        assert proc.returncode == 2 and "not a plain folder name" in proc.stderr, name
+    assert not out.exists() or not list(out.rglob("*"))
 
 
 def _bundle_of(tmp_path: Path, folder: Path, parts: int = 3) -> Path:

@@ -80,7 +80,6 @@ from rlvr.clients.local_load import (
     forward_options,
     keep_freed_blocks,
     load_pretrained,
-    on_cpu,
 )
 from rlvr.clients.local_prefix import PrefixCache
 from rlvr.clients.local_slots import SlotBatch, SlotDecoder, use_static_cache
@@ -140,12 +139,12 @@ class LocalModel:
             raise UsageError("pass both model and tokenizer, or neither")
         if model is None or tokenizer is None:
             model, tokenizer = load_pretrained(str(path_or_id), device, dtype)
-        if on_cpu(model):
-            keep_freed_blocks()
         if not getattr(tokenizer, "chat_template", None):
             raise ModelError(f"the tokenizer of {path_or_id} has no chat template; use a chat model")
         self.name = str(path_or_id)
         self.model = model
+        if self.device.type == "cpu":  # however it was loaded: the trainer passes its policy in
+            keep_freed_blocks()
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
         self.stats = GenerationStats()

@@ -67,14 +67,6 @@ def keep_freed_blocks(limit: int = 1 << 30) -> bool:
         return False
 
 
-def on_cpu(model: Any) -> bool:
-    """Whether `model`'s first parameter lives on the CPU (False for one without parameters)."""
-    try:
-        return bool(next(model.parameters()).device.type == "cpu")
-    except (AttributeError, StopIteration, TypeError):
-        return False
-
-
 def base_model(model: Any) -> Any:
     """The transformers model under a peft wrapper (the model itself when there is none)."""
     return model.get_base_model() if hasattr(model, "get_base_model") else model
