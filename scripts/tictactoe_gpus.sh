@@ -761,7 +761,7 @@ EOF
     [ -n "${3:-}" ] && compgen -G "${2:-}/model.tar.*" > /dev/null \
       || { echo "restore DIR RUN: no bundle (model.tar.*) in '${2:-}'" >&2; exit 2; }
     [ -e "$3/final" ] && { echo "restore: $3/final is there already: not replaced" >&2; exit 2; }
-    mkdir -p "$3" && tmp=$(mktemp -d "$3/.restore.XXXXXX") || exit 1
+    mkdir -p "$3" && rm -rf "$3"/.restore.* && tmp=$(mktemp -d "$3/.restore.XXXXXX") || exit 1  # (a killed one's)
     trap 'rm -rf "$tmp"' EXIT
     run=$(cd "$3" && pwd); member="$(basename "$(dirname "$run")")-$(basename "$run")"
     folders=$(cat "$2"/model.tar.* | tar t | cut -d/ -f1 | sort -u) \

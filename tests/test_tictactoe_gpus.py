@@ -541,6 +541,7 @@ def test_restore_puts_a_bundle_back_as_a_runs_final_model(tmp_path: Path) -> Non
     (model / "model.safetensors").write_bytes(os.urandom(50_000))
     bundle = _bundle_of(tmp_path, model)
     run = tmp_path / "runs" / "plan" / "s2" / "rlGX"
+    (run / ".restore.killed" / "model").mkdir(parents=True)  # a restore killed mid-unpack (SIGKILL) left this
     proc = _gpus(tmp_path, "restore", str(bundle), str(run))
     assert proc.returncode == 0, proc.stderr
     assert sorted(p.name for p in run.iterdir()) == ["final", "restored_from"]  # nothing half-made beside it
