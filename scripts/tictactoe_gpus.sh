@@ -10,16 +10,21 @@
 #                                            # with BUNDLE=1, also `bundle "$(best)" DIR` (the
 #                                            # idle release is 30 s: a run's weights may not wait
 #                                            # for the next call); with BUNDLE_FROM="SEED/RUN ..."
-#                                            # (e.g. "s2/rlGX s3/rlGX"), also each RUN's first-phase
-#                                            # final model there yet, into one archive DIR/first
-#                                            # (folders SEED-RUN; three models take 7 parts, with
-#                                            # runs.tgz the 8 files $OUT keeps): what their second
-#                                            # phases start from (`restore` each on the next machine)
+#                                            # (e.g. "s2/rlGX s3/rlGX"), also packs each RUN's
+#                                            # first-phase final model there yet, once, into
+#                                            # RUNS/packed/SEED-RUN, and sends what fits: what
+#                                            # their second phases start from (`restore` each on
+#                                            # the next machine)
+#   scripts/tictactoe_gpus.sh send DIR [NAME...]  # packed models (all not yet sent, or the NAMEs) into
+#                                            # DIR/NAME while DIR stays under 64 MiB, $OUT's limit
+#                                            # for a call's files together (a 17.6M model is 34 MB:
+#                                            # one a call); says which wait for the next call
 #   scripts/tictactoe_gpus.sh collect DIR    # tables, metrics, logs, exact summaries, plots -> DIR/runs.tgz
 #                                            # (wait's collection leaves the plots out: a short reply)
 #   scripts/tictactoe_gpus.sh ship MODEL DIR # a model folder (best's answer) in bfloat16, shards under 15 MB
 #   scripts/tictactoe_gpus.sh bundle MODEL DIR  # ship MODEL, as DIR/model.tar.00, .01, ... (15 MB
-#                                            # each: $OUT takes 8 files, a model folder has 9);
+#                                            # each: $OUT takes 8 files, 64 MiB together, and
+#                                            # a model folder has 9);
 #                                            # back here: cat DIR/model.tar.* | tar x -C DEST
 #   scripts/tictactoe_gpus.sh pack DIR NAME=MODEL...  # several models in one such archive, folders NAME
 #   scripts/tictactoe_gpus.sh restore DIR RUNS/SEED/RUN  # a bundle (its folder model, else SEED-RUN)
@@ -503,7 +508,9 @@ start() {
       # with credit at mixed step 100 (without 81.15% / 94.14%), about 17.7 GPU-minutes to there.
       # MIX_TURN_CREDIT (e.g. 0.5): rlGX2 trains with turn scores too (its first phase without); with
       # OTHER="", the one run a seed is the line that met the pair, credit in its whole mixed phase:
-      # OTHER="" MIX_TURN_CREDIT=0.5 SEEDS="2 3" SEED_GPUS="0 0" (two a GPU: about 4.2 s a step each).
+      # OTHER="" MIX_TURN_CREDIT=0.5 SEEDS="2 3 4" SEED_GPUS="0 0 0": three a GPU, run 2026-12-04 on one
+      # H200: base, SFT and the 250-step first phases in 17.5 minutes (3.7-3.9 s a step with their
+      # evaluations), the mixed phases 3.6-4.0 s a step; about 12 GPU-minutes a seed for the line.
       # OTHER="" leaves rlGY out: rlGX alone a seed, e.g. two seeds a GPU (SEED_GPUS="0 0"; with
       # TEACHER=limit, WEAK_STEPS=250, seeds 2 and 3, run 2026-12-02: 4.1-4.3 s a step side by side,
       # too slow for one session's device time; seed 2 alone reached 86.98% wins, 93.12% draws)
@@ -618,14 +625,36 @@ case ${1:-} in
         if [ -n "$best" ]; then bash "$0" bundle "$best" "$3"; else echo "no RL model evaluated yet: nothing bundled"; fi
       fi
       if [ -n "${BUNDLE_FROM:-}" ]; then  # and first phases' final models, where second phases start:
-        members=()  # one archive for all (DIR/first), its folders named SEED-RUN: three models in 7 parts
-        for key in $BUNDLE_FROM; do
-          if [ -f "$ROOT/$key/final/config.json" ]; then members+=("${key//\//-}=$ROOT/$key/final")
-          else echo "no $ROOT/$key/final yet: not bundled"; fi
+        for key in $BUNDLE_FROM; do  # each packed once, in a folder SEED-RUN of its own
+          name=${key//\//-}
+          if [ ! -f "$ROOT/$key/final/config.json" ]; then echo "no $ROOT/$key/final yet: not bundled"
+          elif ! compgen -G "$ROOT/packed/$name/model.tar.*" > /dev/null; then
+            bash "$0" pack "$ROOT/packed/$name" "$name=$ROOT/$key/final" || exit 1
+          fi
         done
-        [ ${#members[@]} -eq 0 ] || bash "$0" pack "$3/first" "${members[@]}"
+        bash "$0" send "$3"  # as many as this call's files can take
       fi
     fi ;;
+  send)  # send DIR [NAME...]: packed models into DIR/NAME, those not sent yet by default (in name
+    # order), while DIR's files stay within $OUT's 64 MiB a call; marks each sent (RUNS/packed/NAME/sent;
+    # a call whose files did not come back: name it again)
+    dir=${2:-}; [ -n "$dir" ] && shift 2 || { echo "send DIR [NAME...]: no DIR" >&2; exit 2; }
+    limit=$(( 64 * 1024 * 1024 - 1024 * 1024 ))  # (1 MiB to spare: a runs.tgz collected after)
+    names=("$@")
+    if [ ${#names[@]} -eq 0 ]; then
+      for d in "$ROOT"/packed/*/; do [ -d "$d" ] && [ ! -f "$d/sent" ] && names+=("$(basename "$d")"); done
+    fi
+    mkdir -p "$dir"; left=()
+    for name in "${names[@]}"; do
+      [[ $name =~ ^[A-Za-z0-9_][A-Za-z0-9._-]*$ ]] && compgen -G "$ROOT/packed/$name/model.tar.*" > /dev/null \
+        || { echo "send: no packed model '$name' in $ROOT/packed" >&2; exit 2; }
+      rm -rf "${dir:?}/$name"  # (sent before into this DIR: counted once)
+      used=$(du -sb "$dir" | cut -f1); size=$(cat "$ROOT/packed/$name"/model.tar.* | wc -c)
+      if [ $(( used + size )) -gt "$limit" ]; then left+=("$name"); continue; fi
+      mkdir "$dir/$name" && cp "$ROOT/packed/$name"/model.tar.* "$dir/$name/" \
+        && touch "$ROOT/packed/$name/sent" && echo "sent $name -> $dir/$name" || exit 1
+    done
+    [ ${#left[@]} -eq 0 ] || echo "not sent (over 64 MiB with this call's files): ${left[*]}; next call: send DIR ${left[*]}" ;;
   collect) collect "$2" "${3:-}" ;;
   summary)  # every exact table of the plan's stages, the kept bests, and each run's exact curve
     python3 - "$ROOT" <<'EOF'

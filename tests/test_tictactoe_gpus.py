@@ -435,7 +435,7 @@ def test_without_a_command_the_usage_lists_every_command_and_stops_before_the_pl
     assert proc.returncode == 2 and "Plans" not in proc.stdout
     script = (ROOT / "scripts" / "tictactoe_gpus.sh").read_text()
     commands = set(re.findall(r"^  ([a-z]+)\)", script, re.MULTILINE))
-    assert commands == {"start", "wait", "collect", "summary", "best", "ship", "bundle", "pack", "restore"}
+    assert commands == {"start", "wait", "send", "collect", "summary", "best", "ship", "bundle", "pack", "restore"}
     for command in commands:
         assert f"scripts/tictactoe_gpus.sh {command}" in proc.stdout, command
 
@@ -469,39 +469,57 @@ def test_wait_with_bundle_brings_the_best_weights_back_with_the_runs(tmp_path: P
     ]
 
 
-def test_wait_with_bundle_from_brings_first_phases_final_models_back_for_restore(tmp_path: Path) -> None:
+def test_wait_with_bundle_from_sends_first_phases_final_models_one_call_at_a_time(tmp_path: Path) -> None:
     """BUNDLE_FROM="SEED/RUN ...": each first phase's final model there yet (what second phases start
-    from), in one archive DIR/first, folders SEED-RUN; `restore` makes each its RUN's final model on
-    the next machine, the weights unchanged. Two models take 5 parts, not 6: one split archive."""
+    from) is packed once (RUNS/packed/SEED-RUN) and sent into DIR/SEED-RUN while DIR stays within
+    the 64 MiB a call's files may take together: a 34 MB model a call, the rest named for the next
+    call; `restore` makes each its RUN's final model on the next machine, the weights unchanged."""
     pytest.importorskip("torch")
     safetensors = pytest.importorskip("safetensors.torch")
     path = {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    proc = _gpus(tmp_path, "wait", "0", "out", BUNDLE_FROM="s8/rlLM s9/rlLM", **path)
-    assert proc.returncode == 0 and "no runs/plan/s8/rlLM/final yet: not bundled" in proc.stdout
-    assert "no runs/plan/s9/rlLM/final yet: not bundled" in proc.stdout and not (tmp_path / "out" / "first").exists()
+    both = {"BUNDLE_FROM": "s8/rlLM s9/rlLM", **path}
+    proc = _gpus(tmp_path, "wait", "0", "out1", **both)
+    assert proc.returncode == 0 and "no runs/plan/s8/rlLM/final yet: not bundled" in proc.stdout, proc.stderr
+    assert "no runs/plan/s9/rlLM/final yet: not bundled" in proc.stdout
+    assert sorted(p.name for p in (tmp_path / "out1").iterdir()) == ["runs.tgz"]
     finals = {seed: tmp_path / "runs" / "plan" / seed / "rlLM" / "final" for seed in ("s8", "s9")}
-    shutil.copytree(ROOT / "models" / "tictactoe-tiny", finals["s8"])
-    proc = _gpus(tmp_path, "wait", "0", "out", BUNDLE_FROM="s8/rlLM s9/rlLM", **path)  # one of two there
-    assert proc.returncode == 0 and "no runs/plan/s9/rlLM/final yet" in proc.stdout, proc.stderr
-    assert len(list((tmp_path / "out" / "first").glob("model.tar.*"))) == 3
-    shutil.copytree(ROOT / "models" / "tictactoe-tiny", finals["s9"])
-    proc = _gpus(tmp_path, "wait", "0", "out", BUNDLE_FROM="s8/rlLM s9/rlLM", **path)
+    for final in finals.values():
+        shutil.copytree(ROOT / "models" / "tictactoe-tiny", final)
+    proc = _gpus(tmp_path, "wait", "0", "out2", **both)
     assert proc.returncode == 0, proc.stderr
-    assert len(list((tmp_path / "out" / "first").glob("model.tar.*"))) == 5  # the last set only
+    assert "sent s8-rlLM" in proc.stdout and "not sent (over 64 MiB with this call's files): s9-rlLM" in proc.stdout
+    assert sorted(p.name for p in (tmp_path / "out2").iterdir()) == ["runs.tgz", "s8-rlLM"]
+    sent = [p for p in (tmp_path / "out2").rglob("*") if p.is_file()]
+    assert sum(p.stat().st_size for p in sent) <= 64 * 2**20 and len(sent) <= 8
+    packed = tmp_path / "runs" / "plan" / "packed" / "s9-rlLM" / "model.tar.00"
+    before = packed.stat().st_mtime_ns
+    proc = _gpus(tmp_path, "wait", "0", "out3", **both)  # the next call: the one left, not packed again
+    assert proc.returncode == 0 and "sent s9-rlLM" in proc.stdout and "shipped" not in proc.stdout, proc.stderr
+    assert packed.stat().st_mtime_ns == before
+    assert sorted(p.name for p in (tmp_path / "out3").iterdir()) == ["runs.tgz", "s9-rlLM"]
+    proc = _gpus(tmp_path, "wait", "0", "out4", **both)  # every one sent: nothing more
+    assert proc.returncode == 0 and "sent" not in proc.stdout
+    assert sorted(p.name for p in (tmp_path / "out4").iterdir()) == ["runs.tgz"]
+    proc = _gpus(tmp_path, "send", "out5", "s8-rlLM")  # a call whose files did not come back: again
+    assert proc.returncode == 0 and "sent s8-rlLM" in proc.stdout
+    for name in ("s7-rlLM", "..", "../plan"):
+        proc = _gpus(tmp_path, "send", "out6", name)
+        assert proc.returncode == 2 and "no packed model" in proc.stderr, name
+    assert _gpus(tmp_path, "send").returncode == 2
 
     def weights(folder: Path) -> dict:
         return {k: v for f in sorted(folder.glob("*.safetensors")) for k, v in safetensors.load_file(f).items()}
 
     shipped = weights(finals["s8"])
-    for seed in ("s8", "s9"):
+    for seed, out in (("s8", "out5"), ("s9", "out3")):
         run = tmp_path / "elsewhere" / seed / "rlLM"
-        proc = _gpus(tmp_path, "restore", str(tmp_path / "out" / "first"), str(run))
+        proc = _gpus(tmp_path, "restore", str(tmp_path / out / f"{seed}-rlLM"), str(run))
         assert proc.returncode == 0, proc.stderr
         restored = weights(run / "final")
         assert shipped.keys() == restored.keys()
         assert all(restored[k].equal(shipped[k].to(restored[k].dtype)) for k in shipped)  # bf16 both ways
     other = tmp_path / "elsewhere" / "s7" / "rlLM"  # a run the archive holds no folder for: refused
-    proc = _gpus(tmp_path, "restore", str(tmp_path / "out" / "first"), str(other))
+    proc = _gpus(tmp_path, "restore", str(tmp_path / "out2" / "s8-rlLM"), str(other))
     assert proc.returncode == 1 and "no folder model or s7-rlLM" in proc.stderr
     assert not (other / "final").exists()
 
