@@ -62,6 +62,9 @@ TITLES = {
     "weak_w6": "weak start, plan weakwins2, SFT seed 4 again",
     "weak_w7": "weak start, plan weakwins2, SFT seed 2 again",
     "weak_w8": "weak start, 150 + 100 steps, SFT seed 2, third",
+    "weak_t2": "weak start, seed 2, three a GPU (2026-12-04)",
+    "weak_t3": "weak start, seed 3, three a GPU (2026-12-04)",
+    "weak_t4": "weak start, seed 4, three a GPU (2026-12-04)",
     "shipped": "RL 2, 3 and 4 of the shipped model",
 }
 
