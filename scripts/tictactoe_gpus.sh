@@ -11,10 +11,12 @@
 #                                            # idle release is 30 s: a run's weights may not wait
 #                                            # for the next call); with BUNDLE_FROM="SEED/RUN ..."
 #                                            # (e.g. "s2/rlGX s3/rlGX"), also packs each RUN's
-#                                            # first-phase final model there yet, once, into
-#                                            # RUNS/packed/SEED-RUN, and sends what fits: what
-#                                            # their second phases start from (`restore` each on
-#                                            # the next machine)
+#                                            # first-phase final model there yet into
+#                                            # RUNS/packed/SEED-RUN (again only when it changed),
+#                                            # and sends what fits: what their second phases
+#                                            # start from (`restore` each on the next machine);
+#                                            # a key naming a model folder, e.g. s2/rlGX2/best
+#                                            # (a kept best), packs that (NAME s2-rlGX2-best)
 #   scripts/tictactoe_gpus.sh send DIR [NAME...]  # packed models (all not yet sent, or the NAMEs) into
 #                                            # DIR/NAME while DIR stays under 64 MiB, $OUT's limit
 #                                            # for a call's files together (a 17.6M model is 34 MB:
@@ -624,25 +626,31 @@ case ${1:-} in
         best=$(bash "$0" best)
         if [ -n "$best" ]; then bash "$0" bundle "$best" "$3"; else echo "no RL model evaluated yet: nothing bundled"; fi
       fi
-      if [ -n "${BUNDLE_FROM:-}" ]; then  # and first phases' final models, where second phases start:
-        for key in $BUNDLE_FROM; do  # each packed once, in a folder SEED-RUN of its own
-          name=${key//\//-}
-          if [ ! -f "$ROOT/$key/final/config.json" ]; then echo "no $ROOT/$key/final yet: not bundled"
-          elif ! compgen -G "$ROOT/packed/$name/model.tar.*" > /dev/null; then
-            bash "$0" pack "$ROOT/packed/$name" "$name=$ROOT/$key/final" || exit 1
+      if [ -n "${BUNDLE_FROM:-}" ]; then  # and first phases' final models, where second phases start
+        # (SEED/RUN: RUN/final), or any model folder under RUNS (e.g. SEED/RUN/best, a kept best)
+        for key in $BUNDLE_FROM; do  # each packed into a folder NAME of its own, again when it changed
+          name=${key//\//-} model=$ROOT/$key/final
+          [ -f "$model/config.json" ] || model=$ROOT/$key
+          part=$ROOT/packed/$name/model.tar.00
+          if [ ! -f "$model/config.json" ]; then echo "no $ROOT/$key/final yet: not bundled"
+          elif [ ! -f "$part" ] || [ -n "$(find -L "$model" -newer "$part" -print -quit)" ]; then
+            { bash "$0" pack "$ROOT/packed/$name" "$name=$model" && rm -f "$ROOT/packed/$name/sent"; } \
+              || echo "$name: not packed (a model being rewritten?)"
           fi
         done
         bash "$0" send "$3"  # as many as this call's files can take
       fi
     fi ;;
-  send)  # send DIR [NAME...]: packed models into DIR/NAME, those not sent yet by default (in name
-    # order), while DIR's files stay within $OUT's 64 MiB a call; marks each sent (RUNS/packed/NAME/sent;
-    # a call whose files did not come back: name it again)
+  send)  # send DIR [NAME...]: packed models into DIR/NAME, by default those not sent since they were
+    # packed (never sent first, then in name order: a kept best packed again each call starves no
+    # other), while DIR's files stay within $OUT's 64 MiB a call; marks each sent
+    # (RUNS/packed/NAME/sent; a call whose files did not come back: name it again)
     dir=${2:-}; [ -n "$dir" ] && shift 2 || { echo "send DIR [NAME...]: no DIR" >&2; exit 2; }
     limit=$(( 64 * 1024 * 1024 - 1024 * 1024 ))  # (1 MiB to spare: a runs.tgz collected after)
     names=("$@")
-    if [ ${#names[@]} -eq 0 ]; then
-      for d in "$ROOT"/packed/*/; do [ -d "$d" ] && [ ! -f "$d/sent" ] && names+=("$(basename "$d")"); done
+    if [ ${#names[@]} -eq 0 ]; then  # never sent before those sent once and packed again since
+      for d in "$ROOT"/packed/*/; do [ -d "$d" ] && [ ! -f "$d/sent" ] && [ ! -f "$d/sent_once" ] && names+=("$(basename "$d")"); done
+      for d in "$ROOT"/packed/*/; do [ -d "$d" ] && [ ! -f "$d/sent" ] && [ -f "$d/sent_once" ] && names+=("$(basename "$d")"); done
     fi
     mkdir -p "$dir"; left=()
     for name in "${names[@]}"; do
@@ -652,7 +660,7 @@ case ${1:-} in
       used=$(du -sb "$dir" | cut -f1); size=$(cat "$ROOT/packed/$name"/model.tar.* | wc -c)
       if [ $(( used + size )) -gt "$limit" ]; then left+=("$name"); continue; fi
       mkdir "$dir/$name" && cp "$ROOT/packed/$name"/model.tar.* "$dir/$name/" \
-        && touch "$ROOT/packed/$name/sent" && echo "sent $name -> $dir/$name" || exit 1
+        && touch "$ROOT/packed/$name/sent" "$ROOT/packed/$name/sent_once" && echo "sent $name -> $dir/$name" || exit 1
     done
     [ ${#left[@]} -eq 0 ] || echo "not sent (over 64 MiB with this call's files): ${left[*]}; next call: send DIR ${left[*]}" ;;
   collect) collect "$2" "${3:-}" ;;

@@ -524,6 +524,35 @@ def test_wait_with_bundle_from_sends_first_phases_final_models_one_call_at_a_tim
     assert not (other / "final").exists()
 
 
+def test_wait_with_bundle_from_packs_a_kept_best_again_when_it_changed(tmp_path: Path) -> None:
+    """A BUNDLE_FROM key may name any model folder under RUNS, e.g. SEED/RUN/best, the kept best of
+    a run still going: packed as SEED-RUN-best, sent, and packed and sent again once the run keeps
+    a newer best (never a stale one); a model that is not there yet is said so. One a call: a model
+    never sent goes before one sent before and packed again."""
+    pytest.importorskip("torch")
+    path = {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    env = {"BUNDLE_FROM": "s8/rlLM2/best", **path}
+    proc = _gpus(tmp_path, "wait", "0", "out1", **env)
+    assert proc.returncode == 0 and "no runs/plan/s8/rlLM2/best/final yet: not bundled" in proc.stdout
+    best = tmp_path / "runs" / "plan" / "s8" / "rlLM2" / "best"
+    shutil.copytree(ROOT / "models" / "tictactoe-tiny", best)
+    proc = _gpus(tmp_path, "wait", "0", "out2", **env)
+    assert proc.returncode == 0 and "sent s8-rlLM2-best" in proc.stdout, proc.stderr
+    assert (tmp_path / "out2" / "s8-rlLM2-best" / "model.tar.00").exists()
+    proc = _gpus(tmp_path, "wait", "0", "out3", **env)  # unchanged and sent: nothing
+    assert proc.returncode == 0 and "sent" not in proc.stdout and "shipped" not in proc.stdout
+    later = time.time() + 5  # the run keeps a newer best
+    os.utime(best / "config.json", (later, later))
+    proc = _gpus(tmp_path, "wait", "0", "out4", **env)
+    assert proc.returncode == 0 and "shipped" in proc.stdout and "sent s8-rlLM2-best" in proc.stdout
+    shutil.copytree(ROOT / "models" / "tictactoe-tiny", tmp_path / "runs" / "plan" / "s9" / "rlLM2" / "best")
+    later += 5  # both changed: the one never sent goes first, the other waits
+    os.utime(best / "config.json", (later, later))
+    proc = _gpus(tmp_path, "wait", "0", "out5", BUNDLE_FROM="s8/rlLM2/best s9/rlLM2/best", **path)
+    assert proc.returncode == 0 and "sent s9-rlLM2-best" in proc.stdout, proc.stderr
+    assert "not sent (over 64 MiB with this call's files): s8-rlLM2-best" in proc.stdout
+
+
 def test_pack_refuses_a_name_without_a_model_or_one_that_leaves_its_folder(tmp_path: Path) -> None:
     """A NAME must be a plain folder name: `..` or `a/b` would ship a model outside the archive's
     folder (into DIR itself); nothing is written for a refused call."""
