@@ -628,39 +628,45 @@ case ${1:-} in
       fi
       if [ -n "${BUNDLE_FROM:-}" ]; then  # and first phases' final models, where second phases start
         # (SEED/RUN: RUN/final), or any model folder under RUNS (e.g. SEED/RUN/best, a kept best)
-        for key in $BUNDLE_FROM; do  # each packed into a folder NAME of its own, again when it changed
+        read -r -a keys <<< "$BUNDLE_FROM"  # (split on blanks, never globbed)
+        for key in "${keys[@]}"; do  # each packed into a folder NAME of its own, again when it changed
           name=${key//\//-} model=$ROOT/$key/final
           [ -f "$model/config.json" ] || model=$ROOT/$key
           part=$ROOT/packed/$name/model.tar.00
-          if [ ! -f "$model/config.json" ]; then echo "no $ROOT/$key/final yet: not bundled"
+          if [ ! -f "$model/config.json" ]; then echo "no model at $ROOT/$key(/final) yet: not bundled"
           elif [ ! -f "$part" ] || [ -n "$(find -L "$model" -newer "$part" -print -quit)" ]; then
-            { bash "$0" pack "$ROOT/packed/$name" "$name=$model" && rm -f "$ROOT/packed/$name/sent"; } \
-              || echo "$name: not packed (a model being rewritten?)"
+            bash "$0" pack "$ROOT/packed/$name" "$name=$model" || echo "$name: not packed (a model being rewritten?)"
           fi
         done
         bash "$0" send "$3"  # as many as this call's files can take
       fi
     fi ;;
   send)  # send DIR [NAME...]: packed models into DIR/NAME, by default those not sent since they were
-    # packed (never sent first, then in name order: a kept best packed again each call starves no
-    # other), while DIR's files stay within $OUT's 64 MiB a call; marks each sent
-    # (RUNS/packed/NAME/sent; a call whose files did not come back: name it again)
+    # last packed (its parts newer than RUNS/packed/NAME/sent), the never sent first (a kept best
+    # packed again each call starves no other), while DIR's files stay within $OUT's 64 MiB a call
+    # (a call whose files did not come back: name it again)
     dir=${2:-}; [ -n "$dir" ] && shift 2 || { echo "send DIR [NAME...]: no DIR" >&2; exit 2; }
     limit=$(( 64 * 1024 * 1024 - 1024 * 1024 ))  # (1 MiB to spare: a runs.tgz collected after)
     names=("$@")
-    if [ ${#names[@]} -eq 0 ]; then  # never sent before those sent once and packed again since
-      for d in "$ROOT"/packed/*/; do [ -d "$d" ] && [ ! -f "$d/sent" ] && [ ! -f "$d/sent_once" ] && names+=("$(basename "$d")"); done
-      for d in "$ROOT"/packed/*/; do [ -d "$d" ] && [ ! -f "$d/sent" ] && [ -f "$d/sent_once" ] && names+=("$(basename "$d")"); done
+    if [ ${#names[@]} -eq 0 ]; then
+      again=()
+      for d in "$ROOT"/packed/*; do
+        if [ ! -f "$d/model.tar.00" ] || { [ -f "$d/sent" ] && [ ! "$d/model.tar.00" -nt "$d/sent" ]; }; then
+          continue  # (not packed again since sent; equal times, one clock tick apart, count as sent)
+        elif [ -f "$d/sent" ]; then again+=("${d##*/}")
+        else names+=("${d##*/}"); fi
+      done
+      names+=(${again[@]+"${again[@]}"})
     fi
     mkdir -p "$dir"; left=()
-    for name in "${names[@]}"; do
-      [[ $name =~ ^[A-Za-z0-9_][A-Za-z0-9._-]*$ ]] && compgen -G "$ROOT/packed/$name/model.tar.*" > /dev/null \
+    for name in ${names[@]+"${names[@]}"}; do
+      [[ $name =~ ^[A-Za-z0-9_][A-Za-z0-9._-]*$ ]] && [ -f "$ROOT/packed/$name/model.tar.00" ] \
         || { echo "send: no packed model '$name' in $ROOT/packed" >&2; exit 2; }
       rm -rf "${dir:?}/$name"  # (sent before into this DIR: counted once)
-      used=$(du -sb "$dir" | cut -f1); size=$(cat "$ROOT/packed/$name"/model.tar.* | wc -c)
+      used=$(du -sb "$dir" | cut -f1); size=$(du -cb "$ROOT/packed/$name"/model.tar.* | tail -1 | cut -f1)
       if [ $(( used + size )) -gt "$limit" ]; then left+=("$name"); continue; fi
       mkdir "$dir/$name" && cp "$ROOT/packed/$name"/model.tar.* "$dir/$name/" \
-        && touch "$ROOT/packed/$name/sent" "$ROOT/packed/$name/sent_once" && echo "sent $name -> $dir/$name" || exit 1
+        && touch "$ROOT/packed/$name/sent" && echo "sent $name -> $dir/$name" || exit 1
     done
     [ ${#left[@]} -eq 0 ] || echo "not sent (over 64 MiB with this call's files): ${left[*]}; next call: send DIR ${left[*]}" ;;
   collect) collect "$2" "${3:-}" ;;

@@ -479,8 +479,8 @@ def test_wait_with_bundle_from_sends_first_phases_final_models_one_call_at_a_tim
     path = {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     both = {"BUNDLE_FROM": "s8/rlLM s9/rlLM", **path}
     proc = _gpus(tmp_path, "wait", "0", "out1", **both)
-    assert proc.returncode == 0 and "no runs/plan/s8/rlLM/final yet: not bundled" in proc.stdout, proc.stderr
-    assert "no runs/plan/s9/rlLM/final yet: not bundled" in proc.stdout
+    assert proc.returncode == 0 and "no model at runs/plan/s8/rlLM(/final) yet: not bundled" in proc.stdout, proc.stderr
+    assert "no model at runs/plan/s9/rlLM(/final) yet: not bundled" in proc.stdout
     assert sorted(p.name for p in (tmp_path / "out1").iterdir()) == ["runs.tgz"]
     finals = {seed: tmp_path / "runs" / "plan" / seed / "rlLM" / "final" for seed in ("s8", "s9")}
     for final in finals.values():
@@ -500,8 +500,13 @@ def test_wait_with_bundle_from_sends_first_phases_final_models_one_call_at_a_tim
     proc = _gpus(tmp_path, "wait", "0", "out4", **both)  # every one sent: nothing more
     assert proc.returncode == 0 and "sent" not in proc.stdout
     assert sorted(p.name for p in (tmp_path / "out4").iterdir()) == ["runs.tgz"]
+    cut = tmp_path / "out5" / "s8-rlLM"  # a send killed mid-copy left a short part (and no mark)
+    cut.mkdir(parents=True)
+    (cut / "model.tar.00").write_bytes(b"cut")
     proc = _gpus(tmp_path, "send", "out5", "s8-rlLM")  # a call whose files did not come back: again
     assert proc.returncode == 0 and "sent s8-rlLM" in proc.stdout
+    packed_s8 = tmp_path / "runs" / "plan" / "packed" / "s8-rlLM"
+    assert all((cut / p.name).read_bytes() == p.read_bytes() for p in packed_s8.glob("model.tar.*"))
     for name in ("s7-rlLM", "..", "../plan"):
         proc = _gpus(tmp_path, "send", "out6", name)
         assert proc.returncode == 2 and "no packed model" in proc.stderr, name
@@ -533,7 +538,10 @@ def test_wait_with_bundle_from_packs_a_kept_best_again_when_it_changed(tmp_path:
     path = {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     env = {"BUNDLE_FROM": "s8/rlLM2/best", **path}
     proc = _gpus(tmp_path, "wait", "0", "out1", **env)
-    assert proc.returncode == 0 and "no runs/plan/s8/rlLM2/best/final yet: not bundled" in proc.stdout
+    assert proc.returncode == 0 and "no model at runs/plan/s8/rlLM2/best(/final) yet: not bundled" in proc.stdout
+    glob = _gpus(tmp_path, "wait", "0", "out0", BUNDLE_FROM="*", **path)  # a key is a path, never a pattern
+    assert glob.returncode == 0 and "no model at runs/plan/*(/final) yet" in glob.stdout
+    assert glob.stdout.count("not bundled") == 1, glob.stdout
     best = tmp_path / "runs" / "plan" / "s8" / "rlLM2" / "best"
     shutil.copytree(ROOT / "models" / "tictactoe-tiny", best)
     proc = _gpus(tmp_path, "wait", "0", "out2", **env)
