@@ -16,7 +16,10 @@
 #                                            # and sends what fits: what their second phases
 #                                            # start from (`restore` each on the next machine);
 #                                            # a key naming a model folder, e.g. s2/rlGX2/best
-#                                            # (a kept best), packs that (NAME s2-rlGX2-best)
+#                                            # (a kept best), packs that (NAME s2-rlGX2-best);
+#                                            # the collection and each pack take 10-15 s on an
+#                                            # H200 host: SECONDS + 15 a key + 20 must fit the
+#                                            # call's limit (a pack cut short is redone whole)
 #   scripts/tictactoe_gpus.sh send DIR [NAME...]  # packed models (all not yet sent, or the NAMEs) into
 #                                            # DIR/NAME while DIR stays under 64 MiB, $OUT's limit
 #                                            # for a call's files together (a 17.6M model is 34 MB:
