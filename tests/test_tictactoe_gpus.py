@@ -549,12 +549,14 @@ def test_wait_with_bundle_from_packs_a_kept_best_again_when_it_changed(tmp_path:
     assert (tmp_path / "out2" / "s8-rlLM2-best" / "model.tar.00").exists()
     proc = _gpus(tmp_path, "wait", "0", "out3", **env)  # unchanged and sent: nothing
     assert proc.returncode == 0 and "sent" not in proc.stdout and "shipped" not in proc.stdout
-    later = time.time() + 5  # the run keeps a newer best
+    packed = tmp_path / "runs" / "plan" / "packed" / "s8-rlLM2-best" / "model.tar.00"
+    later = max(time.time(), packed.stat().st_mtime) + 5  # the run keeps a newer best
     os.utime(best / "config.json", (later, later))
     proc = _gpus(tmp_path, "wait", "0", "out4", **env)
     assert proc.returncode == 0 and "shipped" in proc.stdout and "sent s8-rlLM2-best" in proc.stdout
     shutil.copytree(ROOT / "models" / "tictactoe-tiny", tmp_path / "runs" / "plan" / "s9" / "rlLM2" / "best")
-    later += 5  # both changed: the one never sent goes first, the other waits
+    later = max(time.time(), packed.stat().st_mtime) + 5  # both changed: the one never sent goes first, the
+    # other waits (newer than the part packed above: that pack may take longer than 5 s on a busy machine)
     os.utime(best / "config.json", (later, later))
     proc = _gpus(tmp_path, "wait", "0", "out5", BUNDLE_FROM="s8/rlLM2/best s9/rlLM2/best", **path)
     assert proc.returncode == 0 and "sent s9-rlLM2-best" in proc.stdout, proc.stderr
