@@ -17,9 +17,10 @@
 #                                            # start from (`restore` each on the next machine);
 #                                            # a key naming a model folder, e.g. s2/rlGX2/best
 #                                            # (a kept best), packs that (NAME s2-rlGX2-best);
-#                                            # the collection and each pack take 10-15 s on an
-#                                            # H200 host: SECONDS + 15 a key + 20 must fit the
-#                                            # call's limit (a pack cut short is redone whole)
+#                                            # packs only what the call's files can take (the
+#                                            # collection and a pack take 10-15 s each on an H200
+#                                            # host: SECONDS + 40 must fit the call's limit; a
+#                                            # pack cut short is redone whole)
 #   scripts/tictactoe_gpus.sh send DIR [NAME...]  # packed models (all not yet sent, or the NAMEs) into
 #                                            # DIR/NAME while DIR stays under 64 MiB, $OUT's limit
 #                                            # for a call's files together (a 17.6M model is 34 MB:
@@ -587,6 +588,24 @@ start() {
   wait
 }
 
+SEND_LIMIT=$(( 64 * 1024 * 1024 - 1024 * 1024 ))  # $OUT's files together, 1 MiB to spare (a runs.tgz collected after)
+
+unsent() {  # unsent NAME: RUNS/packed/NAME has parts not sent since they were packed (parts newer than
+  # its `sent` mark; equal times, one clock tick apart, count as sent)
+  [ -f "$ROOT/packed/$1/model.tar.00" ] && { [ ! -f "$ROOT/packed/$1/sent" ] || [ "$ROOT/packed/$1/model.tar.00" -nt "$ROOT/packed/$1/sent" ]; }
+}
+
+send_one() {  # send_one DIR NAME: RUNS/packed/NAME's parts into DIR/NAME, marked sent; 1 when DIR would
+  # pass SEND_LIMIT with them (nothing copied). A DIR/NAME there before (a call whose files did not
+  # come back, or a copy killed midway) is replaced whole
+  rm -rf "${1:?}/$2"
+  local used size
+  used=$(du -sb "$1" | cut -f1); size=$(du -cb "$ROOT/packed/$2"/model.tar.* | tail -1 | cut -f1)
+  [ $(( used + size )) -le "$SEND_LIMIT" ] || return 1
+  mkdir "$1/$2" && cp "$ROOT/packed/$2"/model.tar.* "$1/$2/" && touch "$ROOT/packed/$2/sent" \
+    && echo "sent $2 -> $1/$2" || exit 1
+}
+
 collect() {  # collect DIR [noplots]: tables, metrics, logs, exact summaries (no weights) -> DIR/runs.tgz;
   # noplots leaves out the PNGs (89% of the 7.7 MB of three 200-step runs; `rlvr report RUN`
   # draws the curves from metrics.csv): what `wait` collects, so that a call's reply comes back
@@ -630,18 +649,33 @@ case ${1:-} in
         if [ -n "$best" ]; then bash "$0" bundle "$best" "$3"; else echo "no RL model evaluated yet: nothing bundled"; fi
       fi
       if [ -n "${BUNDLE_FROM:-}" ]; then  # and first phases' final models, where second phases start
-        # (SEED/RUN: RUN/final), or any model folder under RUNS (e.g. SEED/RUN/best, a kept best)
-        read -r -a keys <<< "$BUNDLE_FROM"  # (split on blanks, never globbed)
-        for key in "${keys[@]}"; do  # each packed into a folder NAME of its own, again when it changed
+        # (SEED/RUN: RUN/final), or any model folder under RUNS (e.g. SEED/RUN/best, a kept best):
+        # each packed into RUNS/packed/NAME (again when it changed) and sent, the never sent first,
+        # until the call's files are full; the rest are not packed (a pack takes 10-15 s of the call)
+        read -r -d '' -a keys <<< "$BUNDLE_FROM" || true  # (split on blanks and newlines, never globbed)
+        first=(); again=(); left=(); full=; seen=0  # seen: the largest pack sent in this call
+        for key in "${keys[@]}"; do
+          if [ -f "$ROOT/packed/${key//\//-}/sent" ]; then again+=("$key"); else first+=("$key"); fi
+        done
+        for key in ${first[@]+"${first[@]}"} ${again[@]+"${again[@]}"}; do
           name=${key//\//-} model=$ROOT/$key/final
           [ -f "$model/config.json" ] || model=$ROOT/$key
           part=$ROOT/packed/$name/model.tar.00
-          if [ ! -f "$model/config.json" ]; then echo "no model at $ROOT/$key(/final) yet: not bundled"
-          elif [ ! -f "$part" ] || [ -n "$(find -L "$model" -newer "$part" -print -quit)" ]; then
-            bash "$0" pack "$ROOT/packed/$name" "$name=$model" || echo "$name: not packed (a model being rewritten?)"
+          if [ ! -f "$model/config.json" ]; then echo "no model at $ROOT/$key(/final) yet: not bundled"; continue; fi
+          stale=; [ -f "$part" ] && [ -z "$(find -L "$model" -newer "$part" -print -quit)" ] || stale=1
+          [ -n "$stale" ] || unsent "$name" || continue  # packed since it last changed, and sent since
+          if [ -n "$stale" ] && [ $(( $(du -sb "$3" | cut -f1) + seen )) -gt "$SEND_LIMIT" ]; then
+            full=1  # (no room for one more of the size just sent: not packed in vain)
           fi
+          if [ -n "$full" ]; then left+=("$name"); continue; fi
+          if [ -n "$stale" ]; then
+            bash "$0" pack "$ROOT/packed/$name" "$name=$model" || { echo "$name: not packed (a model being rewritten?)"; continue; }
+          fi
+          if send_one "$3" "$name"; then
+            size=$(du -sb "$3/$name" | cut -f1); [ "$size" -le "$seen" ] || seen=$size
+          else left+=("$name"); full=1; fi
         done
-        bash "$0" send "$3"  # as many as this call's files can take
+        [ ${#left[@]} -eq 0 ] || echo "not sent (over 64 MiB with this call's files): ${left[*]}; the next call's wait packs and sends them"
       fi
     fi ;;
   send)  # send DIR [NAME...]: packed models into DIR/NAME, by default those not sent since they were
@@ -649,13 +683,11 @@ case ${1:-} in
     # packed again each call starves no other), while DIR's files stay within $OUT's 64 MiB a call
     # (a call whose files did not come back: name it again)
     dir=${2:-}; [ -n "$dir" ] && shift 2 || { echo "send DIR [NAME...]: no DIR" >&2; exit 2; }
-    limit=$(( 64 * 1024 * 1024 - 1024 * 1024 ))  # (1 MiB to spare: a runs.tgz collected after)
     names=("$@")
     if [ ${#names[@]} -eq 0 ]; then
       again=()
       for d in "$ROOT"/packed/*; do
-        if [ ! -f "$d/model.tar.00" ] || { [ -f "$d/sent" ] && [ ! "$d/model.tar.00" -nt "$d/sent" ]; }; then
-          continue  # (not packed again since sent; equal times, one clock tick apart, count as sent)
+        if ! unsent "${d##*/}"; then continue
         elif [ -f "$d/sent" ]; then again+=("${d##*/}")
         else names+=("${d##*/}"); fi
       done
@@ -665,11 +697,7 @@ case ${1:-} in
     for name in ${names[@]+"${names[@]}"}; do
       [[ $name =~ ^[A-Za-z0-9_][A-Za-z0-9._-]*$ ]] && [ -f "$ROOT/packed/$name/model.tar.00" ] \
         || { echo "send: no packed model '$name' in $ROOT/packed" >&2; exit 2; }
-      rm -rf "${dir:?}/$name"  # (sent before into this DIR: counted once)
-      used=$(du -sb "$dir" | cut -f1); size=$(du -cb "$ROOT/packed/$name"/model.tar.* | tail -1 | cut -f1)
-      if [ $(( used + size )) -gt "$limit" ]; then left+=("$name"); continue; fi
-      mkdir "$dir/$name" && cp "$ROOT/packed/$name"/model.tar.* "$dir/$name/" \
-        && touch "$ROOT/packed/$name/sent" && echo "sent $name -> $dir/$name" || exit 1
+      send_one "$dir" "$name" || left+=("$name")
     done
     [ ${#left[@]} -eq 0 ] || echo "not sent (over 64 MiB with this call's files): ${left[*]}; next call: send DIR ${left[*]}" ;;
   collect) collect "$2" "${3:-}" ;;

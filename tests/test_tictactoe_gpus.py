@@ -473,7 +473,8 @@ def test_wait_with_bundle_from_sends_first_phases_final_models_one_call_at_a_tim
     """BUNDLE_FROM="SEED/RUN ...": each first phase's final model there yet (what second phases start
     from) is packed once (RUNS/packed/SEED-RUN) and sent into DIR/SEED-RUN while DIR stays within
     the 64 MiB a call's files may take together: a 34 MB model a call, the rest named for the next
-    call; `restore` makes each its RUN's final model on the next machine, the weights unchanged."""
+    call and not packed in this one (a pack costs the call 10-15 s); `restore` makes each its RUN's
+    final model on the next machine, the weights unchanged."""
     pytest.importorskip("torch")
     safetensors = pytest.importorskip("safetensors.torch")
     path = {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
@@ -491,14 +492,14 @@ def test_wait_with_bundle_from_sends_first_phases_final_models_one_call_at_a_tim
     assert sorted(p.name for p in (tmp_path / "out2").iterdir()) == ["runs.tgz", "s8-rlLM"]
     sent = [p for p in (tmp_path / "out2").rglob("*") if p.is_file()]
     assert sum(p.stat().st_size for p in sent) <= 64 * 2**20 and len(sent) <= 8
-    packed = tmp_path / "runs" / "plan" / "packed" / "s9-rlLM" / "model.tar.00"
-    before = packed.stat().st_mtime_ns
-    proc = _gpus(tmp_path, "wait", "0", "out3", **both)  # the next call: the one left, not packed again
-    assert proc.returncode == 0 and "sent s9-rlLM" in proc.stdout and "shipped" not in proc.stdout, proc.stderr
-    assert packed.stat().st_mtime_ns == before
+    assert proc.stdout.count("shipped") == 1  # s9's not packed: it could not go in this call
+    assert not (tmp_path / "runs" / "plan" / "packed" / "s9-rlLM").exists()
+    proc = _gpus(tmp_path, "wait", "0", "out3", **both)  # the next call: the one left, s8 not packed again
+    assert proc.returncode == 0 and "sent s9-rlLM" in proc.stdout and proc.stdout.count("shipped") == 1, proc.stderr
+    assert "s9-rlLM" in proc.stdout.split("shipped", 1)[1].split("\n", 1)[0]
     assert sorted(p.name for p in (tmp_path / "out3").iterdir()) == ["runs.tgz", "s9-rlLM"]
-    proc = _gpus(tmp_path, "wait", "0", "out4", **both)  # every one sent: nothing more
-    assert proc.returncode == 0 and "sent" not in proc.stdout
+    proc = _gpus(tmp_path, "wait", "0", "out4", **both)  # every one sent: nothing more, nothing packed
+    assert proc.returncode == 0 and "sent" not in proc.stdout and "shipped" not in proc.stdout
     assert sorted(p.name for p in (tmp_path / "out4").iterdir()) == ["runs.tgz"]
     cut = tmp_path / "out5" / "s8-rlLM"  # a send killed mid-copy left a short part (and no mark)
     cut.mkdir(parents=True)
@@ -558,9 +559,13 @@ def test_wait_with_bundle_from_packs_a_kept_best_again_when_it_changed(tmp_path:
     later = max(time.time(), packed.stat().st_mtime) + 5  # both changed: the one never sent goes first, the
     # other waits (newer than the part packed above: that pack may take longer than 5 s on a busy machine)
     os.utime(best / "config.json", (later, later))
-    proc = _gpus(tmp_path, "wait", "0", "out5", BUNDLE_FROM="s8/rlLM2/best s9/rlLM2/best", **path)
+    keys = "s8/rlLM2/best\n s9/rlLM2/best"  # (a key a line reads as well as a line of keys)
+    proc = _gpus(tmp_path, "wait", "0", "out5", BUNDLE_FROM=keys, **path)
     assert proc.returncode == 0 and "sent s9-rlLM2-best" in proc.stdout, proc.stderr
     assert "not sent (over 64 MiB with this call's files): s8-rlLM2-best" in proc.stdout
+    assert proc.stdout.count("shipped") == 1  # s8's newer best waits unpacked for the next call
+    proc = _gpus(tmp_path, "wait", "0", "out6", BUNDLE_FROM="s8/rlLM2/best s9/rlLM2/best", **path)
+    assert proc.returncode == 0 and "sent s8-rlLM2-best" in proc.stdout and "s9" not in proc.stdout.split("sent", 1)[1]
 
 
 def test_pack_refuses_a_name_without_a_model_or_one_that_leaves_its_folder(tmp_path: Path) -> None:
