@@ -14,7 +14,7 @@ import threading
 
 from rlvr.errors import RlvrError
 
-COMMANDS = ("eval", "gen", "sft", "train", "play", "report", "list", "init", "model", "bench")
+COMMANDS = ("eval", "gen", "sft", "train", "play", "report", "list", "init", "model")
 
 
 def build_parser() -> argparse.ArgumentParser:
