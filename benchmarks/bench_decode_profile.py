@@ -21,9 +21,9 @@ import torch
 from bench_scale_phases import profile_forward, qwen3_config
 from transformers import AutoModelForCausalLM
 
-from rlvr.clients import local_slots
+from rlvr.clients import local_step
+from rlvr.clients.local_decode import SlotDecoder
 from rlvr.clients.local_load import attention_backends
-from rlvr.clients.local_slots import SlotDecoder
 
 
 def main() -> None:
@@ -31,7 +31,7 @@ def main() -> None:
     p.add_argument("--size", default="0.5b", help="a bench_scale.py size: 0.5b, 1.7b, 4b")
     p.add_argument("--slots", type=int, default=256)
     p.add_argument("--top", type=int, default=8)
-    p.add_argument("--attentions", default="", help="comma-separated names in rlvr.clients.local_slots (attend, ...)")
+    p.add_argument("--attentions", default="", help="comma-separated names in rlvr.clients.local_step (attend, ...)")
     args = p.parse_args()
     torch.manual_seed(0)
     dev = torch.device("cuda")
@@ -43,7 +43,7 @@ def main() -> None:
     ):
         dec = SlotDecoder(model, graphs=True, max_length=1024, dtype=torch.bfloat16, compiled=compiled)
         if attention:
-            dec.attention = getattr(local_slots, attention)
+            dec.attention = getattr(local_step, attention)
         dec.reserve(args.slots, 256)
         dec.keys.normal_()
         dec.values.normal_()

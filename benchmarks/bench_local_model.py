@@ -15,7 +15,7 @@ tokens per second of wall time:
                on CUDA). `local` takes LocalModel's default: static on CUDA where the model
                family allows, dynamic on CPU. `local-dynamic-noreuse` is dynamic without reuse.
                `local-attend` is `local-static` with the step's attention forced to
-               `local_slots.attend` (on CUDA in bf16 the step picks cuDNN's sdpa by default):
+               `local_step.attend` (on CUDA in bf16 the step picks cuDNN's sdpa by default):
                list both several times, alternated, to compare the two attentions.
                `local-compiled` is `local-static` with `compile_decode=True` (the step's layers
                and sampler through torch.compile; its warm-up compiles)
@@ -302,7 +302,7 @@ def main() -> None:
     if "local-compiled" in args.modes.split(","):
         clients["local-compiled"] = variant(static_cache=True, compile_decode=True)
     if "local-attend" in args.modes.split(","):
-        from rlvr.clients.local_slots import attend
+        from rlvr.clients.local_step import attend
 
         clients["local-attend"] = variant(static_cache=True)
         decoder = clients["local-attend"].slot_decoder()  # before its first step captures a graph

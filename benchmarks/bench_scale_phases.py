@@ -156,13 +156,13 @@ def runs_with_attention(
     `attend_cudnn`, the rest of the step eager or, with `compiled`, through
     `compile_decode`'s compiled parts. A gain in the replayed step must survive a real run (an
     sdpa layout gained 12% in replays and cost 10x in the run, 2026-11-27)."""
-    from rlvr.clients import local_slots
+    from rlvr.clients import local_step
 
     decoder = lm.slot_decoder()
     own, own_parts = decoder.attention, decoder.parts
-    fns = {"attend": local_slots.attend, "attend_cudnn": local_slots.attend_cudnn}  # one that raises is reported
+    fns = {"attend": local_step.attend, "attend_cudnn": local_step.attend_cudnn}  # one that raises is reported
     try:
-        decoder.parts = local_slots.compiled_parts() if compiled else local_slots.EAGER
+        decoder.parts = local_step.compiled_parts() if compiled else local_step.EAGER
         variants = {name: functools.partial(setattr, decoder, "attention", fn) for name, fn in fns.items()}
         out = alternated_runs(lm, w, short, variants, rounds)
     finally:
@@ -175,11 +175,11 @@ def runs_compiled(lm: Any, w: dict[str, Any], short: dict[str, Any], rounds: int
     """`alternated_runs` with the step eager and with its layers and sampler through
     torch.compile (`compile_decode`; the attention is cuDNN's either way). The first warm-up of
     each variant includes its compiling (`first_*_run_s`)."""
-    from rlvr.clients import local_slots
+    from rlvr.clients import local_step
 
     decoder = lm.slot_decoder()
     own = decoder.parts
-    parts = {"eager": local_slots.EAGER, "compiled": local_slots.compiled_parts()}
+    parts = {"eager": local_step.EAGER, "compiled": local_step.compiled_parts()}
     try:
         variants = {name: functools.partial(setattr, decoder, "parts", p) for name, p in parts.items()}
         out = alternated_runs(lm, w, short, variants, rounds)
@@ -263,7 +263,7 @@ def step_split(lm: Any, rows: int, repeats: int = 30) -> dict[str, float]:
     is what the host adds per step (reading tokens back, per-row bookkeeping, scheduling)."""
     import torch
 
-    from rlvr.clients import local_slots
+    from rlvr.clients import local_step
     from rlvr.clients.local_load import attention_backends
     from rlvr.clients.local_sampling import draw
 
@@ -304,7 +304,7 @@ def step_split(lm: Any, rows: int, repeats: int = 30) -> dict[str, float]:
 
     from bench_slot_attention import CANDIDATES
 
-    swaps = {"attend": local_slots.attend, **CANDIDATES}  # the matmuls too: the step may use cuDNN
+    swaps = {"attend": local_step.attend, **CANDIDATES}  # the matmuls too: the step may use cuDNN
 
     with torch.inference_mode():
         whole, spanned = [], []

@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from rlvr.clients.local_load import attention_backends
-from rlvr.clients.local_slots import attend, attend_cudnn, step_bias
+from rlvr.clients.local_step import attend, attend_cudnn, step_bias
 
 
 def sdpa_step_layout(

@@ -232,7 +232,7 @@ def test_a_compiled_decode_step_in_cuda_graphs_gives_the_eager_tokens(small, tmp
     """`compile_decode` with Inductor inside the captured graphs, float32: the same replies as
     the eager step (a near-tie may flip one now and then), one compile for every slot count;
     then the trainer runs two steps with it under bf16."""
-    from rlvr.clients import local_slots
+    from rlvr.clients import local_step
 
     eager = LocalModel(str(small), device="cuda", dtype="float32", max_batch_size=64)
     compiled = LocalModel("small", model=eager.model, tokenizer=eager.tokenizer, compile_decode=True)
@@ -253,7 +253,7 @@ def test_a_compiled_decode_step_in_cuda_graphs_gives_the_eager_tokens(small, tmp
             assert b.logprobs == pytest.approx(a.logprobs, abs=1e-3)
     decoder = compiled._decoder
     assert decoder is not None and decoder.graphs and decoder.captures >= 2
-    assert decoder.parts is not local_slots.EAGER  # compiled, not fallen back
+    assert decoder.parts is not local_step.EAGER  # compiled, not fallen back
     _train_two_steps(small, tmp_path, capsys, "--compile-decode")
 
 

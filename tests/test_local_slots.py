@@ -16,8 +16,10 @@ transformers = pytest.importorskip("transformers")
 from completions import same_completions
 
 from rlvr.clients.local import LocalModel
+from rlvr.clients.local_decode import MIN_LENGTH, MIN_SLOTS, SlotDecoder
 from rlvr.clients.local_sampling import draw, inverse_cdf, row_key, sample_tokens
-from rlvr.clients.local_slots import MIN_LENGTH, MIN_SLOTS, SlotDecoder, _rms_norm, supported
+from rlvr.clients.local_slots import supported
+from rlvr.clients.local_step import _rms_norm
 from rlvr.errors import UsageError
 from rlvr.models import build_tiny_model
 from rlvr.types import SamplingArgs
@@ -324,14 +326,14 @@ def test_the_step_keeps_the_matmul_attention_where_cudnn_cannot_run(tiny) -> Non
     """cuDNN's sdpa is used only where a probe runs it and it agrees with `attend`: never on CPU
     or in float32, and a probe that fails says no rather than raising (the GPU side, where the
     probe says yes for bf16: tests/test_gpu.py)."""
-    from rlvr.clients import local_slots
+    from rlvr.clients import local_decode, local_step
 
     model, _ = tiny
     decoder = SlotDecoder(model, graphs=False, max_length=64)
-    assert decoder.attention is local_slots.attend  # CPU
-    assert not local_slots.cudnn_attention_works(decoder)
+    assert decoder.attention is local_step.attend  # CPU
+    assert not local_decode.cudnn_attention_works(decoder)
     decoder.device, decoder.dtype = torch.device("cuda"), torch.bfloat16  # claims a GPU this machine lacks
-    assert not local_slots.cudnn_attention_works(decoder)
+    assert not local_decode.cudnn_attention_works(decoder)
 
 
 # ---- compile_decode: the step's layers through torch.compile ------------------------------------
@@ -343,10 +345,10 @@ def compiling(monkeypatch):
     minute on 2 cores; tests/test_gpu.py compiles with Inductor on CUDA), and Dynamo's counters."""
     import torch._dynamo.utils
 
-    from rlvr.clients import local_slots
+    from rlvr.clients import local_step
 
-    monkeypatch.setattr(local_slots, "COMPILE_BACKEND", "aot_eager")
-    monkeypatch.setattr(local_slots, "_COMPILED", [])
+    monkeypatch.setattr(local_step, "COMPILE_BACKEND", "aot_eager")
+    monkeypatch.setattr(local_step, "_COMPILED", [])
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()
     yield torch._dynamo.utils.counters
@@ -357,7 +359,7 @@ def compiling(monkeypatch):
 def test_a_compiled_step_gives_the_eager_tokens_with_one_graph_per_part(tiny, compiling) -> None:
     """20 conversations of 3 turns (slot counts 8-32, buffers growing past MIN_LENGTH) decode the
     same tokens compiled as eagerly, and every layer and slot count shares one graph per part."""
-    from rlvr.clients import local_slots
+    from rlvr.clients import local_step
 
     model, tokenizer = tiny
     eager = LocalModel("t", model=model, tokenizer=tokenizer, static_cache=True)
@@ -366,7 +368,7 @@ def test_a_compiled_step_gives_the_eager_tokens_with_one_graph_per_part(tiny, co
     same_completions(got, want)
     decoder = compiled._decoder
     assert decoder is not None and decoder.slots > MIN_SLOTS
-    assert decoder.parts is not local_slots.EAGER
+    assert decoder.parts is not local_step.EAGER
     # the 3 layer parts and the sampler once each, not once per slot count or layer
     assert compiling["stats"]["unique_graphs"] == 4, dict(compiling["stats"])
 
@@ -374,19 +376,19 @@ def test_a_compiled_step_gives_the_eager_tokens_with_one_graph_per_part(tiny, co
 def test_a_failed_compile_falls_back_to_the_eager_step(tiny, compiling, monkeypatch) -> None:
     """A part that torch.compile cannot build (here: a backend that raises) costs a warning, not
     the request: the step runs eagerly from then on, with the same tokens."""
-    from rlvr.clients import local_slots
+    from rlvr.clients import local_step
 
     def broken(gm, example_inputs):
         raise RuntimeError("no C++ compiler found")
 
-    monkeypatch.setattr(local_slots, "COMPILE_BACKEND", broken)
+    monkeypatch.setattr(local_step, "COMPILE_BACKEND", broken)
     model, tokenizer = tiny
     client = LocalModel("t", model=model, tokenizer=tokenizer, static_cache=True, compile_decode=True)
     plain = LocalModel("t", model=model, tokenizer=tokenizer, static_cache=True)
     sampling = SamplingArgs(max_tokens=6, temperature=1.0, seed=4)
     with pytest.warns(RuntimeWarning, match="compiling the decode step failed .*no C.. compiler"):
         c = asyncio.run(client.chat([{"role": "user", "content": "hi"}], sampling))
-    assert client._decoder is not None and client._decoder.parts is local_slots.EAGER
+    assert client._decoder is not None and client._decoder.parts is local_step.EAGER
     assert c.token_ids == asyncio.run(plain.chat([{"role": "user", "content": "hi"}], sampling)).token_ids
     with pytest.raises(UsageError, match="compile_decode compiles the static-slot decode step"):
         LocalModel("t", model=model, tokenizer=tokenizer, static_cache=False, compile_decode=True)

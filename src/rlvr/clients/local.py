@@ -1,50 +1,33 @@
 """LocalModel: a transformers causal LM in this process, serving many rollouts at once.
 
 Concurrent `chat()` calls (hundreds of multi-turn games) are queued; one background thread
-decodes them together, one token per step for the whole batch, with a hand-written sampling
-loop over a KV cache:
+decodes them together, one token per step for the whole batch, over a KV cache:
 
-- **Admission**: a request waiting in the queue joins the running batch between two decode
-  steps: its prompt is prefilled (left padded, with the others that arrived meanwhile) and its
-  KV cache is merged into the batch's. A finished reply is answered at once, so a game whose
-  reply came back early plays on instead of waiting for the longest reply of its "wave".
-  Models whose cache is not a plain `DynamicCache` (sliding-window or hybrid layers) fall back
-  to waves: new requests wait until the batch is empty. See `rlvr.clients.local_batch`.
+- **Admission**: a waiting request joins the running batch between two decode steps (its prompt
+  prefilled with the others that arrived meanwhile), and a finished reply is answered at once,
+  so a game whose reply came back early plays on. Caches that are not a plain `DynamicCache`
+  (sliding-window or hybrid layers) fall back to waves. See `rlvr.clients.local_batch`.
 - **Per request**: max_tokens, EOS (the tokenizer's and the generation config's), stop
-  strings, temperature (0 = greedy), top_p and seed. Sampling inverts each row's cumulative
-  distribution at a uniform hashed from (seed, step), so a seeded request gives the same
-  tokens whatever else shares its batch.
+  strings, temperature (0 = greedy), top_p and seed. Each row's token inverts its cumulative
+  distribution at a uniform hashed from (seed, step), so a seeded request gives the same tokens
+  whatever else shares its batch.
 - **Logprobs** (always returned): `log_softmax(logits / temperature)` of each sampled token
-  (plain `log_softmax(logits)` for greedy requests), *before* top-p truncation. With
-  top_p = 1 this is exactly the distribution the token was drawn from; a trainer reproduces
-  it with one forward pass over prompt + sampled ids and the same temperature.
-- **KV cache reuse** (`reuse_cache=True`): a finished request's keys and values are kept in a
-  small LRU; a later prompt that extends a kept sequence (the next turn of the same game)
-  prefills only its new tokens. Same ids and logprobs as without reuse (float tolerance). The
-  kept entries belong to one version of the weights: call `clear_cache()` after changing them
-  (an in-place update or a swapped parameter is also detected). Sliding-window and hybrid
-  caches are never reused. See `rlvr.clients.local_prefix`. Measured (64 tic-tac-toe games of
-  4 turns, tiny model, 2 CPU threads): 36% of the prompt tokens prefilled, 1.2-1.6x tokens/s.
+  (plain `log_softmax(logits)` for greedy requests), *before* top-p truncation: with top_p = 1
+  a trainer reproduces it with one forward pass over prompt + sampled ids.
+- **KV cache reuse** (`reuse_cache=True`): a later prompt that extends a finished one (the next
+  turn of a game) prefills only its new tokens; call `clear_cache()` after changing the
+  weights. See `rlvr.clients.local_prefix`.
 - **Static KV slots and CUDA graphs** (`static_cache`, on by default for the llama, mistral,
-  qwen2 and qwen3 families): each row keeps its keys and values in a slot of
-  preallocated buffers, and the one-token decode step (forward and sampling) is a hand-written
-  forward replayed as a CUDA graph. See `rlvr.clients.local_slots`. Measured (H200, the 17.6M
-  model, 256 rows): 1.6-1.8 ms a step against ~12 ms with the transformers forward over a
-  `DynamicCache`; float32 gives the same tokens, bf16 drifts as two bf16 kernels do. On a CPU
-  (no graphs) slots are the default too since they attend over the rows' span: 1.06x the
-  `DynamicCache` path's tokens/s for the 17.6M model, 1.54x for the 1M tiny preset (2 cores).
-  `compile_decode=True` also runs the step's layers and sampler through `torch.compile`
-  (1.37-1.39x the captured step at 0.5B-1.7B on an H200, after 8-12 s of compiling).
-- **Attention kernels**: on CUDA, the transformers forward (prefill, and decoding without
-  static slots) runs without cuDNN attention, which builds a new plan for every new sequence
-  length (a growing KV cache is one every step).
+  qwen2 and qwen3 families): rows keep their keys and values in preallocated slots, and the
+  one-token step is a hand-written forward replayed as a CUDA graph (`compile_decode=True` also
+  runs it through `torch.compile`). See `rlvr.clients.local_slots`.
+- **Attention kernels**: on CUDA, the transformers forward runs without cuDNN attention, which
+  builds a new plan for every new sequence length (a growing KV cache is one every step).
 
-Why not `model.generate`: one generate call shares one temperature, seed and max length across
-its batch, gives no per-request seeds, and holds every row until the longest finishes. Measured
-with benchmarks/bench_local_model.py (256 concurrent tic-tac-toe games, 4 turns of up to 48
-tokens, tiny model, bf16, one H200): this client 22,100 tokens/s; `model.generate` once per
-request 24 (228 without cuDNN attention); `model.generate` on padded batches 4,000 and
-transformers' continuous batching 2,500 (both with their default kernels).
+Why not `model.generate`: it shares one temperature, seed and max length across its batch and
+holds every row until the longest finishes. Headline (256 concurrent tic-tac-toe games, tiny
+model, bf16, one H200): this client 22,100 tokens/s, `model.generate` on padded batches 4,000;
+the measurements are in docs/benchmarks.md (`benchmarks/bench_local_model.py`).
 
 Sharing weights with a trainer: `LocalModel("name", model=model, tokenizer=tokenizer)` takes an
 already-loaded (unwrapped, possibly peft) model and always generates with its current weights.
@@ -53,8 +36,8 @@ while a `chat()` is in flight.
 
 Lifecycle: the worker thread starts with the first request and ends by itself once idle (within
 ~50 ms). `await lm.aclose()` answers the requests already taken, waits for the thread and drops
-the KV caches; a later `chat()` raises `ClientClosedError`. Loading and the model facts the
-decoder needs are in `rlvr.clients.local_load`, tool-call parsing in `rlvr.clients.tool_calls`.
+the KV caches; a later `chat()` raises `ClientClosedError`. Loading is in
+`rlvr.clients.local_load`, tool-call parsing in `rlvr.clients.tool_calls`.
 """
 
 from __future__ import annotations
@@ -70,6 +53,7 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from rlvr.clients.local_batch import Batch, Decoding, GenerationStats, Request
+from rlvr.clients.local_decode import SlotDecoder
 from rlvr.clients.local_load import (
     attention_backends,
     autocast_dtype,
@@ -82,10 +66,10 @@ from rlvr.clients.local_load import (
     load_pretrained,
 )
 from rlvr.clients.local_prefix import PrefixCache
-from rlvr.clients.local_slots import SlotBatch, SlotDecoder, use_static_cache
-from rlvr.clients.tool_calls import parse_tool_calls
+from rlvr.clients.local_replies import deliver, resolve
+from rlvr.clients.local_slots import SlotBatch, use_static_cache
 from rlvr.errors import ClientClosedError, ModelError, PromptTooLongError, UsageError
-from rlvr.types import Completion, Messages, SamplingArgs, ToolCall, Usage
+from rlvr.types import Completion, Messages, SamplingArgs, Usage
 
 RENDER_CACHE = 4096
 """Rendered prompts kept (by their messages); all are dropped when it is full."""
@@ -361,7 +345,7 @@ class LocalModel:
                 admitting = [r for r in joiners or [] if id(r) not in held]
                 failed, self._pending, self._thread = rows + admitting + self._pending, [], None
             for request in failed:
-                _resolve(request, exc)
+                resolve(request, exc)
 
     def _take(self, batch: Batch) -> list[Request] | None:
         """Requests to admit now ([] = just step; None = nothing left, the thread ends)."""
@@ -394,52 +378,4 @@ class LocalModel:
             time.sleep(quiet_s)
 
     def _deliver(self, requests: list[Request]) -> None:
-        if not requests:
-            return
-        self.stats.requests += len(requests)
-        self.stats.tokens += sum(len(r.ids) for r in requests)
-        ids = [r.ids[:-1] if r.ids and r.ids[-1] in self.eos_ids else r.ids for r in requests]
-        try:
-            texts = self.tokenizer.batch_decode(ids, skip_special_tokens=True)
-        except Exception as exc:
-            for request in requests:
-                _resolve(request, exc)
-            return
-        for request, text in zip(requests, texts):
-            try:
-                result: Completion | BaseException = self._completion(request, text)
-            except Exception as exc:
-                result = exc
-            _resolve(request, result)
-
-    def _completion(self, r: Request, text: str) -> Completion:
-        if r.stop_hit is not None:
-            text = text[: text.find(r.stop_hit)]
-        calls: list[ToolCall] = []
-        if "<tool_call>" in text:
-            text, calls = parse_tool_calls(text, f"call_{r.seed:08x}")
-        finish = r.finish if r.finish == "length" or not calls else "tool_calls"
-        return Completion(
-            text=text,
-            token_ids=list(r.ids),
-            logprobs=list(r.logprobs),
-            prompt_token_ids=list(r.prompt_ids),
-            tool_calls=calls,
-            finish_reason=finish or "stop",
-            usage=Usage(prompt_tokens=len(r.prompt_ids), completion_tokens=len(r.ids)),
-        )
-
-
-def _resolve(request: Request, result: Completion | BaseException) -> None:
-    def settle() -> None:
-        if request.future.done():
-            return
-        if isinstance(result, BaseException):
-            request.future.set_exception(result)
-        else:
-            request.future.set_result(result)
-
-    try:
-        request.loop.call_soon_threadsafe(settle)
-    except RuntimeError:  # the caller's event loop has closed
-        pass
+        deliver(requests, self.tokenizer, self.eos_ids, self.stats)

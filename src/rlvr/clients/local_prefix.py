@@ -10,9 +10,8 @@ far as the ids agree (a re-rendered reply may tokenize differently near its end)
 such match wins, and at least one prompt token is always left to prefill (its logits give the
 first sampled token). Matching compares prefix hashes of the ids (a numpy cumulative sum of
 position-keyed odd multipliers, mod 2^64), every kept entry at once through one table of their
-hashes, and confirms the match on the ids themselves. (Until 2026-12-01: a Python polynomial hash
-and a Python scan of every entry per request, about a fifth of the generation thread's time in
-tic-tac-toe RL on an H200; 3.1-3.5x less host time a request now, `bench_prefix_cache.py`.)
+hashes, and confirms the match on the ids themselves: 3.1-3.5x less host time a request than a
+Python scan of every entry (docs/benchmarks.md, `bench_prefix_cache.py`).
 
 Requests that join together with no kept prefix but a long common one (a shared system prompt,
 the rollouts of one GRPO group) have that prefix prefilled once, as one batch row, and kept as a
