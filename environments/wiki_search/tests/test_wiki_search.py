@@ -227,7 +227,8 @@ async def test_bad_tool_calls_become_tool_errors_and_the_episode_goes_on(cache: 
 async def test_hermes_tool_call_text_drives_the_env(cache: str) -> None:
     """The oracle's calls written as a chat template writes them (`<tool_call>` blocks), read back
     by LocalModel's parser, then executed; a malformed block becomes a tool error."""
-    local = pytest.importorskip("rlvr.clients.local")
+    from rlvr.clients.tool_calls import parse_tool_calls
+
     oracle, broken_once = oracle_policy, []
 
     def hermes(messages, rng):  # the oracle retries a call that got an error
@@ -239,7 +240,7 @@ async def test_hermes_tool_call_text_drives_the_env(cache: str) -> None:
         if not broken_once:
             broken_once.append(1)
             block = block[:-2]  # cut the JSON: the env must say so
-        text, calls = local.parse_tool_calls(f"Let me look.<tool_call>{block}</tool_call>", "call")
+        text, calls = parse_tool_calls(f"Let me look.<tool_call>{block}</tool_call>", "call")
         return Completion(text=text, tool_calls=calls, finish_reason="tool_calls")
 
     env = _env(cache, eval_tasks=1)

@@ -164,6 +164,13 @@ class World:
                 if i == 0:
                     country.links["capital"] = city.name
                 cities.append(city)
+        people = self._people(n, cities)
+        self._organisations(n, cities, people)
+        self._works(n, people)
+
+    def _people(self, n: dict[str, int], cities: list[Entity]) -> list[Entity]:
+        """People born in the cities, their mentors (15-45 years older) and the cities' mayors."""
+        rng = self.rng
         people = []
         for _ in range(n["people"]):
             year = rng.randint(1740, 1995)
@@ -194,8 +201,7 @@ class World:
                 mayor = rng.choice(candidates)
                 mayor.extra["mayor_of"] = city.name
                 city.links["mayor"] = mayor.name
-        self._organisations(n, cities, people)
-        self._works(n, people)
+        return people
 
     def _organisations(self, n: dict[str, int], cities: list[Entity], people: list[Entity]) -> None:
         rng = self.rng

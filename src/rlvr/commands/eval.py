@@ -243,18 +243,7 @@ def run(args: argparse.Namespace) -> int:
 
         return exact.run(args, out, env, client, model, sampling)
     weights = dict(zip(env.rubric.names, env.rubric.weights))
-    metadata = {
-        "command": "eval",
-        "env": args.env,
-        "env_args": env.env_args,
-        "model": model,
-        "base_url": args.base_url,
-        "num_tasks": len(tasks),
-        "rollouts_per_task": args.rollouts,
-        "sampling": {k: v for k, v in vars(sampling).items() if k != "seed"},
-        "split": args.split,
-        "reward_weights": weights,
-    }
+    metadata = _metadata(args, env, model, len(tasks), sampling, weights)
     # nothing grows with the number of rollouts but the keys done (to resume) and what the
     # environment's own summary needs (see `Outcomes`)
     summary, outcomes, hits, done = Summary(args.rollouts, weights), Outcomes(env), LimitHits(), set()
@@ -289,20 +278,8 @@ def run(args: argparse.Namespace) -> int:
         f"saved {summary.rollouts} rollouts to {run_dir.results_path}"
         + (f" ({earlier} from the earlier run)" if earlier else "")
     )
-    if args.save_dataset or args.push_to_hub:  # read back from the results: the run kept none in memory
-        from rlvr.hf import export
-
-        rollouts = run_dir.read()
-        print(
-            export(
-                rollouts,
-                task=args.env,
-                reward_names=env.rubric.names,
-                model=model,
-                save_dir=args.save_dataset,
-                push_to=args.push_to_hub,
-            )
-        )
+    if args.save_dataset or args.push_to_hub:
+        _export(args, run_dir, env, model)
     if summary.rollouts and summary.errors == summary.rollouts:
         print(
             f"rlvr eval: error: all {summary.rollouts} rollouts failed; the first: {outcomes.first_error}",
@@ -310,6 +287,40 @@ def run(args: argparse.Namespace) -> int:
         )
         return 1
     return 0 if summary.rollouts else 1
+
+
+def _metadata(
+    args: argparse.Namespace, env: Any, model: str, num_tasks: int, sampling: Any, weights: dict[str, float]
+) -> dict[str, Any]:
+    """The run's metadata.json: what was evaluated, against what, how."""
+    return {
+        "command": "eval",
+        "env": args.env,
+        "env_args": env.env_args,
+        "model": model,
+        "base_url": args.base_url,
+        "num_tasks": num_tasks,
+        "rollouts_per_task": args.rollouts,
+        "sampling": {k: v for k, v in vars(sampling).items() if k != "seed"},
+        "split": args.split,
+        "reward_weights": weights,
+    }
+
+
+def _export(args: argparse.Namespace, run_dir: Any, env: Any, model: str) -> None:
+    """`--save-dataset` / `--push-to-hub`, read back from the results: the run kept none in memory."""
+    from rlvr.hf import export
+
+    print(
+        export(
+            run_dir.read(),
+            task=args.env,
+            reward_names=env.rubric.names,
+            model=model,
+            save_dir=args.save_dataset,
+            push_to=args.push_to_hub,
+        )
+    )
 
 
 class Outcomes:

@@ -137,16 +137,9 @@ def train_sft(cfg: SFTConfig, *, resume: bool = False, quiet: bool = False) -> S
 
 
 def _train_sft(cfg: SFTConfig, *, resume: bool, quiet: bool) -> SFTResult:
-    from rlvr.train.checkpoint import model_fingerprint, open_run_dir, restore_training, save_checkpoint
+    from rlvr.train.checkpoint import model_fingerprint, open_run_dir, save_checkpoint
     from rlvr.train.logging import MetricsLog
-    from rlvr.train.model import (
-        export_final,
-        load_model_config,
-        load_tokenizer,
-        load_trainable,
-        make_scheduler,
-        use_bf16,
-    )
+    from rlvr.train.model import export_final, load_model_config, load_tokenizer, use_bf16
 
     run_dir = Path(cfg.output_dir)
     tokenizer = load_tokenizer(cfg.model)
@@ -164,26 +157,12 @@ def _train_sft(cfg: SFTConfig, *, resume: bool, quiet: bool) -> SFTResult:
     torch.manual_seed(cfg.seed)
 
     # ---- data: read, tokenise, hold out the eval split ----
-    rows, skipped = read_dataset(cfg.data, skip_bad_lines=cfg.skip_bad_lines)
-    if skipped and not quiet:
-        print(f"skipped {len(skipped)} malformed line(s) of {cfg.data}: lines {', '.join(map(str, skipped[:20]))}")
-    samples = tokenize_rows(tokenizer, rows, cfg.max_length)
-    if not samples:
-        raise UsageError(f"no conversation in {cfg.data} has assistant tokens within max_length={cfg.max_length}")
-    train_set, eval_set = split_eval(samples, cfg.eval_fraction, cfg.seed)
+    train_set, eval_set = split_eval(_read_samples(cfg, tokenizer, quiet), cfg.eval_fraction, cfg.seed)
     total_steps = cfg.max_steps or cfg.epochs * math.ceil(len(train_set) / cfg.batch_size)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id or 0
 
     # ---- model, optimizer, schedule (restored from the checkpoint when resuming) ----
-    model = load_trainable(cfg.model, lora=cfg.lora, device=device, checkpoint=ckpt.model_dir if ckpt else None)
-    model.train()
-    optimizer = torch.optim.AdamW(
-        [p for p in model.parameters() if p.requires_grad], lr=cfg.lr, weight_decay=cfg.weight_decay
-    )
-    scheduler = make_scheduler(optimizer, schedule=cfg.lr_schedule, warmup=cfg.warmup_steps, total=total_steps)
-    start = 0
-    if ckpt is not None and state is not None:
-        start = restore_training(ckpt, state, optimizer=optimizer, scheduler=scheduler, rank=0)
+    model, optimizer, scheduler, start = _model_and_optimizer(cfg, device, ckpt, state, total_steps)
     log = MetricsLog(run_dir, resume_step=start if ckpt is not None else None)
     result = SFTResult(run_dir / "final", total_steps)
 
@@ -204,26 +183,11 @@ def _train_sft(cfg: SFTConfig, *, resume: bool, quiet: bool) -> SFTResult:
     with Progress("sft step", total_steps, completed=start, quiet=quiet) as progress:
         for step in range(start + 1, total_steps + 1):
             # ---- one optimizer step over a batch, micro-batch by micro-batch ----
-            t0 = time.monotonic()
             batch = [train_set[i] for i in batch_at(step - 1, len(train_set), cfg.batch_size, cfg.seed)]
-            loss, _ = run_batch(model, batch, cfg, pad_id, device, autocast, train=True)
-            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
-            lr = float(scheduler.get_last_lr()[0])
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
-            tokens = sum(len(s.ids) for s in batch)
-            result.train_loss.append(loss)
-            log.write(
-                step,
-                {
-                    "loss/train": loss,
-                    "optim/lr": lr,
-                    "grad/norm": float(norm),
-                    "throughput/tokens_per_s": tokens / max(time.monotonic() - t0, 1e-9),
-                },
-            )
-            progress.advance(status=f"loss {loss:.4f}")
+            metrics = _optimizer_step(model, batch, cfg, pad_id, device, autocast, optimizer, scheduler)
+            result.train_loss.append(metrics["loss/train"])
+            log.write(step, metrics)
+            progress.advance(status=f"loss {metrics['loss/train']:.4f}")
 
             # ---- evaluate, checkpoint ----
             last = step == total_steps
@@ -248,8 +212,71 @@ def _train_sft(cfg: SFTConfig, *, resume: bool, quiet: bool) -> SFTResult:
     log.close()
     export_final(model, tokenizer, result.final_dir)
     if not quiet:
-        summary = f"train loss {result.train_loss[0]:.4f} -> {result.train_loss[-1]:.4f}" if result.train_loss else ""
-        if result.eval_loss:
-            summary += f", eval loss {result.eval_loss[-1]:.4f}"
-        print(f"saved {result.final_dir} ({summary.strip(', ') or 'nothing left to train'})")
+        print(f"saved {result.final_dir} ({_losses(result)})")
     return result
+
+
+def _losses(result: SFTResult) -> str:
+    """The run's losses in a few words, for the line that says where the model was saved."""
+    summary = f"train loss {result.train_loss[0]:.4f} -> {result.train_loss[-1]:.4f}" if result.train_loss else ""
+    if result.eval_loss:
+        summary += f", eval loss {result.eval_loss[-1]:.4f}"
+    return summary.strip(", ") or "nothing left to train"
+
+
+def _model_and_optimizer(
+    cfg: SFTConfig, device: torch.device, ckpt: Any, state: Any, total_steps: int
+) -> tuple[Any, torch.optim.Optimizer, Any, int]:
+    """The trainable model, its AdamW and schedule, and the step to start after: restored from
+    the checkpoint when resuming (`ckpt`, `state` from `open_run_dir`), else new (step 0)."""
+    from rlvr.train.checkpoint import restore_training
+    from rlvr.train.model import load_trainable, make_scheduler
+
+    model = load_trainable(cfg.model, lora=cfg.lora, device=device, checkpoint=ckpt.model_dir if ckpt else None)
+    model.train()
+    optimizer = torch.optim.AdamW(
+        [p for p in model.parameters() if p.requires_grad], lr=cfg.lr, weight_decay=cfg.weight_decay
+    )
+    scheduler = make_scheduler(optimizer, schedule=cfg.lr_schedule, warmup=cfg.warmup_steps, total=total_steps)
+    start = 0
+    if ckpt is not None and state is not None:
+        start = restore_training(ckpt, state, optimizer=optimizer, scheduler=scheduler, rank=0)
+    return model, optimizer, scheduler, start
+
+
+def _read_samples(cfg: SFTConfig, tokenizer: Any, quiet: bool) -> list[Sample]:
+    """`cfg.data`'s conversations, tokenised; malformed lines skipped (and said) when allowed."""
+    rows, skipped = read_dataset(cfg.data, skip_bad_lines=cfg.skip_bad_lines)
+    if skipped and not quiet:
+        print(f"skipped {len(skipped)} malformed line(s) of {cfg.data}: lines {', '.join(map(str, skipped[:20]))}")
+    samples = tokenize_rows(tokenizer, rows, cfg.max_length)
+    if not samples:
+        raise UsageError(f"no conversation in {cfg.data} has assistant tokens within max_length={cfg.max_length}")
+    return samples
+
+
+def _optimizer_step(
+    model: Any,
+    batch: list[Sample],
+    cfg: SFTConfig,
+    pad_id: int,
+    device: torch.device,
+    autocast: bool,
+    optimizer: Any,
+    scheduler: Any,
+) -> dict[str, float]:
+    """One optimizer step over `batch`, micro-batch by micro-batch; the step's metrics."""
+    t0 = time.monotonic()
+    loss, _ = run_batch(model, batch, cfg, pad_id, device, autocast, train=True)
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+    lr = float(scheduler.get_last_lr()[0])
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    tokens = sum(len(s.ids) for s in batch)
+    return {
+        "loss/train": loss,
+        "optim/lr": lr,
+        "grad/norm": float(norm),
+        "throughput/tokens_per_s": tokens / max(time.monotonic() - t0, 1e-9),
+    }
