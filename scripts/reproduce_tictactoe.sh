@@ -7,6 +7,9 @@
 #   GAMES=200 SFT_STEPS=60 SFT_BATCH=32 scripts/reproduce_tictactoe.sh   # the weak start
 #   PRESET=tiny SCALE=smoke scripts/reproduce_tictactoe.sh  # a few minutes on a CPU
 #   RECIPE=unbeatable SEED=1 scripts/reproduce_tictactoe.sh # the RL that left 2 of 3 seeds unbeatable
+#   SEED=8 RECIPE=unbeatable TEACHER=limit RL_STEPS=60 RL_MAX_P=0.7 BUCKETS=8 EVAL_EVERY=10 \
+#     KEEP_BEST=min:exact/beaten_games,min:exact/rejected_move_games,max:exact/random/win_pct \
+#     scripts/reproduce_tictactoe.sh                        # models/tictactoe-tiny's recipe (its rl.best)
 #
 # RECIPE=unbeatable replaces the two phases below by the one of docs/RESULTS.md's best plan
 # (`cover` with restarts below 0.65; 2 of 3 seeds unbeatable at their last step, 11 GPU-minutes a
@@ -97,8 +100,8 @@ done_in() { echo $(( $(date +%s) - $(cat "$OUT/$1.start") )) > "$OUT/$1.seconds"
 
 # 1. base model: random weights, tokenizer trained on tic-tac-toe text. Steps 1 to 3 only feed
 # RL's first phase (and the base's own evaluation): skipped where the SFT model is there, e.g. RL
-# from the shipped model, whose variants side by side (tictactoe_gpus.sh) would otherwise write one
-# file together, or where the first phase is done (its final model restored alone: tictactoe_gpus.sh restore)
+# from the shipped model, whose variants side by side in one OUT_DIR would otherwise write one
+# file together, or where the first phase is done (its final model alone in OUT_DIR/RL_NAME/final)
 have_sft() { [ -f "$OUT/sft/final/config.json" ]; }
 sft_done() { have_sft || [ -f "$OUT/$RL_NAME/final/config.json" ]; }
 made_by=$(cat "$OUT/teacher.name" 2>/dev/null || echo teacher)   # the SFT data's player (none recorded: teacher)

@@ -1,9 +1,9 @@
 """The exact best response to a training opponent, and what it scores against the evaluator's.
 
-    python scripts/tictactoe_best_response.py                     # the plans' opponents (below)
-    python scripts/tictactoe_best_response.py --p 0.7 --k 4 --trap 1
-    python scripts/tictactoe_best_response.py --p 0 0.7 --k 4 --trap 1   # p uniform in [0, 0.7]
-    python scripts/tictactoe_best_response.py --at O8.X4.O1 --model runs/make-run/eval/shipped-exact
+    python experiments/tictactoe/best_response.py                     # the plans' opponents (below)
+    python experiments/tictactoe/best_response.py --p 0.7 --k 4 --trap 1
+    python experiments/tictactoe/best_response.py --p 0 0.7 --k 4 --trap 1   # p uniform in [0, 0.7]
+    python experiments/tictactoe/best_response.py --at O8.X4.O1 --model runs/make-run/eval/shipped-exact
 
 A training opponent is the env's: O moves first in half the games; k is drawn uniformly from
 0..K for each game, and O's moves are uniformly random while it has fewer than k marks; after
@@ -211,9 +211,9 @@ def policy_reward(solver: Solver, policy: Mapping[History, int | None]) -> float
 
 def read_model_policy(run: Path) -> dict[History, int | None]:
     """A greedy model's move after every line of an `rlvr eval tictactoe --exhaustive` folder,
-    by history (`tictactoe_regret.read_policy`: its accepted moves, None where none was, a
+    by history (`regret.read_policy`: its accepted moves, None where none was, a
     timeout; a rejected move and the reply format are not counted)."""
-    read_policy = runpy.run_path(str(Path(__file__).with_name("tictactoe_regret.py")))["read_policy"]
+    read_policy = runpy.run_path(str(Path(__file__).with_name("regret.py")))["read_policy"]
     return {tuple(cell for _, cell in line): cell for line, cell in read_policy(run).items()}
 
 

@@ -1,4 +1,4 @@
-"""scripts/tictactoe_regret.py: where a deterministic player gives up wins against the random
+"""experiments/tictactoe/regret.py: where a deterministic player gives up wins against the random
 opponent, by decision, by kind and by symmetry, from the tree or from a saved exhaustive run."""
 
 from __future__ import annotations
@@ -22,7 +22,9 @@ from rlvr.results import json_line
 
 
 def gap_script():
-    spec = importlib.util.spec_from_file_location("gaps", Path(__file__).parents[3] / "scripts" / "tictactoe_regret.py")
+    spec = importlib.util.spec_from_file_location(
+        "gaps", Path(__file__).parents[3] / "experiments" / "tictactoe" / "regret.py"
+    )
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
     return script
@@ -35,7 +37,7 @@ def saved(games, folder: Path) -> Path:
 
 
 def test_the_gap_script_values_positions_as_training_games_score_them():
-    """tictactoe_regret.py's training view: `value` is what a training game scores (win 1, draw
+    """regret.py's training view: `value` is what a training game scores (win 1, draw
     0.5) when X replies best to the training opponent, checked against games the env itself
     deals, plays and scores; `training_view` weighs a decision by its lines' chances."""
     script = gap_script()
@@ -139,7 +141,7 @@ def test_the_gap_script_reads_a_saved_exhaustive_run(tmp_path, capsys, monkeypat
     assert math.isclose(sum(g.weighted for g in gaps), tree.never_losing_max_win_rate() - wins, abs_tol=1e-12)
 
     def run(path) -> int:
-        monkeypatch.setattr("sys.argv", ["tictactoe_regret.py", str(path), "--top", "3"])
+        monkeypatch.setattr("sys.argv", ["regret.py", str(path), "--top", "3"])
         return script.main()
 
     capsys.readouterr()
@@ -148,13 +150,13 @@ def test_the_gap_script_reads_a_saved_exhaustive_run(tmp_path, capsys, monkeypat
     assert sum(r[1] for r in rows) == len(gaps) and len(rows) < len(gaps)
     assert math.isclose(sum(r[0] for r in rows), sum(g.weighted for g in gaps), abs_tol=1e-12)
     assert all(0 < wrong <= seen <= 8 for _, _, wrong, seen, _ in rows)
-    monkeypatch.setattr("sys.argv", ["tictactoe_regret.py", str(out), "--by-symmetry"])
+    monkeypatch.setattr("sys.argv", ["regret.py", str(out), "--by-symmetry"])
     assert (
         script.main() == 0 and f"{len(gaps)} decisions, {len(rows)} positions up to symmetry" in capsys.readouterr().out
     )
-    monkeypatch.setattr("sys.argv", ["tictactoe_regret.py", str(out), "--by-kind", "--top", "0"])
+    monkeypatch.setattr("sys.argv", ["regret.py", str(out), "--by-kind", "--top", "0"])
     assert script.main() == 0 and "by what was on the board" in capsys.readouterr().out
-    monkeypatch.setattr("sys.argv", ["tictactoe_regret.py", str(out), "--train-p", "0.7", "--top", "2"])
+    monkeypatch.setattr("sys.argv", ["regret.py", str(out), "--train-p", "0.7", "--top", "2"])
     assert script.main() == 0
     printed = capsys.readouterr().out  # policy players record no log-probabilities: "nan"
     assert "| reward gap |" in printed and "| nan |" in printed and "a step of 256 games meets them" in printed
@@ -183,7 +185,7 @@ def test_the_gap_script_reads_a_saved_exhaustive_run(tmp_path, capsys, monkeypat
         board = script.board_after(line)
         true += cell in (0, 1, 2) and board[cell] == " " and all(board[c] == "O" for c in {0, 1, 2} - {cell})
     assert 0 < true < len(policy) and set(texts) == set(policy)  # (one turn a move: every reply's text kept)
-    monkeypatch.setattr("sys.argv", ["tictactoe_regret.py", str(out), "--claims"])
+    monkeypatch.setattr("sys.argv", ["regret.py", str(out), "--claims"])
     capsys.readouterr()
     assert script.main() == 0
     printed = capsys.readouterr().out
@@ -202,17 +204,17 @@ def test_the_gap_script_reads_a_saved_exhaustive_run(tmp_path, capsys, monkeypat
     rows = [x for x in printed.splitlines() if x.startswith("| ") and "a/b" in x]
     assert rows and all(len(x) < 200 and x.count("|") == 6 and "| ? a/b" in x for x in rows)
     assert f"0 false, 0 true, {len(policy)} with no claim checked" in printed
-    monkeypatch.setattr("sys.argv", ["tictactoe_regret.py", str(out), "--train-p", "0.7", "--unsure", "0.9"])
+    monkeypatch.setattr("sys.argv", ["regret.py", str(out), "--train-p", "0.7", "--unsure", "0.9"])
     capsys.readouterr()
     assert script.main() == 0
     printed = capsys.readouterr().out  # every recorded reply had probability exp(-0.5) < 0.9
     assert "have a greedy reply below 0.9" in printed and "a greedy probe game meets them" in printed
     for bad in (["--unsure", "0.5"], ["--train-p", "0.7", "--unsure", "0"], ["--train-p", "0.7", "--unsure", "nan"]):
-        monkeypatch.setattr("sys.argv", ["tictactoe_regret.py", str(out), *bad])
+        monkeypatch.setattr("sys.argv", ["regret.py", str(out), *bad])
         with pytest.raises(SystemExit):
             script.main()
     for bad in (["--train-p", "nan"], ["--train-p", "1.5"], ["--trap-prob", "-1", "--train-p", "0"], ["--games", "0"]):
-        monkeypatch.setattr("sys.argv", ["tictactoe_regret.py", str(out), *bad])
+        monkeypatch.setattr("sys.argv", ["regret.py", str(out), *bad])
         with pytest.raises(SystemExit):
             script.main()
 
@@ -240,9 +242,7 @@ def test_the_gap_script_reads_a_saved_exhaustive_run(tmp_path, capsys, monkeypat
     assert list(policy.values()).count(None) == 8 + 1 + 8 * 7 and set(policy.values()) == {4, None}
     wins, gaps = tree.win_rate_gaps(lambda line, board: policy[line])
     assert wins == 0 and math.isclose(sum(g.weighted for g in gaps), tree.never_losing_max_win_rate(), abs_tol=1e-12)
-    monkeypatch.setattr(
-        "sys.argv", ["tictactoe_regret.py", str(tmp_path / "timeouts"), "--by-kind", "--train-p", "0.7"]
-    )
+    monkeypatch.setattr("sys.argv", ["regret.py", str(tmp_path / "timeouts"), "--by-kind", "--train-p", "0.7"])
     capsys.readouterr()
     assert script.main() == 0
     printed = capsys.readouterr().out

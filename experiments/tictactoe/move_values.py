@@ -1,6 +1,6 @@
 """What each move at one position is worth when the model itself plays the rest of the game.
 
-`scripts/tictactoe_regret.py` values a move by the best reply afterwards. RL scores a move by
+`experiments/tictactoe/regret.py` values a move by the best reply afterwards. RL scores a move by
 the games the model goes on to play at its training temperature, and a move that wins more
 with perfect follow-up can win less when the follow-up is sampled. This script measures that:
 it walks the model greedily to a position (the opponent's moves given), then plays GAMES games
@@ -12,7 +12,7 @@ block, or no threat), as the trainer's `restart_explore` does. Every arm uses th
 seeds, so two arms' games differ only by what X played. Score: the env's `win_reward` (a win 1, a draw 0.5, a loss or a timeout 0), without its format terms;
 W / D / L counts leave timeouts out.
 
-    python scripts/tictactoe_move_values.py models/tictactoe-tiny --line O8.X4.O1 --moves 0,3,5 \\
+    python experiments/tictactoe/move_values.py models/tictactoe-tiny --line O8.X4.O1 --moves 0,3,5 \\
         --temperature 1 0 --games 400 --p 0.7 --trap-prob 1
 
 Prints a table per temperature: each arm's mean score, its standard error, W/D/L counts, and

@@ -1,6 +1,6 @@
 """Where a greedy model gives up wins against the random opponent, exactly.
 
-    python scripts/tictactoe_regret.py RUN [--top 12] [--by-symmetry] [--by-kind] [--claims] [--train-p 0.7 [--random-replies 4] [--trap-prob 1] [--unsure 0.9]]
+    python experiments/tictactoe/regret.py RUN [--top 12] [--by-symmetry] [--by-kind] [--claims] [--train-p 0.7 [--random-replies 4] [--trap-prob 1] [--unsure 0.9]]
 
 RUN is an `rlvr eval tictactoe --exhaustive` folder (or its results.jsonl). The model's move
 after every line it reaches is read from each game's record (`info["exact"]["moves"]`, the

@@ -1,7 +1,7 @@
 """Exact curves of RL runs: lost games over the whole tree at each exact evaluation.
 
-    python scripts/tictactoe_curves.py add CSV RUN_DIR SEED OPPONENT VARIANT [FIRST_STEP]  # append a run's points
-    python scripts/tictactoe_curves.py plot CSV PNG [MATCH [SEEDS [COLUMN [TARGET]]]]        # draw every run
+    python experiments/tictactoe/curves.py add CSV RUN_DIR SEED OPPONENT VARIANT [FIRST_STEP]  # append a run's points
+    python experiments/tictactoe/curves.py plot CSV PNG [MATCH [SEEDS [COLUMN [TARGET]]]]        # draw every run
 
 `add` reads RUN_DIR/metrics.csv (written by `rlvr train --eval-exact`). A later RL phase passes
 FIRST_STEP, the step the phase before it ended at, and its steps are counted from there; a point

@@ -1,4 +1,4 @@
-"""scripts/tictactoe_line_odds.py: each lost line's chance under the training opponent."""
+"""experiments/tictactoe/line_odds.py: each lost line's chance under the training opponent."""
 
 from __future__ import annotations
 
@@ -16,11 +16,11 @@ from rlvr.engine import run_rollouts
 
 
 def test_the_line_odds_script_gives_each_line_its_chance_under_the_training_opponent(tmp_path, capsys):
-    """scripts/tictactoe_line_odds.py: over every game of a deterministic player the chances sum
+    """experiments/tictactoe/line_odds.py: over every game of a deterministic player the chances sum
     to 1, for several training opponents; the chance of the lost lines matches how often the
     player loses in training games the env itself deals and plays."""
     spec = importlib.util.spec_from_file_location(
-        "odds", Path(__file__).parents[3] / "scripts" / "tictactoe_line_odds.py"
+        "odds", Path(__file__).parents[3] / "experiments" / "tictactoe" / "line_odds.py"
     )
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)

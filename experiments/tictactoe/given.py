@@ -1,8 +1,8 @@
 """Given replies in restarts (`rlvr train --restart-explore`): where the restarts sit, and how
 hard a given reply pulls on the weights.
 
-    python scripts/tictactoe_given.py grads models/tictactoe-tiny --games 40 --points 30
-    python scripts/tictactoe_given.py where models/tictactoe-tiny --points-mode random --steps 12 -o runs/where
+    python experiments/tictactoe/given.py grads models/tictactoe-tiny --games 40 --points 30
+    python experiments/tictactoe/given.py where models/tictactoe-tiny --points-mode random --steps 12 -o runs/where
 
 `grads`: plays GAMES training games (the opponent of `--p`, traps, random replies as in plan
 `given`), takes POINTS of their restart points (`restart_tasks`), and at each one measures the

@@ -1,4 +1,4 @@
-"""scripts/tictactoe_curves.py: a run's exact evaluations appended to the curves table once, a later
+"""experiments/tictactoe/curves.py: a run's exact evaluations appended to the curves table once, a later
 phase counted on from the step its first phase ended at, and the figure drawn from the table."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from loading import load_module
 
-ROOT = Path(__file__).resolve().parents[1]
-curves = load_module(ROOT / "scripts" / "tictactoe_curves.py")
+ROOT = Path(__file__).resolve().parents[3]
+curves = load_module(ROOT / "experiments" / "tictactoe" / "curves.py")
 
 HEADER = "step,loss,exact/beaten_games,exact/rejected_move_games,exact/random/win_pct,exact/random/loss_pct,exact/optimal/draw_pct,exact/optimal/loss_pct\n"
 
@@ -117,10 +117,11 @@ def test_plot_draws_a_target_line_in_every_panel_and_refuses_a_target_that_is_no
 
 
 def _figures() -> list[tuple[str, str]]:
-    """(MATCH, SEEDS) of every `tictactoe_curves.py plot` docs/RESULTS.md names, and the full figure."""
-    text = (ROOT / "docs" / "RESULTS.md").read_text()
+    """(MATCH, SEEDS) of every `curves.py plot` the docs name (`tictactoe_curves.py` before the
+    script moved here), and the full figure."""
+    text = "\n".join(p.read_text() for p in sorted((ROOT / "docs").rglob("*.md")))
     found = [("", "")]
-    for command in re.findall(r"`tictactoe_curves\.py plot CSV PNG ([^`]*)`", text):
+    for command in re.findall(r"`(?:tictactoe_)?curves\.py plot CSV PNG ([^`]*)`", text):
         words = shlex.split(command)
         found.append((words[0], words[1] if len(words) > 1 else ""))
     return found
@@ -157,7 +158,7 @@ def test_every_panel_of_the_results_has_a_title_that_names_its_seed() -> None:
 
 
 def test_the_curves_script_skips_torn_and_nan_lines_and_never_adds_a_point_twice(tmp_path) -> None:
-    """scripts/tictactoe_curves.py `add`: rows without an exact evaluation, a torn last line (a
+    """experiments/tictactoe/curves.py `add`: rows without an exact evaluation, a torn last line (a
     run killed mid-write) and NaN are skipped; a second phase continues the line from its first
     step, and a point the CSV already has is not added again."""
     header = "step," + ",".join(curves.SOURCE.values())

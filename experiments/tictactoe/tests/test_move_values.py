@@ -1,4 +1,4 @@
-"""scripts/tictactoe_move_values.py: the value of each move at a position under the model's own play."""
+"""experiments/tictactoe/move_values.py: the value of each move at a position under the model's own play."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from rlvr_tictactoe.env import read_move
 from rlvr_tictactoe.game import teacher_move
 
 ROOT = Path(__file__).resolve().parents[3]
-SCRIPT = ROOT / "scripts" / "tictactoe_move_values.py"
+SCRIPT = ROOT / "experiments" / "tictactoe" / "move_values.py"
 
 
 def _script():

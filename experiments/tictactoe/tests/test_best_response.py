@@ -1,4 +1,4 @@
-"""scripts/tictactoe_best_response.py: the exact best response to a training opponent. Checked
+"""experiments/tictactoe/best_response.py: the exact best response to a training opponent. Checked
 against the limit `rlvr_tictactoe.tree` computes its own way, and on the two opponents whose
 difference it found: k <= 4 random replies make the best response to p = 0.7 lose to a perfect
 player, while p drawn from a range that reaches down to 0.35 keeps it safe at the limit."""
@@ -23,7 +23,7 @@ from rlvr.exact import enumerate_games
 from rlvr.results import json_line
 from rlvr.types import SamplingArgs
 
-SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "tictactoe_best_response.py"
+SCRIPT = Path(__file__).resolve().parents[3] / "experiments" / "tictactoe" / "best_response.py"
 spec = importlib.util.spec_from_file_location("tictactoe_best_response", SCRIPT)
 assert spec is not None and spec.loader is not None
 script = importlib.util.module_from_spec(spec)

@@ -1,6 +1,6 @@
 """How often training games and greedy probes meet the lines a model loses, exactly.
 
-    python scripts/tictactoe_line_odds.py RUN... [--random-replies 4] [--p 0] [--trap-prob 1]
+    python experiments/tictactoe/line_odds.py RUN... [--random-replies 4] [--p 0] [--trap-prob 1]
                                           [--probe-k 4] [--probes 64]
 
 Each RUN is an `rlvr eval tictactoe --exhaustive` folder; its metadata lists the lost lines

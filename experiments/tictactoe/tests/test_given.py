@@ -1,4 +1,4 @@
-"""scripts/tictactoe_given.py: its two measurements run end to end on the shipped model (small)."""
+"""experiments/tictactoe/given.py: its two measurements run end to end on the shipped model (small)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
-SCRIPT = ROOT / "scripts" / "tictactoe_given.py"
+SCRIPT = ROOT / "experiments" / "tictactoe" / "given.py"
 
 
 def _run(*args: str) -> str:
