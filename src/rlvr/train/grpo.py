@@ -540,9 +540,7 @@ async def _play(
     """A group of rollouts of each task (`client` may give some first replies: restart_explore) and one
     greedy rollout of each probe task, played side by side (one engine's batches hold both)."""
     concurrency = len(tasks) * group_size
-    train = run_rollouts(
-        env, client, tasks, sampling=sampling, rollouts_per_task=group_size, concurrency=concurrency
-    )
+    train = run_rollouts(env, client, tasks, sampling=sampling, rollouts_per_task=group_size, concurrency=concurrency)
     if not probe_tasks:
         return await train, []
     greedy = sampling.replace(temperature=0.0, top_p=1.0, logprobs=False)
