@@ -40,12 +40,10 @@ OLD_NAMES = {"rlvr.sampler/1": {"num_groups": "num_buckets", "tasks_per_group": 
 @runtime_checkable
 class Stratified(Protocol):
     """An environment whose tasks have a difficulty: the trainer stratifies its batches by it
-    (opt-in, as the other training protocols of `rlvr.train.protocols`)."""
-
-    difficulty_range: tuple[float, float] | None
-    """The [low, high] that `difficulty` spans (None: the smallest and largest of the tasks)."""
-    num_buckets: int
-    """Equal-width difficulty buckets a batch is stratified into, unless the trainer says."""
+    (opt-in, as the other training protocols of `rlvr.train.protocols`). Two attributes may go
+    with it: `difficulty_range`, the [low, high] it spans (default: the smallest and largest of
+    the tasks), and `num_buckets`, the equal-width buckets a batch is stratified into unless the
+    trainer says (default 1)."""
 
     def difficulty(self, task: Task) -> float | None:
         """A number that orders tasks by difficulty (None: this task has none)."""
@@ -234,8 +232,9 @@ def difficulty_span(env: MultiTurnEnv[Any], split: str = "train") -> tuple[float
     largest difficulty of the split's tasks; None when the env has no difficulty."""
     if not isinstance(env, Stratified):
         return None
-    if env.difficulty_range is not None:
-        return env.difficulty_range
+    declared: tuple[float, float] | None = getattr(env, "difficulty_range", None)
+    if declared is not None:
+        return declared
     tasks = env.tasks(split)
     if not tasks or env.difficulty(tasks[0]) is None:
         return None
@@ -248,9 +247,10 @@ def difficulty_buckets(env: MultiTurnEnv[Any], num_buckets: int | None = None, s
     the env's own `num_buckets`), or 1 when the env has no difficulty or its range has zero
     width."""
     span = difficulty_span(env, split)
-    if span is None or span[0] == span[1] or not isinstance(env, Stratified):
+    if span is None or span[0] == span[1]:
         return 1
-    return num_buckets or env.num_buckets
+    own: int = getattr(env, "num_buckets", 1)
+    return num_buckets or own
 
 
 def _key_value(key: Key, task: Task) -> float:

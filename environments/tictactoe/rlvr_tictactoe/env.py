@@ -163,6 +163,8 @@ class TicTacToeEnv(MultiTurnEnv[GameState]):
         """Exact evaluation: the task's line of O replies ran out (see `rlvr_tictactoe.tree`)."""
         return state.line_ended
 
+    # ---- the training protocols it offers (`rlvr.train.protocols`; see `rlvr_tictactoe.training`)
+
     def probe_task(self, task: Task, seed: int) -> Task:
         """`Probed`: the task a greedy probe plays (`training.probe_task`)."""
         return training.probe_task(task, seed, self.probe_random_replies, self.probe_random_share)

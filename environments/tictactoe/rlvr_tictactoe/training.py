@@ -18,10 +18,10 @@ def probe_task(task: Task, seed: int, random_replies: int | None, share: float) 
     """A greedy probe (the trainer's `restart_greedy`) of a training task: with
     `random_replies` (the env's `probe_random_replies`) set, its opponent's first k = that many
     moves are random (the task's own k otherwise), in a share `share` (`probe_random_share`)
-    of the probes, chosen by each probe's seed. Why: the lines a greedy policy still lost at the end of plan `greedy`
-    mostly need four given random replies, which only the k = 4 tasks (one in five) can
-    play; but a probe at k = 4 never meets a trap the opponent sets earlier (plan `cover`,
-    docs/RESULTS.md; `scripts/tictactoe_line_odds.py`)."""
+    of the probes, chosen by each probe's seed. Why: the lines a greedy policy still lost at
+    the end of plan `greedy` mostly need four given random replies, which only the k = 4 tasks
+    (one in five) can play; but a probe at k = 4 never meets a trap the opponent sets earlier
+    (plan `cover`, docs/RESULTS.md; `scripts/tictactoe_line_odds.py`)."""
     task = dataclasses.replace(task, seed=seed)
     if random_replies is None or "line" in task.info:
         return task
