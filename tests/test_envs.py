@@ -154,32 +154,6 @@ def test_seeds_are_per_rollout_and_reproducible() -> None:
     assert a == b and len(set(a)) == 6
 
 
-class Giver:
-    """SAY, with `give`: a given reply comes back as its own text, marked given."""
-
-    name = "giver"
-
-    async def chat(self, messages, sampling, tools=None):
-        return await SAY.chat(messages, sampling, tools)
-
-    async def give(self, messages, text, tools=None):
-        return Completion(text=text, token_ids=[1, 2], finish_reason="given")
-
-    async def aclose(self) -> None:
-        pass
-
-
-def test_given_replies_replace_only_the_first_reply_of_the_rollouts_named() -> None:
-    env = CountEnv(target=3)
-    task_id = env.tasks()[0].id
-    got = _play(env, Giver(), n=3, replies={(task_id, 1): "given!", ("no such task", 0): "x"})
-    texts = [[t.completion.text for t in r.turns] for r in got]
-    assert texts == [["ok"] * 3, ["given!", "ok", "ok"], ["ok"] * 3]
-    assert got[1].turns[0].completion.finish_reason == "given" and got[1].error is None
-    (no_give,) = _play(env, SAY, n=1, replies={(task_id, 0): "given!"})  # a client that cannot give
-    assert no_give.error is not None and "cannot give a reply" in no_give.error and no_give.turns == []
-
-
 def test_concurrency_limit_is_respected() -> None:
     live, peak = 0, 0
 

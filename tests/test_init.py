@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import doctest
 import importlib
-import math
 import os
 import random
 import subprocess
@@ -20,12 +19,14 @@ import pytest
 from loading import load_module
 
 import rlvr
-from rlvr import Policy, Task, check_env, registry
+from rlvr import Policy, check_env, registry
 from rlvr.cli import main
 from rlvr.commands.init import scaffold
 from rlvr.engine import run_rollouts
 from rlvr.errors import UsageError
 from rlvr.registry import GROUP
+from rlvr.sampler import Stratified
+from rlvr.train.protocols import Explorable, Probed, Restartable, TurnScored
 
 NAME = "rlvr-scaffold-probe"
 MODULE = "rlvr_scaffold_probe"
@@ -138,127 +139,43 @@ def test_names_with_dashes_load_under_either_spelling(
         del sys.modules["guess_it"]
 
 
-def test_the_multi_turn_scaffold_restarts_a_game_with_the_turns_it_had_left(tmp_path: Path, monkeypatch) -> None:
-    """`restart_tasks` (the trainer's restart_frac): binary search replayed from a restart ends
-    the game it started; a restart keeps the turn budget its history used."""
+def test_the_multi_turn_scaffold_opts_in_to_turn_scores_by_uncommenting_its_example(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """The multi scaffold is `Stratified` and offers no other training protocol; its commented
+    `turn_rewards`, uncommented, makes it `TurnScored`: binary search scores 1 every turn, a
+    guess outside the range the hints left 0."""
     dest = scaffold(NAME, tmp_path, kind="multi")
+    source = dest / MODULE / "__init__.py"
     monkeypatch.syspath_prepend(str(dest))
     try:
-        module = importlib.import_module(MODULE)
-        env = module.load_environment(num_tasks=20)
-        search = env.policies()["binary_search"]()
-        tasks = [t for t in env.tasks() if t.info["high"] > 60][:4]
-        games = asyncio.run(run_rollouts(env, search, tasks))
-        for task, game in zip(tasks, games, strict=True):
-            restarts = env.restart_tasks(task, game)
-            assert [r.info["turns_used"] for r in restarts] == list(range(1, len(game.turns)))
-            again = asyncio.run(run_rollouts(env, search, restarts))
-            for i, (restart, replay) in enumerate(zip(restarts, again, strict=True), start=1):
-                assert list(restart.prompt)[1:] == game.messages[2 : 2 + 2 * i]  # (the system prompt aside)
-                assert replay.reward == 1.0 and replay.turns[-1].completion.text == game.turns[-1].completion.text
-        longest = max(range(len(games)), key=lambda i: len(games[i].turns))
-        assert len(games[longest].turns) >= 4
-        late = env.restart_tasks(tasks[longest], games[longest])[2]  # after 3 of the 7 turns
-        stuck = asyncio.run(run_rollouts(env, Policy(lambda m, rng: "<guess>0</guess>"), [late]))[0]
-        assert len(stuck.turns) == 7 - 3 and stuck.truncated and stuck.reward == 0.0
+        env = importlib.import_module(MODULE).load_environment(num_tasks=20)
+        assert isinstance(env, Stratified)
+        assert not isinstance(env, (Restartable, Explorable, Probed, TurnScored))
     finally:
         for mod in [m for m in sys.modules if m == MODULE or m.startswith(MODULE + ".")]:
             del sys.modules[mod]
-
-
-def test_the_multi_turn_scaffold_offers_its_players_guesses_at_a_restart(tmp_path: Path, monkeypatch) -> None:
-    """`other_replies` (the trainer's restart_explore): at any point of a game, the guesses its
-    players might make (the middle half of what the hints leave, binary search's middle among
-    them), at most 18 however wide the range; none when the hints contradict each other."""
-    dest = scaffold(NAME, tmp_path, kind="multi")
-    monkeypatch.syspath_prepend(str(dest))
+    text = source.read_text()
+    example = text[
+        text.index("    # def turn_rewards") : text.index("    #     return scores\n")
+        + len("    #     return scores\n")
+    ]
+    source.write_text(
+        text.replace(
+            example, "\n".join(line.replace("# ", "", 1).rstrip() for line in example.splitlines()) + "\n"
+        ).replace("from rlvr import Messages,", "from rlvr import Messages, Rollout,")
+    )
     try:
         module = importlib.import_module(MODULE)
         env = module.load_environment(num_tasks=20)
-        assert env.offers_replies and env.restartable
-
-        def guesses(task: Task) -> list[int]:
-            return [int(text.removeprefix("<guess>").removesuffix("</guess>")) for text in env.other_replies(task)]
-
-        question = {"role": "user", "content": "I am thinking of a whole number between 1 and 100. Guess it."}
-        history = [{"role": "assistant", "content": "<guess>50</guess>"}, {"role": "user", "content": "Higher."}]
-        history += [{"role": "assistant", "content": "<think>hm</think><guess>75</guess>"}]
-        history += [{"role": "user", "content": "Lower."}]
-        late = Task(id="t@2", prompt=[question, *history], answer="60", info={"high": 100, "turns_used": 2})
-        picks = {module.middle_half_policy([question, *history], random.Random(i)) for i in range(300)}
-        assert set(env.other_replies(late)) == picks  # 51..74 left: 56..69, every one
-        assert guesses(
-            Task(
-                id="one",
-                prompt=[question, history[0], {"role": "user", "content": "Lower."}]
-                + [{"role": "assistant", "content": "<guess>25</guess>"}, {"role": "user", "content": "Lower."}]
-                + [{"role": "assistant", "content": "<guess>12</guess>"}, {"role": "user", "content": "Lower."}]
-                + [{"role": "assistant", "content": "<guess>6</guess>"}, {"role": "user", "content": "Lower."}]
-                + [{"role": "assistant", "content": "<guess>2</guess>"}, {"role": "user", "content": "Lower."}],
-                info={"high": 100},
-            )
-        ) == [1]  # one number left
-        wide = Task(id="w", question="I am thinking of a whole number between 1 and 1000000000. Guess it.")
-        spread = guesses(wide)
-        assert len(spread) == 18 and spread[0] == 250_000_000 and spread[-1] == 750_000_001
-        assert {500_000_000, 500_000_001} <= set(spread)  # both middles of an even count
-        search = env.policies()["binary_search"]()
-        task = next(t for t in env.tasks() if t.info["high"] > 60 and int(t.answer) > 40)
-        game = asyncio.run(run_rollouts(env, search, [task]))[0]
-        assert len(game.turns) >= 3
-        for restart in [task, *env.restart_tasks(task, game)]:
-            low, top = module.hint_range(list(restart.prompt) or [{"role": "user", "content": restart.question}])
-            played = module.binary_search_policy(
-                list(restart.prompt) or [{"role": "user", "content": restart.question}], random.Random(0)
-            )
-            assert played in env.other_replies(restart) and all(low <= g <= top for g in guesses(restart))
-        contradicted = [
-            question,
-            {"role": "assistant", "content": "<guess>5</guess>"},
-            {"role": "user", "content": "Higher."},
-        ]
-        contradicted += [{"role": "assistant", "content": "<guess>6</guess>"}, {"role": "user", "content": "Lower."}]
-        assert env.other_replies(Task(id="odd", prompt=contradicted, answer="5", info={"high": 100})) == []
-        # hostile replies in the history: 5,000 digits, a lone surrogate, an unclosed tag (no guess
-        # read: the range stays 1..100, as after the question alone)
-        for reply in (f"<guess>{'9' * 5000}</guess>", "<guess>\ud800</guess>", "<guess>5"):
-            hostile = [question, {"role": "assistant", "content": reply}, {"role": "user", "content": "Lower."}]
-            assert env.other_replies(Task(id="h", prompt=hostile, info={"high": 100})) == env.other_replies(
-                Task(id="q", prompt=[question], info={"high": 100})
-            )
-    finally:
-        for mod in [m for m in sys.modules if m == MODULE or m.startswith(MODULE + ".")]:
-            del sys.modules[mod]
-
-
-def test_the_multi_turn_scaffold_scores_each_guess_on_its_own(tmp_path: Path, monkeypatch) -> None:
-    """`turn_rewards` (the trainer's turn_credit): binary search scores 1 every turn, from a
-    restart too (only the restart's own turns); a wasted guess scores 0, an edge guess little."""
-    dest = scaffold(NAME, tmp_path, kind="multi")
-    monkeypatch.syspath_prepend(str(dest))
-    try:
-        module = importlib.import_module(MODULE)
-        env = module.load_environment(num_tasks=20)
-        assert env.scores_turns
+        assert isinstance(env, TurnScored)
         search = env.policies()["binary_search"]()
         task = next(t for t in env.tasks() if t.info["high"] > 60 and int(t.answer) > 3)
         game = asyncio.run(run_rollouts(env, search, [task]))[0]
         assert len(game.turns) >= 3 and env.turn_rewards(task, game) == [1.0] * len(game.turns)
-        restart = env.restart_tasks(task, game)[1]  # after two turns
-        replay = asyncio.run(run_rollouts(env, search, [restart]))[0]
-        assert env.turn_rewards(restart, replay) == [1.0] * len(replay.turns) == [1.0] * (len(game.turns) - 2)
-        high, secret = task.info["high"], int(task.answer)
-        replies = iter(["<guess>1</guess>", "no guess", "<guess>1</guess>", f"<guess>{secret}</guess>"])
+        replies = iter(["<guess>1</guess>", "no guess", "<guess>1</guess>", f"<guess>{task.answer}</guess>"])
         clumsy = asyncio.run(run_rollouts(env, Policy(lambda m, rng: next(replies)), [task]))[0]
-        first = math.log2(high / (high - 1))  # 1 of 1..high: its "Higher." leaves high - 1
-        assert env.turn_rewards(task, clumsy) == [first, 0.0, 0.0, 1.0]  # the second 1 is below the range
-        # hostile replies: a number past int()'s 4,300 digits, a lone surrogate, an unclosed tag
-        replies = iter(
-            [f"<guess>{'9' * 5000}</guess>", "<guess>\ud800</guess>", "<guess>5", f"<guess>{secret}</guess>"]
-        )
-        odd = asyncio.run(run_rollouts(env, Policy(lambda m, rng: next(replies)), [task]))[0]
-        assert odd.error is None and odd.reward == 1.0 and len(odd.turns) == 4
-        assert env.turn_rewards(task, odd)[:2] == [0.0, 0.0] and env.turn_rewards(task, odd)[3] == 1.0
+        assert env.turn_rewards(task, clumsy) == [1.0, 0.0, 0.0, 1.0]  # the second 1 is below the range
     finally:
         for mod in [m for m in sys.modules if m == MODULE or m.startswith(MODULE + ".")]:
             del sys.modules[mod]
@@ -290,17 +207,13 @@ def test_the_multi_turn_scaffold_takes_one_high_or_a_range(tmp_path: Path, monke
         for bad in (1, 0, [30, 10], [5], [1.5, 9], "30", True, 10**10, 30.5, None, {"a": 1, "b": 2}):
             with pytest.raises(ValueError, match="high must"):
                 module.load_environment(high=bad)
-        # max_turns: binary search fits 1..15 in 4 guesses; a player stuck on 1 stops at 4, and a
-        # restart after 2 turns has 2 left
+        # max_turns: binary search fits 1..15 in 4 guesses; a player stuck on 1 stops at 4
         short = module.load_environment(eval_tasks=15, high=15, max_turns=4)
         games = asyncio.run(run_rollouts(short, search, short.tasks("eval")))
         assert [g.reward for g in games] == [1.0] * 15 and max(len(g.turns) for g in games) == 4
         stuck = Policy(lambda m, rng: "<guess>1</guess>")
         lost = asyncio.run(run_rollouts(short, stuck, short.tasks("eval")[14:]))[0]
         assert len(lost.turns) == 4 and lost.truncated and lost.reward == 0.0
-        late = short.restart_tasks(short.tasks("eval")[14], lost)
-        assert [t.info["turns_used"] for t in late] == [1, 2, 3]
-        assert len(asyncio.run(run_rollouts(short, stuck, late[1:2]))[0].turns) == 2
         for bad_turns in (0, -1, 2.5, True, "4"):
             with pytest.raises(ValueError, match="max_turns must"):
                 module.load_environment(max_turns=bad_turns)

@@ -16,11 +16,11 @@ pytest.importorskip("reverse_text")
 from rlvr.check import check_env
 from rlvr.cli import main
 from rlvr.engine import run_rollouts
-from rlvr.envs.multiturn import MultiTurnEnv
 from rlvr.errors import UsageError
 from rlvr.mixture import EnvGroup
 from rlvr.registry import load_environment
 from rlvr.sampler import StratifiedSampler, bucket_index
+from rlvr.train.protocols import Explorable, Restartable, TurnScored
 
 TTT = {"num_tasks": 12, "eval_tasks": 6, "num_buckets": 3}
 REV = {"num_tasks": 5, "eval_tasks": 4}
@@ -179,7 +179,7 @@ def test_a_mixture_restarts_through_the_member_that_played() -> None:
     """The trainer's restart_frac on a mixture: the member's restarts under `NAME/ID`, played by
     that member again; a mixture whose members cannot restart says so."""
     mix = EnvGroup(list(members()))
-    assert mix.restartable and not EnvGroup([members()[1]]).restartable
+    assert isinstance(mix, Restartable) and not isinstance(EnvGroup([members()[1]]), Restartable)
     tasks = [t for t in mix.tasks("train") if t.id.startswith("tictactoe/")][:3]
     games = play(mix, mix.policies()["random+echo"](), tasks, rollouts=1)
     restarts = [r for task, game in zip(tasks, games, strict=True) for r in mix.restart_tasks(task, game)]
@@ -192,7 +192,7 @@ def test_a_mixture_restarts_through_the_member_that_played() -> None:
     probe = mix.probe_task(tasks[0], seed=12345)
     assert probe.id == tasks[0].id and probe.seed == 12345 and probe.info == tasks[0].info
     # given replies (restart_explore): the member's other replies at its own restart; none elsewhere
-    assert mix.offers_replies and not EnvGroup([members()[1]]).offers_replies
+    assert isinstance(mix, Explorable) and not isinstance(EnvGroup([members()[1]]), Explorable)
     for restart in restarts:
         member, own = mix.member(restart)
         assert own.id != restart.id and mix.other_replies(restart) == member.other_replies(own) != []
@@ -203,13 +203,8 @@ def test_a_mixture_scores_turns_through_the_member_that_played() -> None:
     """The trainer's turn_credit on a mixture: the member's own turn scores of its task (the
     member's id, not the mixture's); a mixture whose members score no turns says so."""
     ttt, rev = members()
-    assert EnvGroup([ttt, rev]).scores_turns  # tic-tac-toe scores its turns (missed wins)
-
-    class Unscored(type(ttt)):
-        turn_rewards = MultiTurnEnv.turn_rewards
-
-    ttt.__class__ = Unscored
-    assert not EnvGroup([ttt, rev]).scores_turns
+    assert isinstance(EnvGroup([ttt, rev]), TurnScored)  # tic-tac-toe scores its turns (missed wins)
+    assert not isinstance(EnvGroup([rev]), TurnScored) and isinstance(EnvGroup([rev]), EnvGroup)
 
     class Scored(type(ttt)):
         def turn_rewards(self, task, rollout):
@@ -218,7 +213,7 @@ def test_a_mixture_scores_turns_through_the_member_that_played() -> None:
 
     ttt.__class__ = Scored
     mix = EnvGroup([ttt, rev])
-    assert mix.scores_turns
+    assert isinstance(mix, TurnScored)
     tasks = [t for t in mix.tasks("train") if t.id.startswith("tictactoe/")][:2]
     games = play(mix, mix.policies()["random+echo"](), tasks, rollouts=1)
     assert [mix.turn_rewards(t, g) for t, g in zip(tasks, games, strict=True)] == [

@@ -3,6 +3,7 @@ and hostile records (NaN rewards, lone surrogates, huge replies) through a check
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import io
 import math
@@ -12,6 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from rlvr import MultiTurnEnv, Rubric
+from rlvr.engine import run_rollouts
 from rlvr.train.restarts import Restarts, weigh_given
 from rlvr.types import Completion, Rollout, Task, Turn
 
@@ -238,7 +240,7 @@ class Harder(Echo):
     """Its probes meet a harder opponent than its training tasks (an env's `probe_task`)."""
 
     def probe_task(self, task, seed):
-        return dataclasses.replace(super().probe_task(task, seed), id="ignored", info={**task.info, "hard": True})
+        return dataclasses.replace(task, seed=seed, id="ignored", info={**task.info, "hard": True})
 
 
 def test_the_env_makes_its_probes_and_the_trainer_names_them() -> None:
@@ -294,6 +296,50 @@ def test_explore_gives_the_last_rollouts_of_each_restart_distinct_replies_while_
         assert len(fresh.played) == 2 and fresh.given == {}
     with pytest.raises(Exception, match="offers no other replies"):
         Restarts(Echo(), frac=0.5, below=0.5, tasks_per_batch=4, seed=0, explore=1, group_size=4)
+
+
+class Giver:
+    """Says "own" to every request; a given reply comes back as its own text, marked given."""
+
+    name = "giver"
+
+    async def chat(self, messages, sampling, tools=None):
+        return Completion(text="own")
+
+    async def give(self, messages, text, tools=None):
+        return Completion(text=text, token_ids=[1, 2], finish_reason="given")
+
+    async def aclose(self) -> None:
+        pass
+
+
+class Cannot(Giver):
+    give = None  # a client that cannot give a reply
+
+
+def test_the_restarts_client_gives_only_the_first_reply_of_the_rollouts_named() -> None:
+    """`Restarts.client`: the engine plays every task of the batch with one client; each
+    rollout `fill` chose gets its reply at its first request and nothing after, and no other
+    rollout gets one, not even those of the restarted task itself (same seed, shorter prompt)."""
+    env = Offers()
+    env.options, env.max_turns = ("given!",), 2
+    r = Restarts(env, frac=0.5, below=0.5, tasks_per_batch=2, seed=0, explore=1, group_size=3)
+    task = Task(id="t0", question="q")
+    r.add([rollout("t0", "lost", 0.0)], [task], step=0)
+    batch = r.fill([task, task], step=1)
+    (restart,) = r.chosen
+    assert restart.seed == task.seed and r.given == {(restart.id, 2): "given!"}
+    got = asyncio.run(run_rollouts(env, r.client(Giver()), batch, rollouts_per_task=3))
+    texts = {g.key: [t.completion.text for t in g.turns] for g in got}
+    assert texts[restart.id, 2] == ["given!", "own"] and len(texts) == 6
+    assert all(t == ["own", "own"] for k, t in texts.items() if k != (restart.id, 2))
+    assert [g.turns[0].completion.finish_reason for g in got].count("given") == 1
+    unexplored = Restarts(env, frac=0.5, below=0.5, tasks_per_batch=2, seed=0)
+    client = Giver()
+    assert unexplored.client(client) is client  # nothing given: the client itself
+    got = asyncio.run(run_rollouts(env, r.client(Cannot()), batch, rollouts_per_task=3))
+    (failed,) = [g for g in got if g.error]
+    assert failed.key == (restart.id, 2) and "cannot give a reply" in failed.error and failed.turns == []
 
 
 def test_weigh_given_scales_only_the_given_turn_of_given_rollouts() -> None:

@@ -65,10 +65,11 @@ def check_env(env: MultiTurnEnv[Any], client: ChatClient | None = None, num_task
     by_id = {t.id: t for t in tasks}
     for r in rollouts:
         _check_rollout(r, env.member(by_id[r.task_id])[0], known)  # a mixture's rollout: its member's rubric
-        if env.scores_turns:  # what `rlvr train --turn-credit` will read
+        turn_rewards = getattr(env, "turn_rewards", None)  # rlvr.train.protocols.TurnScored
+        if turn_rewards is not None:  # what `rlvr train --turn-credit` will read
             where = f"task {r.task_id!r} rollout {r.rollout_index}"
             try:
-                checked_turn_rewards(env.turn_rewards(by_id[r.task_id], r), len(r.turns), where)
+                checked_turn_rewards(turn_rewards(by_id[r.task_id], r), len(r.turns), where)
             except UsageError as exc:
                 raise EnvError(str(exc)) from None
 

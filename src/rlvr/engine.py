@@ -5,10 +5,6 @@ episodes in flight. A group (the rollouts of one task) is scored together when i
 group reward functions; otherwise each rollout is scored and emitted as soon as it finishes.
 Nothing that happens inside one rollout can stop the run: failures become error records. Only
 a client that can answer no request any more (`KeyRefusedError`: a refused API key) does.
-
-`replies` gives some rollouts their first model reply instead of sampling it (exploration in
-training, `rlvr.train.restarts`): the client turns the text into the ids it would have sampled
-(`give`), and the rest of the episode is the model's own.
 """
 
 from __future__ import annotations
@@ -16,14 +12,14 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from rlvr.clients.base import ChatClient
 from rlvr.envs.multiturn import MultiTurnEnv
 from rlvr.errors import UsageError, error_summary
 from rlvr.seeding import mix_seed
-from rlvr.types import Completion, Messages, Rollout, SamplingArgs, State, Task
+from rlvr.types import Rollout, SamplingArgs, State, Task
 
 OnRollout = Callable[[Rollout], Any]
 
@@ -44,13 +40,8 @@ async def run_rollouts(
     skip: Collection[tuple[str, int]] = (),
     on_rollout: OnRollout | None = None,
     collect: bool = True,
-    replies: Mapping[tuple[str, int], str] | None = None,
 ) -> list[Rollout]:
     """Play every (task, rollout index) not in `skip`; returns the new rollouts, in task order.
-
-    `replies` maps (task id, rollout index) to that rollout's first model reply, given rather
-    than sampled: `client` must then have `give` (`LocalModel` has), or that rollout is an error
-    record.
 
     `on_rollout` is called with each finished, scored rollout (e.g. to append it to a results
     file); its exceptions do stop the run, since losing output silently would be worse.
@@ -73,10 +64,8 @@ async def run_rollouts(
             on_rollout(rollout)
 
     async def play(task: Task, index: int) -> State:
-        text = replies.get((task.id, index)) if replies else None
-        player = client if text is None else GivenFirst(client, text)
         async with gate:
-            return await env.rollout(player, task, sampling, rollout_seed(task, index))
+            return await env.rollout(client, task, sampling, rollout_seed(task, index))
 
     async def score_and_emit(task: Task, indices: list[int], states: list[State]) -> None:
         for rollout in await score_group(env, task, indices, states):
@@ -109,38 +98,6 @@ async def run_rollouts(
     except ExceptionGroup as group:  # `on_rollout` failed (e.g. a full disk): its error, not a group
         raise group.exceptions[0] from None
     return [done[(t.id, i)] for t in tasks for i in range(rollouts_per_task) if (t.id, i) in done]
-
-
-async def give_reply(
-    client: ChatClient, messages: Messages, text: str, tools: list[dict[str, Any]] | None = None
-) -> Completion:
-    """`client.give(messages, text, tools)`: `text` as the reply, as the ids it would be sampled
-    as; `UsageError` for a client without `give`."""
-    give = getattr(client, "give", None)
-    if give is None:
-        raise UsageError(f"{type(client).__name__} cannot give a reply (it has no `give`); sample it instead")
-    completion: Completion = await give(messages, text, tools)
-    return completion
-
-
-class GivenFirst:
-    """`client`, except that its first reply is `text`, given: the ids `client.give` makes of it.
-    The first request of the rollout is its first model turn, unless the env's `begin` asks the
-    model something itself (`rollout_client()`) before it: that request would get the text."""
-
-    def __init__(self, client: ChatClient, text: str) -> None:
-        self.client, self.text, self.name, self.used = client, text, client.name, False
-
-    async def chat(
-        self, messages: Messages, sampling: SamplingArgs, tools: list[dict[str, Any]] | None = None
-    ) -> Completion:
-        if self.used:
-            return await self.client.chat(messages, sampling, tools)
-        self.used = True
-        return await give_reply(self.client, messages, self.text, tools)
-
-    async def aclose(self) -> None:
-        """The wrapped client is the caller's, who closes it."""
 
 
 async def score_group(

@@ -15,6 +15,9 @@
 - Training batches: every (member, difficulty bucket of that member) is one stratum, and
   `difficulty(task)` is the task's stratum, so `StratifiedSampler.for_env(mixture)` puts the
   same number of tasks of each into every batch (a member without a difficulty is one stratum).
+- Training protocols (`rlvr.train.protocols`: restarts, given replies, probes, turn scores):
+  a mixture offers each one that at least one member offers, and forwards it to the task's
+  member (a member without it gives none); it is always `Stratified`, by member.
 - Players: `policies()` offers `A+B+...` (one reference player per member, in member order), and
   a name that every member offers, alone.
 """
@@ -32,7 +35,7 @@ from rlvr.clients.base import ChatClient
 from rlvr.envs.multiturn import MultiTurnEnv
 from rlvr.errors import EnvError, UsageError
 from rlvr.rubric import Rubric
-from rlvr.sampler import bucket_index, difficulty_buckets, difficulty_span
+from rlvr.sampler import Stratified, bucket_index, difficulty_buckets, difficulty_span
 from rlvr.types import Completion, Messages, SamplingArgs, State, Task
 
 SEP = "/"
@@ -62,6 +65,11 @@ class EnvGroup(MultiTurnEnv[State]):
     `envs`: the members, as a list (each named by its `name`, which the registry sets) or as a
     mapping from name to environment. Names must be unique and contain no `/`.
     """
+
+    def __new__(cls, envs: Sequence[MultiTurnEnv[Any]] | Mapping[str, MultiTurnEnv[Any]]) -> EnvGroup:
+        members = list(envs.values()) if isinstance(envs, Mapping) else list(envs)
+        offered = tuple(name for name in FORWARDED if any(hasattr(e, name) for e in members))
+        return super().__new__(_offering(cls, offered))
 
     def __init__(self, envs: Sequence[MultiTurnEnv[Any]] | Mapping[str, MultiTurnEnv[Any]]) -> None:
         members = dict(envs) if isinstance(envs, Mapping) else {e.name: e for e in envs}
@@ -94,39 +102,6 @@ class EnvGroup(MultiTurnEnv[State]):
                 f"task {task.id!r} is not a mixture task: its id must be MEMBER{SEP}ID, MEMBER one of {list(self.members)}"
             )
         return self.members[name], dataclasses.replace(task, id=own_id)
-
-    @property
-    def restartable(self) -> bool:
-        return any(e.restartable for e in self.members.values())
-
-    def restart_tasks(self, task: Task, rollout: Any) -> list[Task]:
-        """The member's restarts of its own task, under the mixture's ids (`NAME/ID`)."""
-        env, own = self.member(task)
-        name = self.member_name(env)
-        return [dataclasses.replace(t, id=f"{name}{SEP}{t.id}") for t in env.restart_tasks(own, rollout)]
-
-    @property
-    def offers_replies(self) -> bool:
-        return any(e.offers_replies for e in self.members.values())
-
-    def other_replies(self, task: Task) -> list[str]:
-        """The member's other replies at its own task."""
-        env, own = self.member(task)
-        return env.other_replies(own)
-
-    @property
-    def scores_turns(self) -> bool:
-        return any(e.scores_turns for e in self.members.values())
-
-    def turn_rewards(self, task: Task, rollout: Any) -> list[float] | None:
-        """The member's scores of the turns of its own task."""
-        env, own = self.member(task)
-        return env.turn_rewards(own, rollout)
-
-    def probe_task(self, task: Task, seed: int) -> Task:
-        """The member's probe of its own task, under the mixture's id."""
-        env, own = self.member(task)
-        return dataclasses.replace(env.probe_task(own, seed), id=task.id)
 
     def member_name(self, env: MultiTurnEnv[Any]) -> str:
         return next(n for n, e in self.members.items() if e is env)
@@ -204,13 +179,73 @@ class EnvGroup(MultiTurnEnv[State]):
         plus 0.5: the middle of equal-width bucket number `stratum` over [0, num_buckets]."""
         env, own = self.member(task)
         offset, span, count = self._strata[self.member_name(env)]
-        value = env.difficulty(own) if span is not None and count > 1 else None
+        value = env.difficulty(own) if span is not None and count > 1 and isinstance(env, Stratified) else None
         inner = 0 if value is None else bucket_index(value, span[0], span[1], count)  # type: ignore[index]
         return offset + inner + 0.5
 
     async def aclose(self) -> None:
         for env in self.members.values():
             await env.aclose()
+
+
+# ---- the training protocols (`rlvr.train.protocols`), each offered when a member offers it ----
+
+
+class _Restarts:
+    def restart_tasks(self: Any, task: Task, rollout: Any) -> list[Task]:
+        """The member's restarts of its own task, under the mixture's ids (`NAME/ID`); none
+        from a member that cannot restart."""
+        env, own = self.member(task)
+        if not hasattr(env, "restart_tasks"):
+            return []
+        name = self.member_name(env)
+        return [dataclasses.replace(t, id=f"{name}{SEP}{t.id}") for t in env.restart_tasks(own, rollout)]
+
+
+class _Replies:
+    def other_replies(self: Any, task: Task) -> list[str]:
+        """The member's other replies at its own task (none from a member without any)."""
+        env, own = self.member(task)
+        return list(env.other_replies(own)) if hasattr(env, "other_replies") else []
+
+
+class _TurnScores:
+    def turn_rewards(self: Any, task: Task, rollout: Any) -> list[float] | None:
+        """The member's scores of the turns of its own task (None from one that scores none)."""
+        env, own = self.member(task)
+        return env.turn_rewards(own, rollout) if hasattr(env, "turn_rewards") else None
+
+
+class _Probes:
+    def probe_task(self: Any, task: Task, seed: int) -> Task:
+        """The member's probe of its own task (else the task with `seed`), under the mixture's id."""
+        env, own = self.member(task)
+        probe = env.probe_task(own, seed) if hasattr(env, "probe_task") else dataclasses.replace(own, seed=seed)
+        return dataclasses.replace(probe, id=task.id)
+
+
+FORWARDED: dict[str, type] = {
+    "restart_tasks": _Restarts,
+    "other_replies": _Replies,
+    "turn_rewards": _TurnScores,
+    "probe_task": _Probes,
+}
+"""The method of each training protocol a mixture forwards, and the mixin that forwards it.
+(`rlvr.train.protocols` sits above this module, so a member is asked by the method's name,
+which is all a runtime-checkable protocol asks.)"""
+
+
+_CLASSES: dict[tuple[type, tuple[str, ...]], type] = {}
+
+
+def _offering(cls: type[EnvGroup], offered: tuple[str, ...]) -> type[EnvGroup]:
+    """`cls` with the forwarding methods of `offered` (one class per combination, kept)."""
+    if not offered:
+        return cls
+    if (cls, offered) not in _CLASSES:
+        bases = (*(FORWARDED[n] for n in offered), cls)
+        _CLASSES[cls, offered] = type(cls.__name__, bases, {"__module__": cls.__module__})
+    return _CLASSES[cls, offered]
 
 
 def _interleave(sets: Mapping[str, Sequence[Task]]) -> list[Task]:

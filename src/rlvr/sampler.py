@@ -25,7 +25,7 @@ import hashlib
 import math
 import random
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from rlvr.envs.multiturn import MultiTurnEnv
 from rlvr.errors import UsageError
@@ -35,6 +35,19 @@ Key = str | Callable[[Task], float | None]
 STATE_FORMAT = "rlvr.sampler/2"
 OLD_NAMES = {"rlvr.sampler/1": {"num_groups": "num_buckets", "tasks_per_group": "tasks_per_bucket"}}
 """Keys renamed since each older state format (format 1 said group for bucket)."""
+
+
+@runtime_checkable
+class Stratified(Protocol):
+    """An environment whose tasks have a difficulty: the trainer stratifies its batches by it
+    (opt-in, as the other training protocols of `rlvr.train.protocols`). Two attributes may go
+    with it: `difficulty_range`, the [low, high] it spans (default: the smallest and largest of
+    the tasks), and `num_buckets`, the equal-width buckets a batch is stratified into unless the
+    trainer says (default 1)."""
+
+    def difficulty(self, task: Task) -> float | None:
+        """A number that orders tasks by difficulty (None: this task has none)."""
+        ...
 
 
 def bucket_index(value: float, low: float, high: float, num_buckets: int) -> int:
@@ -137,7 +150,7 @@ class StratifiedSampler:
         `difficulty_range` (default: the tasks' own). An env without a difficulty gives one
         bucket: a seeded, resumable shuffle."""
         span = difficulty_span(env, split)
-        key: Key = env.difficulty if span is not None else (lambda task: 0.0)
+        key: Key = env.difficulty if span is not None and isinstance(env, Stratified) else (lambda task: 0.0)
         low, high = span if span is not None else (0.0, 0.0)
         buckets = difficulty_buckets(env, num_buckets, split)
         return cls(env.tasks(split), buckets, key=key, low=low, high=high, seed=seed, tasks_per_bucket=tasks_per_bucket)
@@ -217,8 +230,11 @@ class StratifiedSampler:
 def difficulty_span(env: MultiTurnEnv[Any], split: str = "train") -> tuple[float, float] | None:
     """The [low, high] an env's difficulty spans: its `difficulty_range`, else the smallest and
     largest difficulty of the split's tasks; None when the env has no difficulty."""
-    if env.difficulty_range is not None:
-        return env.difficulty_range
+    if not isinstance(env, Stratified):
+        return None
+    declared: tuple[float, float] | None = getattr(env, "difficulty_range", None)
+    if declared is not None:
+        return declared
     tasks = env.tasks(split)
     if not tasks or env.difficulty(tasks[0]) is None:
         return None
@@ -233,7 +249,8 @@ def difficulty_buckets(env: MultiTurnEnv[Any], num_buckets: int | None = None, s
     span = difficulty_span(env, split)
     if span is None or span[0] == span[1]:
         return 1
-    return num_buckets or env.num_buckets
+    own: int = getattr(env, "num_buckets", 1)
+    return num_buckets or own
 
 
 def _key_value(key: Key, task: Task) -> float:

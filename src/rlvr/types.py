@@ -206,7 +206,7 @@ class Completion:
     tool_calls: list[ToolCall] = field(default_factory=list)
     finish_reason: str = "stop"
     """`stop`, `length` (hit max_tokens), `tool_calls`, or `given` (the text was given, not
-    sampled: `run_rollouts(replies=...)`)."""
+    sampled: `rlvr.train.given`)."""
     usage: Usage = field(default_factory=Usage)
 
     def message(self) -> Message:

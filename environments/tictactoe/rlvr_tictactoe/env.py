@@ -16,33 +16,31 @@ same reply. The game ends when it is won, lost or drawn (`game_over`, terminated
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 import os
-import random
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from rlvr import ChatClient, MultiTurnEnv, Rollout, SamplingArgs, Task, stop
 from rlvr.deprecation import renamed_arguments
 from rlvr.types import Messages
-from rlvr_tictactoe import players, tree
+from rlvr_tictactoe import interactive, players, training, tree
 from rlvr_tictactoe.game import (
-    EMPTY,
     EMPTY_BOARD,
-    Board,
     apply_move,
     claim_truth,
+    game_outcome,
     missed_win,
     move_rng,
     opponent_move,
     render,
-    teacher_replies,
+    reply_prob,
 )
-from rlvr_tictactoe.rewards import PARSER, GameState, make_rubric, parse, summarize
-from rlvr_tictactoe.tasks import board_view, game_outcome, make_task, opening_task, reply_prob
+from rlvr_tictactoe.moves import read_move
+from rlvr_tictactoe.rewards import PARSER, GameState, make_rubric, summarize
+from rlvr_tictactoe.tasks import board_view, make_task, opening_task
 
 OPPONENTS = {"optimal": (0.0, 0.0), "random": (1.0, 1.0)}
 STARTS = ("random", "always", "never")
@@ -57,31 +55,8 @@ On every turn, reason briefly inside <think>...</think>, then give the number of
 <move>4</move>
 Reply with exactly these two blocks and nothing else. A move that is missing, unreadable or not a free cell is rejected: you are shown the board again and must move again."""
 
-HumanMove = Callable[[GameState], "int | Awaitable[int]"]
-
 
 # ---- texts ----------------------------------------------------------------------------------
-
-
-def read_move(text: str, board: Board) -> tuple[int | None, str | None]:
-    """(cell, None) for a playable move in a reply, else (None, a one-line reason).
-
-    >>> read_move("<think>x</think><move>4</move>", EMPTY_BOARD)
-    (4, None)
-    >>> read_move("<move>four</move>", EMPTY_BOARD)
-    (None, "'four' is not a cell number; answer with <move>N</move>, N from 0 to 8")
-    """
-    move = parse(text).last("move")
-    if move is None:
-        return None, "no <move>N</move> found (a move inside <think> does not count)"
-    if not move.isascii() or not move.isdigit():
-        return None, f"{move[:20]!r} is not a cell number; answer with <move>N</move>, N from 0 to 8"
-    cell = int(move)
-    if cell > 8:
-        return None, f"cell {cell} is off the board; cells are numbered 0 to 8"
-    if board[cell] != EMPTY:
-        return None, f"cell {cell} is already taken by {board[cell]}"
-    return cell, None
 
 
 _ENDINGS = {"win": "you win.", "loss": "you lose.", "draw": "the board is full: a draw."}
@@ -128,7 +103,7 @@ class TicTacToeEnv(MultiTurnEnv[GameState]):
         """The k of a greedy probe's random replies (`probe_task`); None: its task's own."""
         self.probe_random_share = probe_random_share
         """The share of probes that get `probe_random_replies` (drawn from each probe's seed)."""
-        self.human: HumanMove | None = None
+        self.human: interactive.HumanMove | None = None
         """When set (by `rlvr play`), a person makes the opponent's moves instead of minimax."""
 
     def setup_state(self, task: Task) -> GameState:
@@ -188,62 +163,23 @@ class TicTacToeEnv(MultiTurnEnv[GameState]):
         """Exact evaluation: the task's line of O replies ran out (see `rlvr_tictactoe.tree`)."""
         return state.line_ended
 
+    # ---- the training protocols it offers (`rlvr.train.protocols`; see `rlvr_tictactoe.training`)
+
     def probe_task(self, task: Task, seed: int) -> Task:
-        """A greedy probe (the trainer's `restart_greedy`) of a training task: with
-        `probe_random_replies` set, its opponent's first k = that many moves are random (the
-        task's own k otherwise), in a share `probe_random_share` of the probes, chosen by each
-        probe's seed. Why: the lines a greedy policy still lost at the end of plan `greedy`
-        mostly need four given random replies, which only the k = 4 tasks (one in five) can
-        play; but a probe at k = 4 never meets a trap the opponent sets earlier (plan `cover`,
-        docs/RESULTS.md; `scripts/tictactoe_line_odds.py`)."""
-        task = super().probe_task(task, seed)
-        if self.probe_random_replies is None or "line" in task.info:
-            return task
-        if random.Random(f"probe:{seed}").random() >= self.probe_random_share:  # (str seeds: stable)
-            return task
-        return dataclasses.replace(task, info={**task.info, "random_replies": self.probe_random_replies})
+        """`Probed`: the task a greedy probe plays (`training.probe_task`)."""
+        return training.probe_task(task, seed, self.probe_random_replies, self.probe_random_share)
 
     def restart_tasks(self, task: Task, rollout: Rollout) -> list[Task]:
-        """The game of `rollout` again from before each of the model's moves after its first,
-        where the game was still open: the conversation up to there as the prompt, the board
-        in the task (its seed, hence the opponent's replies on a board, unchanged). A record
-        that does not match the turns (`replay`) or a line of exact evaluation gives none."""
-        replayed = replay(task, rollout) if "line" not in task.info else None
-        prompt, out = list(task.prompt), []
-        for turn, (_, cell, board, played) in zip(rollout.turns, replayed or []):
-            prompt += [turn.completion.message(), *turn.env_messages]
-            if cell is None:
-                continue
-            if game_outcome(board) is not None:
-                break
-            info = {**task.info, "board": "".join(board)}
-            out.append(Task(id=f"{task.id}@{played}", prompt=tuple(prompt), info=info, seed=task.seed))
-        return out
+        """`Restartable`: the game again from before each later move (`training.restart_tasks`)."""
+        return training.restart_tasks(task, rollout)
 
     def turn_rewards(self, task: Task, rollout: Rollout) -> list[float] | None:
-        """-1 for each model turn whose accepted move left a win on the board for another cell
-        (the metric `missed_wins`, `game.missed_win`), 0 for every other turn; the trainer's
-        `turn_credit` adds them, normalised within the group, to those turns' advantages alone.
-        Why: a missed win rarely costs the game at once (a later move may still win, or the
-        draw scores 0.7 beside a win's 1.2), and the episode's advantage is shared by all its
-        turns, so the decision that gave up the win is barely told apart from the rest. Taking
-        a win at once is always a best move, so the score never points away from the best
-        play. None when the record does not match the turns (`replay`)."""
-        replayed = replay(task, rollout)
-        if replayed is None:
-            return None
-        scores = [-1.0 if cell is not None and missed_win(before, cell) else 0.0 for before, cell, _, _ in replayed]
-        return scores + [0.0] * (len(rollout.turns) - len(scores))
+        """`TurnScored`: -1 for a turn that left a win on the board (`training.turn_rewards`)."""
+        return training.turn_rewards(task, rollout)
 
     def other_replies(self, task: Task) -> list[str]:
-        """The replies the trainer's `restart_explore` may give at a restart: every move the
-        teacher might make on the task's board (`game.teacher_replies`: a win, else a block,
-        else any free cell), in its words and the rewarded format. The teacher's moves, not
-        the best ones: which is better is left to the games. None on a finished board."""
-        board = tuple(task.info.get("board") or ())
-        if len(board) != 9 or game_outcome(board) is not None:
-            return []
-        return [players.reply(cell, why) for cell, why in teacher_replies(board, "X")]
+        """`Explorable`: the teacher's moves on the task's board (`training.other_replies`)."""
+        return training.other_replies(task)
 
     # ---- the game tree, for exact evaluation (`rlvr eval tictactoe --exhaustive`) -------------
 
@@ -283,40 +219,11 @@ class TicTacToeEnv(MultiTurnEnv[GameState]):
 
     async def play_human(self, client: Any, terminal: Any, **options: Any) -> str:
         """`rlvr play`: a person takes the opponent's seat (see `rlvr_tictactoe.interactive`)."""
-        from rlvr_tictactoe.interactive import play_human
-
-        return await play_human(self, client, terminal, **options)
+        return await interactive.play_human(self, client, terminal, **options)
 
 
 def _user(content: str) -> dict[str, str]:
     return {"role": "user", "content": content}
-
-
-def replay(task: Task, rollout: Rollout) -> list[tuple[Board, int | None, Board, int]] | None:
-    """Each model turn of `rollout` up to the game's end, replayed through `read_move` against
-    its recorded moves (`rollout.info["moves"]`): the board the turn saw, the cell it took
-    (None: rejected), the board after it and the opponent's reply, and the number of recorded
-    moves played by then. None when the record does not match the turns."""
-    moves, board = rollout.info.get("moves"), tuple(task.info["board"])
-    if not isinstance(moves, list):
-        return None
-    played, out = 0, []
-    for turn in rollout.turns:
-        before = board
-        cell, _ = read_move(str(turn.completion.message().get("content") or ""), board)
-        if cell is not None:
-            if played >= len(moves) or moves[played] != cell:
-                return None
-            board, played = apply_move(board, cell, "X"), played + 1
-            if played < len(moves) and game_outcome(board) is None:  # the opponent replied
-                try:
-                    board, played = apply_move(board, moves[played], "O"), played + 1
-                except ValueError:  # not a free cell: not this game's record
-                    return None
-        out.append((before, cell, board, played))
-        if game_outcome(board) is not None:
-            break
-    return out
 
 
 # ---- entry point ----------------------------------------------------------------------------
@@ -373,34 +280,19 @@ def load_environment(
     numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (low, high))
     if not (numbers and 0.0 <= low <= high <= 1.0):  # (NaN fails the comparison)
         raise ValueError(f"need 0 <= min_random_move_prob <= max_random_move_prob <= 1, got {low} and {high}")
-    if not (isinstance(loss_reward, (int, float)) and math.isfinite(loss_reward) and loss_reward <= 0.5):
-        raise ValueError(f"loss_reward must be a finite number <= 0.5 (a draw's reward), got {loss_reward!r}")
-    for name, value in {
-        "trap_prob": trap_prob,
-        "probe_random_share": probe_random_share,
-        "claim_penalty": claim_penalty,
-        "missed_win_penalty": missed_win_penalty,
-    }.items():
-        if isinstance(value, bool) or not (isinstance(value, (int, float)) and 0.0 <= value <= 1.0):  # (NaN too)
-            raise ValueError(f"{name} must be a number in [0, 1], got {value!r}")
-    if model_starts not in STARTS:
-        raise ValueError(f"model_starts must be one of {', '.join(STARTS)}; got {model_starts!r}")
-    if isinstance(opening_plies, bool) or not isinstance(opening_plies, int) or not 0 <= opening_plies <= 7:
-        raise ValueError(f"opening_plies must be an integer from 0 to 7, got {opening_plies!r}")
-    if not isinstance(opening_history, bool):
-        raise ValueError(f"opening_history must be true or false, got {opening_history!r}")
-    if probe_random_share != 1.0 and probe_random_replies is None:
-        raise ValueError("probe_random_share is the share of probes given probe_random_replies, which is not set")
-    reply_counts = {"random_replies": random_replies}
-    if probe_random_replies is not None:  # (None: each probe keeps its task's own k)
-        reply_counts["probe_random_replies"] = probe_random_replies
-    for name, value in reply_counts.items():
-        if type(value) is not int or not 0 <= value <= 5:  # (not a bool either)
-            raise ValueError(f"{name} must be an integer from 0 to 5, got {value!r}")
-    counts = {"num_tasks": num_tasks, "eval_tasks": eval_tasks, "num_buckets": num_buckets}
-    for name, value in counts.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    _check_options(
+        loss_reward=loss_reward,
+        trap_prob=trap_prob,
+        probe_random_share=probe_random_share,
+        claim_penalty=claim_penalty,
+        missed_win_penalty=missed_win_penalty,
+        model_starts=model_starts,
+        opening_plies=opening_plies,
+        opening_history=opening_history,
+        random_replies=random_replies,
+        probe_random_replies=probe_random_replies,
+        counts={"num_tasks": num_tasks, "eval_tasks": eval_tasks, "num_buckets": num_buckets},
+    )
     buckets = 1 if low == high else num_buckets
     if buckets > num_tasks:
         raise ValueError(f"num_buckets ({buckets}) must not exceed num_tasks ({num_tasks})")
@@ -427,3 +319,47 @@ def load_environment(
         claim_penalty=float(claim_penalty),
         missed_win_penalty=float(missed_win_penalty),
     )
+
+
+def _check_options(
+    *,
+    loss_reward: float,
+    trap_prob: float,
+    probe_random_share: float,
+    claim_penalty: float,
+    missed_win_penalty: float,
+    model_starts: str,
+    opening_plies: int,
+    opening_history: bool,
+    random_replies: int,
+    probe_random_replies: int | None,
+    counts: dict[str, int],
+) -> None:
+    """`load_environment`'s checks of its options: ValueError naming the first bad one."""
+    if not (isinstance(loss_reward, (int, float)) and math.isfinite(loss_reward) and loss_reward <= 0.5):
+        raise ValueError(f"loss_reward must be a finite number <= 0.5 (a draw's reward), got {loss_reward!r}")
+    for name, value in {
+        "trap_prob": trap_prob,
+        "probe_random_share": probe_random_share,
+        "claim_penalty": claim_penalty,
+        "missed_win_penalty": missed_win_penalty,
+    }.items():
+        if isinstance(value, bool) or not (isinstance(value, (int, float)) and 0.0 <= value <= 1.0):  # (NaN too)
+            raise ValueError(f"{name} must be a number in [0, 1], got {value!r}")
+    if model_starts not in STARTS:
+        raise ValueError(f"model_starts must be one of {', '.join(STARTS)}; got {model_starts!r}")
+    if isinstance(opening_plies, bool) or not isinstance(opening_plies, int) or not 0 <= opening_plies <= 7:
+        raise ValueError(f"opening_plies must be an integer from 0 to 7, got {opening_plies!r}")
+    if not isinstance(opening_history, bool):
+        raise ValueError(f"opening_history must be true or false, got {opening_history!r}")
+    if probe_random_share != 1.0 and probe_random_replies is None:
+        raise ValueError("probe_random_share is the share of probes given probe_random_replies, which is not set")
+    reply_counts = {"random_replies": random_replies}
+    if probe_random_replies is not None:  # (None: each probe keeps its task's own k)
+        reply_counts["probe_random_replies"] = probe_random_replies
+    for name, value in reply_counts.items():
+        if type(value) is not int or not 0 <= value <= 5:  # (not a bool either)
+            raise ValueError(f"{name} must be an integer from 0 to 5, got {value!r}")
+    for name, value in counts.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")

@@ -11,12 +11,26 @@ instead of minimax. On screen the person may be X: the marks are then swapped fo
 from __future__ import annotations
 
 import random
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
 
-from rlvr.types import SamplingArgs
-from rlvr_tictactoe.env import TicTacToeEnv, opening_task
+from rlvr.types import SamplingArgs, Task
 from rlvr_tictactoe.game import EMPTY_BOARD, Board, apply_move, legal_moves, render
 from rlvr_tictactoe.rewards import PARSER, GameState
+from rlvr_tictactoe.tasks import opening_task
+
+HumanMove = Callable[[GameState], "int | Awaitable[int]"]
+
+
+class Seat(Protocol):
+    """What a person's game needs of the env (`TicTacToeEnv`, which imports this module): a seat
+    for the person, and its rollout."""
+
+    human: HumanMove | None
+    sampling: SamplingArgs
+
+    async def rollout(self, client: Any, task: Task, sampling: SamplingArgs, seed: int) -> GameState: ...
+
 
 QUIT_WORDS = ("q", "quit", "exit")
 RESULTS = {"win": "loss", "loss": "win", "draw": "draw", None: "unfinished"}
@@ -65,7 +79,7 @@ def _thought(state: GameState) -> str:
 
 
 async def play_human(
-    env: TicTacToeEnv,
+    env: Seat,
     client: Any,
     terminal: Any,
     *,

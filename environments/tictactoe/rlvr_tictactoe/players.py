@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from rlvr import Policy
 from rlvr.types import Messages
+from rlvr_tictactoe import tree
 from rlvr_tictactoe.game import Board, best_moves, centre_else_any, legal_moves, parse_board, teacher_move
 
 MARK = "X"
@@ -39,8 +40,6 @@ def _teacher_centre(board: Board, rng: random.Random) -> tuple[int, str]:
 
 
 def _limit(board: Board, rng: random.Random) -> tuple[int, str]:
-    from rlvr_tictactoe import tree  # (here: tree imports tasks, which imports this module)
-
     return teacher_move(board, MARK, rng, quiet=tree.limit_moves)
 
 

@@ -15,17 +15,17 @@ from rlvr import Task
 from rlvr.sampler import bucket_index, bucket_range
 from rlvr_tictactoe import players
 from rlvr_tictactoe.game import (
-    EMPTY,
     EMPTY_BOARD,
     Board,
     apply_move,
+    game_outcome,
     game_value,
     legal_moves,
     move_rng,
     opponent_move,
     render,
+    reply_prob,
     teacher_move,
-    winner,
 )
 
 
@@ -35,14 +35,6 @@ def board_view(status: str, board: Board, *, over: bool = False) -> str:
     if not over:
         text += "\nAvailable positions: " + ", ".join(map(str, legal_moves(board)))
     return text
-
-
-def game_outcome(board: Board) -> str | None:
-    """ "win" or "loss" (for X), "draw" on a full board, None while the game runs."""
-    w = winner(board)
-    if w is not None:
-        return "win" if w == "X" else "loss"
-    return "draw" if EMPTY not in board else None
 
 
 # ---- tasks --------------------------------------------------------------------------------
@@ -92,14 +84,6 @@ def make_task(
     first_p = reply_prob(EMPTY_BOARD, p, k)
     first = None if starts else opponent_move(EMPTY_BOARD, "O", first_p, move_rng(tseed, EMPTY_BOARD), trap_prob)
     return with_k(opening_task(f"{split}-{index}", tseed, p, first, bucket=bucket))
-
-
-def reply_prob(board: Board, p: float, random_replies: int) -> float:
-    """The opponent's random-move probability on `board`: 1 (uniformly random) while it has fewer
-    than `random_replies` marks on the board, then the task's p. Every line of O's replies can so
-    be followed by an opponent that punishes the model's mistakes, which is what exact evaluation
-    counts."""
-    return 1.0 if board.count("O") < random_replies else p
 
 
 def random_opening(rng: random.Random, model_starts: bool, max_plies: int, *, teacher_x: bool = False) -> list[Move]:

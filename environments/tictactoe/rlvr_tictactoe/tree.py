@@ -32,12 +32,13 @@ from rlvr_tictactoe.game import (
     Board,
     apply_move,
     best_moves,
+    game_outcome,
     game_value,
     legal_moves,
+    reply_prob,
     trap_moves,
     winner,
 )
-from rlvr_tictactoe.tasks import game_outcome, reply_prob
 
 OPPONENT_P = {"random": 1.0, "optimal": 0.0}
 """The opponents exact evaluation weighs every game for: name -> random-move probability."""

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import dataclasses
 import math
 import numbers
 import reprlib
@@ -35,7 +34,7 @@ from rlvr.errors import EnvError, KeyRefusedError, PromptTooLongError, UsageErro
 from rlvr.parsers import Parser
 from rlvr.rubric import Rubric
 from rlvr.seeding import mix_seed
-from rlvr.types import DEFAULT_MAX_TOKENS, Messages, Rollout, SamplingArgs, State, Task, Turn
+from rlvr.types import DEFAULT_MAX_TOKENS, Messages, SamplingArgs, State, Task, Turn
 
 S = TypeVar("S", bound=State)
 
@@ -100,27 +99,11 @@ class MultiTurnEnv(Generic[S]):
     splits (a `DatasetDict`: train, and test as the eval tasks) or a JSONL / Parquet file;
     `columns` renames columns to task fields (`rlvr.envs.task_source`).
 
-    Optional lifecycle, each a no-op by default:
-        start()             awaited by every rollout before `setup_state`: acquire shared
-                            things (servers) on the first call, return at once after that
-        begin(state, client, sampling)
-                            awaited once the prompt is set, before the first model turn:
-                            keep the client (self-play) or play others' opening moves
-        close_state(state)  awaited at the end of every rollout whose state was set up,
-                            however it ended: release what `setup_state` opened
-        aclose()            release what `start` acquired; called once at the end of a run
-
-    Optional: data the trainer reads
-        difficulty(task), difficulty_range, num_buckets   stratified training batches
-        restart_tasks(task, rollout)   episodes played again from a later turn (restart_frac)
-        probe_task(task, seed)         the task a greedy probe plays (restart_greedy)
-        turn_rewards(task, rollout)    a score per model turn, credited to that turn (turn_credit)
-
-    Optional: used by the CLI
-        policies()          reference players, selectable as `-m policy:NAME`
-        default_model()     the model `rlvr eval ENV` uses without `-m`
-        summarize(rollouts) extra numbers for the eval summary
-        play_human(...)     `rlvr play`: the `PlayableEnv` protocol of `rlvr.commands.play`
+    Optional, each a no-op by default: the lifecycle (`start`, `begin`, `close_state`,
+    `aclose`), what the CLI reads (`policies`, `default_model`, `summarize`; `play_human` is
+    `rlvr.commands.play.PlayableEnv`) and a mixture's routing (`member`, `member_play`). What
+    the trainer reads beyond this contract are opt-in protocols (`rlvr.train.protocols`:
+    `Restartable`, `Explorable`, `Probed`, `TurnScored`; `rlvr.sampler.Stratified`).
     """
 
     name: str = "env"
@@ -134,8 +117,9 @@ class MultiTurnEnv(Generic[S]):
             )
         if "sampler" in vars(cls):
             warnings.warn(
-                f"{cls.__name__}.sampler is no longer called: declare difficulty(task) and "
-                "difficulty_range (and num_buckets) instead, and the trainer stratifies by them",
+                f"{cls.__name__}.sampler is no longer called: declare difficulty(task), "
+                "difficulty_range and num_buckets instead (rlvr.sampler.Stratified), and the "
+                "trainer stratifies by them",
                 DeprecationWarning,
                 stacklevel=2,
             )
@@ -200,65 +184,6 @@ class MultiTurnEnv(Generic[S]):
 
     def summarize(self, rollouts: Sequence[Any]) -> dict[str, float] | None:
         """Extra numbers for the eval summary (e.g. win/draw/loss %), or None."""
-        return None
-
-    # ---- optional: data the trainer reads -----------------------------------------------
-
-    difficulty_range: tuple[float, float] | None = None
-    """The [low, high] that `difficulty` spans (None: the smallest and largest of the tasks)."""
-    num_buckets: int = 1
-    """Equal-width difficulty buckets a training batch is stratified into, unless the trainer
-    is told another number."""
-
-    def difficulty(self, task: Task) -> float | None:
-        """A number that orders tasks by difficulty (None: this env has none). The trainer's
-        sampler (`rlvr.sampler.StratifiedSampler.for_env`) puts the same number of tasks of
-        each difficulty bucket in every batch."""
-        return None
-
-    @property
-    def restartable(self) -> bool:
-        """Whether `restart_tasks` can give anything: the env (or a mixture's member) defines it."""
-        return type(self).restart_tasks is not MultiTurnEnv.restart_tasks
-
-    def restart_tasks(self, task: Task, rollout: Rollout) -> list[Task]:
-        """Tasks that play `rollout`'s episode (of `task`) again from one of its later model
-        turns: the prompt is the conversation up to that turn, the env's state at that point
-        is in the task (the trainer's `restart_frac`, `rlvr.train.restarts`), in the order of
-        the episode's turns (`restart_points = "backtrack"` relies on it). [] = this env cannot
-        restart its episodes (the default)."""
-        return []
-
-    @property
-    def offers_replies(self) -> bool:
-        """Whether `other_replies` can give anything: the env (or a mixture's member) defines it."""
-        return type(self).other_replies is not MultiTurnEnv.other_replies
-
-    def other_replies(self, task: Task) -> list[str]:
-        """Replies the policy could give at `task`'s next model turn, for exploration: the
-        trainer's `restart_explore` gives some rollouts of a restart one of them, drawn at
-        random, in place of their own first reply (`rlvr.train.restarts`). E.g. a game's legal
-        moves, each in a reference player's words. [] = none (the default)."""
-        return []
-
-    def probe_task(self, task: Task, seed: int) -> Task:
-        """The task a greedy probe plays in place of the training task `task` (the trainer's
-        `restart_greedy`, `rlvr.train.restarts`): by default `task` with the new `seed`, since a
-        greedy game is a function of its task. An env may change what its probes meet, e.g.
-        tic-tac-toe's `probe_random_replies`; the id is the trainer's to set."""
-        return dataclasses.replace(task, seed=seed)
-
-    @property
-    def scores_turns(self) -> bool:
-        """Whether `turn_rewards` can give anything: the env (or a mixture's member) defines it."""
-        return type(self).turn_rewards is not MultiTurnEnv.turn_rewards
-
-    def turn_rewards(self, task: Task, rollout: Rollout) -> list[float] | None:
-        """One number per model turn of `rollout` (of `task`): how good that turn was on its
-        own, e.g. how much a guess narrowed the range. The trainer's `turn_credit` adds them,
-        normalised within the group, to the advantage of that turn's tokens alone
-        (`rlvr.train.advantages.turn_advantages`), where the episode's reward is shared by all
-        its turns. None = no score for this rollout (the default: the env scores episodes only)."""
         return None
 
     # ---- optional: a mixture of environments --------------------------------------------

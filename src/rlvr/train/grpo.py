@@ -84,6 +84,7 @@ from typing import Any
 
 import torch
 
+from rlvr.clients.base import ChatClient
 from rlvr.engine import run_rollouts
 from rlvr.envs.multiturn import MultiTurnEnv, checked_turn_rewards
 from rlvr.errors import TrainingError, UsageError
@@ -122,6 +123,7 @@ from rlvr.train.model import (
     use_bf16,
 )
 from rlvr.train.probe import collapse_warning, compare, probe, probe_set
+from rlvr.train.protocols import TurnScored
 from rlvr.train.restarts import Restarts, weigh_given
 from rlvr.train.sequences import build_sequences
 from rlvr.train.session import EnvFactory, Envs, StepSeeded, event_loop
@@ -190,7 +192,7 @@ def _train(
             f"restart_greedy = {cfg.restart_greedy} greedy probes do not split over {dist.world} processes; "
             f"make it a multiple of {dist.world}"
         )
-    if cfg.turn_credit and not env.scores_turns:
+    if cfg.turn_credit and not isinstance(env, TurnScored):
         raise UsageError(
             f"turn_credit = {cfg.turn_credit}: environment {cfg.env!r} scores no turns (it does not define "
             "turn_rewards); set turn_credit = 0"
@@ -353,12 +355,11 @@ def _train(
                 rollouts, probes = run_async(
                     _play(
                         env,
-                        StepSeeded(client, cfg.seed, step),
+                        restarts.client(StepSeeded(client, cfg.seed, step)),
                         tasks,
                         dist.shard(restarts.probe_tasks(batch, step)),
                         sampling=sampling,
                         group_size=cfg.group_size,
-                        replies=restarts.given,
                     )
                 )
             t_rollouts = time.monotonic() - t0
@@ -519,7 +520,7 @@ def _turn_credit(
     by_id = {t.id: t for t in tasks}
     scores: list[list[float] | None] = []
     for rollout, train in zip(rollouts, trainable):
-        given = env.turn_rewards(by_id[rollout.task_id], rollout) if train else None
+        given = env.turn_rewards(by_id[rollout.task_id], rollout) if train and isinstance(env, TurnScored) else None
         where = f"environment {cfg.env!r}, rollout {rollout.task_id}/{rollout.rollout_index}"
         scores.append(checked_turn_rewards(given, len(rollout.turns), where))
     turns = [len(r.turns) for r in rollouts]
@@ -529,20 +530,17 @@ def _turn_credit(
 
 async def _play(
     env: MultiTurnEnv[Any],
-    client: StepSeeded,
+    client: ChatClient,
     tasks: list[Task],
     probe_tasks: list[Task],
     *,
     sampling: SamplingArgs,
     group_size: int,
-    replies: dict[tuple[str, int], str],
 ) -> tuple[list[Rollout], list[Rollout]]:
-    """A group of rollouts of each task (some first `replies` given: restart_explore) and one
+    """A group of rollouts of each task (`client` may give some first replies: restart_explore) and one
     greedy rollout of each probe task, played side by side (one engine's batches hold both)."""
     concurrency = len(tasks) * group_size
-    train = run_rollouts(
-        env, client, tasks, sampling=sampling, rollouts_per_task=group_size, concurrency=concurrency, replies=replies
-    )
+    train = run_rollouts(env, client, tasks, sampling=sampling, rollouts_per_task=group_size, concurrency=concurrency)
     if not probe_tasks:
         return await train, []
     greedy = sampling.replace(temperature=0.0, top_p=1.0, logprobs=False)

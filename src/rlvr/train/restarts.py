@@ -64,10 +64,14 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
+from rlvr.clients.base import ChatClient
+from rlvr.engine import rollout_seed
 from rlvr.envs.multiturn import MultiTurnEnv
 from rlvr.errors import UsageError
 from rlvr.seeding import mix_seed
 from rlvr.train.config import RESTART_POINTS
+from rlvr.train.given import GivenFirst
+from rlvr.train.protocols import Explorable, Probed, Restartable
 from rlvr.types import Rollout, Task
 
 SEP = "~r"
@@ -94,12 +98,12 @@ class Restarts:
         group_size: int = 1,
     ) -> None:
         """`explore` (< `group_size`, as TrainConfig checks): given replies a restart's group."""
-        if frac > 0 and not env.restartable:
+        if frac > 0 and not isinstance(env, Restartable):
             raise UsageError(
                 f"restart_frac = {frac}: environment {type(env).__name__} cannot restart its episodes "
                 "(it does not define restart_tasks); set restart_frac = 0"
             )
-        if explore > 0 and not env.offers_replies:
+        if explore > 0 and not isinstance(env, Explorable):
             raise UsageError(
                 f"restart_explore = {explore}: environment {type(env).__name__} offers no other replies "
                 "(it does not define other_replies); set restart_explore = 0"
@@ -133,6 +137,8 @@ class Restarts:
         """restarts the last `add` queued at the probes' unsure turns"""
         self.given: dict[tuple[str, int], str] = {}
         """(restart id, rollout index) -> the first reply `fill` gave that rollout (explore)"""
+        self.chosen: list[Task] = []
+        """the restarts in the batch `fill` made last"""
 
     @property
     def active(self) -> bool:
@@ -148,14 +154,26 @@ class Restarts:
         chosen = [self.buffer.pop(i) for i in picked]
         for at, task in zip(rng.sample(range(len(out)), n), chosen, strict=True):
             out[at] = task
-        self.played = {t.id for t in chosen}
+        self.played, self.chosen = {t.id for t in chosen}, chosen
         self.given = self._give(chosen, rng) if self.explore else {}
         return out
+
+    def client(self, client: ChatClient) -> ChatClient:
+        """`client`, giving the first replies `fill` chose (`given`) to their rollouts."""
+        if not self.given:
+            return client
+        by_id = {t.id: t for t in self.chosen}
+        firsts = {}
+        for (task_id, index), text in self.given.items():
+            task = by_id[task_id]  # the seed and conversation of that rollout's first request
+            firsts[mix_seed(rollout_seed(task, index), 0)] = (self.env.initial_prompt(task), text)
+        return GivenFirst(client, firsts)
 
     def _give(self, chosen: Sequence[Task], rng: random.Random) -> dict[tuple[str, int], str]:
         """For each restart, its last `explore` rollouts' first replies: the env's other
         replies there, drawn at random (each at most once while there are enough)."""
         given: dict[tuple[str, int], str] = {}
+        assert isinstance(self.env, Explorable)  # (checked when built)
         for task in chosen:
             try:
                 options = list(self.env.other_replies(task))
@@ -182,10 +200,14 @@ class Restarts:
         ordinary = [t for t in batch if t.id not in self.played]
         picks = [ordinary[k % len(ordinary)] for k in range(self.greedy)] if self.active and ordinary else []
         self.probing = [
-            dataclasses.replace(self.env.probe_task(t, mix_seed(self.seed, step, k, 0x9E)), id=f"{t.id}{PROBE}{k}")
+            dataclasses.replace(self._probe(t, mix_seed(self.seed, step, k, 0x9E)), id=f"{t.id}{PROBE}{k}")
             for k, t in enumerate(picks)
         ]
         return self.probing
+
+    def _probe(self, task: Task, seed: int) -> Task:
+        """The env's probe of `task` (`Probed`), else `task` with the new seed."""
+        return self.env.probe_task(task, seed) if isinstance(self.env, Probed) else dataclasses.replace(task, seed=seed)
 
     def add(
         self, rollouts: Sequence[Rollout], tasks: Sequence[Task], step: int, probes: Sequence[Rollout] = ()
@@ -230,6 +252,7 @@ class Restarts:
         warning a run, when it fails."""
         if id(rollout) not in memo:
             try:
+                assert isinstance(self.env, Restartable)  # (checked when built: active needs it)
                 memo[id(rollout)] = self.env.restart_tasks(task, rollout)
             except Exception as exc:  # an env's bug costs its restarts, not the run
                 self._warn(f"restart_tasks failed, no restart from that rollout: {type(exc).__name__}: {exc}")

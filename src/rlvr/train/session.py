@@ -18,9 +18,9 @@ from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
 from rlvr.clients.base import ChatClient
-from rlvr.engine import give_reply
 from rlvr.envs.multiturn import MultiTurnEnv
 from rlvr.seeding import mix_seed
+from rlvr.train.given import give_reply
 from rlvr.train.logging import MetricsLog
 from rlvr.types import Completion, Messages, SamplingArgs
 
