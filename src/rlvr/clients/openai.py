@@ -211,13 +211,15 @@ class OpenAIClient:
             async with self._sdk(ep.url) as sdk, asyncio.timeout(min(self.timeout_s, 10.0)):
                 await sdk.models.list()
         except (openai.APIConnectionError, TimeoutError) as exc:
-            ep.on_unreachable(self._backoff(1))  # no first wave of requests into a dead endpoint
+            ep.on_probe("unreachable", self._backoff(1))  # no first wave of requests into a dead endpoint
             reason = " ".join(self._redact(str(exc)).split()) or type(exc).__name__
             return f"cannot reach {where} ({reason}); check -b and that the server is running"
         except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
+            ep.on_probe("key refused")
             return f"{where} refused the API key ({error_message(exc, self._secret)}); pass the right variable with -k"
         except openai.APIError:
-            return None
+            pass
+        ep.on_probe("answered")
         return None
 
     # ---- the request ------------------------------------------------------------------------
