@@ -13,7 +13,12 @@ overruns are retried too.
   when the client hangs up: a slow server is not sent the same work again and again while it
   still computes the copies nobody waits for.
 - Not retried: a context-length 400 (`PromptTooLongError`), other 4xx (`ClientError`, with the
-  server's own reason).
+  server's own reason; for `transformers serve`'s failure to parse a `<tool_call>` the model
+  wrote, what to do about it).
+- Tool calls: a request of a tool-free env carries no `tools`. A reply to one with tools whose
+  calls the server left in the text (a server or model without a tool-call parser, such as the
+  models `rlvr model new` builds) has its Hermes-style `<tool_call>` blocks split off, as
+  `LocalModel` does (`rlvr.clients.tool_calls`).
 - A refused key (401/403) is retried like a 5xx, but `KEY_REFUSALS_TO_STOP` of them in a row
   (no success between, whichever requests they answer) stop the client for good: it raises
   `KeyRefusedError`, which ends the run, and sends nothing more.
@@ -73,6 +78,8 @@ _CONTEXT_LENGTH = re.compile(
     r"|longer than the model's context",
     re.IGNORECASE,
 )
+_TOOL_CALL_PARSE = re.compile(r"json parser could not parse|json: could not parse after dialect", re.IGNORECASE)
+"""transformers serve's reason when its response parser fails on a `<tool_call>` the model wrote."""
 
 
 class OpenAIClient:
@@ -293,7 +300,7 @@ class OpenAIClient:
             # `post` sends the body as is: the messages are JSON already, and skipping
             # `chat.completions.create`'s param transform saves ~30% of client CPU
             response = await sdk.post("/chat/completions", body=request, cast_to=ChatCompletion)
-            return parse_completion(response, sampling)
+            return parse_completion(response, sampling, split_tool_calls="tools" in request)
         body = {**request, "stream": True, "stream_options": {"include_usage": True}}
         stream = await sdk.post(
             "/chat/completions",
@@ -304,7 +311,7 @@ class OpenAIClient:
         )
         async with stream:  # closing it early (a timeout) hangs up: the server stops generating
             chunks = [chunk async for chunk in stream]
-        return parse_completion(assemble_stream(chunks), sampling)
+        return parse_completion(assemble_stream(chunks), sampling, split_tool_calls="tools" in request)
 
     def _request(
         self, messages: Messages, sampling: SamplingArgs, tools: list[dict[str, Any]] | None
@@ -354,6 +361,14 @@ class OpenAIClient:
         if _CONTEXT_LENGTH.search(message):
             return PromptTooLongError(f"model {self.name}: {message}")
         where = f" at {ep.url}" if ep.url else ""
+        if _TOOL_CALL_PARSE.search(message):
+            return ClientError(
+                f"model {self.name}{where} wrote a <tool_call> that the server could not parse (HTTP "
+                f"{exc.status_code}: {message[:80]}...): transformers serve parses tool calls in every reply, tools or "
+                "not, when the model's tokenizer_config.json has a response_template with tool_calls (Qwen models "
+                "have one by default); give it one without (as `rlvr model new` writes), or drop -b to run the "
+                "model here"
+            )
         return ClientError(f"model {self.name}{where} refused the request: HTTP {exc.status_code}: {message}")
 
     def _count_refusal(self, status: int, message: str) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 
 import openai
 
+from rlvr.clients.tool_calls import parse_tool_calls
 from rlvr.types import Completion, SamplingArgs, ToolCall, Usage
 
 MAX_RETRY_AFTER_S = 60.0
@@ -78,13 +79,21 @@ def retry_after(exc: openai.APIStatusError) -> float | None:
     return None if seconds is None or seconds < 0 else min(seconds, MAX_RETRY_AFTER_S)
 
 
-def parse_completion(response: Any, sampling: SamplingArgs) -> Completion:
+def parse_completion(response: Any, sampling: SamplingArgs, split_tool_calls: bool = False) -> Completion:
     """Map an SDK `ChatCompletion` onto `rlvr.types.Completion`; `MalformedResponse` if it
-    is not one (the SDK builds models from unexpected JSON without validating it)."""
+    is not one (the SDK builds models from unexpected JSON without validating it).
+    `split_tool_calls` (the request offered tools): a reply without structured tool calls has
+    the `<tool_call>` blocks of its text split off into calls, as `LocalModel` does."""
     try:
-        return _completion(response, sampling)
+        completion = _completion(response, sampling)
     except (AttributeError, TypeError, KeyError, ValueError) as exc:
         raise MalformedResponse(f"{type(exc).__name__}: {exc}") from exc
+    if split_tool_calls and not completion.tool_calls and "<tool_call>" in completion.text:
+        completion.text, completion.tool_calls = parse_tool_calls(
+            completion.text, f"call_{getattr(response, 'id', '')}"
+        )
+        completion.finish_reason = "tool_calls" if completion.finish_reason == "stop" else completion.finish_reason
+    return completion
 
 
 def _completion(response: Any, sampling: SamplingArgs) -> Completion:
