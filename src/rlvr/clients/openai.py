@@ -13,12 +13,8 @@ overruns are retried too.
   when the client hangs up: a slow server is not sent the same work again and again while it
   still computes the copies nobody waits for.
 - Not retried: a context-length 400 (`PromptTooLongError`), other 4xx (`ClientError`, with the
-  server's own reason; for `transformers serve`'s failure to parse a `<tool_call>` the model
-  wrote, what to do about it).
-- Tool calls: a request of a tool-free env carries no `tools`. A reply to one with tools whose
-  calls the server left in the text (a server or model without a tool-call parser, such as the
-  models `rlvr model new` builds) has its Hermes-style `<tool_call>` blocks split off, as
-  `LocalModel` does (`rlvr.clients.tool_calls`).
+  server's own reason, or what to do when transformers serve could not parse a `<tool_call>`).
+- Tool-free requests carry no `tools`; `<tool_call>` text in a reply to tools is split off.
 - A refused key (401/403) is retried like a 5xx, but `KEY_REFUSALS_TO_STOP` of them in a row
   (no success between, whichever requests they answer) stop the client for good: it raises
   `KeyRefusedError`, which ends the run, and sends nothing more.
@@ -45,7 +41,6 @@ from __future__ import annotations
 import asyncio
 import os
 import random
-import re
 import time
 from collections.abc import Sequence
 from typing import Any, Self
@@ -56,12 +51,14 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from rlvr.clients.endpoints import Endpoint, EndpointPool
 from rlvr.clients.openai_response import (
+    CONTEXT_LENGTH,
     MalformedResponse,
     assemble_stream,
     error_message,
     parse_completion,
     redact,
     retry_after,
+    unparsed_tool_call,
 )
 from rlvr.clients.openai_session import Session
 from rlvr.errors import ClientClosedError, ClientError, KeyRefusedError, PromptTooLongError, UsageError
@@ -73,13 +70,6 @@ RETRY_STATUS = frozenset({408, 409, 429})
 KEY_REFUSED_STATUS = frozenset({401, 403})
 KEY_REFUSALS_TO_STOP = 3
 """401/403 answers in a row after which the client stops: a wrong key fails every request."""
-_CONTEXT_LENGTH = re.compile(
-    r"context[ _]length|maximum context|context window|maximum model length|prompt is too long"
-    r"|longer than the model's context",
-    re.IGNORECASE,
-)
-_TOOL_CALL_PARSE = re.compile(r"json parser could not parse|json: could not parse after dialect", re.IGNORECASE)
-"""transformers serve's reason when its response parser fails on a `<tool_call>` the model wrote."""
 
 
 class OpenAIClient:
@@ -266,7 +256,7 @@ class OpenAIClient:
                     ep.on_failure(f"HTTP {exc.status_code}")
                     self._count_refusal(exc.status_code, message)
                     reason = f"HTTP {exc.status_code}: {message} (check the API key variable, -k NAME)"
-                elif not _CONTEXT_LENGTH.search(message) and self._adapt(exc, request):
+                elif not CONTEXT_LENGTH.search(message) and self._adapt(exc, request):
                     continue  # sent again without a field the server refused: not a retry
                 else:
                     ep.on_failure(f"HTTP {exc.status_code}")
@@ -358,18 +348,11 @@ class OpenAIClient:
         """The error for a 4xx that no retry can fix: `PromptTooLongError` for a context
         overflow, else `ClientError`."""
         message = error_message(exc, self._secret)
-        if _CONTEXT_LENGTH.search(message):
+        if CONTEXT_LENGTH.search(message):
             return PromptTooLongError(f"model {self.name}: {message}")
         where = f" at {ep.url}" if ep.url else ""
-        if _TOOL_CALL_PARSE.search(message):
-            return ClientError(
-                f"model {self.name}{where} wrote a <tool_call> that the server could not parse (HTTP "
-                f"{exc.status_code}: {message[:80]}...): transformers serve parses tool calls in every reply, tools or "
-                "not, when the model's tokenizer_config.json has a response_template with tool_calls (Qwen models "
-                "have one by default); give it one without (as `rlvr model new` writes), or drop -b to run the "
-                "model here"
-            )
-        return ClientError(f"model {self.name}{where} refused the request: HTTP {exc.status_code}: {message}")
+        todo = unparsed_tool_call(message) or f"refused the request: HTTP {exc.status_code}: {message}"
+        return ClientError(f"model {self.name}{where} {todo}")
 
     def _count_refusal(self, status: int, message: str) -> None:
         """Count a 401/403; at `KEY_REFUSALS_TO_STOP` in a row, stop for good (`KeyRefusedError`)."""

@@ -44,6 +44,29 @@ def error_message(exc: openai.APIError, secret: str | None = None) -> str:
     return " ".join(text.split())[:300]
 
 
+CONTEXT_LENGTH = re.compile(
+    r"context[ _]length|maximum context|context window|maximum model length|prompt is too long"
+    r"|longer than the model's context",
+    re.IGNORECASE,
+)
+"""A refusal's reason that says the prompt does not fit the model's context."""
+_TOOL_CALL_PARSE = re.compile(r"json parser could not parse|json: could not parse after dialect", re.IGNORECASE)
+"""transformers serve's reason when its response parser fails on a `<tool_call>` the model wrote."""
+
+
+def unparsed_tool_call(message: str) -> str | None:
+    """What to do about a 400 whose reason (`message`) is transformers serve's failure to parse a
+    `<tool_call>` the model wrote; None for any other reason."""
+    if not _TOOL_CALL_PARSE.search(message):
+        return None
+    return (
+        f"wrote a <tool_call> that the server could not parse (HTTP 400: {message[:80]}...): transformers serve "
+        "parses tool calls in every reply, tools or not, by the model's response template (its tokenizer's, else "
+        "transformers' own for Qwen and Gemma); give the model's tokenizer_config.json a response_template without "
+        "tool_calls (as `rlvr model new` writes), or drop -b to run the model here"
+    )
+
+
 def redact(text: str, secret: str | None) -> str:
     """`text` with every occurrence of `secret` (when there is one) replaced by `REDACTED`.
 
