@@ -64,3 +64,22 @@ async def test_the_servers_tool_call_parse_failure_says_what_to_do() -> None:
     message = str(err.value)
     assert "\n" not in message and "wrote a <tool_call> that the server could not parse (HTTP 400" in message
     assert "response_template" in message and "drop -b" in message
+
+
+def test_a_tiny_model_folder_has_transformers_serve_read_replies_as_text(tmp_path) -> None:
+    """What transformers serve does with a reply of a model `rlvr model new` built: it parses
+    it by the tokenizer's response template, which keeps a broken `<tool_call>` as text."""
+    pytest.importorskip("transformers")
+    from transformers import AutoTokenizer
+
+    from rlvr.models import build_tiny_model
+
+    tokenizer = AutoTokenizer.from_pretrained(build_tiny_model(tmp_path / "tiny", preset="tiny"))
+    if not hasattr(tokenizer, "parse_response"):
+        pytest.skip("this transformers has no response templates (transformers serve parses nothing)")
+    assert tokenizer.response_template is not None  # read back from tokenizer_config.json
+    prefix = tokenizer.apply_chat_template(HI, add_generation_prompt=True, tokenize=True, return_dict=True)
+    reply = " <think>x</think> <tool_call>{no json</tool_call>\n"
+    ids = tokenizer.encode(reply, add_special_tokens=False) + [tokenizer.convert_tokens_to_ids("<|im_end|>")]
+    parsed = tokenizer.parse_response(ids, tokenizer.response_template, prefix=prefix["input_ids"])
+    assert parsed == {"role": "assistant", "content": reply}
