@@ -120,3 +120,22 @@ async def test_check_passes_while_one_endpoint_answers(openai_server) -> None:
     await client.check()
     assert (await client.chat([{"role": "user", "content": "x"}], SamplingArgs())).text == "echo: x"
     await client.aclose()
+
+
+def test_the_probe_is_not_counted_as_a_failed_request(monkeypatch, tmp_path, capsys) -> None:
+    class QuickRetries(OpenAIClient):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, backoff_s=0.01, **kwargs)
+
+    monkeypatch.setattr(rlvr.clients.openai, "OpenAIClient", QuickRetries)
+    dead, out = dead_url(), tmp_path / "run"
+    with OpenAIServer() as live:
+        argv = ["eval", "reverse_text", "-m", "m", "-b", live.base_url, "-b", dead, "-n", "6", "-c", "4"]
+        assert main([*argv, "-o", str(out), "-q"]) == 0
+    stats = {s["url"]: s for s in json.loads((out / "metadata.json").read_text())["endpoints"]}
+    assert stats[dead]["probe"] == "unreachable" and stats[live.base_url]["probe"] == "answered"
+    for row in stats.values():  # every request either answered or failed, once; the probe is neither
+        assert row["requests"] == row["answered"] + sum(row["failed"].values()), row
+    printed = capsys.readouterr().out
+    line = next(line for line in printed.splitlines() if line.startswith(f"  {dead}: "))
+    assert line.startswith(f"  {dead}: probe unreachable; {stats[dead]['requests']} requests, 0 answered"), line

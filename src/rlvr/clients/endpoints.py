@@ -47,6 +47,10 @@ class Endpoint:
         """Connection failures in a row."""
         self.stream = False
         """Send streamed requests (set after the first timeout: hanging up then cancels them)."""
+        self.probe: str | None = None
+        """What the pre-run probe (`GET /models`, `OpenAIClient.check`) found: "answered",
+        "unreachable" or "key refused"; None: not probed. Not a request: it counts in neither
+        `requests` nor `failures`, which are the chat requests'."""
         self.requests = 0
         self.answered = 0
         self.failures: Counter[str] = Counter()
@@ -74,6 +78,14 @@ class Endpoint:
         self.resting_until = time.monotonic() + rest_s
         self.limit = 1.0  # when the rest ends, one request tries it; each answer then adds one
 
+    def on_probe(self, found: str, rest_s: float = 0.0) -> None:
+        """The probe's finding; an unreachable endpoint rests as after a connection failure."""
+        self.probe = found
+        if found == "unreachable":
+            self.unreachable += 1
+            self.resting_until = time.monotonic() + rest_s
+            self.limit = 1.0
+
     def on_failure(self, reason: str) -> None:
         self.failures[reason] += 1
 
@@ -89,6 +101,7 @@ class Endpoint:
             }
         return {
             "url": self.url,
+            "probe": self.probe,
             "requests": self.requests,
             "answered": self.answered,
             "failed": dict(self.failures),

@@ -13,7 +13,8 @@ overruns are retried too.
   when the client hangs up: a slow server is not sent the same work again and again while it
   still computes the copies nobody waits for.
 - Not retried: a context-length 400 (`PromptTooLongError`), other 4xx (`ClientError`, with the
-  server's own reason).
+  server's own reason, or what to do when transformers serve could not parse a `<tool_call>`).
+- Tool-free requests carry no `tools`; `<tool_call>` text in a reply to tools is split off.
 - A refused key (401/403) is retried like a 5xx, but `KEY_REFUSALS_TO_STOP` of them in a row
   (no success between, whichever requests they answer) stop the client for good: it raises
   `KeyRefusedError`, which ends the run, and sends nothing more.
@@ -40,7 +41,6 @@ from __future__ import annotations
 import asyncio
 import os
 import random
-import re
 import time
 from collections.abc import Sequence
 from typing import Any, Self
@@ -51,12 +51,14 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from rlvr.clients.endpoints import Endpoint, EndpointPool
 from rlvr.clients.openai_response import (
+    CONTEXT_LENGTH,
     MalformedResponse,
     assemble_stream,
     error_message,
     parse_completion,
     redact,
     retry_after,
+    unparsed_tool_call,
 )
 from rlvr.clients.openai_session import Session
 from rlvr.errors import ClientClosedError, ClientError, KeyRefusedError, PromptTooLongError, UsageError
@@ -68,11 +70,6 @@ RETRY_STATUS = frozenset({408, 409, 429})
 KEY_REFUSED_STATUS = frozenset({401, 403})
 KEY_REFUSALS_TO_STOP = 3
 """401/403 answers in a row after which the client stops: a wrong key fails every request."""
-_CONTEXT_LENGTH = re.compile(
-    r"context[ _]length|maximum context|context window|maximum model length|prompt is too long"
-    r"|longer than the model's context",
-    re.IGNORECASE,
-)
 
 
 class OpenAIClient:
@@ -211,13 +208,15 @@ class OpenAIClient:
             async with self._sdk(ep.url) as sdk, asyncio.timeout(min(self.timeout_s, 10.0)):
                 await sdk.models.list()
         except (openai.APIConnectionError, TimeoutError) as exc:
-            ep.on_unreachable(self._backoff(1))  # no first wave of requests into a dead endpoint
+            ep.on_probe("unreachable", self._backoff(1))  # no first wave of requests into a dead endpoint
             reason = " ".join(self._redact(str(exc)).split()) or type(exc).__name__
             return f"cannot reach {where} ({reason}); check -b and that the server is running"
         except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
+            ep.on_probe("key refused")
             return f"{where} refused the API key ({error_message(exc, self._secret)}); pass the right variable with -k"
         except openai.APIError:
-            return None
+            pass
+        ep.on_probe("answered")
         return None
 
     # ---- the request ------------------------------------------------------------------------
@@ -257,7 +256,7 @@ class OpenAIClient:
                     ep.on_failure(f"HTTP {exc.status_code}")
                     self._count_refusal(exc.status_code, message)
                     reason = f"HTTP {exc.status_code}: {message} (check the API key variable, -k NAME)"
-                elif not _CONTEXT_LENGTH.search(message) and self._adapt(exc, request):
+                elif not CONTEXT_LENGTH.search(message) and self._adapt(exc, request):
                     continue  # sent again without a field the server refused: not a retry
                 else:
                     ep.on_failure(f"HTTP {exc.status_code}")
@@ -291,7 +290,7 @@ class OpenAIClient:
             # `post` sends the body as is: the messages are JSON already, and skipping
             # `chat.completions.create`'s param transform saves ~30% of client CPU
             response = await sdk.post("/chat/completions", body=request, cast_to=ChatCompletion)
-            return parse_completion(response, sampling)
+            return parse_completion(response, sampling, split_tool_calls="tools" in request)
         body = {**request, "stream": True, "stream_options": {"include_usage": True}}
         stream = await sdk.post(
             "/chat/completions",
@@ -302,7 +301,7 @@ class OpenAIClient:
         )
         async with stream:  # closing it early (a timeout) hangs up: the server stops generating
             chunks = [chunk async for chunk in stream]
-        return parse_completion(assemble_stream(chunks), sampling)
+        return parse_completion(assemble_stream(chunks), sampling, split_tool_calls="tools" in request)
 
     def _request(
         self, messages: Messages, sampling: SamplingArgs, tools: list[dict[str, Any]] | None
@@ -349,10 +348,11 @@ class OpenAIClient:
         """The error for a 4xx that no retry can fix: `PromptTooLongError` for a context
         overflow, else `ClientError`."""
         message = error_message(exc, self._secret)
-        if _CONTEXT_LENGTH.search(message):
+        if CONTEXT_LENGTH.search(message):
             return PromptTooLongError(f"model {self.name}: {message}")
         where = f" at {ep.url}" if ep.url else ""
-        return ClientError(f"model {self.name}{where} refused the request: HTTP {exc.status_code}: {message}")
+        todo = unparsed_tool_call(message) or f"refused the request: HTTP {exc.status_code}: {message}"
+        return ClientError(f"model {self.name}{where} {todo}")
 
     def _count_refusal(self, status: int, message: str) -> None:
         """Count a 401/403; at `KEY_REFUSALS_TO_STOP` in a row, stop for good (`KeyRefusedError`)."""

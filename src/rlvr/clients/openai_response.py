@@ -11,6 +11,7 @@ from typing import Any
 
 import openai
 
+from rlvr.clients.tool_calls import parse_tool_calls
 from rlvr.types import Completion, SamplingArgs, ToolCall, Usage
 
 MAX_RETRY_AFTER_S = 60.0
@@ -41,6 +42,29 @@ def error_message(exc: openai.APIError, secret: str | None = None) -> str:
     """
     text = redact(str(_reason(exc.body) or exc.message), secret)
     return " ".join(text.split())[:300]
+
+
+CONTEXT_LENGTH = re.compile(
+    r"context[ _]length|maximum context|context window|maximum model length|prompt is too long"
+    r"|longer than the model's context",
+    re.IGNORECASE,
+)
+"""A refusal's reason that says the prompt does not fit the model's context."""
+_TOOL_CALL_PARSE = re.compile(r"json parser could not parse|json: could not parse after dialect", re.IGNORECASE)
+"""transformers serve's reason when its response parser fails on a `<tool_call>` the model wrote."""
+
+
+def unparsed_tool_call(message: str) -> str | None:
+    """What to do about a 400 whose reason (`message`) is transformers serve's failure to parse a
+    `<tool_call>` the model wrote; None for any other reason."""
+    if not _TOOL_CALL_PARSE.search(message):
+        return None
+    return (
+        f"wrote a <tool_call> that the server could not parse (HTTP 400: {message[:80]}...): transformers serve "
+        "parses tool calls in every reply, tools or not, by the model's response template (its tokenizer's, else "
+        "transformers' own for Qwen and Gemma); give the model's tokenizer_config.json a response_template without "
+        "tool_calls (as `rlvr model new` writes), or drop -b to run the model here"
+    )
 
 
 def redact(text: str, secret: str | None) -> str:
@@ -78,13 +102,21 @@ def retry_after(exc: openai.APIStatusError) -> float | None:
     return None if seconds is None or seconds < 0 else min(seconds, MAX_RETRY_AFTER_S)
 
 
-def parse_completion(response: Any, sampling: SamplingArgs) -> Completion:
+def parse_completion(response: Any, sampling: SamplingArgs, split_tool_calls: bool = False) -> Completion:
     """Map an SDK `ChatCompletion` onto `rlvr.types.Completion`; `MalformedResponse` if it
-    is not one (the SDK builds models from unexpected JSON without validating it)."""
+    is not one (the SDK builds models from unexpected JSON without validating it).
+    `split_tool_calls` (the request offered tools): a reply without structured tool calls has
+    the `<tool_call>` blocks of its text split off into calls, as `LocalModel` does."""
     try:
-        return _completion(response, sampling)
+        completion = _completion(response, sampling)
     except (AttributeError, TypeError, KeyError, ValueError) as exc:
         raise MalformedResponse(f"{type(exc).__name__}: {exc}") from exc
+    if split_tool_calls and not completion.tool_calls and "<tool_call>" in completion.text:
+        completion.text, completion.tool_calls = parse_tool_calls(
+            completion.text, f"call_{getattr(response, 'id', '')}"
+        )
+        completion.finish_reason = "tool_calls" if completion.finish_reason == "stop" else completion.finish_reason
+    return completion
 
 
 def _completion(response: Any, sampling: SamplingArgs) -> Completion:

@@ -1,6 +1,6 @@
 """`rlvr eval` and its endpoints: the URLs of `-b` (one, several, a file of them), and what the
 run prints about them at its end: the token limit every request carried and how many replies
-hit it, each endpoint's requests, failures and latency."""
+hit it, each endpoint's probe, requests, failures and latency."""
 
 from __future__ import annotations
 
@@ -49,7 +49,8 @@ class LimitHits:
 
 
 def print_endpoints(client: Any) -> None:
-    """Requests, failures and latency of each endpoint, after a run against several."""
+    """Each endpoint's probe (before the run; not a request), requests, failures and latency,
+    after a run against several."""
     pool = getattr(client, "endpoints", None)
     if pool is None or len(pool.endpoints) < 2:
         return
@@ -61,4 +62,8 @@ def print_endpoints(client: Any) -> None:
             if row["answered"]
             else "no answers"
         )
-        print(f"  {row['url']}: {row['requests']} requests, {row['answered']} answered, failed: {failed}; {latency}")
+        probe = f"probe {row['probe']}; " if row.get("probe") else ""
+        print(
+            f"  {row['url']}: {probe}{row['requests']} requests, {row['answered']} answered, "
+            f"failed: {failed}; {latency}"
+        )

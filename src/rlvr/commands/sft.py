@@ -77,5 +77,8 @@ def run(args: argparse.Namespace) -> int:
         from rlvr.train.sft import train_sft
     except ImportError as exc:
         raise UsageError(f"rlvr sft needs the train extra: pip install 'rlvr[train]' ({exc})") from None
+    from rlvr.commands.sft_source import as_jsonl  # Parquet, JSON, a saved dataset: as JSONL
+
+    cfg = dataclasses.replace(cfg, data=as_jsonl(cfg.data, cfg.output_dir))
     result = train_sft(cfg, resume=args.resume, quiet=args.quiet)
     return 0 if result.final_dir.exists() else 1

@@ -31,6 +31,15 @@ SPECIAL_TOKENS = (ENDOFTEXT, IM_START, IM_END)
 TAG_TOKENS = ("<think>", "</think>", "<tool_call>", "</tool_call>")
 """Tags that get one id each but stay in decoded text."""
 
+RESPONSE_TEMPLATE = {
+    "defaults": {"role": "assistant"},
+    "start_anchor": f"{IM_START}assistant\n",
+    "fields": {"content": {"close_pattern": r"<\|im_end\|>|<\|endoftext\|>", "content_args": {"strip": False}}},
+}
+"""How `transformers serve` reads a reply: all of it as text, as `LocalModel` gets it. Without one,
+it parses a Qwen-type model's `<think>` and `<tool_call>` by its own template, tools or not, and
+answers HTTP 400 when a `<tool_call>` holds no JSON (an untrained model writes such)."""
+
 CHAT_TEMPLATE = """\
 {%- macro text(content) -%}
 {%- if content is none or content is undefined -%}
@@ -123,6 +132,7 @@ def train_tokenizer(corpus: Iterable[str], *, vocab_size: int, model_max_length:
         model_max_length=model_max_length,
     )
     tokenizer.chat_template = CHAT_TEMPLATE
+    tokenizer.response_template = RESPONSE_TEMPLATE
     return tokenizer
 
 

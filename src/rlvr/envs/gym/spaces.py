@@ -20,9 +20,15 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
+from rlvr.errors import import_extra
 
 SUPPORTED = "Discrete, Box, MultiDiscrete, MultiBinary and Tuple of those"
+
+
+def _numpy() -> Any:
+    """numpy, imported when a space is read or written (never at import: the core has no numpy;
+    every gymnasium space brings it, through the `gym` extra)."""
+    return import_extra("numpy", "gym", "Gymnasium action spaces")
 
 
 def _kind(space: Any) -> str:
@@ -73,6 +79,7 @@ def describe(space: Any, names: Sequence[str] | None = None) -> str:
         return f"a JSON list of {len(parts)} items: " + "; ".join(
             f"the {_ordinal(i + 1)} {p}" for i, p in enumerate(parts)
         )
+    np = _numpy()
     size, note = int(np.prod(space.shape)), _shape_note(space.shape)
     if kind == "MultiBinary":
         return f"a JSON list of {size} values, each 0 or 1{note}"
@@ -150,6 +157,7 @@ def _from_json(value: Any, space: Any, where: str) -> Any:
         if not _is_integer(value) or not start <= value < start + n:
             raise ValueError(f"{where}{_show(value)} is not an integer from {start} to {start + n - 1}")
         return int(value)
+    np = _numpy()
     size = int(np.prod(space.shape))
     flat = [value] if size == 1 and not isinstance(value, list) else value
     try:
@@ -182,7 +190,7 @@ def _is_integer(value: Any) -> bool:
 def _show(value: Any) -> str:
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
-    return json.dumps(value)[:40] if not isinstance(value, (float, np.floating)) else f"{float(value):g}"
+    return json.dumps(value)[:40] if not isinstance(value, (float, _numpy().floating)) else f"{float(value):g}"
 
 
 # ---- writing an action ----------------------------------------------------------------------
@@ -191,7 +199,7 @@ def _show(value: Any) -> str:
 def to_text(action: Any, space: Any, names: Sequence[str] | None = None) -> str:
     """The text `parse` reads back as `action` (floats written exactly).
 
-    >>> import gymnasium
+    >>> import gymnasium, numpy as np
     >>> space = gymnasium.spaces.Tuple([gymnasium.spaces.Discrete(3), gymnasium.spaces.Box(0.0, 1.0, (2,))])
     >>> to_text((2, np.array([0.25, 1.0], dtype=np.float32)), space)
     '[2, [0.25, 1.0]]'
@@ -207,7 +215,7 @@ def _to_json(action: Any, space: Any) -> Any:
         return [_to_json(a, part) for a, part in zip(action, space.spaces)]
     if type(space).__name__ == "Discrete":
         return int(action)
-    return np.asarray(action).tolist()
+    return _numpy().asarray(action).tolist()
 
 
 def example(space: Any) -> str:
@@ -226,6 +234,7 @@ def _example(space: Any) -> Any:
         return [_example(part) for part in space.spaces]
     if kind == "Discrete":
         return int(space.start)
+    np = _numpy()
     if kind == "MultiBinary":
         return np.zeros(space.shape, dtype=int).tolist()
     if kind == "MultiDiscrete":
