@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import html
+import json
 import random
 from collections import Counter
 
@@ -19,6 +21,7 @@ from rlvr_tictactoe.players import reply
 from rlvr_tictactoe.tasks import game_outcome
 
 from rlvr import Policy
+from rlvr.cli import main
 from rlvr.exact import enumerate_games
 from rlvr.exact_bounds import Bounds, Decision, kl_lower, kl_upper
 from rlvr.exact_sampled import Settings, enumerate_sampled
@@ -122,8 +125,14 @@ def walk(client, settings: Settings, temperature: float = 1.0):
     return asyncio.run(enumerate_sampled(env, client, SamplingArgs(temperature=temperature), settings))
 
 
+@functools.cache
+def exact_walk():
+    """The scripted player's exact distributions walked once (two tests read it)."""
+    return walk(Distribution(), Settings(min_reach=0.0))
+
+
 def test_exact_distribution_gives_the_closed_form_rates():
-    result = walk(Distribution(), Settings(min_reach=0.0))
+    result = exact_walk()
     table = result.bounds().table(result.opponents, ["win", "draw", "loss", "timeout"])
     for opponent in ("random", "optimal"):
         expected = truth(opponent)
@@ -138,7 +147,7 @@ def test_exact_distribution_gives_the_closed_form_rates():
 
 
 def test_risky_decisions_name_the_rejected_and_losing_replies():
-    result = walk(Distribution(), Settings(min_reach=0.0))
+    result = exact_walk()
     risky = result.sampled_summary(risky_threshold=0.001)["risky"]["optimal"]
     kinds = {r["kind"] for r in risky}
     assert kinds == {"rejected", "losing"}
@@ -231,3 +240,25 @@ def test_a_sampled_walk_estimates_the_rates_of_its_draws():
             assert lo <= expected.get(name, 0.0) <= hi
     assert result.samples_drawn == 4 * len(result.decisions)
     assert all(d.samples == 4 and sum(d.probs) == pytest.approx(1.0) for d in result.decisions)
+
+
+def test_cli_saves_a_sampled_run_and_the_report_draws_its_risky_boards(tmp_path):
+    out = tmp_path / "run"
+    args = ["eval", "tictactoe", "-m", "policy:teacher", "--exhaustive", "-T", "1", "--samples", "1", "-q"]
+    assert main([*args, "-o", str(out)]) == 0
+    meta = json.loads((out / "metadata.json").read_text())
+    sampled = meta["exact"]["sampled"]
+    assert sampled["samples"] == 1 and sampled["decisions"] == meta["exact"]["model_calls"] > 0
+    assert sampled["risky"]["optimal"]  # the teacher falls for fork traps
+    assert main(["report", str(out)]) == 0
+    page = (out / "report.html").read_text()
+    assert "Exact evaluation of the sampling policy" in page and "Risky decisions" in page
+    board = sampled["risky"]["optimal"][0]["board"]
+    assert html.escape(board.splitlines()[-1]) in page  # the board as the model saw it
+
+
+def test_greedy_exhaustive_is_unchanged_at_temperature_0(tmp_path):
+    out = tmp_path / "greedy"
+    assert main(["eval", "tictactoe", "-m", "policy:limit", "--exhaustive", "-q", "-o", str(out)]) == 0
+    meta = json.loads((out / "metadata.json").read_text())
+    assert "sampled" not in meta["exact"] and meta["exact"]["unbeatable"]

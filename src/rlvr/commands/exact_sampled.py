@@ -98,25 +98,30 @@ def print_sampled(summary: dict[str, Any], *, title: str, show: int = 20) -> Non
         soft_wrap=True,
     )
     table = Table()
-    table.add_column("opponent")
-    names = [n for n in ("win", "draw", "loss", "timeout", "error", "rejected", "covered")]
-    for name in names:
-        table.add_column(f"{name} % [bound]", justify="right")
-    for opponent, rows in s["bounds_pct"].items():
-        cells = [_cell(rows.get(n)) for n in names]
-        table.add_row(opponent, *cells)
+    table.add_column("%")
+    for opponent in s["bounds_pct"]:
+        table.add_column(f"vs {opponent}", justify="right")
+        table.add_column("bound", justify="right")
+    for name in ("win", "draw", "loss", "timeout", "error", "rejected", "covered"):
+        cells = [_cell(rows.get(name)) for rows in s["bounds_pct"].values()]
+        if any(cells):
+            table.add_row(name, *(part for cell in cells for part in (cell or ("-", ""))))
     console.print(table)
-    for opponent, rows in s["risky"].items():
-        console.print(
-            f"risky decisions vs {opponent} (>= {100 * s['risky_threshold']:g}% on a rejected or losing reply): {len(rows)}"
-        )
-        for row in rows[:show]:
-            board = " / ".join(line for line in row["board"].splitlines() if line.strip())[-60:]
-            console.print(escape(f"  {row['kind']} {100 * row['prob']:.2f}%  at {board}"), highlight=False)
+    from rlvr.report.exact_sampled import risky_rows
+
+    rows = risky_rows(s)
+    console.print(f"risky decisions (>= {100 * s['risky_threshold']:g}% on a rejected or losing reply): {len(rows)}")
+    for row in rows[:show]:
+        replies = ", ".join(repr(text[-24:]) for text, _ in row["replies"][:3])
+        console.print(escape(f"  {row['kind']} {100 * row['prob']:.2f}% (decision {row['decision']}): {replies}"))
+        board = [line for line in row["board"].splitlines() if line.strip()][-6:]
+        console.print(escape("\n".join("      " + line for line in board)), highlight=False)
+    if len(rows) > show:
+        console.print(f"  ... and {len(rows) - show} more (all in metadata.json and the report)")
 
 
-def _cell(value: Any) -> str:
+def _cell(value: Any) -> tuple[str, str] | None:
     if not value:
-        return "-"
+        return None
     est, lo, hi = value
-    return f"{est:.3f} [{lo:.3f}, {hi:.3f}]"
+    return f"{est:.3f}", f"[{lo:.3f}, {hi:.3f}]"

@@ -38,13 +38,22 @@ def sampled_section(metadata: dict[str, Any]) -> list[str]:
         f"<table><tr><th>opponent</th>{head}</tr>{rows}</table>",
     ]
     threshold = 100 * float(s.get("risky_threshold", 0.001))
-    for opponent, risky in (s.get("risky") or {}).items():
-        out.append(
-            f"<h3>Risky decisions against {e(opponent)} ({len(risky)}): &ge; {e(number(threshold, 3))}% "
-            "on a rejected or losing reply</h3>"
-        )
-        out.append("".join(_risky(row) for row in risky) or '<p class="note">none</p>')
+    risky = risky_rows(s)
+    out.append(
+        f"<h3>Risky decisions ({len(risky)}): &ge; {e(number(threshold, 3))}% on a rejected or losing reply</h3>"
+    )
+    out.append("".join(_risky(row) for row in risky) or '<p class="note">none</p>')
     return out
+
+
+def risky_rows(sampled: dict[str, Any]) -> list[dict[str, Any]]:
+    """The risky decisions of every opponent, each (decision, kind) once, largest first (a reply
+    judged by the env is risky whatever the opponent; one losing in the tree may be for one)."""
+    seen: dict[tuple[Any, Any], dict[str, Any]] = {}
+    for rows in (sampled.get("risky") or {}).values():
+        for row in rows:
+            seen.setdefault((row.get("decision"), row.get("kind")), row)
+    return sorted(seen.values(), key=lambda r: (-float(r.get("prob", 0)), str(r.get("decision"))))
 
 
 def _cell(value: Any) -> str:
