@@ -27,10 +27,17 @@ at once with probability >= 1 - delta. It is computed bottom-up, a propagated wo
 - a reply that was drawn but never played (its reach fell below the pruning threshold) is
   worth [0, its whole weight].
 
-delta_s = delta / (2 x sampled decisions x numbers x opponents): a union bound over every
+delta_s = delta / 2 / (2 x sampled decisions x numbers x opponents): a union bound over every
 (decision, side, number) whose bound is used. (The decisions are found by the walk itself; the
 union is over those found, which is the usual reading of a per-node union bound in a tree
 search, not a bound over every decision the walk could have met.)
+
+This worst case is tight where few decisions are sampled, and loose where many are: each adds
+about log(1 / delta_s) / K. So each interval is intersected with a second one, at the other
+half of delta: the estimate +- an Azuma-Hoeffding bound on the sum of all the sampling errors
+(`Bounds.martingale_halfwidth`), plus the mass not played on the upper side. Both shrink as 1/K
+or 1/sqrt(K); neither can certify a rate of 0.1% with K = 64 (tested in
+tests/test_exact_sampled.py; see docs/evaluation.md): that needs exact reply distributions.
 """
 
 from __future__ import annotations
@@ -147,7 +154,23 @@ class Bounds:
         self.sampled = sum(1 for d in decisions if d.samples)
 
     def delta_per_decision(self, numbers: int, opponents: int) -> float:
-        return self.delta / max(1, 2 * self.sampled * numbers * opponents)
+        """The worst case's level at each sampled decision (half of delta goes to it)."""
+        return self.delta / 2 / max(1, 2 * self.sampled * numbers * opponents)
+
+    def martingale_halfwidth(self, opponent: str, numbers: int, opponents: int) -> float:
+        """The half-width of the martingale bound against `opponent` (the other half of delta).
+
+        The estimate's error is a sum over the sampled decisions s and their draws i of
+        reach(s) / K * (v(s, a_i) - E v(s, a)), v in [0, 1] the true value after a reply: a
+        martingale whose steps have predictable ranges reach(s) / K, so Azuma-Hoeffding bounds it
+        by sqrt(C log(2 / delta') / 2), C = sum of reach(s)^2 / K. C is random, so the bound is
+        taken at the next power of two above it, with a union over 64 such values."""
+        c = sum((d.weights[opponent] * d.reach) ** 2 / d.samples for d in self.decisions.values() if d.samples)
+        if c <= 0.0:
+            return 0.0
+        grid = 2.0 ** math.ceil(math.log2(c))
+        level = self.delta / 2 / (numbers * opponents * 64)
+        return math.sqrt(grid * math.log(2 / level) / 2)
 
     def value(self, opponent: str, indicator: Callable[[dict[str, Any]], bool], delta_s: float) -> Value:
         """The estimate and bounds of P(indicator) against `opponent`."""
@@ -192,11 +215,18 @@ class Bounds:
         accounts for) -> (estimate, lower, upper), all holding together at 1 - delta."""
         numbers: dict[str, Callable[[dict[str, Any]], bool]] = {o: _is(o) for o in outcomes}
         numbers[REJECTED] = lambda g: bool(g.get("rejected_moves"))
-        delta_s = self.delta_per_decision(len(numbers), len(opponents))
+        delta_s = self.delta_per_decision(len(numbers) + 1, len(opponents))
         out: dict[str, dict[str, Value]] = {}
         for opponent in opponents:
-            out[opponent] = {name: self.value(opponent, fn, delta_s) for name, fn in numbers.items()}
-            out[opponent]["covered"] = self.value(opponent, lambda g: True, delta_s)
+            covered = self.value(opponent, lambda g: True, delta_s)
+            t = self.martingale_halfwidth(opponent, len(numbers) + 1, len(opponents))
+            rows = {name: self.value(opponent, fn, delta_s) for name, fn in numbers.items()}
+            rows["covered"] = covered
+            missing = max(0.0, 1.0 - covered[0])  # pruned or unexplored mass: 0 in the estimate
+            out[opponent] = {
+                name: (est, max(lo, est - t, 0.0), min(hi, est + t + missing, 1.0))
+                for name, (est, lo, hi) in rows.items()
+            }
         return out
 
     def risky(self, opponent: str, failures: Sequence[str], threshold: float) -> list[dict[str, Any]]:

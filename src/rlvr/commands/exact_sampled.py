@@ -2,16 +2,21 @@
 `rlvr.exact_sampled`).
 
 Saved like the greedy walk: every finished game to RUN_DIR/results.jsonl (its weights include
-the policy's reply probabilities), the exact table to metadata.json under `exact`, with the
-bounds, the decisions' count and the risky decisions under `exact.sampled`.
+the policy's reply probabilities, its `path` the decisions it went through), the exact table to
+metadata.json under `exact`, with the bounds, the decisions' count and the risky decisions
+under `exact.sampled`; every decision's distribution to RUN_DIR/decisions.jsonl.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
+
+DECISIONS = "decisions.jsonl"
+"""Every decision of the policy (`rlvr.exact_bounds.Decision`), one JSON object a line."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -74,6 +79,8 @@ def run(args: argparse.Namespace, out: Path, env: Any, client: Any, sampling: An
         run_dir.close(status="interrupted")
         raise
     summary = {**result.summary(), "failures": list(result.failures), "sampled": result.sampled_summary()}
+    with open(out / DECISIONS, "w") as f:  # the distributions behind the numbers (to bound them again)
+        f.writelines(json.dumps(d.to_dict()) + "\n" for d in result.decisions)
     run_dir.close(status="complete", rollouts=len(result.games), exact=summary)
     print_sampled(summary, title=f"{args.env} / {metadata.get('model')} at T = {sampling.temperature}")
     print(f"saved {len(result.games)} games to {run_dir.results_path}")
