@@ -262,3 +262,31 @@ def test_greedy_exhaustive_is_unchanged_at_temperature_0(tmp_path):
     assert main(["eval", "tictactoe", "-m", "policy:limit", "--exhaustive", "-q", "-o", str(out)]) == 0
     meta = json.loads((out / "metadata.json").read_text())
     assert "sampled" not in meta["exact"] and meta["exact"]["unbeatable"]
+
+
+def test_resume_of_a_complete_sampled_run_plays_nothing(tmp_path, capsys):
+    out = tmp_path / "run"
+    args = [
+        "eval",
+        "tictactoe",
+        "-m",
+        "policy:limit",
+        "--exhaustive",
+        "-T",
+        "1",
+        "--samples",
+        "1",
+        "-q",
+        "-o",
+        str(out),
+    ]
+    assert main(args) == 0
+    before = (out / "results.jsonl").read_text()
+    capsys.readouterr()
+    assert main([*args, "--resume"]) == 0
+    assert "nothing played" in capsys.readouterr().out
+    assert (out / "results.jsonl").read_text() == before
+    assert (
+        len((out / "decisions.jsonl").read_text().splitlines())
+        == json.loads((out / "metadata.json").read_text())["exact"]["sampled"]["decisions"]
+    )

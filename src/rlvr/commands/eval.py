@@ -66,7 +66,8 @@ def add_parser(sub: Any) -> None:
         "--exhaustive",
         action="store_true",
         help="exact evaluation: play every line of the env's game tree at temperature 0 (envs with a game "
-        "tree, e.g. tictactoe); -n, -r and --split do not apply",
+        "tree, e.g. tictactoe); with -T > 0, the policy as it samples (--samples K draws a decision, with "
+        "bounds); -n, -r and --split do not apply",
     )
     # -- sampled exact evaluation (rlvr.exact_sampled): its flags --
     from rlvr.commands import exact_sampled

@@ -56,8 +56,15 @@ def run(args: argparse.Namespace, out: Path, env: Any, client: Any, sampling: An
     )
     settings.check()
     metadata = {**metadata, "mode": "exact", "exact_settings": vars(settings)}
+    title = f"{args.env} / {metadata.get('model')} at T = {sampling.temperature}"
+    if args.resume and (out / "metadata.json").exists():
+        done = RunDir.open(out).metadata
+        if done.get("status") == "complete" and "sampled" in (done.get("exact") or {}):
+            print_sampled(done["exact"], title=title)
+            print(f"read {out / 'metadata.json'} (complete; nothing played)")
+            return 0
     if args.resume and (out / "results.jsonl").exists():
-        (out / "results.jsonl").unlink()  # a sampled walk is played again from the start
+        (out / "results.jsonl").unlink()  # an unfinished sampled walk is played again from the start
     run_dir, _ = RunDir.create(out, metadata, resume=args.resume)
 
     async def play() -> Any:
@@ -82,7 +89,7 @@ def run(args: argparse.Namespace, out: Path, env: Any, client: Any, sampling: An
     with open(out / DECISIONS, "w") as f:  # the distributions behind the numbers (to bound them again)
         f.writelines(json.dumps(d.to_dict()) + "\n" for d in result.decisions)
     run_dir.close(status="complete", rollouts=len(result.games), exact=summary)
-    print_sampled(summary, title=f"{args.env} / {metadata.get('model')} at T = {sampling.temperature}")
+    print_sampled(summary, title=title)
     print(f"saved {len(result.games)} games to {run_dir.results_path}")
     return 0 if result.games else 1
 
