@@ -124,6 +124,9 @@ def kl_lower(mean: float, k: int, delta: float) -> float:
     return 1.0 - kl_upper(1.0 - mean, k, delta)
 
 
+GRID, GRID_POINTS = 1.25, 207
+"""The martingale bound's grid for its random C: powers of 1.25 from 1 down to 1e-20."""
+
 Value = tuple[float, float, float]
 """(estimate, lower bound, upper bound) of a number, in absolute probability."""
 
@@ -164,12 +167,13 @@ class Bounds:
         reach(s) / K * (v(s, a_i) - E v(s, a)), v in [0, 1] the true value after a reply: a
         martingale whose steps have predictable ranges reach(s) / K, so Azuma-Hoeffding bounds it
         by sqrt(C log(2 / delta') / 2), C = sum of reach(s)^2 / K. C is random, so the bound is
-        taken at the next power of two above it, with a union over 64 such values."""
+        taken at the next power of `GRID` above it, with a union over `GRID_POINTS` such values
+        (C from 1 down to 1e-20)."""
         c = sum((d.weights[opponent] * d.reach) ** 2 / d.samples for d in self.decisions.values() if d.samples)
         if c <= 0.0:
             return 0.0
-        grid = 2.0 ** math.ceil(math.log2(c))
-        level = self.delta / 2 / (numbers * opponents * 64)
+        grid = GRID ** math.ceil(math.log(c, GRID))
+        level = self.delta / 2 / (numbers * opponents * GRID_POINTS)
         return math.sqrt(grid * math.log(2 / level) / 2)
 
     def value(self, opponent: str, indicator: Callable[[dict[str, Any]], bool], delta_s: float) -> Value:
