@@ -290,3 +290,16 @@ def test_resume_of_a_complete_sampled_run_plays_nothing(tmp_path, capsys):
         len((out / "decisions.jsonl").read_text().splitlines())
         == json.loads((out / "metadata.json").read_text())["exact"]["sampled"]["decisions"]
     )
+
+
+def test_draws_in_proportion_to_reach_tighten_the_bound_for_fewer_draws():
+    even = walk(sampled_player(), Settings(samples=32, seed=4))
+    by_reach = walk(sampled_player(), Settings(samples=2, per_reach=256, seed=4))
+    assert by_reach.samples_drawn < even.samples_drawn
+    root = next(d for d in by_reach.decisions if d.reach == 1.0 and max(d.weights.values()) == 0.5)
+    assert root.samples == 128  # reached with probability 1/2 (the model starts)
+    widths = []
+    for result in (even, by_reach):
+        est, lo, hi = result.bounds().table(result.opponents, ["win", "draw", "loss", "timeout"])["optimal"]["loss"]
+        widths.append(hi - lo)
+    assert widths[1] < widths[0]

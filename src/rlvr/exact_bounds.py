@@ -70,7 +70,7 @@ class Decision:
     probs: list[float]
     """Each reply's probability: exact, or its share of the samples."""
     samples: int = 0
-    """K, the replies drawn to estimate `probs`; 0 for an exact distribution."""
+    """K, the replies drawn here to estimate `probs`; 0 for an exact distribution."""
     unexplored: float = 0.0
     """Exact decisions: the probability of every reply not listed (1 - sum(probs))."""
     judged: list[str | None] | None = None

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 import zlib
 from collections import Counter
@@ -62,6 +63,12 @@ class Settings:
 
     samples: int = 64
     """K: replies drawn at each decision (clients without `reply_distribution`)."""
+    per_reach: int = 0
+    """More draws where more games go: a decision reached with probability r gets
+    max(samples, ceil(per_reach * r)) draws (0: `samples` everywhere). The bound's martingale
+    term sums r^2 / K over the decisions, so draws in proportion to r cost about as many draws
+    as `per_reach` whole games per decision of a game, and shrink that term far more than the
+    same draws spread evenly (most decisions are reached rarely)."""
     min_reach: float = 1e-6
     """Replies reached with a smaller probability are not played (their mass goes to the bound)."""
     delta: float = 0.05
@@ -78,6 +85,8 @@ class Settings:
             raise UsageError(f"--min-reach must be in [0, 1), got {self.min_reach}")
         if not 0.0 < self.delta < 1.0:
             raise UsageError(f"--delta must be in (0, 1), got {self.delta}")
+        if self.per_reach < 0:
+            raise UsageError(f"--samples-per-reach must be >= 0, got {self.per_reach}")
         if self.concurrency < 1:
             raise UsageError(f"concurrency must be >= 1, got {self.concurrency}")
 
@@ -103,6 +112,7 @@ class SampledResult(ExactResult):
         pct = {o: {k: [100.0 * x for x in v] for k, v in rows.items()} for o, rows in table.items()}
         return {
             "samples": self.settings.samples,
+            "per_reach": self.settings.per_reach,
             "min_reach": self.settings.min_reach,
             "delta": self.settings.delta,
             "decisions": len(self.decisions),
@@ -152,7 +162,8 @@ class _Walk:
             replies, probs = list(merged), list(merged.values())
             unexplored = max(0.0, 1.0 - sum(probs))
         else:
-            samples = self.settings.samples
+            reach = line.prob * max(self.env.tree_weights(line.task).values(), default=0.0)
+            samples = max(self.settings.samples, math.ceil(self.settings.per_reach * reach))
             base = mix_seed(self.settings.seed, zlib.crc32(key.encode()))
             drawn = await asyncio.gather(
                 *(self.client.chat(messages, sampling.replace(seed=mix_seed(base, i)), tools) for i in range(samples))

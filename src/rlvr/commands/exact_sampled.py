@@ -29,6 +29,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="--exhaustive with -T > 0: replies drawn at each decision of the policy (default 64)",
     )
     p.add_argument(
+        "--samples-per-reach",
+        type=int,
+        default=0,
+        metavar="N",
+        help="--exhaustive with -T > 0: a decision reached with probability r gets max(K, N * r) draws: a tighter "
+        "bound for the same draws (default 0: K everywhere)",
+    )
+    p.add_argument(
         "--min-reach",
         type=float,
         default=1e-6,
@@ -50,6 +58,7 @@ def run(args: argparse.Namespace, out: Path, env: Any, client: Any, sampling: An
 
     settings = Settings(
         samples=getattr(args, "samples", 64),
+        per_reach=getattr(args, "samples_per_reach", 0),
         min_reach=getattr(args, "min_reach", 1e-6),
         delta=getattr(args, "delta", 0.05),
         concurrency=args.concurrency,
@@ -103,6 +112,8 @@ def print_sampled(summary: dict[str, Any], *, title: str, show: int = 20) -> Non
     console = Console(emoji=False)
     s = summary["sampled"]
     how = f"K = {s['samples']} draws a decision" if s["sampled_decisions"] else "exact distributions"
+    if s["sampled_decisions"] and s.get("per_reach"):
+        how += f", {s['per_reach']} x its reach where more: {s['samples_drawn']} draws"
     console.print(
         escape(
             f"{title}: exact over the tree, {s['decisions']} decisions ({how}), {summary['games']} games, "

@@ -24,6 +24,8 @@ def sampled_section(metadata: dict[str, Any]) -> list[str]:
     if not isinstance(s, dict) or not isinstance(s.get("bounds_pct"), dict):
         return []
     how = f"K = {e(s.get('samples'))} replies drawn at each decision" if s.get("sampled_decisions") else "exact"
+    if s.get("sampled_decisions") and s.get("per_reach"):
+        how += f", {e(s['per_reach'])} x its reach where more ({e(s.get('samples_drawn'))} draws)"
     names = [n for n in NUMBERS if any(n in rows for rows in s["bounds_pct"].values())]
     head = "".join(f"<th>{e(n)} %</th>" for n in names)
     rows = "".join(
