@@ -29,6 +29,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "rlvr",
             "rlvr.engine",
             "rlvr.exact",
+            "rlvr.exact_bounds",
+            "rlvr.exact_sampled",
             "rlvr.check",
             "rlvr.sampler",
             "rlvr.registry",

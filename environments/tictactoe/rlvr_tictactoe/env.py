@@ -202,6 +202,10 @@ class TicTacToeEnv(MultiTurnEnv[GameState]):
     def tree_leaf(self, state: GameState) -> dict[str, Any]:
         return tree.leaf(state)
 
+    def tree_judge(self, messages: Messages, reply: str) -> str | None:
+        """`rejected`, `losing` or None for a reply (the risky list of `rlvr.exact_sampled`)."""
+        return tree.judge(messages, reply)
+
     # ---- data the trainer reads, hooks the CLI uses -----------------------------------------
 
     def difficulty(self, task: Task) -> float:

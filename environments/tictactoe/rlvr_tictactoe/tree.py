@@ -35,6 +35,7 @@ from rlvr_tictactoe.game import (
     game_outcome,
     game_value,
     legal_moves,
+    parse_board,
     reply_prob,
     trap_moves,
     winner,
@@ -141,6 +142,29 @@ def leaf(state: Any) -> dict[str, Any]:
         if found is not None:
             record["mistake"] = found
     return record
+
+
+def judge(messages: Sequence[Any], reply: str) -> str | None:
+    """A reply of the model's to the conversation `messages` (whose last message shows the
+    board), for the risky list of a sampled exact evaluation: `rejected` (the env would not
+    play it), `losing` (a move after which O can force a win, on a board X could still hold),
+    or None.
+
+    >>> from rlvr_tictactoe.game import render
+    >>> b = [{"role": "user", "content": render(("O", "O", " ", " ", "X", " ", " ", " ", " "))}]
+    >>> judge(b, "<move>2</move>"), judge(b, "<move>3</move>"), judge(b, "<move>0</move>")
+    (None, 'losing', 'rejected')
+    """
+    from rlvr_tictactoe.env import read_move  # (here: env imports this module)
+
+    board = parse_board(str(messages[-1].get("content") or "")) if messages else EMPTY_BOARD
+    cell, _ = read_move(reply, board)
+    if cell is None:
+        return "rejected"
+    after = apply_move(board, cell, "X")
+    if game_outcome(after) is None and game_value(board, "X") >= 0 and game_value(after, "O") > 0:
+        return "losing"
+    return None
 
 
 def mistake(moves: str) -> str | None:

@@ -66,8 +66,14 @@ def add_parser(sub: Any) -> None:
         "--exhaustive",
         action="store_true",
         help="exact evaluation: play every line of the env's game tree at temperature 0 (envs with a game "
-        "tree, e.g. tictactoe); -n, -r and --split do not apply",
+        "tree, e.g. tictactoe); with -T > 0, the policy as it samples (--samples K draws a decision, with "
+        "bounds); -n, -r and --split do not apply",
     )
+    # -- sampled exact evaluation (rlvr.exact_sampled): its flags --
+    from rlvr.commands import exact_sampled
+
+    exact_sampled.add_arguments(p)
+    # -- end sampled exact evaluation --
     p.add_argument(
         "--save-dataset",
         default=None,

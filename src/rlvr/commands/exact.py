@@ -26,10 +26,6 @@ def run(args: argparse.Namespace, out: Path, env: Any, client: Any, model: str, 
 
     if not isinstance(env, MultiTurnEnv) or not isinstance(env, GameTree):
         raise UsageError(f"environment {args.env!r} offers no exact evaluation; run without --exhaustive")
-    if sampling.temperature != 0:
-        raise UsageError(
-            f"exact evaluation needs a deterministic policy: temperature 0, got {sampling.temperature} (pass -T 0)"
-        )
     metadata = {
         "command": "eval",
         "mode": "exact",
@@ -42,6 +38,12 @@ def run(args: argparse.Namespace, out: Path, env: Any, client: Any, model: str, 
         "sampling": {k: v for k, v in vars(sampling).items() if k != "seed"},
         "reward_weights": dict(zip(env.rubric.names, env.rubric.weights)),
     }
+    # -- a sampling policy (T > 0): its reply distributions through the tree (rlvr.exact_sampled) --
+    if sampling.temperature != 0:
+        from rlvr.commands import exact_sampled
+
+        return exact_sampled.run(args, out, env, client, sampling, metadata)
+    # -- end sampling policy --
     title = f"{args.env} / {model}"
     if args.resume and _complete(out):
         old = RunDir.open(out)

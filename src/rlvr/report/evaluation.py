@@ -18,6 +18,7 @@ from typing import Any
 
 from rlvr.errors import RlvrError
 from rlvr.report.charts import bar_chart, histogram_bins, number
+from rlvr.report.exact_sampled import sampled_section
 from rlvr.report.page import REPORT, e, numbers_table, page, settings_table, write_page
 from rlvr.results import RunDir
 from rlvr.summary import summarize
@@ -55,6 +56,7 @@ def render_report(
         body.append(f'<p class="note">{e(env_summary)}</p>')
     body += [
         *_exact(metadata, rollouts),
+        *sampled_section(metadata),  # a sampled exact run's bounds and risky boards (report/exact_sampled.py)
         "<h2>Rewards and rollouts</h2>",
         _summary(stats, metadata),
         "<h2>Plots</h2>",

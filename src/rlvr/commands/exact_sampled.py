@@ -1,0 +1,152 @@
+"""`rlvr eval ENV --exhaustive -T 1`: exact evaluation of the policy as it samples (see
+`rlvr.exact_sampled`).
+
+Saved like the greedy walk: every finished game to RUN_DIR/results.jsonl (its weights include
+the policy's reply probabilities, its `path` the decisions it went through), the exact table to
+metadata.json under `exact`, with the bounds, the decisions' count and the risky decisions
+under `exact.sampled`; every decision's distribution to RUN_DIR/decisions.jsonl.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+DECISIONS = "decisions.jsonl"
+"""Every decision of the policy (`rlvr.exact_bounds.Decision`), one JSON object a line."""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of a sampled exact evaluation (on `rlvr eval`)."""
+    p.add_argument(
+        "--samples",
+        type=int,
+        default=64,
+        metavar="K",
+        help="--exhaustive with -T > 0: replies drawn at each decision of the policy (default 64)",
+    )
+    p.add_argument(
+        "--samples-per-reach",
+        type=int,
+        default=0,
+        metavar="N",
+        help="--exhaustive with -T > 0: a decision reached with probability r gets max(K, N * r) draws: a tighter "
+        "bound for the same draws (default 0: K everywhere)",
+    )
+    p.add_argument(
+        "--min-reach",
+        type=float,
+        default=1e-6,
+        help="--exhaustive with -T > 0: replies reached with a smaller probability are not played; their mass "
+        "goes into the bound (default 1e-6)",
+    )
+    p.add_argument(
+        "--delta",
+        type=float,
+        default=0.05,
+        help="--exhaustive with -T > 0: the bounds hold together with probability >= 1 - delta (default 0.05)",
+    )
+
+
+def run(args: argparse.Namespace, out: Path, env: Any, client: Any, sampling: Any, metadata: dict[str, Any]) -> int:
+    from rlvr.exact_sampled import Settings, enumerate_sampled
+    from rlvr.progress import Progress
+    from rlvr.results import RunDir
+
+    settings = Settings(
+        samples=getattr(args, "samples", 64),
+        per_reach=getattr(args, "samples_per_reach", 0),
+        min_reach=getattr(args, "min_reach", 1e-6),
+        delta=getattr(args, "delta", 0.05),
+        concurrency=args.concurrency,
+    )
+    settings.check()
+    metadata = {**metadata, "mode": "exact", "exact_settings": vars(settings)}
+    title = f"{args.env} / {metadata.get('model')} at T = {sampling.temperature}"
+    if args.resume and (out / "metadata.json").exists():
+        done = RunDir.open(out).metadata
+        if done.get("status") == "complete" and "sampled" in (done.get("exact") or {}):
+            print_sampled(done["exact"], title=title)
+            print(f"read {out / 'metadata.json'} (complete; nothing played)")
+            return 0
+    if args.resume and (out / "results.jsonl").exists():
+        (out / "results.jsonl").unlink()  # an unfinished sampled walk is played again from the start
+    run_dir, _ = RunDir.create(out, metadata, resume=args.resume)
+
+    async def play() -> Any:
+        with Progress("games played", None, quiet=args.quiet) as progress:
+
+            def on_game(game: Any) -> None:
+                run_dir.append(game)
+                progress.advance()
+
+            try:
+                return await enumerate_sampled(env, client, sampling, settings, on_game=on_game)
+            finally:
+                await client.aclose()
+                await env.aclose()
+
+    try:
+        result = asyncio.run(play())
+    except BaseException:
+        run_dir.close(status="interrupted")
+        raise
+    summary = {**result.summary(), "failures": list(result.failures), "sampled": result.sampled_summary()}
+    with open(out / DECISIONS, "w") as f:  # the distributions behind the numbers (to bound them again)
+        f.writelines(json.dumps(d.to_dict()) + "\n" for d in result.decisions)
+    run_dir.close(status="complete", rollouts=len(result.games), exact=summary)
+    print_sampled(summary, title=title)
+    print(f"saved {len(result.games)} games to {run_dir.results_path}")
+    return 0 if result.games else 1
+
+
+def print_sampled(summary: dict[str, Any], *, title: str, show: int = 20) -> None:
+    """The sampled exact table: per opponent, each number's estimate and its bound (%)."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    console = Console(emoji=False)
+    s = summary["sampled"]
+    how = f"K = {s['samples']} draws a decision" if s["sampled_decisions"] else "exact distributions"
+    if s["sampled_decisions"] and s.get("per_reach"):
+        how += f", {s['per_reach']} x its reach where more: {s['samples_drawn']} draws"
+    console.print(
+        escape(
+            f"{title}: exact over the tree, {s['decisions']} decisions ({how}), {summary['games']} games, "
+            f"{summary['seconds']:.1f} s; bounds hold together at {100 * (1 - s['delta']):g}%"
+        ),
+        highlight=False,
+        soft_wrap=True,
+    )
+    table = Table()
+    table.add_column("%")
+    for opponent in s["bounds_pct"]:
+        table.add_column(f"vs {opponent}", justify="right")
+        table.add_column("bound", justify="right")
+    for name in ("win", "draw", "loss", "timeout", "error", "rejected", "covered"):
+        cells = [_cell(rows.get(name)) for rows in s["bounds_pct"].values()]
+        if any(cells):
+            table.add_row(name, *(part for cell in cells for part in (cell or ("-", ""))))
+    console.print(table)
+    from rlvr.report.exact_sampled import risky_rows
+
+    rows = risky_rows(s)
+    console.print(f"risky decisions (>= {100 * s['risky_threshold']:g}% on a rejected or losing reply): {len(rows)}")
+    for row in rows[:show]:
+        replies = ", ".join(repr(text[-24:]) for text, _ in row["replies"][:3])
+        console.print(escape(f"  {row['kind']} {100 * row['prob']:.2f}% (decision {row['decision']}): {replies}"))
+        board = [line for line in row["board"].splitlines() if line.strip()][-6:]
+        console.print(escape("\n".join("      " + line for line in board)), highlight=False)
+    if len(rows) > show:
+        console.print(f"  ... and {len(rows) - show} more (all in metadata.json and the report)")
+
+
+def _cell(value: Any) -> tuple[str, str] | None:
+    if not value:
+        return None
+    est, lo, hi = value
+    return f"{est:.3f}", f"[{lo:.3f}, {hi:.3f}]"

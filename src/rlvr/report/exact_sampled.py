@@ -1,0 +1,76 @@
+"""The report's section for a sampled exact evaluation (`rlvr eval ENV --exhaustive -T 1`):
+each number with its bound, and every risky decision drawn as its board.
+
+A risky decision is one where the policy puts at least the run's threshold (0.1% by default)
+on replies the env rejects or that lose (`rlvr.exact_bounds.Bounds.risky`); its board is the
+environment's last message before the decision, as the model saw it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlvr.report.charts import number
+from rlvr.report.page import e
+
+NUMBERS = ("win", "draw", "loss", "timeout", "error", "rejected", "covered")
+"""The table's columns, in order (`covered`: the probability the walk accounts for)."""
+
+
+def sampled_section(metadata: dict[str, Any]) -> list[str]:
+    """HTML blocks for a sampled exact run; [] for any other run."""
+    exact = metadata.get("exact")
+    s = exact.get("sampled") if isinstance(exact, dict) else None
+    if not isinstance(s, dict) or not isinstance(s.get("bounds_pct"), dict):
+        return []
+    how = f"K = {e(s.get('samples'))} replies drawn at each decision" if s.get("sampled_decisions") else "exact"
+    if s.get("sampled_decisions") and s.get("per_reach"):
+        how += f", {e(s['per_reach'])} x its reach where more ({e(s.get('samples_drawn'))} draws)"
+    names = [n for n in NUMBERS if any(n in rows for rows in s["bounds_pct"].values())]
+    head = "".join(f"<th>{e(n)} %</th>" for n in names)
+    rows = "".join(
+        f"<tr><td>{e(opp)}</td>" + "".join(f"<td class=num>{_cell(r.get(n))}</td>" for n in names) + "</tr>"
+        for opp, r in s["bounds_pct"].items()
+    )
+    out = [
+        "<h2>Exact evaluation of the sampling policy</h2>",
+        f"<p>{e(s.get('decisions'))} decisions of the policy ({how}); replies reached with probability below "
+        f"{e(s.get('min_reach'))} not played. Each cell: the estimate and its bound [lower, upper], all holding "
+        f"together with probability &ge; {e(number(100 * (1 - float(s.get('delta', 0.05))), 3))}%.</p>",
+        f"<table><tr><th>opponent</th>{head}</tr>{rows}</table>",
+    ]
+    threshold = 100 * float(s.get("risky_threshold", 0.001))
+    risky = risky_rows(s)
+    out.append(
+        f"<h3>Risky decisions ({len(risky)}): &ge; {e(number(threshold, 3))}% on a rejected or losing reply</h3>"
+    )
+    out.append("".join(_risky(row) for row in risky) or '<p class="note">none</p>')
+    return out
+
+
+def risky_rows(sampled: dict[str, Any]) -> list[dict[str, Any]]:
+    """The risky decisions of every opponent, each (decision, kind) once, largest first (a reply
+    judged by the env is risky whatever the opponent; one losing in the tree may be for one)."""
+    seen: dict[tuple[Any, Any], dict[str, Any]] = {}
+    for rows in (sampled.get("risky") or {}).values():
+        for row in rows:
+            seen.setdefault((row.get("decision"), row.get("kind")), row)
+    return sorted(seen.values(), key=lambda r: (-float(r.get("prob", 0)), str(r.get("decision"))))
+
+
+def _cell(value: Any) -> str:
+    if not isinstance(value, (list, tuple)) or len(value) != 3:
+        return ""
+    est, lo, hi = value
+    return f"{number(est, 3)} <span class=note>[{number(lo, 3)}, {number(hi, 3)}]</span>"
+
+
+def _risky(row: dict[str, Any]) -> str:
+    replies = "".join(
+        f"<li>{e(number(100 * float(p), 3))}%: <code>{e(text)}</code></li>" for text, p in row.get("replies", [])
+    )
+    return (
+        f'<div class="lost"><p><b>{e(row.get("kind"))}</b>: {e(number(100 * float(row.get("prob", 0)), 3))}% '
+        f"(decision {e(row.get('decision'))}, reached with policy probability {e(number(row.get('reach', 0), 4))})"
+        f"</p><pre>{e(row.get('board', ''))}</pre><ul>{replies}</ul></div>"
+    )
