@@ -40,6 +40,7 @@ from rlvr_tictactoe.game import (
     trap_moves,
     winner,
 )
+from rlvr_tictactoe.moves import read_move
 
 OPPONENT_P = {"random": 1.0, "optimal": 0.0}
 """The opponents exact evaluation weighs every game for: name -> random-move probability."""
@@ -155,7 +156,6 @@ def judge(messages: Sequence[Any], reply: str) -> str | None:
     >>> judge(b, "<move>2</move>"), judge(b, "<move>3</move>"), judge(b, "<move>0</move>")
     (None, 'losing', 'rejected')
     """
-    from rlvr_tictactoe.env import read_move  # (here: env imports this module)
 
     board = parse_board(str(messages[-1].get("content") or "")) if messages else EMPTY_BOARD
     cell, _ = read_move(reply, board)
