@@ -16,7 +16,6 @@ in code, never stored. This module imports no torch, so `rlvr train --help` stay
 from __future__ import annotations
 
 import dataclasses
-import math
 import tomllib
 import typing
 import warnings
@@ -26,6 +25,7 @@ from typing import Any
 
 from rlvr.errors import UsageError
 from rlvr.train import fields
+from rlvr.train.config_checks import UNSUPPORTED, check_fits, check_types, check_values
 from rlvr.train.config_sections import (
     CHOICES as SECTION_CHOICES,
 )
@@ -40,13 +40,13 @@ from rlvr.train.config_sections import (
     LoraConfig,
     ObjectiveConfig,
     RestartsConfig,
-    check_types,
-    need,
 )
 from rlvr.train.fields import LR_SCHEDULES, LoraSpec
 from rlvr.train.loss_specs import SPECS, LossSpec
 
 __all__ = [
+    "UNSUPPORTED",
+    "check_fits",
     "RESTART_POINTS",
     "SHARDINGS",
     "WEIGHT_SYNCS",
@@ -165,7 +165,7 @@ class TrainConfig:
         check_types(self, lambda name: name)
         for section in SECTIONS:
             check_types(getattr(self, section), lambda name, s=section: BY_PLACE[(s, name)])  # type: ignore[misc]
-        _check(self)
+        check_values(self)
 
     def __getattr__(self, name: str) -> Any:
         """A section field under its flat name (`cfg.restart_frac` is `cfg.restarts.frac`)."""
@@ -349,108 +349,3 @@ def field_docs() -> dict[str, str]:
     for section, cls in SECTIONS.items():
         docs.update({BY_PLACE[(section, k)]: v for k, v in fields.field_docs(cls).items()})
     return docs
-
-
-# ---- validation ----------------------------------------------------------------------------
-
-
-def check_fits(cfg: TrainConfig, env: Any, world: int) -> None:
-    """What only the environment and the number of processes tell (at the start of a run)."""
-    from rlvr.exact import GameTree
-
-    need(
-        cfg.restarts.greedy % world == 0,
-        f"restart_greedy = {cfg.restarts.greedy} greedy probes do not split over {world} processes; "
-        f"make it a multiple of {world}",
-    )
-    need(
-        not cfg.objective.turn_credit or env.scores_turns,
-        f"turn_credit = {cfg.objective.turn_credit}: environment {cfg.env!r} scores no turns (it does not define "
-        "turn_rewards); set turn_credit = 0",
-    )
-    need(
-        not cfg.eval.exact or isinstance(env, GameTree),
-        f"eval_exact: environment {cfg.env!r} offers no game tree to evaluate exactly",
-    )
-    need(
-        cfg.tasks_per_batch % (world * cfg.minibatches) == 0,
-        f"the {cfg.tasks_per_batch} tasks of a batch do not split over {world} process(es) x {cfg.minibatches} "
-        f"minibatch(es); make batch_size / group_size a multiple of {world * cfg.minibatches}",
-    )
-
-
-UNSUPPORTED: tuple[tuple[str, str, str], ...] = (
-    ("restarts.explore", "generation.vllm_url", "restart_explore gives replies as token ids, which only local generation makes; leave it at 0 with vllm_url"),
-    ("ema_decay", "generation.vllm_url", "ema_decay is not supported with vllm_url or sharding = fsdp yet (the average is swapped into the local, whole model); leave ema_decay at 0 there"),
-    ("ema_decay", "compute.fsdp", "ema_decay is not supported with vllm_url or sharding = fsdp yet (the average is swapped into the local, whole model); leave ema_decay at 0 there"),
-    ("compute.fsdp", "lora.rank", "sharding = fsdp shards full fine-tuning; LoRA's trainable weights are small, so use sharding = ddp (or lora_rank = 0)"),
-    ("compute.fsdp", "compute.compile_blocks", "compile_blocks with sharding = fsdp is not supported yet (not measured with sharded weights); use one of them"),
-    ("generation.compile_decode", "generation.vllm_url", "compile_decode compiles rlvr's own decode step: not with vllm_url (the server generates), and not yet with sharding = fsdp (not measured with sharded weights)"),
-    ("generation.compile_decode", "compute.fsdp", "compile_decode compiles rlvr's own decode step: not with vllm_url (the server generates), and not yet with sharding = fsdp (not measured with sharded weights)"),
-    ("compute.fsdp", "generation.vllm_url", "sharding = fsdp with vllm_url is not supported yet (the weight push reads whole tensors); use sharding = ddp with a vLLM server"),
-)  # fmt: skip
-"""Pairs of settings that do not work together, and what to do: each a dotted path whose value
-is set (not 0, None or False)."""
-
-
-def _on(cfg: TrainConfig, path: str) -> bool:
-    value: Any = cfg
-    for part in path.split("."):
-        value = getattr(value, part)
-    return bool(value)
-
-
-def _check(c: TrainConfig) -> None:
-    """The core fields, each section's own validator, then the table of unsupported pairs."""
-    for name in ("steps", "batch_size", "group_size", "max_tokens", "minibatches"):
-        need(getattr(c, name) >= 1, f"{name} must be >= 1, got {getattr(c, name)}")
-    for name in ("max_turns", "num_buckets", "save_every"):
-        value = getattr(c, name)
-        need(value is None or value >= 1, f"{name} must be >= 1 or None (unset), got {value}")
-    _check_batch(c)
-    for name in ("loss", "lr_schedule"):
-        allowed = CHOICES[name]
-        need(getattr(c, name) in allowed, f"unknown {name} {getattr(c, name)!r}; expected one of {', '.join(allowed)}")
-    need(math.isfinite(c.lr) and c.lr > 0, f"lr must be > 0, got {c.lr}")
-    need(c.warmup_steps >= 0, f"warmup_steps must be >= 0, got {c.warmup_steps}")
-    need(c.max_grad_norm > 0, f"max_grad_norm must be > 0, got {c.max_grad_norm}")
-    need(
-        math.isfinite(c.temperature) and c.temperature > 0,
-        f"temperature must be a finite number > 0 for training (0 = greedy makes every rollout of a group the "
-        f"same), got {c.temperature}",
-    )
-    need(0 < c.top_p <= 1, f"top_p must be in (0, 1], got {c.top_p}")
-    need(c.kl_coef >= 0, f"kl_coef must be >= 0, got {c.kl_coef}")
-    need(0 <= c.ema_decay < 1, f"ema_decay must be in [0, 1) (0 = no average), got {c.ema_decay}")
-    c.objective.check()
-    c.restarts.check(c.group_size)
-    c.eval.check()
-    c.generation.check(c.lora.rank, c.sync)
-    c.compute.check()
-    c.lora.check()
-    for a, b, message in UNSUPPORTED:
-        need(not (_on(c, a) and _on(c, b)), message)
-
-
-def _check_batch(c: TrainConfig) -> None:
-    need(c.group_size >= 2, f"group_size must be >= 2 (a group of 1 always has advantage 0), got {c.group_size}")
-    need(
-        c.batch_size % c.group_size == 0,
-        f"batch_size ({c.batch_size}) must be divisible by group_size ({c.group_size}); "
-        f"e.g. batch_size = {max(1, round(c.batch_size / c.group_size)) * c.group_size}",
-    )
-    if c.num_buckets is not None:
-        need(
-            c.num_buckets <= c.tasks_per_batch,
-            f"num_buckets ({c.num_buckets}) is larger than the tasks in a batch (batch_size / group_size = "
-            f"{c.tasks_per_batch}); each batch holds one task per bucket, so lower num_buckets or raise batch_size",
-        )
-        need(
-            c.tasks_per_batch % c.num_buckets == 0,
-            f"tasks per batch ({c.tasks_per_batch}) must be a multiple of num_buckets ({c.num_buckets}) so that "
-            "every bucket gets the same number of tasks",
-        )
-    need(
-        c.batch_size % c.minibatches == 0 and c.tasks_per_batch % c.minibatches == 0,
-        f"minibatches ({c.minibatches}) must divide the tasks in a batch ({c.tasks_per_batch})",
-    )

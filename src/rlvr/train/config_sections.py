@@ -7,27 +7,18 @@ Settings of two sections that do not work together are `rlvr.train.config.UNSUPP
 
 from __future__ import annotations
 
-import dataclasses
 import math
-import types
-import typing
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlvr.errors import UsageError
 from rlvr.train.best import parse as parse_keep_best
+from rlvr.train.config_checks import need
 
 WEIGHT_SYNCS = ("lora", "ipc", "nccl")
 """How weights reach a vLLM server (`rlvr.train.weight_sync`)."""
 SHARDINGS = ("ddp", "fsdp")
 RESTART_POINTS = ("random", "all", "backtrack")
 """Which restart points of a low-scoring rollout join the buffer (`rlvr.train.restarts`)."""
-
-
-def need(ok: bool, message: str) -> None:
-    if not ok:
-        raise UsageError(message)
 
 
 @dataclass
@@ -221,55 +212,3 @@ CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
     ("compute", "sharding"): SHARDINGS,
 }
 """The values a section's string field may take (`--help` lists them)."""
-
-
-# ---- types ---------------------------------------------------------------------------------
-
-
-def check_types(obj: Any, shown: Callable[[str], str]) -> None:
-    """Every field of the dataclass `obj` (sections aside) has its declared type; an int
-    where a float is declared becomes that float (`lr = 1` in TOML means 1.0). `shown(name)`:
-    the field's name in the message."""
-    hints = typing.get_type_hints(type(obj))
-    for f in dataclasses.fields(obj):
-        value, tp = getattr(obj, f.name), hints[f.name]
-        if isinstance(value, int) and not isinstance(value, bool) and _accepts(tp, float) and not _accepts(tp, int):
-            setattr(obj, f.name, float(value))
-        elif dataclasses.is_dataclass(value) and isinstance(value, tp):
-            continue  # a section: checked on its own
-        elif not _is_instance(value, tp):
-            raise UsageError(f"{shown(f.name)} must be {_type_name(tp)}, got {value!r}")
-
-
-def _accepts(tp: Any, kind: type) -> bool:
-    return tp is kind or kind in typing.get_args(tp)
-
-
-def _is_instance(value: Any, tp: Any) -> bool:
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        return any(_is_instance(value, arg) for arg in typing.get_args(tp))
-    if tp is type(None):
-        return value is None
-    if tp is Any:
-        return True
-    if origin is dict:
-        return isinstance(value, dict) and all(isinstance(k, str) for k in value)
-    if origin is list:
-        (item,) = typing.get_args(tp)
-        return isinstance(value, list) and all(_is_instance(v, item) for v in value)
-    if tp is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if tp is float:
-        return isinstance(value, float)
-    return isinstance(value, tp)
-
-
-def _type_name(tp: Any) -> str:
-    text = str(tp).replace("typing.", "")
-    return {
-        "<class 'int'>": "an integer",
-        "<class 'float'>": "a number",
-        "<class 'str'>": "a string",
-        "<class 'bool'>": "true or false",
-    }.get(text, text)
