@@ -282,28 +282,36 @@ def from_dict(values: dict[str, Any], *, source: str = "config") -> TrainConfig:
 
 
 def _nested(values: dict[str, Any], *, source: str = "config") -> dict[str, Any]:
-    """`values` with each flat section name moved into its section's table (a table or a section
-    object given too is merged under the flat names)."""
+    """`values` with each flat section name moved into its section, each section an object.
+
+    A flat name overrides the field of a section object given beside it (`dataclasses.replace`
+    of a config); beside a table (a TOML file's) that names the field too, it is an error."""
     out = {k: v for k, v in values.items() if k not in FLAT}
     for key in [k for k in values if k in FLAT]:
         section, name = FLAT[key]
-        table = _table(out.get(section))
-        if name in table and section in values:
-            raise UsageError(f"{source}: give {key} or {name} in [{section}], not both")
-        out[section] = {**table, name: values[key]}
-    for section, cls in SECTIONS.items():
         given = out.get(section)
-        if isinstance(given, dict):
-            known = {f.name for f in dataclasses.fields(cls)}
-            wrong = [k for k in given if k not in known]
-            if wrong:
-                raise UsageError(
-                    f"{source}: unknown field {wrong[0]!r} in [{section}]; valid fields: {', '.join(sorted(known))}"
-                )
-            out[section] = cls(**given)
-        elif given is not None and not isinstance(given, cls):
-            raise UsageError(f"{section} must be a table of {', '.join(f.name for f in dataclasses.fields(cls))}")
+        if isinstance(values.get(section), dict) and name in values[section]:
+            raise UsageError(f"{source}: give {key} or {name} in [{section}], not both")
+        out[section] = {**_table(given), name: values[key]}
+    for section, cls in SECTIONS.items():
+        if section in out:
+            out[section] = _section(section, cls, out[section], source)
     return out
+
+
+def _section(section: str, cls: type, given: Any, source: str) -> Any:
+    """A section object from a table (unknown names refused) or as given."""
+    known = [f.name for f in dataclasses.fields(cls)]
+    if isinstance(given, dict):
+        wrong = [k for k in given if k not in known]
+        if wrong:
+            raise UsageError(
+                f"{source}: unknown field {wrong[0]!r} in [{section}]; valid fields: {', '.join(sorted(known))}"
+            )
+        return cls(**given)
+    if not isinstance(given, cls):
+        raise UsageError(f"{section} must be a table of {', '.join(known)}")
+    return given
 
 
 def _table(section: Any) -> dict[str, Any]:
