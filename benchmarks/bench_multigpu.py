@@ -98,6 +98,7 @@ def run(args: argparse.Namespace) -> None:
     import torch
 
     import rlvr.train.grpo as grpo
+    import rlvr.train.run as setup
     from rlvr import Rubric, SingleTurnEnv
     from rlvr.train.config import TrainConfig
 
@@ -106,10 +107,10 @@ def run(args: argparse.Namespace) -> None:
         replay_rollouts(grpo, Path(args.replay), world, rank)
     saves: list[float] = []
     if not args.save:  # throughput runs: no checkpoint and no final export (minutes at 4B)
-        grpo.ckpt_io.save_checkpoint = lambda *a, **k: None  # type: ignore[assignment]
+        setup.ckpt_io.save_checkpoint = lambda *a, **k: None  # type: ignore[assignment]
         grpo.export_final = lambda *a, **k: None  # type: ignore[assignment]
     else:
-        original = grpo.ckpt_io.save_checkpoint
+        original = setup.ckpt_io.save_checkpoint
 
         def timed(*a: Any, **k: Any) -> Any:
             t0 = time.monotonic()
@@ -118,7 +119,7 @@ def run(args: argparse.Namespace) -> None:
             finally:
                 saves.append(time.monotonic() - t0)
 
-        grpo.ckpt_io.save_checkpoint = timed  # type: ignore[assignment]
+        setup.ckpt_io.save_checkpoint = timed  # type: ignore[assignment]
 
     def reply_length(completion: list[dict[str, Any]]) -> float:
         return min(len(str(completion[-1]["content"])) if completion else 0, 100) / 100

@@ -855,7 +855,9 @@ def test_a_lora_run_averages_its_adapters_and_exports_the_merged_average(tiny, t
 
 
 def test_block_options_on_a_model_without_blocks_fail_before_any_rollout(tiny, tmp_path, monkeypatch) -> None:
-    load = grpo.load_trainable
+    from rlvr.train import run as setup
+
+    load = setup.load_trainable
 
     def without_blocks(*args, **kwargs):
         model = load(*args, **kwargs)
@@ -868,7 +870,7 @@ def test_block_options_on_a_model_without_blocks_fail_before_any_rollout(tiny, t
         played.append(1)
         raise AssertionError("rollouts before the refusal")
 
-    monkeypatch.setattr(grpo, "load_trainable", without_blocks)
+    monkeypatch.setattr(setup, "load_trainable", without_blocks)
     monkeypatch.setattr(grpo, "_play", play)
     for option in ("gradient_checkpointing", "compile_blocks"):
         with pytest.raises(UsageError, match=f"{option}: Qwen3ForCausalLM has no transformer blocks"):

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import csv
+import json
 import math
+import warnings
 
 import pytest
 
@@ -54,8 +56,8 @@ def test_toml_file_and_flags_merge(tmp_path) -> None:
     path = tmp_path / "train.toml"
     path.write_text(
         'env = "tictactoe"\nmodel = "m"\nbatch_size = 64\nlr = 1\n'
-        'eval_env_args = [{opponent = "random"}, {opponent = "optimal"}]\n'
         "env_args = {min_random_move_prob = 0.2}\n"
+        '[eval]\nenv_args = [{opponent = "random"}, {opponent = "optimal"}]\n'
     )
     cfg = load_config(path, batch_size=128, eval_every=None)
     assert (cfg.batch_size, cfg.lr, cfg.eval_every) == (128, 1.0, None)  # flags win; int lr -> float
@@ -107,12 +109,153 @@ def test_old_field_names_still_work_with_a_deprecation_note(tmp_path, monkeypatc
     ]
 
 
-def test_every_field_has_a_docstring() -> None:
+def test_every_field_has_a_one_line_docstring_and_the_core_stays_small() -> None:
     import dataclasses
 
+    from rlvr.train.config import FLAT, SECTIONS
+
     docs = field_docs()
-    assert [f.name for f in dataclasses.fields(TrainConfig)] == list(docs)
-    assert all(docs.values())
+    core = [f.name for f in dataclasses.fields(TrainConfig) if f.name not in SECTIONS]
+    assert list(docs) == core + list(FLAT)
+    assert all(docs.values()) and max(len(d) for d in docs.values()) <= 100
+    assert len(core) <= 25 and set(SECTIONS) == {"objective", "restarts", "eval", "generation", "compute", "lora"}
+
+
+FLAT_CASES = {
+    "restart_frac": 0.5,
+    "restart_below": 0.25,
+    "restart_points": "all",
+    "restart_greedy": 2,
+    "restart_unsure": 0.1,
+    "restart_explore": 1,  # (local generation only: the vLLM fields are the other case)
+    "restart_explore_weight": 0.5,
+    "eval_every": 10,
+    "eval_tasks": 7,
+    "eval_env_args": [{"opponent": "random"}],
+    "eval_exact": True,
+    "keep_best": "max:reward/mean",
+    "probe_tasks": 3,
+    "clip_eps": 0.3,
+    "clip_eps_high": 0.28,
+    "max_is_weight": 2.0,
+    "scale_std": True,
+    "mask_truncated": True,
+    "turn_credit": 0.5,
+    "device": "cpu",
+    "sharding": "ddp",
+    "micro_batch_size": 3,
+    "bf16": False,
+    "pack_sequences": False,
+    "gradient_checkpointing": True,
+    "compile_blocks": True,
+    "lora_rank": 4,
+    "lora_alpha": 8.0,
+    "compile_decode": True,
+}
+ON_A_SERVER = {"vllm_url": "http://localhost:8000", "weight_sync": "lora", "lora_rank": 4}
+
+
+def _toml(value) -> str:
+    import json
+
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return (
+            "[" + ", ".join("{" + ", ".join(f"{k} = {json.dumps(v)}" for k, v in d.items()) + "}" for d in value) + "]"
+        )
+    return json.dumps(value)
+
+
+@pytest.mark.parametrize("cases", [FLAT_CASES, ON_A_SERVER])
+def test_every_old_flat_name_still_works_as_toml_key_flag_keyword_and_attribute(cases, tmp_path, monkeypatch) -> None:
+    from rlvr.train.config import FLAT
+
+    assert set(FLAT_CASES) | set(ON_A_SERVER) == set(FLAT)  # every flat name is tried
+    # a TOML file of the old flat layout: each key lands in its section, with a note naming the table
+    path = tmp_path / "old.toml"
+    path.write_text('env = "e"\nmodel = "m"\n' + "".join(f"{k} = {_toml(v)}\n" for k, v in cases.items()))
+    with pytest.warns(DeprecationWarning) as caught:
+        from_file = load_config(path)
+    old, (section, field) = next(iter(cases.items()))[0], FLAT[next(iter(cases))]
+    assert str(caught[0].message) == f"{path}: {old} is deprecated; use {field} in its [{section}] table (same meaning)"
+    assert len(caught) == len(cases)
+    for name, value in cases.items():
+        section, field = FLAT[name]
+        assert getattr(getattr(from_file, section), field) == value, name
+        assert getattr(from_file, name) == value, name  # the flat attribute reads the section
+    # the same names as Python keywords, silently
+    assert TrainConfig(**BASE, **cases) == from_file
+    # and as flags, silently
+    from rlvr.train import grpo
+
+    seen: list = []
+    monkeypatch.setattr(grpo, "train", lambda cfg, **kw: seen.append(cfg))
+    argv = ["train", "e", "-m", "m"]
+    for name, value in cases.items():
+        flag = "--" + name.replace("_", "-")
+        if isinstance(value, bool) and name not in ("scale_std", "pack_sequences"):  # (those two take a value)
+            argv.append(flag if value else "--no-" + flag[2:])
+        else:
+            argv += [
+                flag,
+                json.dumps(value)
+                if isinstance(value, list)
+                else str(value).lower()
+                if isinstance(value, bool)
+                else str(value),
+            ]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert main(argv) == 0
+    assert seen == [from_file]
+
+
+def test_sections_as_toml_tables_and_flags_on_top(tmp_path) -> None:
+    path = tmp_path / "new.toml"
+    path.write_text('env = "e"\nmodel = "m"\n[restarts]\nfrac = 0.5\nbelow = 0.2\n[lora]\nrank = 4\n')
+    cfg = load_config(path, restart_below=0.3)  # a flag overrides one field of the table
+    assert (cfg.restarts.frac, cfg.restarts.below, cfg.lora.rank, cfg.sync) == (0.5, 0.3, 4, "lora")
+    path.write_text('env = "e"\nmodel = "m"\n[restarts]\nfrak = 0.5\n')
+    with pytest.raises(UsageError, match="unknown field 'frak' in \\[restarts\\]; valid fields: below, explore"):
+        load_config(path)
+    path.write_text('env = "e"\nmodel = "m"\nrestart_frac = 0.5\n[restarts]\nfrac = 0.5\n')
+    with (
+        pytest.raises(UsageError, match="give restart_frac or frac in \\[restarts\\], not both"),
+        pytest.warns(DeprecationWarning),
+    ):
+        load_config(path)
+    with pytest.raises(UsageError, match="restart_frac must be a number, got 'x'"):
+        TrainConfig(**BASE, restarts={"frac": "x"})
+
+
+def test_unsupported_pairs_are_refused_from_one_table() -> None:
+    from rlvr.train.config import UNSUPPORTED
+
+    values = {"restarts.explore": {"restart_explore": 1, "restart_frac": 0.5}, "ema_decay": {"ema_decay": 0.5}}
+    values |= {"generation.vllm_url": {"vllm_url": "http://x"}, "compute.fsdp": {"sharding": "fsdp"}}
+    values |= {"lora.rank": {"lora_rank": 4, "weight_sync": "lora"}, "compute.compile_blocks": {"compile_blocks": True}}
+    values |= {"generation.compile_decode": {"compile_decode": True}}
+    for a, b, message in UNSUPPORTED:
+        TrainConfig(**BASE, **{k: v for k, v in values[a].items() if k != "weight_sync"})  # alone: fine
+        both = {**values[a], **values[b]}
+        if "vllm_url" not in both:
+            both.pop("weight_sync", None)
+        with pytest.raises(UsageError) as err:
+            TrainConfig(**BASE, **both)
+        assert str(err.value) == message, (a, b)
+
+
+def test_a_run_saved_in_the_old_flat_layout_resumes() -> None:
+    from rlvr.train.config import flat
+
+    new = TrainConfig(**BASE, restart_frac=0.5, eval_every=10)
+    saved = flat(new.to_dict())  # the old layout: every field at top level
+    assert saved["restart_frac"] == 0.5 and "restarts" not in saved
+    check_resume(saved, new)
+    check_resume(new.to_dict(), TrainConfig(**BASE, restart_frac=0.5, eval_every=20))  # may change
+    with pytest.raises(UsageError, match="cannot resume: restart_frac was 0.5 when the run started, now 0.25"):
+        check_resume(saved, TrainConfig(**BASE, restart_frac=0.25, eval_every=10))
 
 
 def test_std_scaling_comes_from_the_loss_unless_set() -> None:
@@ -198,15 +341,17 @@ def test_train_takes_the_short_flags_of_the_other_commands_and_the_long_ones_sti
 
     seen: list = []
     monkeypatch.setattr(grpo, "train", lambda cfg, **kw: seen.append(cfg))
-    short = ["-o", "runs/x", "-T", "0.5", "-a", '{"opponent": "random"}', "--device", "cpu"]
-    long = ["--output-dir", "runs/x", "--temperature", "0.5", "--env-args", '{"opponent": "random"}', "--device", "cpu"]
+    short = ["-o", "runs/x", "-T", "0.5", "-a", '{"opponent": "random"}', "-t", "64", "--device", "cpu"]
+    long = ["--output-dir", "runs/x", "--temperature", "0.5", "--env-args", '{"opponent": "random"}']
+    long += ["--max-tokens", "64", "--device", "cpu"]
     for flags in (short, long):
         assert main(["train", "tictactoe", "-m", "m", *flags]) == 0
     assert seen[0] == seen[1]
-    assert (seen[0].output_dir, seen[0].temperature, seen[0].env_args, seen[0].device) == (
+    assert (seen[0].output_dir, seen[0].temperature, seen[0].env_args, seen[0].max_tokens, seen[0].device) == (
         "runs/x",
         0.5,
         {"opponent": "random"},
+        64,
         "cpu",
     )
     # the same letter means the same thing in eval and sft
@@ -215,6 +360,23 @@ def test_train_takes_the_short_flags_of_the_other_commands_and_the_long_ones_sti
     assert (evaluated.temperature, evaluated.env_args, evaluated.output) == (0.5, "{}", "d")
     tuned = parser.parse_args(["sft", "-m", "m", "-d", "f", "-o", "d", "--device", "cpu"])
     assert (tuned.output_dir, tuned.device) == ("d", "cpu")
+    assert parser.parse_args(["eval", "e", "-t", "64"]).max_tokens == 64
+
+
+def test_train_help_shows_short_flags_one_default_and_refuses_prefixes(capsys) -> None:
+    import re
+
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    text = capsys.readouterr().out
+    usage = text.split("\n\n")[0]
+    for short in ("-m PATH", "-o DIR", "-a JSON", "-T X", "-t N"):
+        assert short in usage, short
+    assert re.search(r"run directory: metrics, plots, checkpoints\s+\(default\s+runs/train/ENV--MODEL\)", text)
+    assert "(default: unset)" not in text.split("--output-dir DIR")[1].split("--env-args")[0]
+    assert "[restarts] (TOML table)" in text and "--restart-below" in text
+    assert main(["train", "e", "-m", "m", "--temp", "0.5"]) == 2  # no prefix abbreviations
+    assert "unrecognized arguments: --temp" in capsys.readouterr().err
 
 
 def test_train_device_is_checked_before_anything_loads() -> None:
@@ -392,8 +554,9 @@ def test_sft_and_train_share_the_bf16_and_lr_schedule_flags_and_defaults(monkeyp
     train = TrainConfig(env="e", model="m")
     sft = SFTConfig(model="m", data="d", output_dir="o")
     assert (train.bf16, train.lr_schedule) == (sft.bf16, sft.lr_schedule) == (None, "constant")
-    for name in ("bf16", "lr_schedule"):
-        assert train_docs()[name] == sft_config.field_docs()[name]
+    assert train_docs()["lr_schedule"] == sft_config.field_docs()["lr_schedule"]
+    assert train_docs()["bf16"].startswith("bfloat16 autocast of ")  # (sft's may say more: train's is one line)
+    assert train_docs()["bf16"].split("; ")[1] in sft_config.field_docs()["bf16"]
     seen: list = []
     monkeypatch.setattr(grpo, "train", lambda cfg, **kw: seen.append(cfg))
     for flag, value in (("--bf16", True), ("--no-bf16", False)):

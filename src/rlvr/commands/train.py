@@ -4,7 +4,9 @@ Every field of the training config is a flag (`--batch-size 256`) and a TOML key
 (`batch_size = 256`); flags override the file. Tables and lists are JSON on the command line:
 `--env-args '{"min_random_move_prob": 0.2}'`, `--eval-env-args '[{"opponent": "random"}]'`;
 `none` unsets an optional number (`--eval-every none`). Short flags mean what they mean in
-`rlvr eval` and `rlvr sft`: -m model, -o output dir, -a env args, -T temperature.
+`rlvr eval` and `rlvr sft`: -m model, -o output dir, -a env args, -T temperature, -t max tokens
+a turn. A section's fields are a TOML table (`[restarts]` with `frac = 0.5`) and keep their
+flat flags (`--restart-frac 0.5`).
 
 The run directory gets metrics.csv, tensorboard/, plots/*.png, eval/, checkpoints/ and, at
 the end, final/ (a plain model folder for `rlvr eval -m`). `--resume` continues a killed run
@@ -31,14 +33,18 @@ from typing import Any
 from rlvr.errors import UsageError
 from rlvr.train.fields import none_or
 
-SHORT = {"model": ["-m"], "output_dir": ["-o"], "env_args": ["-a"], "temperature": ["-T"]}
-"""Short flags, the same letters as `rlvr eval`, `gen` and `sft` use for the same things."""
+SHORT = {"model": ["-m"], "output_dir": ["-o"], "env_args": ["-a"], "temperature": ["-T"], "max_tokens": ["-t"]}
+"""Short flags, the same letters as `rlvr eval`, `gen`, `play` and `sft` use for the same things
+(-t: the most tokens a model turn may sample, as in `rlvr eval`)."""
+DEFAULTS_SHOWN = {"output_dir": "default runs/train/ENV--MODEL"}
+"""The default `--help` shows where the field's own default (None) stands for a derived one."""
+METAVARS = {"model": "PATH", "output_dir": "DIR"}
 SWITCHES = ("bf16",)
 """Optional booleans given as `--bf16` / `--no-bf16` (unset: automatic), as in `rlvr sft`."""
 
 
 def add_parser(sub: Any) -> None:
-    from rlvr.train.config import CHOICES, RENAMED, TrainConfig, field_docs
+    from rlvr.train.config import CHOICES, RENAMED, field_docs, flat_fields
 
     p = sub.add_parser(
         "train",
@@ -46,36 +52,39 @@ def add_parser(sub: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         argument_default=argparse.SUPPRESS,
+        allow_abbrev=False,
     )
     p.add_argument("env", nargs="?", help="environment name (see `rlvr list`); or `env` in --config")
     p.add_argument("--config", metavar="FILE.toml", help="TOML file of config fields (flags override it)")
     p.add_argument("--resume", action="store_true", help="continue the run in output_dir from its last checkpoint")
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
-    docs = field_docs()
-    hints = typing.get_type_hints(TrainConfig)
-    for f in dataclasses.fields(TrainConfig):
-        if f.name == "env":
+    docs, types = field_docs(), {}
+    groups: dict[str | None, Any] = {None: p}
+    for name, section, hint, default in flat_fields():
+        if name == "env":
             continue
-        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-        shown = (
+        types[name] = hint
+        if section not in groups:
+            groups[section] = p.add_argument_group(f"[{section}] (TOML table)", f"{section} fields, as flags")
+        shown = DEFAULTS_SHOWN.get(name) or (
             "required"
             if default is dataclasses.MISSING
             else "default: unset"
             if default is None
             else f"default {json.dumps(default)}"
         )
-        if f.name in CHOICES:
-            shown = f"one of {', '.join(CHOICES[f.name])}; {shown}"
-        flags = ["--" + f.name.replace("_", "-"), *SHORT.get(f.name, [])]
-        kind, metavar = _parser_for(f.name, hints[f.name])
-        if kind is bool or f.name in SWITCHES:
-            p.add_argument(
-                *flags, dest=f.name, action=argparse.BooleanOptionalAction, help=f"{docs.get(f.name, '')} ({shown})"
-            )
+        if name in CHOICES:
+            shown = f"one of {', '.join(CHOICES[name])}; {shown}"
+        flags = [*SHORT.get(name, []), "--" + name.replace("_", "-")]  # short first: the usage line shows it
+        kind, metavar = _parser_for(name, hint)
+        if kind is bool or name in SWITCHES:
+            action: dict[str, Any] = {"action": argparse.BooleanOptionalAction}
         else:
-            p.add_argument(*flags, dest=f.name, type=kind, metavar=metavar, help=f"{docs.get(f.name, '')} ({shown})")
+            action = {"type": kind, "metavar": METAVARS.get(name, metavar)}
+        doc = docs.get(name, "").split(" (None: ")[0]  # (the default is shown once, below)
+        groups[section].add_argument(*flags, dest=name, help=f"{doc} ({shown})", **action)
     for old, new in RENAMED.items():  # deprecated spellings, hidden from --help
-        kind, metavar = _parser_for(new, hints[new])
+        kind, metavar = _parser_for(new, types[new])
         p.add_argument("--" + old.replace("_", "-"), dest=old, type=kind, metavar=metavar, help=argparse.SUPPRESS)
     p.set_defaults(run=run)
 
@@ -119,10 +128,10 @@ def _json(name: str, kind: type) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rlvr.train.config import RENAMED, TrainConfig, load_config
+    from rlvr.train.config import RENAMED, load_config, names
 
-    names = {f.name for f in dataclasses.fields(TrainConfig)} | set(RENAMED)
-    overrides = {k: v for k, v in vars(args).items() if k in names and k != "env"}  # flags given
+    known = set(names()) | set(RENAMED)
+    overrides = {k: v for k, v in vars(args).items() if k in known and k != "env"}  # flags given
     if getattr(args, "env", None):
         overrides["env"] = args.env
     with warnings.catch_warnings(record=True) as notes:

@@ -51,9 +51,9 @@ def eval_sets(
 ) -> list[EvalSet]:
     """The evaluation sets of `cfg`; with several processes, each plays every `world`-th task."""
     out = []
-    for extra, args in zip(cfg.eval_env_args or [{}], cfg.eval_sets):
+    for extra, args in zip(cfg.eval.env_args or [{}], cfg.eval_sets):
         env = load_env(args)
-        tasks = env.tasks("eval")[: cfg.eval_tasks]
+        tasks = env.tasks("eval")[: cfg.eval.tasks]
         out.append(EvalSet(eval_label(extra), env, tasks[rank::world], args, size=len(tasks)))
     return out
 

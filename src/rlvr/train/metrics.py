@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import Any
+import time
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 from rlvr.envs.multiturn import MultiTurnEnv
 from rlvr.summary import summarize
@@ -18,6 +20,53 @@ from rlvr.train.logging import metric_name
 from rlvr.types import Rollout
 
 _NO_STATS = {"mean": math.nan, "std": math.nan}
+
+
+class Sums(Protocol):
+    """Sums over every process (`rlvr.train.distributed.Dist`)."""
+
+    def sum(self, values: list[float]) -> list[float]: ...
+
+
+def step_metrics(
+    rollouts: list[Rollout],
+    env: MultiTurnEnv[Any],
+    group_size: int,
+    dist: Sums,
+    *,
+    train_stats: Mapping[str, float],
+    split: int,
+    kept_groups: float,
+    scored: list[float] | None,
+    restart_metrics: Mapping[str, float],
+    lr: float,
+    gen_counts: Mapping[str, float],
+    times: Mapping[str, float],
+) -> dict[str, float]:
+    """Everything a training step logs (docs/training.md lists each name).
+
+    `rollouts`: every process's; `split`: this process's rollouts cut into several sequences;
+    `scored`: this process's turn scores (None without turn_credit); `times`: seconds of
+    `rollouts`, `train` and `weight_sync`, and the `start` of the step (time.monotonic)."""
+    metrics = rollout_metrics(rollouts, env, group_size)
+    metrics.update(train_stats)
+    metrics["rollout/split_frac"] = dist.sum([split])[0] / max(len(rollouts), 1)
+    metrics["batch/kept_groups_frac"] = kept_groups
+    if scored is not None:
+        n_scored, total = dist.sum([float(len(scored)), math.fsum(scored)])
+        metrics["turn/scored"] = n_scored
+        metrics["turn/score_mean"] = total / n_scored if n_scored else math.nan
+    metrics.update(restart_metrics)
+    metrics["optim/lr"] = lr
+    metrics["time/weight_sync"] = times["weight_sync"]
+    metrics.update(gen_counts)
+    step_s = time.monotonic() - times["start"]
+    timing = timing_metrics(
+        rollouts, rollouts_s=times["rollouts"], train_s=times["train"], step_s=step_s,
+        tokens_processed=metrics["tokens/processed"],
+    )  # fmt: skip
+    metrics.update(timing)
+    return metrics
 
 
 def reward_metrics(summary: dict[str, Any], rollouts: list[Rollout], env: MultiTurnEnv[Any]) -> dict[str, float]:

@@ -100,9 +100,9 @@ class UpdateSettings:
         """The settings of `cfg`; `bf16` as resolved for the device (`use_bf16`), else `cfg.bf16`
         as given (unset: off)."""
         loss_cfg = LossConfig(
-            clip_eps=cfg.clip_eps,
-            clip_eps_high=cfg.clip_eps_high,
-            max_is_weight=cfg.max_is_weight,
+            clip_eps=cfg.objective.clip_eps,
+            clip_eps_high=cfg.objective.clip_eps_high,
+            max_is_weight=cfg.objective.max_is_weight,
             kl_coef=cfg.kl_coef,
             norm_len=cfg.max_tokens,
         )
@@ -110,14 +110,14 @@ class UpdateSettings:
             loss=cfg.loss,
             loss_cfg=loss_cfg,
             minibatches=cfg.minibatches,
-            micro_batch_size=cfg.micro_batch_size,
+            micro_batch_size=cfg.compute.micro_batch_size,
             temperature=cfg.temperature,
-            bf16=bool(cfg.bf16) if bf16 is None else bf16,
+            bf16=bool(cfg.compute.bf16) if bf16 is None else bf16,
             max_grad_norm=cfg.max_grad_norm,
             pad_id=pad_id,
-            pack_sequences=cfg.pack_sequences,
-            gradient_checkpointing=cfg.gradient_checkpointing,
-            compile_blocks=cfg.compile_blocks,
+            pack_sequences=cfg.compute.pack_sequences,
+            gradient_checkpointing=cfg.compute.gradient_checkpointing,
+            compile_blocks=cfg.compute.compile_blocks,
         )
 
 
