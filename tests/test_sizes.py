@@ -28,8 +28,6 @@ MAX_FUNCTION_LINES = 80
 RESHAPED = "being reshaped by issue 65 (trainer65/envproto65 branches)"
 
 ALLOWED: dict[str, str] = {
-    "src/rlvr/train/grpo.py": RESHAPED,
-    "src/rlvr/train/config.py": RESHAPED,
 }
 """Files (relative to the repository root) let off the size budget, module and functions alike."""
 

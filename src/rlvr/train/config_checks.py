@@ -11,14 +11,14 @@ import math
 import types
 import typing
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rlvr.errors import UsageError
 from rlvr.train.fields import LR_SCHEDULES
 from rlvr.train.loss_specs import SPECS
 
-if TYPE_CHECKING:
-    from rlvr.train.config import TrainConfig
+TrainConfig = Any
+"""`rlvr.train.config.TrainConfig`, which imports this module (so it is not imported here)."""
 
 
 def need(ok: bool, message: str) -> None:
