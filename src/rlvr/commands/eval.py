@@ -348,11 +348,13 @@ def _run_with_progress(
     *,
     quiet: bool,
 ) -> None:
+    from rlvr.commands.turns import CountingClient
     from rlvr.engine import run_rollouts
     from rlvr.progress import Progress
 
     scored, reward_sum = 0, 0.0
-    with Progress("rollouts", total, completed=len(done), quiet=quiet) as progress:
+    counted = CountingClient(client)
+    with Progress("rollouts", total, completed=len(done), quiet=quiet, activity=counted.activity) as progress:
 
         def on_rollout(rollout: Any) -> None:
             nonlocal scored, reward_sum
@@ -367,7 +369,7 @@ def _run_with_progress(
             try:
                 await run_rollouts(
                     env,
-                    client,
+                    counted,
                     tasks,
                     rollouts_per_task=args.rollouts,
                     concurrency=args.concurrency,

@@ -156,11 +156,13 @@ def _play(
     sampling: Any,
     on_rollout: Any,
 ) -> None:
+    from rlvr.commands.turns import CountingClient
     from rlvr.engine import run_rollouts
     from rlvr.progress import Progress
 
     kept = 0
-    with Progress("rollouts", len(tasks) * args.rollouts, quiet=args.quiet) as progress:
+    counted = CountingClient(client)
+    with Progress("rollouts", len(tasks) * args.rollouts, quiet=args.quiet, activity=counted.activity) as progress:
 
         def record(rollout: Any) -> None:
             nonlocal kept
@@ -172,7 +174,7 @@ def _play(
                 client,
                 run_rollouts(
                     env,
-                    client,
+                    counted,
                     tasks,
                     rollouts_per_task=args.rollouts,
                     concurrency=args.concurrency,
