@@ -22,7 +22,7 @@ class CountingClient:
     >>> client = CountingClient(Policy(lambda messages, rng: "hi", name="echo"))
     >>> _ = asyncio.run(client.chat([{"role": "user", "content": "x"}], SamplingArgs()))
     >>> client.name, client.activity()
-    ('echo', 'turns 1 done, 0 in flight')
+    ('policy:echo', 'turns 1 done, 0 in flight')
     """
 
     def __init__(self, client: Any) -> None:
