@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from rlvr.cpu_threads import available_cores, choose_for_process, chosen_threads
+from rlvr.clients.cpu_threads import available_cores, choose_for_process, chosen_threads
 from rlvr.errors import UsageError
 
 
-def test_half_the_available_cores_with_passive_waiting_unless_the_person_chose() -> None:
+def test_a_thread_a_core_with_passive_waiting_unless_the_person_chose() -> None:
     environ: dict[str, str] = {}
     threads = choose_for_process(environ)
-    assert threads == max(1, min(8, available_cores() // 2))
+    assert threads == min(8, available_cores())
     assert environ == {"OMP_NUM_THREADS": str(threads), "OMP_WAIT_POLICY": "PASSIVE"}
     mine = {"OMP_NUM_THREADS": "3", "OMP_WAIT_POLICY": "ACTIVE"}
     assert choose_for_process(mine) is None and mine == {"OMP_NUM_THREADS": "3", "OMP_WAIT_POLICY": "ACTIVE"}

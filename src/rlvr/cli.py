@@ -4,7 +4,7 @@
 Flags are never abbreviated (`--temp` is not `--temperature`: an unknown flag is refused with the
 closest real one), and a renamed flag keeps working with a note on stderr
 (`rlvr.deprecation.renamed_flag`). Before any command runs, torch's CPU threads are chosen so
-that a busy machine is not oversubscribed (`rlvr.cpu_threads`).
+that a busy machine is not oversubscribed (`rlvr.clients.cpu_threads`).
 """
 
 from __future__ import annotations
@@ -149,7 +149,7 @@ def _main(argv: list[str] | None) -> int:
     main_thread = threading.current_thread() is threading.main_thread()  # (signals go to the main thread)
     on_term = signal.signal(signal.SIGTERM, _terminate) if main_thread else None
     try:
-        from rlvr.cpu_threads import choose_for_process
+        from rlvr.clients.cpu_threads import choose_for_process
 
         choose_for_process()  # (before a command imports torch)
         return int(args.run(args) or 0)

@@ -19,7 +19,7 @@ import torch
 from safetensors import SafetensorError
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
-from rlvr.cpu_threads import apply_to_torch
+from rlvr.clients.cpu_threads import apply_to_torch
 from rlvr.errors import ModelError, UsageError
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -32,7 +32,7 @@ def load_pretrained(path_or_id: str, device: str | None, dtype: str | None) -> t
     """The model (on `device`, in eval mode) and tokenizer saved at `path_or_id` (a folder or a
     hub id); `ModelError` in one line when there is none. `device` None: CUDA when available;
     `dtype` None: bfloat16 on CUDA, float32 on CPU. On the CPU, torch's thread count is chosen
-    first unless the person chose it (`rlvr.cpu_threads`: a busy machine is not oversubscribed)."""
+    first unless the person chose it (`rlvr.clients.cpu_threads`: a busy machine is not oversubscribed)."""
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cpu":
         apply_to_torch()

@@ -1,14 +1,16 @@
-"""How many threads torch's CPU kernels use: few enough that a busy machine is not oversubscribed.
+"""How torch's CPU kernels use threads: so that a busy machine is not oversubscribed.
 
-Torch starts one intra-op thread per core and its OpenMP threads spin while they wait for each
-other. With another process on a core they spin against it: on a 2-core machine beside two busy
-loops, 10 greedy tic-tac-toe games of the tiny model took 12x longer with torch's default than
-with one thread (docs/evaluation.md). So, unless the person has chosen:
+Torch starts one intra-op thread per core, and its OpenMP threads spin while they wait for each
+other; with other processes on the cores they spin against them. Measured on a 2-core machine
+that other work kept at load 12-19, beside two busy loops, 10 greedy tic-tac-toe games of
+`models/tictactoe-tiny` (`rlvr eval tictactoe -n 10 -r 1 -T 0`) took 1,144 s with torch's
+default, 119-250 s (7 runs) with one thread, and 80-102 s (4 runs) with two threads that sleep
+while they wait (`OMP_WAIT_POLICY=PASSIVE`). So, unless the person has chosen:
 
 - `RLVR_NUM_THREADS=N` sets the thread count (it wins over everything else);
 - `OMP_NUM_THREADS` (or `MKL_NUM_THREADS`) set: their choice stands, untouched;
-- otherwise half the cores this process may run on (`os.sched_getaffinity`), at least 1, at
-  most `MAX_DEFAULT`, with `OMP_WAIT_POLICY=PASSIVE` (waiting threads sleep) unless set.
+- otherwise one thread per core this process may run on (`os.sched_getaffinity`), at most
+  `MAX_DEFAULT`; and `OMP_WAIT_POLICY=PASSIVE` unless it is set.
 
 The CLI applies this before torch is imported (`choose_for_process`: through the environment,
 which child processes inherit too); `LocalModel`'s loader applies it to an already imported
@@ -41,7 +43,7 @@ def chosen_threads(environ: Mapping[str, str] | None = None, cores: int | None =
     `MKL_NUM_THREADS` themselves, which then stand.
 
     >>> chosen_threads({}, cores=2), chosen_threads({}, cores=16), chosen_threads({}, cores=1)
-    (1, 8, 1)
+    (2, 8, 1)
     >>> chosen_threads({"OMP_NUM_THREADS": "4"}, cores=2) is None, chosen_threads({"RLVR_NUM_THREADS": "3"}, cores=2)
     (True, 3)
     """
@@ -56,7 +58,7 @@ def chosen_threads(environ: Mapping[str, str] | None = None, cores: int | None =
     if "OMP_NUM_THREADS" in environ or "MKL_NUM_THREADS" in environ:
         return None
     cores = available_cores() if cores is None else cores
-    return max(1, min(MAX_DEFAULT, cores // 2))
+    return max(1, min(MAX_DEFAULT, cores))
 
 
 def choose_for_process(environ: MutableMapping[str, str] | None = None) -> int | None:
