@@ -112,12 +112,17 @@ class Progress:
 
     def _beat(self) -> None:
         """The heartbeat: a line whenever `interval_s` passes without one (a bar: its activity)."""
-        while not self._stop.wait(min(1.0, self.interval_s / 4)):
+        wait = min(1.0, self.interval_s / 4)  # a bar: how often its activity is refreshed
+        while not self._stop.wait(wait):
             with self._lock:
                 if self._bar is not None:
                     self._bar.update(self._task, description=self._described())
-                elif self.plain and self.clock() - self._last >= self.interval_s:
+                    continue
+                left = self._last + self.interval_s - self.clock()
+                if self.plain and left <= 0:
                     self._print(self.clock())
+                    left = self.interval_s
+                wait = max(left, 0.01)  # wake at the next deadline: no gap over `interval_s`
 
     def _described(self) -> str:
         return "  ".join(part for part in (self.label, self._status, self._activity()) if part)
