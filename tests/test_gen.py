@@ -120,14 +120,14 @@ def test_keeps_rollouts_passing_the_filter_and_says_why_others_dropped(envs, tmp
 
 def test_without_filter_keeps_every_rollout_but_errors(envs, tmp_path, capsys) -> None:
     out = tmp_path / "all.jsonl"
-    assert main(["gen", "echo", "-m", "policy:shout", "-n", "4", "-q", "-o", str(out)]) == 0
+    assert main(["gen", "echo", "-m", "policy:shout", "-n", "4", "-q", "-d", str(out)]) == 0
     assert [r["task_id"] for r in _lines(out)] == ["a", "bb", "cccc", "dd"]
     assert "kept 4 of 4 rollouts" in capsys.readouterr().out
 
 
 def test_tool_environments_record_their_tool_schemas(envs, tmp_path) -> None:
     out = tmp_path / "tools.jsonl"
-    assert main(["gen", "tooly", "-m", "policy:plain", "-q", "-o", str(out)]) == 0
+    assert main(["gen", "tooly", "-m", "policy:plain", "-q", "-d", str(out)]) == 0
     [row] = _lines(out)
     assert row["tools"][0]["function"]["name"] == "lookup"
 
@@ -147,7 +147,7 @@ def test_unknown_filter_name_fails_before_playing(envs, tmp_path, capsys) -> Non
             "echo",
             "-m",
             "policy:shout",
-            "-o",
+            "-d",
             str(tmp_path / "x.jsonl"),
             "--filter",
             "corect == 1",
@@ -160,18 +160,18 @@ def test_unknown_filter_name_fails_before_playing(envs, tmp_path, capsys) -> Non
 def test_bad_filter_syntax_and_existing_output_are_one_line_errors(envs, tmp_path, capsys) -> None:
     out = tmp_path / "x.jsonl"
     assert "bad filter" in _error(
-        capsys, ["gen", "echo", "-m", "policy:shout", "-o", str(out), "--filter", "correct >"]
+        capsys, ["gen", "echo", "-m", "policy:shout", "-d", str(out), "--filter", "correct >"]
     )
     out.write_text("precious\n")
-    assert "already exists" in _error(capsys, ["gen", "echo", "-m", "policy:shout", "-o", str(out)])
+    assert "already exists" in _error(capsys, ["gen", "echo", "-m", "policy:shout", "-d", str(out)])
     assert out.read_text() == "precious\n"
-    assert main(["gen", "echo", "-m", "policy:shout", "-q", "-o", str(out), "--overwrite", "-n", "1"]) == 0
+    assert main(["gen", "echo", "-m", "policy:shout", "-q", "-d", str(out), "--overwrite", "-n", "1"]) == 0
     assert len(_lines(out)) == 1
 
 
 def test_nothing_kept_exits_non_zero(envs, tmp_path, capsys) -> None:
     out = tmp_path / "none.jsonl"
-    assert main(["gen", "echo", "-m", "policy:shout", "-q", "-o", str(out), "--filter", "reward > 10"]) == 1
+    assert main(["gen", "echo", "-m", "policy:shout", "-q", "-d", str(out), "--filter", "reward > 10"]) == 1
     assert "kept 0 of 5 rollouts" in capsys.readouterr().out
 
 
@@ -196,7 +196,7 @@ def test_local_model_directory_plays_through_the_batched_client(envs, tmp_path, 
                     "-t",
                     "8",
                     "-q",
-                    "-o",
+                    "-d",
                     str(out),
                     "--filter",
                     "reward >= 0",
@@ -214,13 +214,13 @@ def test_local_model_directory_plays_through_the_batched_client(envs, tmp_path, 
 
 def test_a_folder_that_holds_no_model_is_a_one_line_error(envs, tmp_path, capsys) -> None:
     (tmp_path / "empty").mkdir()
-    err = _error(capsys, ["gen", "echo", "-m", str(tmp_path / "empty"), "-o", str(tmp_path / "x.jsonl")])
+    err = _error(capsys, ["gen", "echo", "-m", str(tmp_path / "empty"), "-d", str(tmp_path / "x.jsonl")])
     assert "cannot load a causal language model from" in err
 
 
 def test_any_text_is_written_as_strict_utf8_json(envs, tmp_path) -> None:
     """Lone surrogates (valid JSON a model may send, not UTF-8) are written as their escape."""
     out = tmp_path / "odd.jsonl"
-    assert main(["gen", "hostile", "-m", "policy:odd", "-q", "-o", str(out)]) == 0
+    assert main(["gen", "hostile", "-m", "policy:odd", "-q", "-d", str(out)]) == 0
     [row] = [json.loads(line) for line in out.read_bytes().decode("utf-8").splitlines()]
     assert [m["content"] for m in row["messages"]] == ["q\ud800", "\udfff\x00"]

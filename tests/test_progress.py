@@ -22,7 +22,7 @@ class Clock:
 
 def test_plain_lines_every_tenth_after_a_quiet_spell_and_at_the_end() -> None:
     out, clock = io.StringIO(), Clock()
-    with Progress("rollouts", 25, stream=out, clock=clock) as progress:  # every = 25 // 10 = 2
+    with Progress("rollouts", 25, stream=out, clock=clock, heartbeat=False) as progress:  # every = 25 // 10 = 2
         for i in range(25):
             clock.now += 1.0 if i != 4 else 40.0  # the fifth item comes after a 40 s wait
             progress.advance(status=f"reward {i / 10:.1f}")
@@ -37,7 +37,7 @@ def test_no_total_gives_a_count_every_interval() -> None:
     """A walk whose size is found as it goes (the exact evaluation's game tree): no percentage,
     no count-based lines, a line at the first item `interval_s` after the last one."""
     out, clock = io.StringIO(), Clock()
-    with Progress("games played", None, stream=out, clock=clock) as progress:
+    with Progress("games played", None, stream=out, clock=clock, heartbeat=False) as progress:
         for _ in range(100):
             clock.now += 1.0  # one game a second
             progress.advance()
@@ -118,3 +118,69 @@ def test_model_new_prints_one_line_and_nothing_with_quiet(bars_on, capfd, tmp_pa
     assert main(["model", "new", "-q", "-o", str(tmp_path / "quiet")]) == 0
     assert capfd.readouterr() == ("", "")
     assert (tmp_path / "quiet" / "config.json").is_file()
+
+
+def test_a_heartbeat_line_comes_while_no_item_finishes() -> None:
+    """Items slower than the interval (rollouts finishing together, a CPU training step): the
+    heartbeat prints the line anyway, with what `activity` says moved meanwhile."""
+    import time
+
+    out, calls = io.StringIO(), []
+
+    def activity() -> str:
+        calls.append(1)
+        return f"turns {len(calls)} done"
+
+    with Progress("rollouts", 2, stream=out, interval_s=0.05, activity=activity) as progress:
+        time.sleep(0.6)  # nothing finishes for 12 intervals
+        progress.advance(status="reward 1.000")
+    lines = out.getvalue().splitlines()
+    waiting = [line for line in lines if line.startswith("rollouts 0/2 (0%)  turns ")]
+    assert len(waiting) >= 3, lines
+    assert lines[-1].startswith("rollouts 1/2 (50%)  reward 1.000  turns "), lines
+    quiet = io.StringIO()
+    with Progress("rollouts", 2, stream=quiet, interval_s=0.05, quiet=True, activity=activity):
+        time.sleep(0.2)
+    assert quiet.getvalue() == ""
+
+
+def test_eval_with_a_slow_client_prints_turns_before_any_rollout_ends(capsys, monkeypatch, tmp_path) -> None:
+    """A model slower than the interval: lines come while no rollout has finished, and they count
+    the model's turns (the engine does not know about progress: the command counts them)."""
+    import asyncio
+
+    import rlvr.progress
+    import rlvr.registry
+    from rlvr import Policy, Rubric, SingleTurnEnv
+
+    def done(completion) -> float:
+        return 1.0
+
+    def load(name, **env_args):
+        env = SingleTurnEnv([{"id": "0", "question": "q", "answer": "a"}], rubric=Rubric([done]))
+
+        async def slow(messages, rng):
+            await asyncio.sleep(0.6)
+            return "a"
+
+        env.policies = lambda: {"slow": lambda: Policy(slow, name="slow")}
+        env.name, env.env_args = name, dict(env_args)
+        return env
+
+    monkeypatch.setattr(rlvr.registry, "load_environment", load)
+    monkeypatch.setattr(rlvr.progress, "INTERVAL_S", 0.1)
+    for command, extra in (("eval", ["-n", "1", "-r", "2"]), ("gen", ["-n", "1", "-r", "2"])):
+        out = tmp_path / command
+        argv = [
+            command,
+            "slow",
+            "-m",
+            "policy:slow",
+            *extra,
+            "-o",
+            str(out / "data.jsonl" if command == "gen" else out),
+        ]
+        assert main(argv) == 0
+        lines = capsys.readouterr().out.splitlines()
+        waiting = [line for line in lines if line.startswith("rollouts 0/2 (0%)  turns 0 done, 2 in flight")]
+        assert len(waiting) >= 2, (command, lines)

@@ -192,7 +192,7 @@ def test_malformed_lines_are_reported_by_number(tiny_dir, tmp_path, capsys) -> N
         str(bad),
         "-o",
         str(tmp_path / "r"),
-        "--max-steps",
+        "--steps",
         "1",
         "--eval-fraction",
         "0",
@@ -209,7 +209,7 @@ def test_malformed_lines_are_reported_by_number(tiny_dir, tmp_path, capsys) -> N
 
 
 def test_hostile_lines_are_one_line_errors_and_lone_surrogates_train(tiny_dir, tmp_path, capsys) -> None:
-    argv = ["sft", "-m", str(tiny_dir), "--max-steps", "1", "--eval-fraction", "0", "-q"]
+    argv = ["sft", "-m", str(tiny_dir), "--steps", "1", "--eval-fraction", "0", "-q"]
     for i, (messages, expected) in enumerate(
         [
             ([{"role": "assistant"}], "line 1: message 0 (assistant) has neither content nor tool_calls"),
@@ -231,7 +231,7 @@ def test_hostile_lines_are_one_line_errors_and_lone_surrogates_train(tiny_dir, t
 
 
 def test_bad_input_is_one_line(tiny_dir, data, tmp_path, capsys) -> None:
-    base = ["sft", "-d", str(data), "--max-steps", "1", "-q"]
+    base = ["sft", "-d", str(data), "--steps", "1", "-q"]
     assert "cannot load a tokenizer" in _error(capsys, base + ["-m", str(tmp_path / "nope"), "-o", str(tmp_path / "x")])
     assert "does not exist" in _error(
         capsys,

@@ -1,16 +1,24 @@
 """The `rlvr` command line. Each subcommand is a module of `rlvr.commands` exposing
-`add_parser(subparsers)` and `run(args) -> int`; heavy imports happen inside `run`."""
+`add_parser(subparsers)` and `run(args) -> int`; heavy imports happen inside `run`.
+
+Flags are never abbreviated (`--temp` is not `--temperature`: an unknown flag is refused with the
+closest real one), and a renamed flag keeps working with a note on stderr
+(`rlvr.deprecation.renamed_flag`). Before any command runs, torch's CPU threads are chosen so
+that a busy machine is not oversubscribed (`rlvr.clients.cpu_threads`).
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import difflib
 import importlib
 import importlib.util
 import os
 import signal
 import sys
 import threading
+import warnings
 
 from rlvr.errors import RlvrError
 
@@ -21,6 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rlvr",
         description="Reinforcement learning with verifiable rewards for language models.",
+        allow_abbrev=False,
     )
     parser.add_argument("--version", action="version", version=f"rlvr {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -29,7 +38,33 @@ def build_parser() -> argparse.ArgumentParser:
             continue
         module = importlib.import_module(f"rlvr.commands.{name}")
         module.add_parser(sub)
+    for command in _parsers(parser):
+        command.allow_abbrev = False  # (read when parsing: every command's parser, however it was made)
     return parser
+
+
+def _parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """`parser` and every parser under it (commands, and actions like `rlvr model new`)."""
+    found = [parser]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in dict.fromkeys(action.choices.values()):  # (aliases name one parser twice)
+                found.extend(_parsers(child))
+    return found
+
+
+def _closest_flag(parser: argparse.ArgumentParser, command: str, unknown: list[str]) -> str:
+    """ "; did you mean --temperature?" for the first unknown `--flag` close to one of `command`'s."""
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[command]
+    flags = [flag for action in sub._actions for flag in action.option_strings if flag.startswith("--")]
+    for arg in unknown:
+        name = arg.split("=", 1)[0]
+        if not name.startswith("--"):
+            continue
+        close = [f for f in flags if f.startswith(name)] or difflib.get_close_matches(name, flags, n=1, cutoff=0.8)
+        if close:
+            return f"; did you mean {' or '.join(close[:3])}?"
+    return ""
 
 
 def _version() -> str:
@@ -89,7 +124,9 @@ def _stderr_is_terminal() -> bool:
 
 def _main(argv: list[str] | None) -> int:
     parser = build_parser()
-    args, unknown = parser.parse_known_args(argv)
+    with warnings.catch_warnings(record=True) as notes:  # renamed flags (`deprecation.renamed_flag`)
+        warnings.simplefilter("always", DeprecationWarning)
+        args, unknown = parser.parse_known_args(argv)
     if not getattr(args, "command", None):
         if unknown:
             parser.error(f"unrecognized arguments: {' '.join(unknown)}")
@@ -97,10 +134,14 @@ def _main(argv: list[str] | None) -> int:
         return 2
     if unknown:
         print(
-            f"rlvr {args.command}: error: unrecognized arguments: {' '.join(unknown)}; see `rlvr {args.command} --help`",
+            f"rlvr {args.command}: error: unrecognized arguments: {' '.join(unknown)}"
+            f"{_closest_flag(parser, args.command, unknown)}; see `rlvr {args.command} --help`",
             file=sys.stderr,
         )
         return 2
+    for note in notes:
+        if issubclass(note.category, DeprecationWarning):
+            print(f"rlvr {args.command}: note: {note.message}", file=sys.stderr)
     if getattr(args, "quiet", False) or not _stderr_is_terminal():
         from rlvr.progress import silence_third_party_bars
 
@@ -108,6 +149,9 @@ def _main(argv: list[str] | None) -> int:
     main_thread = threading.current_thread() is threading.main_thread()  # (signals go to the main thread)
     on_term = signal.signal(signal.SIGTERM, _terminate) if main_thread else None
     try:
+        from rlvr.clients.cpu_threads import choose_for_process
+
+        choose_for_process()  # (before a command imports torch)
         return int(args.run(args) or 0)
     except RlvrError as exc:
         print(f"rlvr {args.command}: error: {exc}", file=sys.stderr)

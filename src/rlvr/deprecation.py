@@ -7,10 +7,13 @@
 
 The old names stay in the function's signature (as keyword-only parameters), so that callers
 which check arguments against it, like `rlvr.registry.load_environment`, accept them.
+
+Command-line flags the same way: `renamed_flag(parser, "--max-steps", "--steps", dest=...)`.
 """
 
 from __future__ import annotations
 
+import argparse
 import functools
 import inspect
 import warnings
@@ -72,3 +75,31 @@ def renamed_arguments(**renames: str) -> Callable[[F], F]:
         return wrapper  # type: ignore[return-value]
 
     return decorate
+
+
+def renamed_flag(parser: argparse.ArgumentParser, old: str, new: str, *, dest: str, **kwargs: Any) -> None:
+    """Accept the command-line flag `old` as a hidden spelling of `new` (same `dest`), with a
+    `DeprecationWarning` naming `new` when it is used; the CLI prints it as one note on stderr
+    and the command runs on. `kwargs` are `add_argument`'s (type, metavar, nargs=0 for a switch).
+
+    >>> parser = argparse.ArgumentParser()
+    >>> _ = parser.add_argument("--steps", dest="steps", type=int)
+    >>> renamed_flag(parser, "--max-steps", "--steps", dest="steps", type=int)
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     parser.parse_args(["--max-steps", "5"]).steps, str(caught[0].message)
+    (5, '--max-steps is deprecated; use --steps')
+    """
+    parser.add_argument(old, dest=dest, action=_RenamedFlag, new=new, help=argparse.SUPPRESS, **kwargs)
+
+
+class _RenamedFlag(argparse.Action):
+    """Store the value as `new` would, after a `DeprecationWarning`."""
+
+    def __init__(self, option_strings: list[str], dest: str, *, new: str, **kwargs: Any) -> None:
+        self.new = new
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option_string: str | None = None) -> None:
+        warnings.warn(f"{option_string} is deprecated; use {self.new}", DeprecationWarning, stacklevel=2)
+        setattr(namespace, self.dest, values)

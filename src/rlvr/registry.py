@@ -44,6 +44,20 @@ def entry_point(name: str) -> EntryPoint | None:
     return next((eps[n] for n in (name, name.replace("-", "_"), name.replace("_", "-")) if n in eps), None)
 
 
+def install_hint(name: str) -> str:
+    """How to install environment `name`: from `environments/NAME` where this folder has one (a
+    checkout of rlvr), else from wherever its package is (`rlvr init` writes one anywhere)."""
+    from pathlib import Path
+
+    for folder in (Path("environments") / name, Path("environments") / name.replace("-", "_"), Path(name)):
+        if (folder / "pyproject.toml").is_file():
+            return f"install its package with `pip install -e {folder}`"
+    return (
+        "install its package with `pip install -e PATH`, PATH being the folder of its pyproject.toml "
+        f"(`rlvr init {name}` makes one)"
+    )
+
+
 def load_environment(name: str, **env_args: Any) -> MultiTurnEnv[Any]:
     """Load an installed environment by name with its arguments (`my-env` and `my_env` name the
     same one when only one of them is installed)."""
@@ -53,17 +67,17 @@ def load_environment(name: str, **env_args: Any) -> MultiTurnEnv[Any]:
     if name not in eps:
         installed = ", ".join(sorted(eps)) or "none"
         close = difflib.get_close_matches(name, list(eps), n=1)
-        fix = (
-            f"did you mean {close[0]!r}?" if close else f"install its package with `pip install -e environments/{name}`"
-        )
+        fix = f"did you mean {close[0]!r}?" if close else install_hint(name)
         raise EnvNotFoundError(f"no environment named {name!r} is installed (installed: {installed}); {fix}")
     loader = eps[name].load()
     params = inspect.signature(loader).parameters
     takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
     unknown = [k for k in env_args if k not in params] if not takes_any else []
     if unknown:
-        accepted = ", ".join(p for p in params if params[p].kind is not params[p].VAR_KEYWORD)
-        raise UsageError(f"environment {name!r} takes no argument {unknown[0]!r}; it accepts: {accepted}")
+        names = [p for p in params if params[p].kind is not params[p].VAR_KEYWORD]
+        close = difflib.get_close_matches(unknown[0], names, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise UsageError(f"environment {name!r} takes no argument {unknown[0]!r}; {hint}it accepts: {', '.join(names)}")
     try:
         env = loader(**env_args)
     except RlvrError:

@@ -19,6 +19,7 @@ import torch
 from safetensors import SafetensorError
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
+from rlvr.clients.cpu_threads import apply_to_torch
 from rlvr.errors import ModelError, UsageError
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -30,8 +31,11 @@ truncated or corrupt weights file)."""
 def load_pretrained(path_or_id: str, device: str | None, dtype: str | None) -> tuple[Any, PreTrainedTokenizerBase]:
     """The model (on `device`, in eval mode) and tokenizer saved at `path_or_id` (a folder or a
     hub id); `ModelError` in one line when there is none. `device` None: CUDA when available;
-    `dtype` None: bfloat16 on CUDA, float32 on CPU."""
+    `dtype` None: bfloat16 on CUDA, float32 on CPU. On the CPU, torch's thread count is chosen
+    first unless the person chose it (`rlvr.clients.cpu_threads`: a busy machine is not oversubscribed)."""
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cpu":
+        apply_to_torch()
     if dtype is not None and dtype not in DTYPES:
         raise UsageError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
     torch_dtype = DTYPES[dtype] if dtype else (torch.bfloat16 if device.startswith("cuda") else torch.float32)
@@ -39,6 +43,8 @@ def load_pretrained(path_or_id: str, device: str | None, dtype: str | None) -> t
     if looks_local and not Path(path_or_id).expanduser().is_dir():
         raise ModelError(f"no model folder at {path_or_id}; pass a folder written by save_pretrained or a hub id")
     path = str(Path(path_or_id).expanduser()) if looks_local else path_or_id
+    if looks_local:
+        check_not_a_run(path_or_id)
     try:
         model: Any = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
         tokenizer = AutoTokenizer.from_pretrained(path)
@@ -46,6 +52,23 @@ def load_pretrained(path_or_id: str, device: str | None, dtype: str | None) -> t
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ModelError(f"cannot load a causal language model from {path_or_id}: {detail}") from None
     return model.to(device).eval(), tokenizer
+
+
+def check_not_a_run(folder: str) -> None:
+    """A `ModelError` naming the model inside when `folder` is a training run's folder (what
+    `rlvr sft` and `rlvr train` write: the model is its final/, or a checkpoint's model/)."""
+    run = Path(folder).expanduser()
+    if (run / "config.json").is_file():
+        return
+    if (run / "final" / "config.json").is_file():
+        raise ModelError(f"{folder} is a training run's folder, not a model; did you mean {Path(folder) / 'final'}?")
+    steps = sorted(p for p in (run / "checkpoints").glob("step_*") if (p / "model" / "config.json").is_file())
+    if steps:
+        last = Path(folder) / "checkpoints" / steps[-1].name / "model"
+        raise ModelError(
+            f"{folder} is a training run's folder with no final/ model yet (still running, or stopped: "
+            f"--resume continues it); its last checkpoint's model is {last}"
+        )
 
 
 def keep_freed_blocks(limit: int = 1 << 30) -> bool:

@@ -30,6 +30,7 @@ from rlvr.commands.sampling import (
     parse_sampling_args,
     reply_limit,
     tasks_and_sampling,
+    temperature_line,
 )
 from rlvr.errors import RlvrError, UsageError
 
@@ -127,15 +128,16 @@ def parse_env_args(text: str) -> dict[str, Any]:
     return json_object("-a", text, '{"seed": 1}')
 
 
-def check_positive(name: str, value: int | float | None, *, allow: tuple[Any, ...] = ()) -> None:
-    if value is not None and value not in allow and value <= 0:
+def check_positive(name: str, value: int | float | None) -> None:
+    if value is not None and value <= 0:
         raise UsageError(f"{name} must be positive, got {value}")
 
 
 def check_run_args(args: argparse.Namespace) -> None:
     """The flags shared by eval and gen: -n, -r, -c, -t, -T, and -S (parsed into `sampling_json`)."""
     args.sampling_json = parse_sampling_args(args.sampling_args)
-    check_positive("-n", args.num_tasks, allow=(-1,))
+    if args.num_tasks is not None and args.num_tasks != -1 and args.num_tasks <= 0:
+        raise UsageError(f"-n must be a positive number of tasks, or -1 for all of them; got {args.num_tasks}")
     check_positive("-r", args.rollouts)
     check_positive("-c", args.concurrency)
     check_positive("-t", args.max_tokens)
@@ -267,6 +269,7 @@ def run(args: argparse.Namespace) -> int:
     earlier = summary.rollouts
     total = len(tasks) * args.rollouts
     print(run_header(args.env, model, len(tasks), args.rollouts, sampling), flush=True)
+    print(temperature_line(args, sampling), flush=True)
     start = time.monotonic()
     _run_with_progress(env, client, tasks, args, sampling, run_dir, done, total, count, quiet=args.quiet)
     elapsed = time.monotonic() - start
@@ -365,11 +368,13 @@ def _run_with_progress(
     *,
     quiet: bool,
 ) -> None:
+    from rlvr.commands.turns import CountingClient
     from rlvr.engine import run_rollouts
     from rlvr.progress import Progress
 
     scored, reward_sum = 0, 0.0
-    with Progress("rollouts", total, completed=len(done), quiet=quiet) as progress:
+    counted = CountingClient(client)
+    with Progress("rollouts", total, completed=len(done), quiet=quiet, activity=counted.activity) as progress:
 
         def on_rollout(rollout: Any) -> None:
             nonlocal scored, reward_sum
@@ -384,7 +389,7 @@ def _run_with_progress(
             try:
                 await run_rollouts(
                     env,
-                    client,
+                    counted,
                     tasks,
                     rollouts_per_task=args.rollouts,
                     concurrency=args.concurrency,

@@ -1,5 +1,8 @@
-"""`rlvr gen ENV -m MODEL -o FILE`: play an environment, keep the good rollouts as a chat dataset.
+"""`rlvr gen ENV -m MODEL -o DIR`: play an environment, keep the good rollouts as a chat dataset.
 
+The dataset is DIR/data.jsonl (-o names a folder, as in every command), or the file -d FILE
+(the flag `rlvr sft` reads it with: `rlvr gen ... -d teacher.jsonl`, `rlvr sft -d teacher.jsonl`).
+An -o ending in .jsonl is the earlier spelling of -d and still works, with a note.
 Each kept rollout becomes one JSONL line, written as soon as it finishes:
 
     {"messages": [...], "tools": [...], "rewards": {...}, "reward": 1.2, "metrics": {...},
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 from collections import Counter
 from collections.abc import Awaitable
 from pathlib import Path
@@ -26,6 +30,8 @@ from rlvr.errors import UsageError
 
 METRICS = ("turns", "completion_tokens")
 """Metrics the engine records for every rollout (filters may name them)."""
+DATA_FILE = "data.jsonl"
+"""The dataset's name in the -o folder."""
 
 
 def add_parser(sub: Any) -> None:
@@ -49,8 +55,13 @@ def add_parser(sub: Any) -> None:
         metavar="EXPR",
         help="keep rollouts where EXPR holds, e.g. 'win_reward > 0 and format_reward == 1'",
     )
-    p.add_argument("-o", "--output", required=True, metavar="FILE", help="JSONL file to write")
-    p.add_argument("--overwrite", action="store_true", help="replace FILE if it exists")
+    p.add_argument(
+        "-o", "--output", default=None, metavar="DIR", help=f"folder to write the dataset in, as DIR/{DATA_FILE}"
+    )
+    p.add_argument(
+        "-d", "--data", default=None, metavar="FILE", help="the dataset's file instead (what `rlvr sft -d` reads)"
+    )
+    p.add_argument("--overwrite", action="store_true", help="replace the dataset if it exists")
     p.add_argument("-c", "--concurrency", type=int, default=64, help="rollouts in flight at once (default 64)")
     add_sampling_args(p)
     p.add_argument(
@@ -77,11 +88,11 @@ def run(args: argparse.Namespace) -> int:
     from rlvr.results import json_line
 
     check_run_args(args)
-    out = Path(args.output)
-    if out.exists() and not args.overwrite:
-        raise UsageError(f"{out} already exists; choose another -o FILE or pass --overwrite")
+    out = dataset_path(args.output, args.data)
     if out.is_dir():
-        raise UsageError(f"-o must be a file path, but {out} is a directory")
+        raise UsageError(f"-d must be a file path, but {out} is a directory; -o {out} writes {out / DATA_FILE}")
+    if out.exists() and not args.overwrite:
+        raise UsageError(f"{out} already exists; choose another -o DIR or -d FILE, or pass --overwrite")
     keep = Filter(args.filter) if args.filter else None
     env, client, model = load_env_and_client(args, args.concurrency)
     if keep is not None:
@@ -111,6 +122,29 @@ def run(args: argparse.Namespace) -> int:
     for reason, count in dropped.most_common():
         print(f"  dropped {count}: {reason}")
     return 0 if kept else 1
+
+
+def dataset_path(output: str | None, data: str | None) -> Path:
+    """The file the dataset goes to: -d FILE, else -o DIR's `DATA_FILE`; an -o ending in .jsonl
+    (`-o teacher.jsonl`, `-o x.jsonl.part`) is the earlier spelling of -d: a note on stderr.
+
+    >>> str(dataset_path("runs/gen", None)), str(dataset_path("runs/gen/", None)), str(dataset_path(None, "t.jsonl"))
+    ('runs/gen/data.jsonl', 'runs/gen/data.jsonl', 't.jsonl')
+    """
+    if output is not None and data is not None:
+        raise UsageError(f"give -o DIR (writes DIR/{DATA_FILE}) or -d FILE, not both; got -o {output} -d {data}")
+    if data is not None:
+        return Path(data)
+    if output is None:
+        raise UsageError(f"say where the dataset goes: -o DIR (writes DIR/{DATA_FILE}) or -d FILE")
+    folder = Path(output)
+    if ".jsonl" in folder.suffixes and not folder.is_dir() and not output.endswith("/"):
+        print(
+            f"rlvr gen: note: -o FILE is deprecated; use -d {output} (-o names a folder: DIR/{DATA_FILE})",
+            file=sys.stderr,
+        )
+        return folder
+    return folder / DATA_FILE
 
 
 def tools_of(env: Any, task: Any) -> Any:
@@ -156,11 +190,13 @@ def _play(
     sampling: Any,
     on_rollout: Any,
 ) -> None:
+    from rlvr.commands.turns import CountingClient
     from rlvr.engine import run_rollouts
     from rlvr.progress import Progress
 
     kept = 0
-    with Progress("rollouts", len(tasks) * args.rollouts, quiet=args.quiet) as progress:
+    counted = CountingClient(client)
+    with Progress("rollouts", len(tasks) * args.rollouts, quiet=args.quiet, activity=counted.activity) as progress:
 
         def record(rollout: Any) -> None:
             nonlocal kept
@@ -172,7 +208,7 @@ def _play(
                 client,
                 run_rollouts(
                     env,
-                    client,
+                    counted,
                     tasks,
                     rollouts_per_task=args.rollouts,
                     concurrency=args.concurrency,

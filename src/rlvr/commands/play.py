@@ -90,6 +90,7 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from rlvr.commands import play_text
     from rlvr.commands.eval import check_positive, client_for, parse_env_args
+    from rlvr.commands.sampling import temperature_line
     from rlvr.registry import load_environment
 
     check_positive("-t", args.max_tokens)
@@ -109,6 +110,7 @@ def run(args: argparse.Namespace) -> int:
     if text:
         return play_text.run(args, env, client, sampling)
     game = cast(PlayableEnv, env)  # `text` is False: it has play_human
+    print(f"{model}: {temperature_line(args, sampling)}", flush=True)  # (the game screen may clear it)
     rng = random.Random(args.seed)
     terminal = Terminal()
     tally: Counter[str] = Counter()
@@ -130,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
             )
             tally[result] += 1
             terminal.console.print(
-                f"vs {model}: you won {tally['win']}, drew {tally['draw']}, lost {tally['loss']}"
+                f"vs {model} at T={sampling.temperature:g}: you won {tally['win']}, drew {tally['draw']}, lost {tally['loss']}"
                 + (f", unfinished {tally['unfinished']}" if tally["unfinished"] else "")
             )
             if not play_again(terminal, args.games, tally.total()):

@@ -216,6 +216,8 @@ def pick_task(tasks: list[Task], task_id: str | None, rng: random.Random) -> Tas
 
 def run(args: argparse.Namespace, env: Any, client: ChatClient | None, sampling: SamplingArgs) -> int:
     """Play episodes until the person stops; `client=None`: the person plays the model's side."""
+    from rlvr.commands.sampling import temperature_line
+
     tasks = env.tasks("eval")
     if not tasks:
         raise UsageError(f"environment {args.env!r} has no tasks to play")
@@ -227,7 +229,7 @@ def run(args: argparse.Namespace, env: Any, client: ChatClient | None, sampling:
             "(or Ctrl-D). /show prints the conversation so far, /quit quits."
         )
     else:
-        how = f"{client.name} plays; you watch each step."
+        how = f"{client.name} plays, {temperature_line(args, sampling)}; you watch each step."
     rewards: list[float] = []
     loop = asyncio.new_event_loop()  # no asyncio.run: see `rlvr.commands.play.run`
     try:

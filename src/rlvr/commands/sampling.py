@@ -137,3 +137,19 @@ def reply_limit(args: argparse.Namespace, env: Any, client: ChatClient) -> tuple
     if isinstance(client, RemoteClient):
         return None, "the environment sets none; -t to set one"
     return DEFAULT_MAX_TOKENS, "rlvr's default for a local model; -t to change"
+
+
+def temperature_line(args: argparse.Namespace, sampling: Any) -> str:
+    """Which temperature a run samples at, where that comes from, and how to play greedily.
+
+    >>> from rlvr.types import SamplingArgs
+    >>> temperature_line(argparse.Namespace(temperature=None), SamplingArgs(temperature=1.0))
+    "sampling at T=1 (the environment's default); -T 0 for greedy"
+    >>> temperature_line(argparse.Namespace(temperature=0.0), SamplingArgs(temperature=0.0))
+    'sampling at T=0 (-T): greedy'
+    """
+    source = "-T" if args.temperature is not None else "the environment's default"
+    if args.temperature is None:
+        source = next((where for where, values in layers(args) if "temperature" in values), source)
+    how = ": greedy" if sampling.temperature == 0 else "; -T 0 for greedy"
+    return f"sampling at T={sampling.temperature:g} ({source}){how}"

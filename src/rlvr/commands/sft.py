@@ -4,7 +4,8 @@ Trains on the assistant turns only. DATA is JSONL, one `{"messages": [...]}` a l
 written by `rlvr gen`. DIR gets metrics.csv, tensorboard/, plots/ (loss curves),
 checkpoints/ and, at the end, final/: a plain model folder for `rlvr eval -m DIR/final` or
 `rlvr train --model DIR/final`. `--resume` continues a killed run from its last checkpoint.
-LoRA: `--lora-rank 8` (the merged model is saved).
+LoRA: `--lora-rank 8` (the merged model is saved). Flags mean what they mean in `rlvr train`:
+-o the run folder (old spelling --output-dir), --steps (old spelling --max-steps).
 """
 
 from __future__ import annotations
@@ -17,11 +18,20 @@ from typing import Any
 from rlvr.errors import UsageError
 from rlvr.train.fields import LR_SCHEDULES, none_or
 
-_SHORT = {"model": ["-m"], "data": ["-d"], "output_dir": ["-o"]}
+_FLAGS = {
+    "model": ["-m", "--model"],
+    "data": ["-d", "--data"],
+    "output_dir": ["-o", "--output"],
+    "max_steps": ["--steps"],
+}
+"""Flags other than `--field-name`: short ones first, so that usage lines show them."""
+_OLD = {"output_dir": "--output-dir", "max_steps": "--max-steps"}
+"""Earlier spellings, which still work with a note."""
 _METAVAR = {"model": "PATH", "data": "FILE", "output_dir": "DIR", "device": "DEVICE", "lr_schedule": "NAME"}
 
 
 def add_parser(sub: Any) -> None:
+    from rlvr.deprecation import renamed_flag
     from rlvr.train.sft_config import SFTConfig, field_docs
 
     p = sub.add_parser(
@@ -33,7 +43,7 @@ def add_parser(sub: Any) -> None:
     docs = field_docs()
     hints = typing.get_type_hints(SFTConfig)
     for f in dataclasses.fields(SFTConfig):
-        flags = ["--" + f.name.replace("_", "-"), *_SHORT.get(f.name, [])]
+        flags = _FLAGS.get(f.name, ["--" + f.name.replace("_", "-")])
         required = f.default is dataclasses.MISSING
         shown = "required" if required else "default: unset" if f.default is None else f"default {f.default}"
         if f.name == "lr_schedule":  # listed as `rlvr train --help` lists it
@@ -49,15 +59,19 @@ def add_parser(sub: Any) -> None:
                 help=help_text,
             )
         else:
+            kind = none_or(base) if optional else base
+            metavar = _METAVAR.get(f.name) or {int: "N", float: "X", str: "TEXT"}[base]
             p.add_argument(
                 *flags,
                 dest=f.name,
-                type=none_or(base) if optional else base,
-                required=required,
+                type=kind,
+                required=required and f.name not in _OLD,  # (an old spelling may give it: checked in run)
                 default=None if required else f.default,
-                metavar=_METAVAR.get(f.name) or {int: "N", float: "X", str: "TEXT"}[base],
+                metavar=metavar,
                 help=help_text,
             )
+            if f.name in _OLD:
+                renamed_flag(p, _OLD[f.name], flags[-1], dest=f.name, type=kind, metavar=metavar)
     p.add_argument("--resume", action="store_true", help="continue the run in the output directory")
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
     p.set_defaults(run=run)
@@ -72,6 +86,8 @@ def run(args: argparse.Namespace) -> int:
     from rlvr.train.sft_config import SFTConfig
 
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(SFTConfig)}
+    if values["output_dir"] is None:
+        raise UsageError("-o/--output DIR is required: the run folder (it gets metrics, checkpoints and final/)")
     cfg = SFTConfig(**values)
     try:
         from rlvr.train.sft import train_sft
