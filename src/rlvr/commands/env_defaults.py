@@ -12,6 +12,7 @@ when it declares that environment's entry point; an install without its pyprojec
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import tomllib
 from pathlib import Path
@@ -79,3 +80,16 @@ def pyproject_of(env: str) -> Path | None:
         if ep.name in project.get("project", {}).get("entry-points", {}).get(GROUP, {}):
             return path
     return None
+
+
+def apply_env_defaults(args: argparse.Namespace) -> None:
+    """Fill -n, -r, -c and --split not given from the env's `[tool.rlvr.eval]`, else rlvr's
+    defaults; keep its sampling keys for `rlvr.commands.sampling`."""
+    table, path = eval_defaults(args.env)
+    builtin = {"num_tasks": 5, "rollouts": 3, "concurrency": 32, "split": "eval"}
+    for key in RUN_KEYS:
+        if getattr(args, key) is None:
+            setattr(args, key, table.get(key, builtin[key]))
+    args.env_sampling = {k: v for k, v in table.items() if k not in RUN_KEYS}
+    if table:
+        print(f"defaults from {path}: {', '.join(f'{k}={v}' for k, v in table.items())}", flush=True)

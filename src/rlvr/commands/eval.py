@@ -156,21 +156,6 @@ def run_header(env_name: str, model: str, tasks: int, rollouts: int, sampling: A
     return f"{env_name} / {model}: {tasks} tasks x {rollouts} rollouts, {limit} a turn, temperature {sampling.temperature:g}"
 
 
-def apply_env_defaults(args: argparse.Namespace) -> None:
-    """Fill -n, -r, -c and --split not given from the env's `[tool.rlvr.eval]`, else rlvr's
-    defaults; keep its sampling keys for `rlvr.commands.sampling`."""
-    from rlvr.commands.env_defaults import RUN_KEYS, eval_defaults
-
-    table, path = eval_defaults(args.env)
-    builtin = {"num_tasks": 5, "rollouts": 3, "concurrency": 32, "split": "eval"}
-    for key in RUN_KEYS:
-        if getattr(args, key) is None:
-            setattr(args, key, table.get(key, builtin[key]))
-    args.env_sampling = {k: v for k, v in table.items() if k not in RUN_KEYS}
-    if table:
-        print(f"defaults from {path}: {', '.join(f'{k}={v}' for k, v in table.items())}", flush=True)
-
-
 def latest_run(root: Path, env: str, model: str) -> Path:
     """The run of `env` and `model` (slug) under `root` that `--resume` without -o continues:
     the newest unfinished one, else the newest (names end with their start time)."""
@@ -229,6 +214,7 @@ def client_for(args: argparse.Namespace, env: Any, concurrency: int) -> tuple[Ch
 
 
 def run(args: argparse.Namespace) -> int:
+    from rlvr.commands.env_defaults import apply_env_defaults
     from rlvr.results import RunDir
     from rlvr.summary import Summary, print_summary
 
