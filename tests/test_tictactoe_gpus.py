@@ -440,6 +440,7 @@ def test_without_a_command_the_usage_lists_every_command_and_stops_before_the_pl
         assert f"scripts/tictactoe_gpus.sh {command}" in proc.stdout, command
 
 
+@pytest.mark.heavy
 def test_wait_with_bundle_brings_the_best_weights_back_with_the_runs(tmp_path: Path) -> None:
     """BUNDLE=1: each call's `wait ... DIR` also ships the best model so far (the shipped model
     stands in for a run's kept best), so a machine released between calls loses no weights."""
@@ -469,6 +470,7 @@ def test_wait_with_bundle_brings_the_best_weights_back_with_the_runs(tmp_path: P
     ]
 
 
+@pytest.mark.heavy
 def test_wait_with_bundle_from_sends_first_phases_final_models_one_call_at_a_time(tmp_path: Path) -> None:
     """BUNDLE_FROM="SEED/RUN ...": each first phase's final model there yet (what second phases start
     from) is packed once (RUNS/packed/SEED-RUN) and sent into DIR/SEED-RUN while DIR stays within
@@ -530,6 +532,7 @@ def test_wait_with_bundle_from_sends_first_phases_final_models_one_call_at_a_tim
     assert not (other / "final").exists()
 
 
+@pytest.mark.heavy
 def test_wait_with_bundle_from_packs_a_kept_best_again_when_it_changed(tmp_path: Path) -> None:
     """A BUNDLE_FROM key may name any model folder under RUNS, e.g. SEED/RUN/best, the kept best of
     a run still going: packed as SEED-RUN-best, sent, and packed and sent again once the run keeps
