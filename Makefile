@@ -26,13 +26,18 @@ install-dev: $(BIN)/python
 	$(LOCK) $(PIP) $(TORCH)
 	$(LOCK) $(PIP) -e '.[train,plot,gym,reasoning_gym,textarena,mcp,sandbox,test]' $(ENV_PKGS)
 
-# The main job: the shipped tic-tac-toe model (models/tictactoe-tiny, the env's default when no -m
-# is given) plays 200 greedy games against each opponent on the CPU, then the table.
+# The main job: two oracle evaluations (that an environment's reference player scores what it
+# should), then the shipped tic-tac-toe model (models/tictactoe-tiny, the env's default when no -m
+# is given) greedy against every line of play on the CPU (532 games; a progress line at least
+# every 30 s), then its table. One torch thread unless OMP_NUM_THREADS says otherwise: beside other
+# busy processes more threads than free cores wait on each other.
+RUN_THREADS ?= $(or $(OMP_NUM_THREADS),1)
+
 run: install
 	$(BIN)/rlvr eval reverse_text -m policy:oracle -n 10 -r 2 -q -o runs/make-run/reverse_text --resume
 	$(BIN)/rlvr eval double_check -m policy:oracle -n 10 -r 2 -q -o runs/make-run/double_check --resume
-	@echo 'make run: the shipped model against every line of play (532 games: 1-2 minutes on 2 idle CPU cores, more beside a test suite; silent until its table)'
-	$(BIN)/rlvr eval tictactoe --exhaustive -t 48 -c 1024 -q -o runs/make-run/eval/shipped-exact --resume
+	@echo 'make run: the shipped model against every line of play (532 games)'
+	OMP_NUM_THREADS=$(RUN_THREADS) $(BIN)/rlvr eval tictactoe --exhaustive -t 48 -c 1024 -o runs/make-run/eval/shipped-exact --resume
 	$(BIN)/python scripts/tictactoe_table.py runs/make-run --stages shipped
 
 # The suite in TEST_WORKERS processes (pytest-xdist; 0 = one process), without the tests marked
