@@ -226,11 +226,12 @@ class SlotDecoder:
         return min(self.length, -(-max(need, 1) // grain) * grain)
 
     def step(self, n: int, need: int | None = None) -> Step:
-        """Decode one token for each of slots [0, n') (n rounded up): logits from `tokens` at
-        `pos`, a token drawn by `rlvr.clients.local_sampling.draw` (no top-p) into `tokens`,
-        and `pos` and `counts` advanced. Attention covers the first `span(need)` positions
-        (None: the whole buffer), so every row's `pos` must be below `need`."""
-        n = min(_bucket(n, MIN_SLOTS), self.slots)
+        """Decode one token for each of slots [0, n') (n rounded up where graphs replay, one per
+        slot count): logits from `tokens` at `pos`, a token drawn by
+        `rlvr.clients.local_sampling.draw` (no top-p) into `tokens`, and `pos` and `counts`
+        advanced. Attention covers the first `span(need)` positions (None: the whole buffer), so
+        every row's `pos` must be below `need`."""
+        n = min(_bucket(n, MIN_SLOTS), self.slots) if self.graphs else min(n, self.slots)
         span = self.length if need is None else self.span(need)
         try:
             return self._step(n, span)

@@ -23,11 +23,13 @@ from typing import Any
 from rlvr.errors import UsageError
 from rlvr.progress import Progress
 
-CPU_POSITIONS = 64
+CPU_POSITIONS = 16
 """Positions a local model on the CPU answers at once in a walk (its batch)."""
-CPU_CACHE_BYTES = 256 << 20
+CPU_CACHE_BYTES = 192 << 20
 """Its reuse cache (kept keys and values of answered positions, which the next position of the
 same line extends)."""
+CPU_KEPT_BYTES = 64 << 20
+"""Freed memory the process keeps for reuse during the walk (`keep_freed_blocks`)."""
 
 
 def run(args: argparse.Namespace, out: Path, env: Any, client: Any, model: str, sampling: Any) -> int:
@@ -68,12 +70,15 @@ def run(args: argparse.Namespace, out: Path, env: Any, client: Any, model: str, 
     run_dir, _ = RunDir.create(out, metadata, resume=args.resume)
 
     walker, positions = walk_client(client, args.concurrency)
+    if not args.quiet:
+        bound = "" if positions is None else f", {positions} positions at a time"
+        print(f"{title}: walking every line of play{bound}", flush=True)
 
     async def play() -> ExactResult:
         # the number of positions is found by the walk: a count, no total (a line every 30 s in a log)
         games = 0
-        # a line once 20 s have passed, at the next answer: a gap stays under 30 s while answers come
-        with Progress("positions answered", None, quiet=args.quiet, interval_s=20) as progress:
+        # a line once 15 s have passed, at the next answer: a gap stays under 30 s while answers come
+        with Progress("positions answered", None, quiet=args.quiet, interval_s=15) as progress:
 
             def on_game(game: Any) -> None:
                 nonlocal games
@@ -125,6 +130,8 @@ def walk_client(client: Any, concurrency: int) -> tuple[Any, int | None]:
     LocalModel = getattr(local, "LocalModel", None)
     if LocalModel is None or not isinstance(client, LocalModel) or client.device.type != "cpu":
         return client, None
+    from rlvr.clients.local_load import keep_freed_blocks
+
     positions = min(concurrency, CPU_POSITIONS)
     walker = LocalModel(
         client.name,
@@ -134,4 +141,7 @@ def walk_client(client: Any, concurrency: int) -> tuple[Any, int | None]:
         cache_bytes=CPU_CACHE_BYTES,
         static_cache=client.static_cache,
     )
+    # the walk's blocks are small (a prefill of CPU_POSITIONS rows): the freed memory this process
+    # keeps for reuse can be too (a LocalModel on the CPU keeps up to 1 GiB, for a trainer's)
+    keep_freed_blocks(CPU_KEPT_BYTES)
     return walker, positions
