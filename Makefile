@@ -5,42 +5,52 @@ BIN    := $(VENV)/bin
 ENV_PKGS := $(patsubst %/pyproject.toml,-e %,$(wildcard environments/*/pyproject.toml))
 # torch's CPU build lies on this machine's disk; pinning it first keeps pip from fetching a CUDA build.
 TORCH  ?= torch==2.13.0
+# -qq: errors only. A pip config that names index folders absent here (extra-index-url = file://...)
+# makes -q print one "Location ... is ignored" warning per package looked up, about 70 lines.
+PIP    := $(BIN)/pip install -qq
 
-.PHONY: run test install install-dev browser lint bench clean
+.PHONY: run test test-heavy install install-dev browser lint bench clean
 
 # `make run` and `make test` started together share one venv: each step that writes it holds a
 # lock (flock, where there is one), and the second to come finds the venv made.
 LOCK   := $(if $(shell command -v flock),flock $(VENV).lock,)
 
 $(BIN)/python:
-	$(LOCK) sh -c 'test -x $(BIN)/python || { $(PYTHON) -m venv $(VENV) && $(BIN)/python -m pip install -q --upgrade pip; }'
+	$(LOCK) sh -c 'test -x $(BIN)/python || { $(PYTHON) -m venv $(VENV) && $(BIN)/python -m pip install -qq --upgrade pip; }'
 
 install: $(BIN)/python
-	$(LOCK) $(BIN)/pip install -q $(TORCH)
-	$(LOCK) $(BIN)/pip install -q -e '.[train,sandbox]' $(ENV_PKGS)
+	$(LOCK) $(PIP) $(TORCH)
+	$(LOCK) $(PIP) -e '.[train,sandbox]' $(ENV_PKGS)
 
 install-dev: $(BIN)/python
-	$(LOCK) $(BIN)/pip install -q $(TORCH)
-	$(LOCK) $(BIN)/pip install -q -e '.[train,plot,gym,reasoning_gym,textarena,mcp,sandbox,test]' $(ENV_PKGS)
+	$(LOCK) $(PIP) $(TORCH)
+	$(LOCK) $(PIP) -e '.[train,plot,gym,reasoning_gym,textarena,mcp,sandbox,test]' $(ENV_PKGS)
 
-# The main job: the shipped tic-tac-toe model (models/tictactoe-tiny, the env's default when no -m
-# is given) plays 200 greedy games against each opponent on the CPU, then the table.
+# The main job: two oracle evaluations (that an environment's reference player scores what it
+# should), then the shipped tic-tac-toe model (models/tictactoe-tiny, the env's default when no -m
+# is given) greedy against every line of play on the CPU (532 games; a progress line at least
+# every 30 s), then its table. One torch thread unless OMP_NUM_THREADS says otherwise: beside other
+# busy processes more threads than free cores wait on each other.
+RUN_THREADS ?= $(or $(OMP_NUM_THREADS),1)
+
 run: install
 	$(BIN)/rlvr eval reverse_text -m policy:oracle -n 10 -r 2 -q -o runs/make-run/reverse_text --resume
 	$(BIN)/rlvr eval double_check -m policy:oracle -n 10 -r 2 -q -o runs/make-run/double_check --resume
-	@echo 'make run: the shipped model against every line of play (532 games: 1-2 minutes on 2 idle CPU cores, more beside a test suite; silent until its table)'
-	$(BIN)/rlvr eval tictactoe --exhaustive -t 48 -c 1024 -q -o runs/make-run/eval/shipped-exact --resume
+	@echo 'make run: the shipped model against every line of play (532 games)'
+	OMP_NUM_THREADS=$(RUN_THREADS) $(BIN)/rlvr eval tictactoe --exhaustive -t 48 -c 1024 -o runs/make-run/eval/shipped-exact --resume
 	$(BIN)/python scripts/tictactoe_table.py runs/make-run --stages shipped
 
-# The suite in TEST_WORKERS processes (pytest-xdist; 0 = one process). On an idle 2-core machine
-# 2 workers took 9 min 24 s (2026-11-27), one process 16 min 23 s (a fresh clone, 2026-11-28);
-# 2 workers beside a third busy process 14 min 13 s, all passed (2026-11-28). The HTTP fault tests allow
-# 3 s a reply (tests/test_eval_http.py, TIMEOUT_S): at 0.5 s a loaded machine broke their
-# accounting, which is why one process was the default until then.
+# The suite in TEST_WORKERS processes (pytest-xdist; 0 = one process), without the tests marked
+# `heavy` (installs into fresh venvs, trainings of minutes): `make test-heavy` runs those, and CI
+# (.ci/run) runs both. The HTTP fault tests allow 3 s a reply (tests/test_eval_http.py,
+# TIMEOUT_S), so that 2 workers on a loaded 2-core machine keep their accounting.
 TEST_WORKERS ?= 2
 
 test: install-dev
-	$(BIN)/python -m pytest -n $(TEST_WORKERS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) -m "not heavy"
+
+test-heavy: install-dev
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) -m heavy
 
 # Chromium for tests/test_report_browser.py (rlvr report pages in a real browser), from Debian:
 # about 30 s and 414 MB as measured here. Without apt-get as root it says so, and the test is

@@ -29,6 +29,7 @@ NAME = "cpu_recipe_probe"
 STAGES = ["install", "model+data", "eval-base", "sft", "eval-sft", "rl", "eval-rl"]
 
 
+@pytest.mark.heavy
 def test_cpu_recipe_runs_every_stage(tmp_path: Path) -> None:
     out = tmp_path / "run"
     site = tmp_path / "site"  # what `pip install -e` would register: the entry point

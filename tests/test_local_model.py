@@ -587,6 +587,7 @@ def test_a_model_passed_in_on_the_cpu_gets_the_heap_setting_too(tiny_dir, monkey
     assert len(calls) == 2
 
 
+@pytest.mark.heavy
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
 def test_keep_freed_blocks_stops_large_blocks_faulting_in_again() -> None:
     """Activation-sized blocks (40 and 200 MB) freed and allocated again: by default glibc maps

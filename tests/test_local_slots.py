@@ -355,6 +355,7 @@ def compiling(monkeypatch):
     torch._dynamo.reset()
 
 
+@pytest.mark.heavy
 @pytest.mark.filterwarnings("ignore:.*script_method.*:DeprecationWarning")
 def test_a_compiled_step_gives_the_eager_tokens_with_one_graph_per_part(tiny, compiling) -> None:
     """20 conversations of 3 turns (slot counts 8-32, buffers growing past MIN_LENGTH) decode the

@@ -107,6 +107,7 @@ def test_activation_checkpointing_gives_identical_gradients_and_undoes_itself(mo
         assert torch.equal(x, y)
 
 
+@pytest.mark.heavy
 @pytest.mark.filterwarnings("ignore:The .grad attribute of a Tensor that is not a leaf:UserWarning")  # dynamo's probe
 def test_compiled_blocks_give_the_eager_update_compile_once_and_undo_themselves(model, monkeypatch) -> None:
     """torch.compile through AOTAutograd (inductor's code generation aside: 45 s on 2 cores for

@@ -146,6 +146,7 @@ def test_gen_keeps_rollouts_of_every_member(tmp_path) -> None:
     assert all(r["messages"][-1]["role"] in ("assistant", "user") for r in rows)
 
 
+@pytest.mark.heavy
 def test_train_two_steps_on_a_mixture_on_cpu(tmp_path, capsys, one_thread) -> None:
     pytest.importorskip("torch")
     from rlvr.models import build_tiny_model

@@ -12,7 +12,7 @@ from pathlib import Path
 from urllib.parse import quote, unquote
 
 import pytest
-from report_runs import eval_run, make_run, training_run
+from report_runs import eval_run, exact_run, make_run, training_run
 
 from rlvr.cli import main
 from rlvr.errors import ResultsError
@@ -192,6 +192,36 @@ def test_the_environments_own_summary_comes_first(tmp_path: Path) -> None:
     assert "rollouts/s" in page
 
 
+def test_the_exact_page_leads_with_weighted_rates_then_plots_then_lost_boards(tmp_path: Path) -> None:
+    from rlvr.exact import lost_games
+
+    run = exact_run(tmp_path / "exact")
+    page = write_report(run).read_text(encoding="utf-8")
+    exact = RunDir.open(run).metadata["exact"]
+    lost = lost_games(RunDir.open(run).read(), exact["failures"])
+    assert lost, "the teacher falls for fork traps: the page must have boards to show"
+    assert _headings(page)[:3] == [
+        "Exact evaluation",
+        f"Games that beat the policy ({len(lost)})",
+        "Rewards and rollouts",
+    ]
+    win = exact["rates_pct"]["random"]["win"]
+    table = page.index(f"<td class=num>{win:.2f}</td>")
+    svgs = {ET.fromstring(s).get("aria-label"): s for s in re.findall(r"<svg.*?</svg>", page, re.DOTALL)}
+    weighted, counted = svgs["vs random: outcome % (weighted)"], svgs["games by outcome (counted)"]
+    assert "probability under random" in weighted and "each line of play once" in counted
+    assert f"<title>loss: {len(lost)}</title>" in counted
+    assert table < page.index(weighted) < page.index(counted) < page.index('class="lost"')
+    summary = page.index("<h2>Rewards and rollouts</h2>")
+    assert page.index("each line of play once, whatever its probability: over the", summary) < page.index(
+        "<table", summary
+    )
+    for game, board in zip(lost, re.findall(r'<div class="lost">(.*?)</div>', page, re.DOTALL)):
+        moves = game.info["exact"]["moves"]
+        assert board.count(moves) == 1, board  # the moves once (not again as the task id)
+        assert game.info["exact"]["mistake"] in board and "probability: random" in board
+
+
 def test_a_missing_environment_costs_its_summary_only(tmp_path: Path) -> None:
     page = write_report(make_run(tmp_path / "run")).read_text(encoding="utf-8")  # env 'two_turn' is not installed
     assert "no environment summary: no environment named &#x27;two_turn&#x27;" in page
@@ -207,6 +237,21 @@ def test_count_metrics_get_their_own_axis_and_integer_bins(tmp_path: Path) -> No
     turns = ET.fromstring(svgs["turns: rollouts per bin"])
     labels = [t.text for t in turns.iter("{http://www.w3.org/2000/svg}text")]
     assert "one bar per value" in labels and "3" in labels and "3.00" not in labels  # whole numbers
+
+
+def test_a_long_curve_is_drawn_faint_under_its_moving_mean() -> None:
+    ys = [0.5 + (-1) ** i * 0.3 + i / 1000 for i in range(200)]  # noise of +-0.3 on a slow rise
+    svg = line_chart({"reward": (list(range(200)), ys)}, title="reward", smooth=True)
+    lines = ET.fromstring(svg).findall("{http://www.w3.org/2000/svg}polyline")
+    assert [line.get("style") for line in lines] == ["stroke-width:1;opacity:.3", "stroke-width:2.4"]
+    mean = [float(p.split(",")[1]) for p in (lines[1].get("points") or "").split()]
+    raw = [float(p.split(",")[1]) for p in (lines[0].get("points") or "").split()]
+    jumps = [abs(b - a) for a, b in zip(mean[20:], mean[21:])]
+    assert max(jumps) < min(abs(b - a) for a, b in zip(raw, raw[1:])) / 10  # the noise averaged out
+    assert mean[-1] < mean[20] - 10  # and the rise shows (y grows downwards)
+    assert "mean of the last 20" in svg and "<circle" not in svg
+    short = line_chart({"reward": (list(range(10)), ys[:10])}, title="reward", smooth=True)
+    assert short.count("<polyline") == 1 and "mean of the last" not in short and "<circle" in short
 
 
 def test_histogram_bins_of_integers() -> None:
@@ -293,10 +338,12 @@ def test_training_run_report_draws_curves_and_links_evaluations(
     )
     for href in hrefs:
         assert (trained / unquote(href)).is_file()  # each evaluation's own page, written beside it
-    headings = _headings(page)
-    assert headings[:4] == ["Reward", "Outcomes", "Evaluations", "Evaluation sets"]
-    for heading in ("Exact evaluations", "Exact evaluation", "Loss", "KL and entropy", "Config"):
-        assert heading in headings
+    # three parts, the reward first, each with its sections
+    assert _headings(page) == ["Reward", "Loss and training statistics", "Throughput and time", "Config"]
+    sections = re.findall(r"<h3>(.*?)</h3>", page)
+    assert sections[:5] == ["Outcomes", "Evaluations", "Evaluation sets", "Exact evaluations", "Exact evaluation"]
+    assert sections.index("Loss") > sections.index("Exact evaluation") and "KL and entropy" in sections
+    assert page.index("Throughput and time") > page.index("KL and entropy")
     titles = [ET.fromstring(s).get("aria-label") for s in re.findall(r"<svg.*?</svg>", page, re.DOTALL)]
     for title in ("reward (total)", "reward (0-1 scale)", "reward/turns", "outcome (%)", "exact/random (%)"):
         assert title in titles

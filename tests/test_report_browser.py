@@ -10,7 +10,8 @@ show as boards; every link leads to a page that passes the same checks.
 
 Skipped, with the reason, where Playwright or Chromium is missing: `make browser` installs
 Debian's Chromium (CI runs it). `RLVR_REPORT_SCREENSHOTS=docs/images` saves the screenshots
-of docs/evaluation.md (the top of each bundled environment's page and the training run's);
+of docs/evaluation.md (the top of each bundled environment's page, the training run's and the
+exact evaluation's);
 otherwise they go to a temporary folder, still taken, so that taking them is tested too.
 """
 
@@ -134,7 +135,7 @@ def check_page(browser: Any, path: Path, *, shot: Path | None = None) -> dict[st
                             outside: marks.filter(b => !(b.width > 0 || b.height > 0) || b.x < -1 || b.y < -1
                                 || b.x + b.width > view.width + 1 || b.y + b.height > view.height + 1).length};
                 }),
-                headings: [...document.querySelectorAll('h2')].map(h => h.textContent),
+                headings: [...document.querySelectorAll('h2, h3')].map(h => h.textContent),
                 boards: [...document.querySelectorAll('div.lost pre')].map(p =>
                     ({text: p.textContent, height: p.getBoundingClientRect().height})),
                 links: [...document.querySelectorAll('a[href]')].map(a => a.href),
@@ -195,9 +196,17 @@ def test_bundled_environment_eval_page(browser: Any, pages: dict[str, Path], sho
         assert seen["headings"][0] == f"{env}: its own summary", seen["headings"]
 
 
-def test_exact_evaluation_page_draws_every_lost_game_as_a_board(browser: Any, pages: dict[str, Path]) -> None:
-    seen = check_page(browser, pages["exact"])
-    assert seen["headings"][0] == "Exact evaluation"
+def test_exact_evaluation_page_draws_every_lost_game_as_a_board(
+    browser: Any, pages: dict[str, Path], shots: Path
+) -> None:
+    seen = check_page(browser, pages["exact"], shot=shots / "report-exact.png")
+    assert seen["headings"][:2] == ["Exact evaluation", f"Games that beat the policy ({len(seen['boards'])})"]
+    titles = [p["title"] for p in seen["plots"]]
+    assert titles[:3] == [
+        "vs random: outcome % (weighted)",
+        "vs optimal: outcome % (weighted)",
+        "games by outcome (counted)",
+    ]
     assert len(seen["boards"]) > 0
     for board in seen["boards"]:
         assert board["height"] > 0 and len(BOARD.findall(board["text"])) == 3, board
@@ -222,7 +231,8 @@ def test_error_records_and_extreme_values_page(browser: Any, pages: dict[str, Pa
 
 def test_training_run_page_and_its_evaluations(browser: Any, pages: dict[str, Path], shots: Path) -> None:
     seen = check_page(browser, pages["training"], shot=shots / "report-training.png")
-    for heading in ("Evaluations", "Exact evaluations", "Reward", "Outcomes", "Exact evaluation", "Loss"):
+    assert seen["headings"][:3] == ["Reward", "Outcomes", "Evaluations"]  # the reward first
+    for heading in ("Exact evaluations", "Exact evaluation", "Loss and training statistics", "Loss"):
         assert heading in seen["headings"]
     titles = {p["title"] for p in seen["plots"]}
     assert {"exact/random (%)", "kl/ref", "optim/lr", "reward (0-1 scale)", "reward/turns"} <= titles

@@ -303,6 +303,7 @@ def test_deterministic_sft_on_a_cpu_trains_the_same_weights_twice(tiny_dir, data
     assert all(torch.equal(finals[0][k], finals[1][k]) for k in finals[0])
 
 
+@pytest.mark.heavy
 def test_gradient_checkpointing_trains_the_same_weights_and_may_change_on_resume(
     tiny_dir, data, tmp_path, monkeypatch
 ) -> None:

@@ -34,6 +34,7 @@ from rlvr.types import SamplingArgs
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread"), pytest.mark.timeout(600)]
 
 
+@pytest.mark.heavy
 def test_teacher_games_teach_a_fresh_model_the_move_format(tmp_path) -> None:
     env = load_environment("tictactoe", num_tasks=400, seed=3)
     games = asyncio.run(run_rollouts(env, env.policies()["teacher"](), env.tasks("train")))

@@ -19,6 +19,7 @@ from rlvr.train.checkpoint import list_checkpoints
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
+@pytest.mark.heavy
 def test_resume_without_output_dir_extends_a_finished_run(tmp_path, monkeypatch, capsys) -> None:
     tiny = build_tiny_model(tmp_path / "tiny", preset="tiny")
     monkeypatch.chdir(tmp_path)

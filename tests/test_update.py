@@ -240,6 +240,7 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.heavy
 @pytest.mark.slow
 def test_two_processes_one_with_only_advantage_zero_match_one_process(tmp_path) -> None:
     import json

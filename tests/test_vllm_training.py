@@ -125,6 +125,7 @@ def test_full_weight_run_follows_the_transfer_handshake_every_step(tiny, tmp_pat
     assert same_weights(server.model, final)
 
 
+@pytest.mark.heavy
 def test_rlvr_train_cli_runs_against_the_server(tiny, tmp_path, server, capsys) -> None:
     pytest.importorskip("rlvr_tictactoe")
     out = tmp_path / "run"

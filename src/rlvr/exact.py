@@ -20,11 +20,20 @@ the rubric, the batched client):
 
 The policy must be deterministic (temperature 0): the memo keeps the first reply to each
 conversation, so a sampling policy would be evaluated as one arbitrary draw of itself.
+
+Memory: lines in flight cost little (a task and its messages), the positions the model answers
+at once cost its batch (a local model's KV slots, its prefill, the reuse cache). `positions`
+bounds the latter apart from `concurrency`: waiting positions go to the model deepest first,
+so a line's next position follows its last one while that one's keys and values are still in
+the client's reuse cache, and games finish (and are saved) all along the walk instead of
+together at its end.
 """
 
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
 import json
 import time
 from collections import Counter
@@ -137,13 +146,59 @@ class ExactResult:
         }
 
 
-class _Memo:
-    """A client that answers each distinct conversation once (concurrent duplicates share one call)."""
+class _Gate:
+    """At most `size` holders at once (None: no bound); waiters enter highest `rank` first, then
+    in arrival order. A waiter that enters brings in every waiter of its `family` with it, past
+    the bound if need be: a model's batch then admits siblings together (the positions that
+    extend one answered position), and they all start from that position's kept keys and
+    values (a reuse cache keeps an entry until a request extends it)."""
 
-    def __init__(self, client: ChatClient) -> None:
+    def __init__(self, size: int | None) -> None:
+        self._free = size
+        self._waiting: list[tuple[int, int, str | None, asyncio.Future[None]]] = []  # (-rank, arrival, family, wake)
+        self._order = itertools.count()
+
+    async def take(self, rank: int, family: str | None = None) -> None:
+        if self._free is None:
+            return
+        if self._free > 0 and not self._waiting:
+            self._free -= 1
+            return
+        wake = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._waiting, (-rank, next(self._order), family, wake))
+        await wake  # the place is taken for it by `give`
+
+    def give(self) -> None:
+        if self._free is None:
+            return
+        self._free += 1
+        while self._free > 0 and self._waiting:
+            _, _, family, wake = heapq.heappop(self._waiting)
+            if wake.done():  # (a waiter cancelled meanwhile is passed over)
+                continue
+            entering = [wake]
+            if family is not None:
+                entering += [w for _, _, f, w in self._waiting if f == family and not w.done()]
+                self._waiting = [entry for entry in self._waiting if entry[2] != family]
+                heapq.heapify(self._waiting)
+            self._free -= len(entering)
+            for each in entering:
+                each.set_result(None)
+
+
+class _Memo:
+    """A client that answers each distinct conversation once (concurrent duplicates share one
+    call), at most `positions` at once (None: no bound), the longest conversation first."""
+
+    def __init__(
+        self, client: ChatClient, positions: int | None = None, on_answer: Callable[[int], Any] | None = None
+    ) -> None:
         self.client = client
         self.name = client.name
+        self.answered = 0
         self._replies: dict[str, asyncio.Future[Completion]] = {}
+        self._gate = _Gate(positions)
+        self._on_answer = on_answer
 
     @property
     def calls(self) -> int:
@@ -155,8 +210,19 @@ class _Memo:
         key = json.dumps([messages, tools], sort_keys=True, default=str)
         reply = self._replies.get(key)
         if reply is None:
-            reply = self._replies[key] = asyncio.ensure_future(self.client.chat(messages, sampling, tools))
+            reply = self._replies[key] = asyncio.ensure_future(self._ask(messages, sampling, tools))
         return await asyncio.shield(reply)
+
+    async def _ask(self, messages: Messages, sampling: SamplingArgs, tools: list[dict[str, Any]] | None) -> Completion:
+        family = json.dumps([messages[:-1], tools], sort_keys=True, default=str)  # all but the last message
+        await self._gate.take(len(messages), family)
+        try:
+            return await self.client.chat(messages, sampling, tools)
+        finally:
+            self.answered += 1
+            self._gate.give()
+            if self._on_answer is not None:
+                self._on_answer(self.answered)
 
     async def aclose(self) -> None:
         """The wrapped client belongs to the caller, who closes it."""
@@ -169,10 +235,14 @@ async def enumerate_games(
     *,
     seed: int = 0,
     concurrency: int = 256,
+    positions: int | None = None,
     on_game: Callable[[Rollout], Any] | None = None,
+    on_answer: Callable[[int], Any] | None = None,
 ) -> ExactResult:
-    """Walk `env`'s game tree with `client` (see the module docstring); `on_game` gets each
-    finished, scored game as it ends."""
+    """Walk `env`'s game tree with `client` (see the module docstring): `concurrency` lines in
+    flight, at most `positions` of them waiting on the model (None: as many as the lines).
+    `on_game` gets each finished, scored game as it ends, `on_answer` the number of positions
+    answered so far after each answer."""
     if not isinstance(env, GameTree):
         raise UsageError(f"environment {getattr(env, 'name', env)!r} offers no exact evaluation (no game tree)")
     if sampling.temperature != 0:
@@ -181,21 +251,26 @@ async def enumerate_games(
         )
     if concurrency < 1:
         raise UsageError(f"concurrency must be >= 1, got {concurrency}")
-    memo = _Memo(client)
-    gate = asyncio.Semaphore(concurrency)
+    if positions is not None and positions < 1:
+        raise UsageError(f"positions must be >= 1 (or None: no bound), got {positions}")
+    memo = _Memo(client, positions, on_answer)
+    gate = _Gate(concurrency)  # the deepest lines first, as the positions
     games: list[Rollout] = []
     played = 0
     start = time.monotonic()
 
-    async def line(task: Task, tg: asyncio.TaskGroup) -> None:
+    async def line(task: Task, depth: int, tg: asyncio.TaskGroup) -> None:
         nonlocal played
-        async with gate:
+        await gate.take(depth)
+        try:
             state: State = await env.rollout(memo, task, sampling, rollout_seed(task, 0))
+        finally:
+            gate.give()
         played += 1
         children = [] if state.error is not None else env.tree_children(state)
         if children:
             for child in children:
-                tg.create_task(line(child, tg))
+                tg.create_task(line(child, depth + 1, tg))
             return
         (game,) = await score_group(env, task, [0], [state])
         leaf: dict[str, Any] = {"outcome": ERROR} if game.error is not None else dict(env.tree_leaf(state))
@@ -207,7 +282,7 @@ async def enumerate_games(
 
     async with asyncio.TaskGroup() as tg:
         for root in env.tree_roots(seed):
-            tg.create_task(line(root, tg))
+            tg.create_task(line(root, 0, tg))
     games.sort(key=lambda g: g.task_id)
     return ExactResult(
         games,

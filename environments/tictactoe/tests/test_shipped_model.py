@@ -23,6 +23,7 @@ def test_the_default_model_is_the_shipped_one_unless_overridden(monkeypatch, tmp
     assert load_environment().default_model() == "policy:optimal"
 
 
+@pytest.mark.heavy
 def test_the_shipped_model_plays_well_on_cpu():
     """24 greedy games against each opponent, played together (a CPU decode step costs about
     the same for 20 rows as for 50, so the two sets share their steps)."""

@@ -31,6 +31,7 @@ sys.modules[spec.name] = script  # (its dataclass looks its module up there)
 spec.loader.exec_module(script)
 
 
+@pytest.mark.heavy
 def test_the_best_response_to_p_07_alone_is_the_limit_policy_and_beats_a_saved_model(tmp_path: Path) -> None:
     at = script.parse_line("O8.X4.O1")  # where the shipped model plays a corner and an edge wins more
     solver = script.Solver(script.Opponent("p = 0.7", 0.7, 0.7, 0, 0.0), grid=1, watch=frozenset([at]))
@@ -61,6 +62,7 @@ def test_the_best_response_to_p_07_alone_is_the_limit_policy_and_beats_a_saved_m
     assert done.returncode == 2 and "not a whole exhaustive run" in done.stderr and "Traceback" not in done.stderr
 
 
+@pytest.mark.heavy
 def test_a_model_that_times_out_is_read_and_its_timeouts_count_as_losses(tmp_path: Path) -> None:
     """A weak model's exhaustive run has games that end with every reply rejected: read as no move
     there, scored as the rubric scores a timeout (a loss), not a crash on a move of None."""
@@ -85,6 +87,7 @@ def test_a_decision_is_a_line_that_ends_with_os_move(bad: str) -> None:
     assert script.parse_line("X4.O0") == (4, 0) and script.parse_line("O8.X4.O1") == (8, 4, 1)
 
 
+@pytest.mark.heavy
 def test_random_replies_make_the_best_response_to_p_07_beatable_and_a_range_of_p_does_not() -> None:
     unsafe = script.report(script.Opponent("replies, p = 0.7", 0.7, 0.7, 4, 1.0), grid=1)
     assert unsafe["random_win"] > 100 * never_losing_max_win_rate() + 0.5  # it wins more by risking losses

@@ -22,6 +22,7 @@ def _rows(out: str, first: str) -> list[list[str]]:
     return [[c.strip() for c in line.split("|")[1:-1]] for line in out.splitlines() if line.startswith(f"| {first}")]
 
 
+@pytest.mark.heavy
 def test_grads_measures_own_and_given_replies_at_restart_points():
     pytest.importorskip("torch")
     out = _run("grads", str(ROOT / "models" / "tictactoe-tiny"), "--games", "12", "--points", "8")
@@ -31,6 +32,7 @@ def test_grads_measures_own_and_given_replies_at_restart_points():
     assert float(given[0][3]) > 0 and float(own[0][3]) >= 0
 
 
+@pytest.mark.heavy
 def test_where_counts_restarts_by_move_with_given_and_own_games(tmp_path):
     pytest.importorskip("torch")
     model = str(ROOT / "models" / "tictactoe-tiny")

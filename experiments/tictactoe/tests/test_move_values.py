@@ -46,6 +46,7 @@ def test_a_forced_move_is_read_back_as_that_move_in_the_teachers_words():
     assert text(threat, 8) == "<think>I play 8.</think>\n<move>8</move>"
 
 
+@pytest.mark.heavy
 def test_the_script_plays_every_arm_from_a_position_with_the_shipped_model():
     pytest.importorskip("torch")
     proc = subprocess.run(

@@ -154,7 +154,7 @@ class SlotDecoder:
         `pos`, a token drawn by `rlvr.clients.local_sampling.draw` (no top-p) into `tokens`,
         and `pos` and `counts` advanced. Attention covers the first `span(need)` positions
         (None: the whole buffer), so every row's `pos` must be below `need`."""
-        n = min(_bucket(n, MIN_SLOTS), self.slots)
+        n = min(_bucket(n, MIN_SLOTS), self.slots) if self.graphs else min(n, self.slots)  # graphs replay per count
         span = self.length if need is None else self.span(need)
         try:
             return self._step(n, span)

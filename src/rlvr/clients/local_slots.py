@@ -132,7 +132,8 @@ class SlotBatch(Batch):
             self.rows, self.index = keep, None
 
     def _copy_kv(self, rows: list[Request]) -> list[KV | None]:
-        """One copy of all the rows' slots; each row's entry a view of its part."""
+        """One copy of all the rows' slots, then each row's part on its own: a view would keep
+        the whole copy alive while any one entry of it stays in the reuse cache, past its bytes."""
         lengths = [r.seq_len for r in rows]
         keys, values = self.decoder.copy_rows([r.slot for r in rows], max(lengths))
-        return [(keys[:, i, :, :n], values[:, i, :, :n]) for i, n in enumerate(lengths)]
+        return [(keys[:, i, :, :n].contiguous(), values[:, i, :, :n].contiguous()) for i, n in enumerate(lengths)]

@@ -15,6 +15,10 @@ from collections.abc import Callable, Mapping, Sequence
 
 SERIES_CLASSES = 8
 """Line colours `s0`..`s7` (the page's CSS); more series reuse them in turn."""
+SMOOTH_FROM = 30
+"""A smoothed chart draws a series of more points than this as faint points under a bold mean."""
+RAW_STYLE, MEAN_STYLE = "stroke-width:1;opacity:.3", "stroke-width:2.4"
+"""Inline styles (they win over the page's CSS) of a smoothed series' raw line and its mean."""
 
 Scale = Callable[[float], float]
 
@@ -162,12 +166,18 @@ def line_chart(
     width: int = 340,
     height: int = 210,
     include: Sequence[float] = (),
+    smooth: bool = False,
 ) -> str:
     """An inline SVG line chart: one line per series ((xs, ys) pairs), a shared y axis with
     round ticks that spans the finite values and `include` (e.g. (0, 100) for percentages), a
     legend when there are several. Points that are not finite leave a gap and are counted in
-    the caption; a line of few points gets a marker on each point."""
+    the caption; a line of few points gets a marker on each point. With `smooth`, a series of
+    more than `SMOOTH_FROM` points is drawn faint, under its moving mean in bold
+    (`moving_mean`), and the caption names the window."""
     names = list(series)
+    window = max((smoothing_window(len(ys)) for _, ys in series.values()), default=0) if smooth else 0
+    if window:
+        caption += f" (faint: each point; bold: mean of the last {window})"
     legend_rows = math.ceil(len(names) / 2) if len(names) > 1 else 0
     left, right, top, bottom = 46, 14, 34 + 13 * legend_rows, 38
     x_lo, x_hi = _span([x for xs, _ in series.values() for x in xs])
@@ -197,7 +207,12 @@ def line_chart(
         cls = f"s{i % SERIES_CLASSES}"
         xs, ys = series[name]
         points = list(zip(xs, ys))
-        parts.extend(_line(points, cls, name, px, py, markers=len(points) <= 40))
+        if window and len(points) > SMOOTH_FROM:
+            parts.extend(_line(points, cls, name, px, py, markers=False, style=RAW_STYLE))
+            mean = list(zip(xs, moving_mean(ys, window)))
+            parts.extend(_line(mean, cls, f"{name} (mean of {window})", px, py, markers=False, style=MEAN_STYLE))
+        else:
+            parts.extend(_line(points, cls, name, px, py, markers=len(points) <= 40))
         if legend_rows:
             lx, ly = 12 + (i % 2) * (width - 24) / 2, 36 + 13 * (i // 2)
             parts.append(
@@ -236,7 +251,33 @@ def _round(value: float, step: float) -> float:
     return short if abs(short - value) <= step * 1e-6 else value
 
 
-def _line(points: list[tuple[float, float]], cls: str, name: str, px: Scale, py: Scale, *, markers: bool) -> list[str]:
+def smoothing_window(points: int) -> int:
+    """The moving mean's window for a series of `points` (0: too short to smooth): a tenth of
+    the series, at least 3.
+
+    >>> smoothing_window(30), smoothing_window(31), smoothing_window(200), smoothing_window(1000)
+    (0, 3, 20, 100)
+    """
+    return max(3, points // 10) if points > SMOOTH_FROM else 0
+
+
+def moving_mean(values: Sequence[float], window: int) -> list[float]:
+    """The mean of each value and the `window - 1` before it (fewer at the start), over the
+    finite ones; NaN where there is none (a gap).
+
+    >>> moving_mean([1.0, 3.0, float("nan"), 5.0], 2)
+    [1.0, 2.0, 3.0, 5.0]
+    """
+    out = []
+    for i in range(len(values)):
+        finite = [v for v in values[max(0, i - window + 1) : i + 1] if math.isfinite(v)]
+        out.append(math.fsum(finite) / len(finite) if finite else math.nan)
+    return out
+
+
+def _line(
+    points: list[tuple[float, float]], cls: str, name: str, px: Scale, py: Scale, *, markers: bool, style: str = ""
+) -> list[str]:
     """A series' polylines (split where a point is not finite) and markers."""
     out: list[str] = []
     run: list[tuple[float, float]] = []
@@ -246,7 +287,8 @@ def _line(points: list[tuple[float, float]], cls: str, name: str, px: Scale, py:
             continue
         if len(run) > 1:
             coords = " ".join(f"{px(a):.1f},{py(b):.1f}" for a, b in run)
-            out.append(f'<polyline class="{cls}" points="{coords}"><title>{_e(name)}</title></polyline>')
+            styled = f' style="{style}"' if style else ""
+            out.append(f'<polyline class="{cls}"{styled} points="{coords}"><title>{_e(name)}</title></polyline>')
         if markers or len(run) == 1:
             out.extend(
                 f'<circle class="{cls}" cx="{px(a):.1f}" cy="{py(b):.1f}" r="2.5">'

@@ -1,9 +1,10 @@
 """The report of a results directory (`rlvr eval`, or one evaluation of a training run).
 
 From the top: the environment's own summary (its `summarize()`, the numbers `rlvr eval` prints
-under its table: win/draw/loss %, solved %...), an exact evaluation's table and every game that
-beat the policy drawn as its board, the reward summary, plots, the run's settings, and every
-rollout as a `<details>` block that opens on click.
+under its table: win/draw/loss %, solved %...), or for an exact evaluation its sections
+(`rlvr.report.exact`: the weighted table, its plots, every game that beat the policy drawn as
+its board); then the reward summary, plots, the run's settings, and every rollout as a
+`<details>` block that opens on click. `render_report` adds each part with one line.
 """
 
 from __future__ import annotations
@@ -18,14 +19,12 @@ from typing import Any
 
 from rlvr.errors import RlvrError
 from rlvr.report.charts import bar_chart, histogram_bins, number
+from rlvr.report.exact import counted_note, exact_sections
 from rlvr.report.exact_sampled import sampled_section
 from rlvr.report.page import REPORT, e, numbers_table, page, settings_table, write_page
 from rlvr.results import RunDir
 from rlvr.summary import summarize
 from rlvr.types import Message, Rollout
-
-OUTCOMES = ("win", "draw", "loss", "timeout", "error")
-"""The order of an exact table's columns (others follow, by name)."""
 
 MAX_HISTOGRAMS = 8
 """Reward functions drawn as histograms, at most (the first ones that are not 0/1 flags)."""
@@ -50,29 +49,32 @@ def render_report(
     if isinstance(metadata.get("status"), str):
         lead += f" &middot; {e(metadata['status'])}"
     body = [f"<h1>{e(title)}</h1>", f'<p class="lead">{lead}</p>']
-    if isinstance(env_summary, Mapping) and env_summary:
-        body += [f"<h2>{e(metadata.get('env', 'environment'))}: its own summary</h2>", numbers_table(env_summary)]
-    elif isinstance(env_summary, str) and env_summary:
-        body.append(f'<p class="note">{e(env_summary)}</p>')
-    body += [
-        *_exact(metadata, rollouts),
-        *sampled_section(metadata),  # a sampled exact run's bounds and risky boards (report/exact_sampled.py)
-        "<h2>Rewards and rollouts</h2>",
-        _summary(stats, metadata),
-        "<h2>Plots</h2>",
-        _plots(rollouts, stats, weights),
-        "<h2>Run</h2>",
-        settings_table(
-            {
-                **{k: v for k, v in metadata.items() if k != "format"},
-                "results": source,
-                "report written": time.strftime("%Y-%m-%dT%H:%M:%S"),
-            }
-        ),
-        f"<h2>Rollouts ({len(rollouts)})</h2>",
-        _rollouts(rollouts, max_rollouts),
-    ]
+    body += _own_summary(metadata, env_summary)
+    body += exact_sections(metadata, rollouts)
+    body += sampled_section(metadata)  # a sampled exact run's bounds and risky boards
+    body += ["<h2>Rewards and rollouts</h2>", *counted_note(metadata, rollouts), _summary(stats, metadata)]
+    body += ["<h2>Plots</h2>", _plots(rollouts, stats, weights)]
+    body += ["<h2>Run</h2>", _settings(metadata, source)]
+    body += [f"<h2>Rollouts ({len(rollouts)})</h2>", _rollouts(rollouts, max_rollouts)]
     return page(title, body)
+
+
+def _own_summary(metadata: Mapping[str, Any], env_summary: Mapping[str, float] | str | None) -> list[str]:
+    if isinstance(env_summary, Mapping) and env_summary:
+        return [f"<h2>{e(metadata.get('env', 'environment'))}: its own summary</h2>", numbers_table(env_summary)]
+    if isinstance(env_summary, str) and env_summary:
+        return [f'<p class="note">{e(env_summary)}</p>']
+    return []
+
+
+def _settings(metadata: Mapping[str, Any], source: str) -> str:
+    return settings_table(
+        {
+            **{k: v for k, v in metadata.items() if k != "format"},
+            "results": source,
+            "report written": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        }
+    )
 
 
 def env_summary(metadata: Mapping[str, Any], rollouts: Sequence[Rollout]) -> dict[str, float] | str | None:
@@ -128,55 +130,6 @@ def _summary(s: dict[str, Any], metadata: Mapping[str, Any]) -> str:
         f"<table><tr><th>metric</th><th>mean</th><th>std</th></tr>{cells}</table>"
         f"<p>errors: {s['errors']} ({e(errors)})</p><p class=note>{e(timing)}</p>"
     )
-
-
-def _exact(metadata: dict[str, Any], rollouts: Sequence[Rollout]) -> list[str]:
-    """An exact run (`rlvr eval --exhaustive`): its rates per opponent, the verdict, and every
-    game that beat the policy with its last environment message (for a board game, the board)."""
-    exact = metadata.get("exact")
-    if not isinstance(exact, dict) or not isinstance(exact.get("rates_pct"), dict):
-        return []
-    from rlvr.exact import lost_games
-
-    rates = exact["rates_pct"]
-    labels = sorted(
-        {k for r in rates.values() for k in r}, key=lambda k: (OUTCOMES.index(k) if k in OUTCOMES else 9, k)
-    )
-    head = "".join(f"<th>{e(k)} %</th>" for k in labels)
-    rows = "".join(
-        f"<tr><td>{e(opp)}</td>" + "".join(f"<td class=num>{number(r.get(k, 0.0), 2)}</td>" for k in labels) + "</tr>"
-        for opp, r in rates.items()
-    )
-    lost = lost_games(rollouts, exact.get("failures", ()))
-    verdict = "yes: no line of play beats it" if exact.get("unbeatable") else f"no: {len(lost)} games beat it"
-    found = exact.get("mistakes")
-    mistakes: dict[str, Any] = found if isinstance(found, dict) else {}
-    decisions = "".join(f"<li><code>{e(k)}</code>: {e(v)} game(s)</li>" for k, v in mistakes.items())
-    games = []
-    for game in lost:
-        detail = game.info.get("exact", {})
-        last = next((m for t in reversed(game.turns) for m in reversed(t.env_messages)), None)
-        board = str(last.get("content") or "") if last else ""
-        games.append(
-            f'<div class="lost"><p><b>{e(detail.get("outcome"))}</b>: <code>{e(game.task_id)}</code> '
-            f"{e(detail.get('moves', ''))}"
-            + (f" (decision <code>{e(detail['mistake'])}</code>)" if detail.get("mistake") else "")
-            + f"</p><pre>{e(board)}</pre></div>"
-        )
-    return [
-        "<h2>Exact evaluation</h2>",
-        f"<p>{e(exact.get('games'))} games: every line of play; exact rates, weighted by each opponent's "
-        f"move probabilities. Unbeatable: <b>{e(verdict)}</b>. Games with a rejected move: "
-        f"{e(exact.get('rejected_move_games'))}.</p>",
-        f"<table><tr><th>opponent</th>{head}</tr>{rows}</table>",
-        f"<h3>Games that beat the policy ({len(lost)})</h3>",
-        (
-            f"<p>Through {len(mistakes)} decision(s) (the position, the move, the moves that hold):</p><ul>{decisions}</ul>"
-        )
-        if decisions
-        else "",
-        "".join(games) or '<p class="note">none</p>',
-    ]
 
 
 # ---- plots --------------------------------------------------------------------------------

@@ -1,9 +1,11 @@
 """The report of a training run: a folder holding `metrics.csv` (`rlvr train`, `rlvr sft`).
 
-One self-contained page like a results report: the curves of `metrics.csv` as inline SVG
-(reward and each reward function, outcome rates, evaluation sets, exact evaluation, loss, KL,
-entropy, clipping, lengths, throughput, learning rate and the rest), a table of every
-evaluation with a link to its rollouts, and the run's config. The evaluations saved under
+One self-contained page like a results report, in three parts (`GROUPS`): the reward (the
+training batch's and each reward function, outcome rates, a table of every evaluation with a
+link to its rollouts, their curves), loss and training statistics (KL, entropy, clipping,
+lengths, learning rate and the rest), throughput and time; then the run's config. A curve of
+many steps is drawn faint under its moving mean in bold (`charts.line_chart(smooth=True)`):
+one step's reward is noise, a trend over tens of steps is the signal. The evaluations saved under
 `eval/step_N/LABEL/` (and `eval/step_N/exact/`) are results directories: their own reports
 are written beside them, so the links open pages too.
 
@@ -48,8 +50,28 @@ SECTIONS = (
     ("Throughput and time", ("throughput", "time")),
     ("Learning rate and gradients", ("optim", "grad")),
 )
-"""Headings of the curves, in page order, and the metric namespaces under each; a namespace
-listed nowhere goes under "Other"."""
+"""Headings of the curves, and the metric namespaces under each; a namespace listed nowhere
+goes under "Other"."""
+
+GROUPS = (
+    ("Reward", ("Reward", "Outcomes", "Evaluations", "Evaluation sets", "Exact evaluations", "Exact evaluation")),
+    (
+        "Loss and training statistics",
+        (
+            "Loss",
+            "KL and entropy",
+            "Clipping and importance weights",
+            "Lengths",
+            "Groups",
+            "Learning rate and gradients",
+            "Other",
+        ),
+    ),
+    ("Throughput and time", ("Throughput and time",)),
+)
+"""The page's three parts, in order (each an h2), and the sections under each (an h3; a
+section named as its part goes right under the part's heading): what training achieved, how
+it behaved, what it cost. "Evaluations" and "Exact evaluations" are tables, the rest curves."""
 
 SHARED = frozenset({"loss", "clip", "ratio", "is_weight", "time"})
 """Namespaces whose metrics share one axis (the same unit)."""
@@ -115,19 +137,26 @@ def render_training_report(
     """The page of a training run. `links`: (step, label) -> the href of that evaluation's
     report (None: its folder is unreadable).
 
-    From the top: what training achieved (reward, outcomes), the evaluations (a table, then
-    their curves), the exact evaluations (the same), how training behaved (loss, KL, ...), the
-    config."""
+    From the top: what training achieved (reward, outcomes, the evaluations: a table, then
+    their curves; the exact evaluations the same), how training behaved (loss, KL, ...), what
+    it cost (throughput, time), the config."""
     what = " / ".join(str(config[k]) for k in ("env", "data", "model") if k in config)
     title = f"rlvr report: training run {run.name}" + (f" ({what})" if what else "")
     steps = [int(r["step"]) for r in rows]
     lead = f"{len(rows)} rows of metrics, steps {steps[0]} to {steps[-1]}" if rows else "no steps logged yet"
-    curves = _curves(rows)
+    sections = {
+        **_curves(rows),
+        "Evaluations": _eval_table(rows, links),
+        "Exact evaluations": _exact_table(rows, links),
+    }
     body = [f"<h1>{e(title)}</h1>", f'<p class="lead">{e(lead)} &middot; {len(links)} saved evaluations</p>']
-    body += curves.pop("Reward", []) + curves.pop("Outcomes", [])
-    body += _eval_table(rows, links) + curves.pop("Evaluation sets", [])
-    body += _exact_table(rows, links) + curves.pop("Exact evaluation", [])
-    body += [part for parts in curves.values() for part in parts]
+    for group, names in GROUPS:
+        parts = [(name, sections[name]) for name in names if sections.get(name)]
+        if parts:
+            body.append(f"<h2>{e(group)}</h2>")
+            body += [
+                piece for name, html in parts for piece in ([] if name == group else [f"<h3>{e(name)}</h3>"]) + html
+            ]
     body += ["<h2>Config</h2>", settings_table(dict(config)) if config else '<p class="note">no config file</p>']
     return page(title, body)
 
@@ -173,7 +202,7 @@ def _eval_table(rows: Sequence[Row], links: Mapping[tuple[int, str], str | None]
             + "".join(f"<td class=num>{number(v, digits, small=False)}</td>" for v, digits in cells)
             + f"<td>{_link(links, (step, label), 'rollouts')}</td></tr>"
         )
-    return ["<h2>Evaluations</h2>", f'<table class="wide"><tr>{head}</tr>{"".join(lines)}</table>']
+    return [f'<table class="wide"><tr>{head}</tr>{"".join(lines)}</table>']
 
 
 def _exact_table(rows: Sequence[Row], links: Mapping[tuple[int, str], str | None]) -> list[str]:
@@ -199,7 +228,6 @@ def _exact_table(rows: Sequence[Row], links: Mapping[tuple[int, str], str | None
                 + f"<td class=num>{beaten}</td><td class=num>{decisions}</td><td>{_link(links, (step, 'exact'), 'games') if i == 0 else ''}</td></tr>"
             )
     return [
-        "<h2>Exact evaluations</h2>",
         '<p class="note">greedy play over every line of the game tree; rates weighted by each '
         "opponent's move probabilities; beaten: games (lines of play) the policy loses or times out; "
         "decisions: the distinct losing decisions those games went through</p>",
@@ -222,7 +250,7 @@ def _label(column: str) -> str:
 
 
 def _curves(rows: Sequence[Row]) -> dict[str, list[str]]:
-    """Heading -> its part of the page (the heading and its plots), in `SECTIONS` order."""
+    """Heading -> its plots, in `SECTIONS` order."""
     names = list(dict.fromkeys(n for r in rows for n in r if n != "step"))
     series = {n: ([r["step"] for r in rows if n in r], [r[n] for r in rows if n in r]) for n in names}
     panels: dict[tuple[str, ...], list[str]] = {}
@@ -233,7 +261,7 @@ def _curves(rows: Sequence[Row]) -> dict[str, list[str]]:
         section = "Reward" if key == TOTAL else _section(members[0])
         by_section.setdefault(section, []).append(_panel(key, members, series))
     return {
-        heading: [f"<h2>{e(heading)}</h2>", '<div class="plots">' + "\n".join(by_section[heading]) + "</div>"]
+        heading: ['<div class="plots">' + "\n".join(by_section[heading]) + "</div>"]
         for heading in [h for h, _ in SECTIONS] + ["Other"]
         if heading in by_section
     }
@@ -274,4 +302,5 @@ def _panel(key: tuple[str, ...], members: list[str], series: Mapping[str, tuple[
         title = (members[0] if len(members) == 1 else key[0]) + unit
         labels = members if len(members) == 1 else [n.removeprefix(key[0] + "/") for n in members]
     include = {"%": (0.0, 100.0), "share": (0.0, 1.0)}.get(key[-1], ())
-    return line_chart({label: series[n] for label, n in zip(labels, members)}, title=title, include=include)
+    curves = {label: series[n] for label, n in zip(labels, members)}
+    return line_chart(curves, title=title, include=include, smooth=True)
