@@ -63,8 +63,8 @@ browser:
 	else echo "browser: no chromium and no apt-get as root; the report's browser test will be skipped"; fi
 
 lint:
-	$(BIN)/ruff check src tests environments benchmarks scripts
-	$(BIN)/ruff format --check src tests environments benchmarks scripts
+	$(BIN)/ruff check src tests environments benchmarks scripts experiments
+	$(BIN)/ruff format --check src tests environments benchmarks scripts experiments
 	$(BIN)/mypy
 
 clean:
