@@ -4,8 +4,8 @@ With `restart_frac` > 0 that share of each batch's tasks are restarts. After eve
 rollout that scored below `restart_below` (failed ones aside) offers the environment's restart
 points (`Restartable.restart_tasks`, `rlvr.train.protocols`: its task again, the prompt
 extended by the conversation up to one of the model's later turns); one of them, drawn at
-random (`restart_points = "random"`), or all of them (`"all"`), join a buffer of the newest restarts, one per distinct conversation.
-Each restart is played once, by a whole group.
+random (`restart_points = "random"`), or all of them (`"all"`), join a buffer of the newest
+restarts, one per distinct conversation. Each restart is played once, by a whole group.
 
 Why: in a long episode a group's advantage scores the whole episode, and a mistake the policy
 makes rarely, in a position it rarely reaches, is rarely sampled beside its fix. A restart
