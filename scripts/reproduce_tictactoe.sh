@@ -11,9 +11,9 @@
 #     KEEP_BEST=min:exact/beaten_games,min:exact/rejected_move_games,max:exact/random/win_pct \
 #     scripts/reproduce_tictactoe.sh                        # models/tictactoe-tiny's recipe (its rl.best)
 #
-# RECIPE=unbeatable replaces the two phases below by the one of docs/RESULTS.md's best plan
-# (`cover` with restarts below 0.65; 2 of 3 seeds unbeatable at their last step, 11 GPU-minutes a
-# seed): 300 steps from the empty board against an opponent whose first k <= 4 replies are random
+# RECIPE=unbeatable replaces the two phases below by docs/RESULTS.md's defence recipe
+# (restarts below 0.65; 2 of 3 seeds unbeatable at their last step, 11 GPU-minutes a seed with
+# two seeds a GPU): 300 steps from the empty board against an opponent whose first k <= 4 replies are random
 # and whose later ones are perfect, with traps; half of each batch replays lost games (and games
 # drawn after a rejected move) from before a move, walking back while the replays lose; 128
 # greedy probe games a step, half after 4 random replies, whose failures are replayed too; the
