@@ -68,11 +68,11 @@ rlvr init "$NAME" --kind multi -o envs >/dev/null
 if [[ $INSTALL == 1 ]]; then pip install -q -e "envs/$NAME" 2>/dev/null; fi
 stage install
 rlvr model new --preset tiny --corpus "$NAME" -o base >/dev/null 2>&1
-rlvr gen "$NAME" -m "policy:$TEACHER" -a "{\"num_tasks\": $GEN_TASKS${ENV_ARGS:+, $ENV_ARGS}}" -f 'solved == 1' -o sft.jsonl -q >/dev/null
+rlvr gen "$NAME" -m "policy:$TEACHER" -a "{\"num_tasks\": $GEN_TASKS${ENV_ARGS:+, $ENV_ARGS}}" -f 'solved == 1' -d sft.jsonl -q >/dev/null
 stage model+data
 evaluate base eval/base "$BASE_EVAL_TASKS"
 stage eval-base eval/base
-rlvr sft -m base -d sft.jsonl -o sft --max-steps "$SFT_STEPS" --batch-size 16 --lr 2e-3 --lr-schedule cosine \
+rlvr sft -m base -d sft.jsonl -o sft --steps "$SFT_STEPS" --batch-size 16 --lr 2e-3 --lr-schedule cosine \
     --warmup-steps "$SFT_WARMUP" --eval-every none --save-every none --device cpu -q
 stage sft
 evaluate sft/final eval/sft

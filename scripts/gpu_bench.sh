@@ -25,7 +25,7 @@ nvidia-smi --query-gpu=name,memory.total --format=csv,noheader > "$OUT/gpu.txt" 
 sft_ab() {  # whole SFT runs, this tree (new) against BASE_SRC (base), ABBA order
   local steps=${SFT_AB_STEPS:-250} repeats=${REPEATS:-2}
   [ -f "$WORK/base/config.json" ] || rlvr model new --preset small --corpus tictactoe --seed 0 -o "$WORK/base"
-  [ -f "$WORK/teacher.jsonl" ] || rlvr gen tictactoe -m policy:teacher -n -1 -r 1 -q -o "$WORK/teacher.jsonl" \
+  [ -f "$WORK/teacher.jsonl" ] || rlvr gen tictactoe -m policy:teacher -n -1 -r 1 -q -d "$WORK/teacher.jsonl" \
     --overwrite -a '{"num_tasks": 5000, "seed": 100}' \
     --filter 'loss == 0 and timeout == 0 and format_reward == 1 and invalid_moves == 0'
   local order=""

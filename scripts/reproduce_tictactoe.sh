@@ -11,9 +11,9 @@
 #     KEEP_BEST=min:exact/beaten_games,min:exact/rejected_move_games,max:exact/random/win_pct \
 #     scripts/reproduce_tictactoe.sh                        # models/tictactoe-tiny's recipe (its rl.best)
 #
-# RECIPE=unbeatable replaces the two phases below by the one of docs/RESULTS.md's best plan
-# (`cover` with restarts below 0.65; 2 of 3 seeds unbeatable at their last step, 11 GPU-minutes a
-# seed): 300 steps from the empty board against an opponent whose first k <= 4 replies are random
+# RECIPE=unbeatable replaces the two phases below by docs/RESULTS.md's defence recipe
+# (restarts below 0.65; 2 of 3 seeds unbeatable at their last step, 11 GPU-minutes a seed with
+# two seeds a GPU): 300 steps from the empty board against an opponent whose first k <= 4 replies are random
 # and whose later ones are perfect, with traps; half of each batch replays lost games (and games
 # drawn after a rejected move) from before a move, walking back while the replays lose; 128
 # greedy probe games a step, half after 4 random replies, whose failures are replayed too; the
@@ -120,7 +120,7 @@ fi
 # 2. SFT data: teacher games, lost games and imperfect format filtered out
 if [ ! -f "$OUT/teacher.jsonl" ] && ! sft_done; then
   log "teacher games ($GAMES)"; stamp gen
-  rlvr gen tictactoe -m "policy:$TEACHER" -n -1 -r 1 -q -o "$OUT/teacher.jsonl.part" --overwrite \
+  rlvr gen tictactoe -m "policy:$TEACHER" -n -1 -r 1 -q -d "$OUT/teacher.jsonl.part" --overwrite \
     -a "{\"num_tasks\": $GAMES, \"seed\": $((SEED + 100))}" \
     --filter 'loss == 0 and timeout == 0 and format_reward == 1 and invalid_moves == 0'
   echo "$TEACHER" > "$OUT/teacher.name"   # (before the data: a kill between the two leaves no data to reuse)
@@ -133,7 +133,7 @@ if ! sft_done; then
   log "SFT ($SFT_STEPS steps x $SFT_BATCH)"; stamp sft
   resume=""; [ -d "$OUT/sft/checkpoints" ] && resume="--resume"
   rlvr sft --model "$OUT/base" --data "$OUT/teacher.jsonl" -o "$OUT/sft" $resume -q \
-    --max-steps "$SFT_STEPS" --batch-size "$SFT_BATCH" --micro-batch-size "$SFT_BATCH" --lr 1e-3 \
+    --steps "$SFT_STEPS" --batch-size "$SFT_BATCH" --micro-batch-size "$SFT_BATCH" --lr 1e-3 \
     --warmup-steps $(( SFT_STEPS < 500 ? SFT_STEPS / 10 : 50 )) --lr-schedule cosine \
     --eval-every 100 --save-every 250 --seed "$SEED" $DEVICE_FLAGS $SFT_EXTRA
   done_in sft

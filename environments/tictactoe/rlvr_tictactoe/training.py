@@ -19,9 +19,10 @@ def probe_task(task: Task, seed: int, random_replies: int | None, share: float) 
     `random_replies` (the env's `probe_random_replies`) set, its opponent's first k = that many
     moves are random (the task's own k otherwise), in a share `share` (`probe_random_share`)
     of the probes, chosen by each probe's seed. Why: the lines a greedy policy still lost at
-    the end of plan `greedy` mostly need four given random replies, which only the k = 4 tasks
-    (one in five) can play; but a probe at k = 4 never meets a trap the opponent sets earlier
-    (plan `cover`, docs/RESULTS.md; `scripts/tictactoe_line_odds.py`)."""
+    the end of a run of greedy probes mostly need four given random replies, which only the k = 4
+    tasks (one in five) can play; but a probe at k = 4 never meets a trap the opponent sets
+    earlier, hence half the probes at 4 random replies (docs/RESULTS.md, `RECIPE=unbeatable`;
+    `experiments/tictactoe/line_odds.py`)."""
     task = dataclasses.replace(task, seed=seed)
     if random_replies is None or "line" in task.info:
         return task

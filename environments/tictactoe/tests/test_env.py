@@ -207,7 +207,7 @@ def test_random_replies_open_random_lines_that_a_perfect_opponent_then_punishes(
 
 
 def test_probe_random_replies_sets_the_k_of_greedy_probes_only():
-    """`probe_random_replies`: the trainer's greedy probes (`MultiTurnEnv.probe_task`) meet k
+    """`probe_random_replies`: the trainer's greedy probes (`Probed.probe_task`) meet k
     random replies whatever their task drew; training tasks, evaluation lines and the default
     (None: the task's own k) are unchanged."""
     plain = load_environment(opponent="optimal", trap_prob=1.0, random_replies=4)

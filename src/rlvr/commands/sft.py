@@ -1,9 +1,10 @@
 """`rlvr sft --model PATH --data FILE -o DIR`: supervised fine-tuning on chat conversations.
 
 Trains on the assistant turns only. DATA is JSONL, one `{"messages": [...]}` a line, as
-written by `rlvr gen`. DIR gets metrics.csv, tensorboard/, plots/ (loss curves),
-checkpoints/ and, at the end, final/: a plain model folder for `rlvr eval -m DIR/final` or
-`rlvr train --model DIR/final`. `--resume` continues a killed run from its last checkpoint.
+written by `rlvr gen`; or .json (a list of objects), .parquet, or a folder from
+`Dataset.save_to_disk`, whose rows are written to DIR/data.jsonl first. DIR gets metrics.csv,
+tensorboard/, plots/ (loss curves), checkpoints/ and, at the end, final/: a plain model folder
+for `rlvr eval -m DIR/final` or `rlvr train --model DIR/final`. `--resume` continues a killed run from its last checkpoint.
 LoRA: `--lora-rank 8` (the merged model is saved). Flags mean what they mean in `rlvr train`:
 -o the run folder (old spelling --output-dir), --steps (old spelling --max-steps).
 """

@@ -20,7 +20,7 @@ Choices:
   never trained on and take their group's mean of scored rewards for the baseline, so they
   shift nobody's advantage; truncated ones are left out of the loss with `mask_truncated`.
 - Turn credit (`turn_advantages`, the trainer's `turn_credit`): where the env scores each
-  model turn on its own (`MultiTurnEnv.turn_rewards`), a turn's tokens get the episode's
+  model turn on its own (`TurnScored.turn_rewards`), a turn's tokens get the episode's
   advantage plus `weight` x that turn's score normalised over every scored turn of its group
   (mean 0, unit population std; the process-supervision normalisation of DeepSeekMath, Shao et
   al. 2024, taken per turn rather than summed over later steps: an env that wants later turns

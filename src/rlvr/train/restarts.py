@@ -2,10 +2,10 @@
 
 With `restart_frac` > 0 that share of each batch's tasks are restarts. After every step, each
 rollout that scored below `restart_below` (failed ones aside) offers the environment's restart
-points (`MultiTurnEnv.restart_tasks`: its task again, the prompt extended by the conversation up
-to one of the model's later turns); one of them, drawn at random (`restart_points = "random"`),
-or all of them (`"all"`), join a buffer of the newest restarts, one per distinct conversation.
-Each restart is played once, by a whole group.
+points (`Restartable.restart_tasks`, `rlvr.train.protocols`: its task again, the prompt
+extended by the conversation up to one of the model's later turns); one of them, drawn at
+random (`restart_points = "random"`), or all of them (`"all"`), join a buffer of the newest
+restarts, one per distinct conversation. Each restart is played once, by a whole group.
 
 Why: in a long episode a group's advantage scores the whole episode, and a mistake the policy
 makes rarely, in a position it rarely reaches, is rarely sampled beside its fix. A restart
@@ -38,8 +38,8 @@ below u at temperature 1 (the exponential of the sum of its tokens' log-probabil
 least sure first, at most one batch's worth of restarts a step, queued before the failures so
 that these stay the newest. Why: a decision where the policy's best move is not its greedy one
 but neither loses (a move that wins less often) is met by few games and tried by fewer
-(`scripts/tictactoe_regret.py --train-p`: the shipped tic-tac-toe model tries another move at its
-28 such decisions about 7 times in a step of 256 games); no failure ever restarts it. A
+(`experiments/tictactoe/regret.py --train-p`: a tic-tac-toe model at 92.37% wins tries another move
+at its 28 such decisions about 7 times in a step of 256 games); no failure ever restarts it. A
 restart there lets a whole group compare the moves the policy hesitates between. The
 probability is the policy's own, not an evaluator's.
 
@@ -49,8 +49,8 @@ tic-tac-toe, a move the teacher might make there, in its words), drawn at random
 the episode is the policy's own, and the given reply's tokens are trained like sampled ones,
 with the rollout's advantage. Why: a better move the policy gives a probability of 1 in 1,000
 at a position it reaches in 1 game of 100 is sampled there about once in 100,000 games, so no
-group ever compares it with the habit (`scripts/tictactoe_move_values.py`: the shipped model's
-largest give-up). The replies are the environment's legal options, not labelled ones: which one
+group ever compares it with the habit (`experiments/tictactoe/move_values.py`: that model's
+largest give-up; docs/RESULTS.md, "Why the remaining wins are hard for RL"). The replies are the environment's legal options, not labelled ones: which one
 is better is left to the group's rewards.
 """
 
@@ -363,7 +363,7 @@ def weigh_given(
     reply (finish reason "given") multiplied by `weight`; the rest of its episode keeps its own.
     Why (`restart_explore_weight`): a reply the policy almost never samples is given far more
     often than the policy would sample it, and its log-probability's gradient is far larger
-    than a sampled reply's (`scripts/tictactoe_given.py grads`: 470x on the shipped tic-tac-toe
+    than a sampled reply's (`experiments/tictactoe/given.py grads`: 470x on a tic-tac-toe
     model), so at full weight one given sequence sets the step's direction."""
     out = list(advantages)
     for i, rollout in enumerate(rollouts):

@@ -38,7 +38,8 @@ class SFTConfig:
     model: str
     """model to fine-tune: a local model folder or a Hugging Face id"""
     data: str
-    """JSONL chat dataset, one {"messages": [...], "tools": [...]} per line (e.g. from `rlvr gen`)"""
+    """JSONL chat dataset, one {"messages": [...], "tools": [...]} per line (e.g. from `rlvr gen`);
+    `rlvr sft -d` also takes .json, .parquet or a saved HF dataset, converted to JSONL first"""
     output_dir: str
     """run directory: metrics.csv, tensorboard/, plots/, checkpoints/, and final/ (the model)"""
     epochs: int = 3
