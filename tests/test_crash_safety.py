@@ -75,7 +75,7 @@ def data(tmp_path_factory) -> Path:
 
 
 def sft_argv(tiny: Path, data: Path, out: Path, *extra: str) -> list[str]:
-    argv = ["sft", "-m", str(tiny), "-d", str(data), "-o", str(out), "--max-steps", "2", "--batch-size", "4"]
+    argv = ["sft", "-m", str(tiny), "-d", str(data), "-o", str(out), "--steps", "2", "--batch-size", "4"]
     return argv + ["--eval-fraction", "0", "--save-every", "1", "-q", *extra]
 
 

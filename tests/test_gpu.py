@@ -304,7 +304,7 @@ def test_deterministic_sft_trains_the_same_weights_twice_on_cuda_and_rl_runs_so(
     assert main(games) == 0, capsys.readouterr().err
     common = ["--bf16", "--deterministic", "--eval-every", "none", "--save-every", "none", "-q"]
     for name in ("a", "b"):
-        sft = ["sft", "-m", str(small), "-d", str(data), "-o", str(tmp_path / f"sft-{name}"), "--max-steps", "20"]
+        sft = ["sft", "-m", str(small), "-d", str(data), "-o", str(tmp_path / f"sft-{name}"), "--steps", "20"]
         assert main([*sft, "--batch-size", "32", "--lr", "1e-3", *common]) == 0, capsys.readouterr().err
     assert _same_weights(tmp_path / "sft-a" / "final", tmp_path / "sft-b" / "final")
     rl = ["train", "tictactoe", "-m", str(tmp_path / "sft-a" / "final"), "-o", str(tmp_path / "rl")]

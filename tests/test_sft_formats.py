@@ -52,7 +52,7 @@ def test_parquet_trains(tiny_dir, tmp_path) -> None:
     data = tmp_path / "convs.parquet"
     pq.write_table(pa.Table.from_pylist(ROWS), data)
     out = tmp_path / "run"
-    argv = ["sft", "-m", str(tiny_dir), "-d", str(data), "-o", str(out), "--max-steps", "1", "--eval-fraction", "0"]
+    argv = ["sft", "-m", str(tiny_dir), "-d", str(data), "-o", str(out), "--steps", "1", "--eval-fraction", "0"]
     assert main([*argv, "-q"]) == 0
     assert (out / "final" / "config.json").is_file()
     assert read_back(str(out / "data.jsonl")) == ROWS  # what it trained on, row by row
@@ -62,7 +62,7 @@ def test_a_saved_dataset_trains(tiny_dir, tmp_path) -> None:
     saved = tmp_path / "saved"
     datasets.Dataset.from_list(ROWS).save_to_disk(str(saved))
     out = tmp_path / "run"
-    argv = ["sft", "-m", str(tiny_dir), "-d", str(saved), "-o", str(out), "--max-steps", "1", "--eval-fraction", "0"]
+    argv = ["sft", "-m", str(tiny_dir), "-d", str(saved), "-o", str(out), "--steps", "1", "--eval-fraction", "0"]
     assert main([*argv, "-q"]) == 0
     assert (out / "final" / "config.json").is_file()
     assert read_back(str(out / "data.jsonl")) == ROWS
@@ -102,7 +102,7 @@ def test_unsupported_data_is_refused_by_name(tiny_dir, tmp_path, capsys, name, e
     elif not name.startswith("missing"):
         path.write_text("a,b\n1,2\n")
     out = tmp_path / "run"
-    assert main(["sft", "-m", str(tiny_dir), "-d", str(path), "-o", str(out), "--max-steps", "1", "-q"]) != 0
+    assert main(["sft", "-m", str(tiny_dir), "-d", str(path), "-o", str(out), "--steps", "1", "-q"]) != 0
     err = capsys.readouterr().err
     assert expected.format(path=path) in err and len(err.strip().splitlines()) == 1, err
     assert not (out / "config.json").exists()

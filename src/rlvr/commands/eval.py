@@ -375,7 +375,7 @@ def _run_with_progress(
             try:
                 await run_rollouts(
                     env,
-                    counted,
+                    counted.player(),
                     tasks,
                     rollouts_per_task=args.rollouts,
                     concurrency=args.concurrency,

@@ -208,7 +208,7 @@ def _play(
                 client,
                 run_rollouts(
                     env,
-                    counted,
+                    counted.player(),
                     tasks,
                     rollouts_per_task=args.rollouts,
                     concurrency=args.concurrency,

@@ -31,7 +31,7 @@ def conversation_rows(data: str | Path) -> list[dict[str, Any]]:
     if path.is_dir():
         return _saved_dataset(path)
     if not path.exists():
-        raise UsageError(f"dataset {path} does not exist; make one with `rlvr gen ENV -m MODEL -o {path}`")
+        raise UsageError(f"dataset {path} does not exist; make one with `rlvr gen ENV -m MODEL -d {path}`")
     if path.suffix.lower() not in (".json", ".parquet"):
         raise UsageError(f"--data {path}: {path.suffix or 'no suffix'!r} is not a dataset format; expected {FORMATS}")
     return [_without_nulls(row) for row in read_task_file(path)]

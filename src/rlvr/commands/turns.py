@@ -25,23 +25,36 @@ class CountingClient:
     ('policy:echo', 'turns 1 done, 0 in flight')
     """
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: Any, counter: CountingClient | None = None) -> None:
         self.client = client
         self.name: str = client.name
         self.turns = 0
         self.in_flight = 0
         self.tokens = 0
+        self.counter = counter or self
+        """where the counts go: itself, or the counter of the mixture player it is a member of"""
+
+    def player(self) -> Any:
+        """What the run plays with: this client, or, for a mixture's per-member player (which only
+        its mixture may call, as itself), the same player with each member counted here."""
+        from rlvr.mixture import MixedPlayer
+
+        if not isinstance(self.client, MixedPlayer):
+            return self
+        members = {name: CountingClient(p, counter=self) for name, p in self.client.players.items()}
+        return MixedPlayer(members, self.client.name)
 
     async def chat(
         self, messages: Messages, sampling: SamplingArgs, tools: list[dict[str, Any]] | None = None
     ) -> Completion:
-        self.in_flight += 1
+        counter = self.counter
+        counter.in_flight += 1
         try:
             completion = await self.client.chat(messages, sampling, tools)
         finally:
-            self.in_flight -= 1
-        self.turns += 1
-        self.tokens += completion.usage.completion_tokens
+            counter.in_flight -= 1
+        counter.turns += 1
+        counter.tokens += completion.usage.completion_tokens
         return completion
 
     async def aclose(self) -> None:

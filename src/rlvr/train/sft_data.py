@@ -36,7 +36,7 @@ def read_dataset(path: str | Path, *, skip_bad_lines: bool = False) -> tuple[lis
     numbers of the malformed lines that were skipped."""
     p = Path(path)
     if not p.is_file():
-        raise UsageError(f"dataset {p} does not exist; make one with `rlvr gen ENV -m MODEL -o {p}`")
+        raise UsageError(f"dataset {p} does not exist; make one with `rlvr gen ENV -m MODEL -d {p}`")
     rows, bad = [], []
     with p.open(encoding="utf-8", errors="replace") as f:
         for number, line in enumerate(f, start=1):
