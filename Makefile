@@ -19,10 +19,12 @@ $(BIN)/python:
 	$(LOCK) sh -c 'test -x $(BIN)/python || { $(PYTHON) -m venv $(VENV) && $(BIN)/python -m pip install -qq --upgrade pip; }'
 
 install: $(BIN)/python
+	@echo 'make: installing rlvr, CPU torch and the environments into $(VENV) (about 2 minutes the first time; quiet)'
 	$(LOCK) $(PIP) $(TORCH)
 	$(LOCK) $(PIP) -e '.[train,sandbox]' $(ENV_PKGS)
 
 install-dev: $(BIN)/python
+	@echo 'make: installing rlvr with every extra and the test tools into $(VENV) (a few minutes the first time; quiet)'
 	$(LOCK) $(PIP) $(TORCH)
 	$(LOCK) $(PIP) -e '.[train,plot,gym,reasoning_gym,textarena,mcp,sandbox,test]' $(ENV_PKGS)
 
