@@ -17,11 +17,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from rlvr.errors import UsageError
 from rlvr.progress import Progress
+
+T = TypeVar("T")
 
 CPU_POSITIONS = 16
 """Positions a local model on the CPU answers at once in a walk (its batch)."""
@@ -66,10 +69,7 @@ def run(args: argparse.Namespace, out: Path, env: Any, client: Any, model: str, 
         print_exact(result, title=title)
         print(f"read {len(result.games)} games from {old.results_path} (complete; nothing played)")
         return 0 if result.games else 1
-    if args.resume and (out / "results.jsonl").exists():
-        print(f"{out}: the earlier exact run did not finish; playing the tree again", file=sys.stderr)
-        (out / "results.jsonl").unlink()
-    run_dir, _ = RunDir.create(out, metadata, resume=args.resume)
+    run_dir = start_walk(out, metadata, resume=args.resume)
 
     walker, positions = walk_client(client, args.concurrency)
     if not args.quiet:
@@ -102,16 +102,32 @@ def run(args: argparse.Namespace, out: Path, env: Any, client: Any, model: str, 
                     await each.aclose()
                 await env.aclose()
 
-    try:
-        result = asyncio.run(play())
-    except BaseException:
-        run_dir.close(status="interrupted")
-        raise
+    result = walked(run_dir, play)
     summary = {**result.summary(), "failures": list(result.failures)}
     run_dir.close(status="complete", rollouts=len(result.games), exact=summary)
     print_exact(result, title=title)
     print(f"saved {len(result.games)} games to {run_dir.results_path}")
     return 0 if result.games else 1
+
+
+def start_walk(out: Path, metadata: dict[str, Any], *, resume: bool) -> Any:
+    """The run folder of a tree walk: an unfinished earlier walk in `out` is played again from the
+    start (its games were written as they ended, so part of the tree is missing)."""
+    from rlvr.results import RunDir
+
+    if resume and (out / "results.jsonl").exists():
+        print(f"{out}: the earlier exact run did not finish; playing the tree again", file=sys.stderr)
+        (out / "results.jsonl").unlink()
+    return RunDir.create(out, metadata, resume=resume)[0]
+
+
+def walked(run_dir: Any, play: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """`play()` run to its end; a walk cut short (an error, Ctrl-C) leaves its folder interrupted."""
+    try:
+        return asyncio.run(play())
+    except BaseException:
+        run_dir.close(status="interrupted")
+        raise
 
 
 def _complete(out: Path) -> bool:

@@ -10,7 +10,6 @@ under `exact.sampled`; every decision's distribution to RUN_DIR/decisions.jsonl.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -52,15 +51,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, out: Path, env: Any, client: Any, sampling: Any, metadata: dict[str, Any]) -> int:
+    from rlvr.commands.exact import start_walk, walked
     from rlvr.exact_sampled import Settings, enumerate_sampled
     from rlvr.progress import Progress
     from rlvr.results import RunDir
 
     settings = Settings(
-        samples=getattr(args, "samples", 64),
-        per_reach=getattr(args, "samples_per_reach", 0),
-        min_reach=getattr(args, "min_reach", 1e-6),
-        delta=getattr(args, "delta", 0.05),
+        samples=args.samples,
+        per_reach=args.samples_per_reach,
+        min_reach=args.min_reach,
+        delta=args.delta,
         concurrency=args.concurrency,
     )
     settings.check()
@@ -72,9 +72,7 @@ def run(args: argparse.Namespace, out: Path, env: Any, client: Any, sampling: An
             print_sampled(done["exact"], title=title)
             print(f"read {out / 'metadata.json'} (complete; nothing played)")
             return 0
-    if args.resume and (out / "results.jsonl").exists():
-        (out / "results.jsonl").unlink()  # an unfinished sampled walk is played again from the start
-    run_dir, _ = RunDir.create(out, metadata, resume=args.resume)
+    run_dir = start_walk(out, metadata, resume=args.resume)
 
     async def play() -> Any:
         with Progress("games played", None, quiet=args.quiet) as progress:
@@ -89,14 +87,12 @@ def run(args: argparse.Namespace, out: Path, env: Any, client: Any, sampling: An
                 await client.aclose()
                 await env.aclose()
 
-    try:
-        result = asyncio.run(play())
-    except BaseException:
-        run_dir.close(status="interrupted")
-        raise
+    result = walked(run_dir, play)
     summary = {**result.summary(), "failures": list(result.failures), "sampled": result.sampled_summary()}
-    with open(out / DECISIONS, "w") as f:  # the distributions behind the numbers (to bound them again)
+    part = out / (DECISIONS + ".part")  # the distributions behind the numbers (to bound them again),
+    with open(part, "w") as f:  # whole or not at all: a kill mid-write leaves no half file
         f.writelines(json.dumps(d.to_dict()) + "\n" for d in result.decisions)
+    part.replace(out / DECISIONS)
     run_dir.close(status="complete", rollouts=len(result.games), exact=summary)
     print_sampled(summary, title=title)
     print(f"saved {len(result.games)} games to {run_dir.results_path}")
