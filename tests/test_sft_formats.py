@@ -106,3 +106,18 @@ def test_unsupported_data_is_refused_by_name(tiny_dir, tmp_path, capsys, name, e
     err = capsys.readouterr().err
     assert expected.format(path=path) in err and len(err.strip().splitlines()) == 1, err
     assert not (out / "config.json").exists()
+
+
+def test_hostile_text_converts_to_readable_json_lines(tmp_path) -> None:
+    """A lone surrogate (valid in a JSON file's escapes, not in UTF-8) and NaN reach the trainer's
+    line checks as JSON lines, as they would from a JSONL file; nothing half-written is left."""
+    rows = [
+        {"messages": [{"role": "user", "content": "hi \ud800 <think>"}, {"role": "assistant", "content": "ok"}]},
+        {"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": float("nan")}]},
+    ]
+    source = tmp_path / "hostile.json"
+    source.write_text(json.dumps(rows))  # ASCII escapes: the surrogate is written as \ud800
+    out = Path(as_jsonl(str(source), tmp_path / "run"))
+    lines = out.read_text(encoding="utf-8").splitlines()
+    assert json.loads(lines[0]) == rows[0] and len(lines) == 2
+    assert [p.name for p in out.parent.iterdir()] == [out.name]

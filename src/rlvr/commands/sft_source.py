@@ -46,9 +46,11 @@ def as_jsonl(data: str, output_dir: str | Path) -> str:
     rows = conversation_rows(path)
     out = Path(output_dir) / CONVERTED_NAME
     out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("w", encoding="utf-8") as f:
-        for row in rows:
-            f.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+    part = out.with_name(out.name + ".part")  # whole or not at all: a kill mid-write leaves no half file
+    with part.open("w", encoding="utf-8") as f:
+        for row in rows:  # ASCII escapes: a lone surrogate in the source stays readable JSON, not an error
+            f.write(json.dumps(row, default=str) + "\n")
+    part.replace(out)
     return str(out)
 
 
