@@ -253,6 +253,7 @@ def test_cli_saves_a_sampled_run_and_the_report_draws_its_risky_boards(tmp_path)
     assert main(["report", str(out)]) == 0
     page = (out / "report.html").read_text()
     assert "Exact evaluation of the sampling policy" in page and "Risky decisions" in page
+    assert "Unbeatable" not in page and "no sampling" not in page  # estimates, not the greedy walk's claims
     board = sampled["risky"]["optimal"][0]["board"]
     assert html.escape(board.splitlines()[-1]) in page  # the board as the model saw it
 
@@ -303,3 +304,20 @@ def test_draws_in_proportion_to_reach_tighten_the_bound_for_fewer_draws():
         est, lo, hi = result.bounds().table(result.opponents, ["win", "draw", "loss", "timeout"])["optimal"]["loss"]
         widths.append(hi - lo)
     assert widths[1] < widths[0]
+
+
+class BadDistribution(Distribution):
+    """A client whose distribution is not one: NaN, or more than all of the mass."""
+
+    def __init__(self, probs):
+        self.probs = probs
+
+    async def reply_distribution(self, messages, sampling, tools=None):
+        return [(f"<think>x</think>\n<move>{i}</move>", p) for i, p in enumerate(self.probs)]
+
+
+@pytest.mark.parametrize("probs", [[float("nan"), 0.5], [0.7, 0.6], [-0.1, 0.5]])
+def test_a_reply_distribution_that_is_not_one_is_refused(probs):
+    result = walk(BadDistribution(probs), Settings(min_reach=0.0))  # each game an error record, as in any walk
+    assert result.games and all("ClientError" in (g.error or "") for g in result.games)
+    assert all("reply_distribution gave probabilities" in (g.error or "") for g in result.games)

@@ -39,7 +39,7 @@ from typing import Any, Protocol, runtime_checkable
 from rlvr.clients.base import ChatClient
 from rlvr.engine import rollout_seed, score_group
 from rlvr.envs.multiturn import MultiTurnEnv
-from rlvr.errors import UsageError
+from rlvr.errors import ClientError, UsageError
 from rlvr.exact import ERROR, ExactResult, GameTree
 from rlvr.exact_bounds import REJECTED, Bounds, Decision
 from rlvr.seeding import mix_seed
@@ -160,6 +160,11 @@ class _Walk:
             for text, p in await self.client.reply_distribution(messages, sampling, tools):
                 merged[text] = merged.get(text, 0.0) + float(p)
             replies, probs = list(merged), list(merged.values())
+            if not all(math.isfinite(p) and p >= 0 for p in probs) or sum(probs) > 1 + 1e-9:
+                raise ClientError(
+                    f"{getattr(self.client, 'name', 'the client')}: reply_distribution gave probabilities "
+                    f"{probs[:8]} (sum {sum(probs)}); expected finite values >= 0 that sum to at most 1"
+                )
             unexplored = max(0.0, 1.0 - sum(probs))
         else:
             reach = line.prob * max(self.env.tree_weights(line.task).values(), default=0.0)

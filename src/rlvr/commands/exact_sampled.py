@@ -10,7 +10,6 @@ under `exact.sampled`; every decision's distribution to RUN_DIR/decisions.jsonl.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +53,7 @@ def run(args: argparse.Namespace, out: Path, env: Any, client: Any, sampling: An
     from rlvr.commands.exact import start_walk, walked
     from rlvr.exact_sampled import Settings, enumerate_sampled
     from rlvr.progress import Progress
-    from rlvr.results import RunDir
+    from rlvr.results import RunDir, json_line
 
     settings = Settings(
         samples=args.samples,
@@ -90,8 +89,8 @@ def run(args: argparse.Namespace, out: Path, env: Any, client: Any, sampling: An
     result = walked(run_dir, play)
     summary = {**result.summary(), "failures": list(result.failures), "sampled": result.sampled_summary()}
     part = out / (DECISIONS + ".part")  # the distributions behind the numbers (to bound them again),
-    with open(part, "w") as f:  # whole or not at all: a kill mid-write leaves no half file
-        f.writelines(json.dumps(d.to_dict()) + "\n" for d in result.decisions)
+    with open(part, "wb") as f:  # whole or not at all: a kill mid-write leaves no half file
+        f.writelines(json_line(d.to_dict()) for d in result.decisions)
     part.replace(out / DECISIONS)
     run_dir.close(status="complete", rollouts=len(result.games), exact=summary)
     print_sampled(summary, title=title)

@@ -137,8 +137,11 @@ SECTIONS: tuple[Section, ...] = (rates, outcome_bars, lost_boards)
 
 
 def exact_sections(metadata: Mapping[str, Any], rollouts: Sequence[Rollout]) -> list[str]:
-    """Every section of an exact run's page, in order; [] for a run that is not one."""
-    if exact_summary(metadata) is None:
+    """Every section of an exact (greedy) walk's page, in order; [] for a run that is not one and
+    for a sampled walk, whose rates are estimates with bounds (`report.exact_sampled`): "unbeatable"
+    and "no sampling" would be false there."""
+    exact = metadata.get("exact")
+    if exact_summary(metadata) is None or (isinstance(exact, Mapping) and exact.get("sampled")):
         return []
     return [part for section in SECTIONS for part in section(metadata, rollouts)]
 
