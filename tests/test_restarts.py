@@ -342,6 +342,19 @@ def test_the_restarts_client_gives_only_the_first_reply_of_the_rollouts_named() 
     assert failed.key == (restart.id, 2) and "cannot give a reply" in failed.error and failed.turns == []
 
 
+def test_two_restarts_of_one_game_keep_their_own_given_replies() -> None:
+    """Restarts of one game share its seed: each keeps its reply, and a later restart (whose
+    conversation begins with the earlier one's prompt) gets its own, not the earlier's."""
+    from rlvr.train.given import GivenFirst
+    from rlvr.types import SamplingArgs
+
+    short = [{"role": "user", "content": "board after 1 move"}]
+    long = [*short, {"role": "assistant", "content": "X4"}, {"role": "user", "content": "board after 3 moves"}]
+    client = GivenFirst(Giver(), {7: [(short, "early"), (long, "late")]})
+    ask = lambda messages: asyncio.run(client.chat(messages, SamplingArgs(seed=7))).text  # noqa: E731
+    assert [ask(long), ask(short), ask(short), ask(long)] == ["late", "early", "own", "own"]
+
+
 def test_weigh_given_scales_only_the_given_turn_of_given_rollouts() -> None:
     given = rollout("t0", "x", 1.0)
     given.turns[0].completion.finish_reason = "given"

@@ -32,19 +32,24 @@ class GivenFirst:
     given (`give_reply`), and the rest of its episode is the model's own. A rollout is known by
     its first request as the engine sends it: the seed of its first turn (`MultiTurnEnv` seeds
     turn t of rollout i with `mix_seed(rollout_seed(task, i), t)`) and a conversation that
-    begins with its task's prompt; each is given once. (An env whose `begin` asks the model
-    something first would have that request given the text.)"""
+    begins with its task's prompt; each is given once. Restarts of one game share its seed, so a
+    seed holds a list, and a request takes the entry of the longest prompt it begins with (a
+    later restart's conversation begins with an earlier one's prompt). (An env whose `begin`
+    asks the model something first would have that request given the text.)"""
 
-    def __init__(self, client: ChatClient, firsts: dict[int, tuple[Messages, str]]) -> None:
-        self.client, self.firsts, self.name = client, dict(firsts), client.name
+    def __init__(self, client: ChatClient, firsts: dict[int, list[tuple[Messages, str]]]) -> None:
+        self.client, self.name = client, client.name
+        self.firsts = {seed: list(entries) for seed, entries in firsts.items()}
 
     async def chat(
         self, messages: Messages, sampling: SamplingArgs, tools: list[dict[str, Any]] | None = None
     ) -> Completion:
-        first = self.firsts.get(sampling.seed) if sampling.seed is not None else None
-        if first is None or list(messages[: len(first[0])]) != first[0]:
+        entries = self.firsts.get(sampling.seed, []) if sampling.seed is not None else []
+        fits = [e for e in entries if list(messages[: len(e[0])]) == e[0]]
+        if not fits:
             return await self.client.chat(messages, sampling, tools)
-        del self.firsts[sampling.seed]  # type: ignore[arg-type]
+        first = max(fits, key=lambda e: len(e[0]))
+        entries.remove(first)
         return await give_reply(self.client, messages, first[1], tools)
 
     async def aclose(self) -> None:

@@ -72,7 +72,7 @@ from rlvr.seeding import mix_seed
 from rlvr.train.config import RESTART_POINTS
 from rlvr.train.given import GivenFirst
 from rlvr.train.protocols import Explorable, Probed, Restartable
-from rlvr.types import Rollout, Task
+from rlvr.types import Messages, Rollout, Task
 
 SEP = "~r"
 """A restart's id is its task's id, SEP, and a serial number (unique within a run)."""
@@ -163,10 +163,10 @@ class Restarts:
         if not self.given:
             return client
         by_id = {t.id: t for t in self.chosen}
-        firsts = {}
+        firsts: dict[int, list[tuple[Messages, str]]] = {}
         for (task_id, index), text in self.given.items():
             task = by_id[task_id]  # the seed and conversation of that rollout's first request
-            firsts[mix_seed(rollout_seed(task, index), 0)] = (self.env.initial_prompt(task), text)
+            firsts.setdefault(mix_seed(rollout_seed(task, index), 0), []).append((self.env.initial_prompt(task), text))
         return GivenFirst(client, firsts)
 
     def _give(self, chosen: Sequence[Task], rng: random.Random) -> dict[tuple[str, int], str]:
