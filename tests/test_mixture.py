@@ -222,3 +222,12 @@ def test_a_mixture_scores_turns_through_the_member_that_played() -> None:
     ]
     text = [t for t in mix.tasks("train") if t.id.startswith("reverse_text/")][0]
     assert mix.turn_rewards(text, play(mix, mix.policies()["random+echo"](), [text], rollouts=1)[0]) is None
+
+
+def test_a_mixture_pickles_with_its_protocols() -> None:
+    import pickle
+
+    mix = EnvGroup(list(members()))
+    back = pickle.loads(pickle.dumps(mix))
+    assert type(back).__name__ == type(mix).__name__ and list(back.members) == list(mix.members)
+    assert [t.id for t in back.tasks()][:5] == [t.id for t in mix.tasks()][:5]

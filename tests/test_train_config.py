@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import math
 import warnings
@@ -571,3 +572,12 @@ def test_bf16_unset_is_off_on_a_cpu_and_a_given_value_stands() -> None:
 
     cpu = torch.device("cpu")
     assert (use_bf16(None, cpu), use_bf16(True, cpu), use_bf16(False, cpu)) == (False, True, False)
+
+
+def test_a_flat_name_sets_its_section_and_copies_keep_their_own_sections() -> None:
+    cfg = TrainConfig("tictactoe", "m")
+    cfg.eval_every = 7  # the flat spelling writes the section's field, not a shadow attribute
+    assert cfg.eval.every == 7 and "eval_every" not in vars(cfg)
+    copy = dataclasses.replace(cfg, steps=3)
+    copy.restarts.frac = 0.25
+    assert cfg.restarts.frac != 0.25 and copy.eval.every == 7

@@ -71,6 +71,10 @@ class EnvGroup(MultiTurnEnv[State]):
         offered = tuple(name for name in FORWARDED if any(hasattr(e, name) for e in members))
         return super().__new__(_offering(cls, offered))
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled through `EnvGroup` (the class `__new__` makes is not importable by its name)."""
+        return (EnvGroup, (dict(self.members),), self.__dict__)
+
     def __init__(self, envs: Sequence[MultiTurnEnv[Any]] | Mapping[str, MultiTurnEnv[Any]]) -> None:
         members = dict(envs) if isinstance(envs, Mapping) else {e.name: e for e in envs}
         if not envs:

@@ -15,6 +15,7 @@ in code, never stored. This module imports no torch, so `rlvr train --help` stay
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import tomllib
 import typing
@@ -174,6 +175,14 @@ class TrainConfig:
             return getattr(getattr(self, section), field)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        """A flat name sets its section's field (else `cfg.eval_every = 7` would shadow `cfg.eval.every`)."""
+        if name in FLAT:
+            section, field = FLAT[name]
+            setattr(getattr(self, section), field, value)
+        else:
+            object.__setattr__(self, name, value)
+
     # ---- derived values ----------------------------------------------------------------
 
     @property
@@ -311,7 +320,7 @@ def _section(section: str, cls: type, given: Any, source: str) -> Any:
         return cls(**given)
     if not isinstance(given, cls):
         raise UsageError(f"{section} must be a table of {', '.join(known)}")
-    return given
+    return copy.copy(given)  # a copy: a config's sections are its own (`dataclasses.replace(cfg)`)
 
 
 def _table(section: Any) -> dict[str, Any]:

@@ -254,8 +254,9 @@ def _turn_credit(
     the trainable rollouts, and every score given (for the log)."""
     by_id = {t.id: t for t in tasks}
     scores: list[list[float] | None] = []
+    scorer = env if isinstance(env, TurnScored) else None  # (a runtime Protocol check: once, not per rollout)
     for rollout, train in zip(rollouts, trainable):
-        given = env.turn_rewards(by_id[rollout.task_id], rollout) if train and isinstance(env, TurnScored) else None
+        given = scorer.turn_rewards(by_id[rollout.task_id], rollout) if train and scorer is not None else None
         where = f"environment {cfg.env!r}, rollout {rollout.task_id}/{rollout.rollout_index}"
         scores.append(checked_turn_rewards(given, len(rollout.turns), where))
     turns = [len(r.turns) for r in rollouts]
