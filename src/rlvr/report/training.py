@@ -157,8 +157,23 @@ def render_training_report(
             body += [
                 piece for name, html in parts for piece in ([] if name == group else [f"<h3>{e(name)}</h3>"]) + html
             ]
-    body += ["<h2>Config</h2>", settings_table(dict(config)) if config else '<p class="note">no config file</p>']
+    body += ["<h2>Config</h2>", settings_table(_rows(config)) if config else '<p class="note">no config file</p>']
     return page(title, body)
+
+
+def _rows(config: Mapping[str, Any]) -> dict[str, Any]:
+    """One row a setting: a section's fields as `section.field` (a saved config nests them).
+
+    >>> _rows({"steps": 3, "eval": {"every": 5, "exact": True}})
+    {'steps': 3, 'eval.every': 5, 'eval.exact': True}
+    """
+    rows: dict[str, Any] = {}
+    for key, value in config.items():
+        if isinstance(value, Mapping):
+            rows.update((f"{key}.{name}", v) for name, v in value.items())
+        else:
+            rows[key] = value
+    return rows
 
 
 def read_config(run: Path) -> dict[str, Any]:
