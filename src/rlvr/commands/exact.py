@@ -15,16 +15,12 @@ lines in flight). A progress line counts the positions answered and the games fi
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
-from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from rlvr.errors import UsageError
 from rlvr.progress import Progress
-
-T = TypeVar("T")
 
 CPU_POSITIONS = 16
 """Positions a local model on the CPU answers at once in a walk (its batch)."""
@@ -36,6 +32,7 @@ CPU_KEPT_BYTES = 64 << 20
 
 
 def run(args: argparse.Namespace, out: Path, env: Any, client: Any, model: str, sampling: Any) -> int:
+    from rlvr.commands.walks import start_walk, walked
     from rlvr.envs.multiturn import MultiTurnEnv
     from rlvr.exact import ExactResult, GameTree, enumerate_games, print_exact
     from rlvr.results import RunDir
@@ -108,26 +105,6 @@ def run(args: argparse.Namespace, out: Path, env: Any, client: Any, model: str, 
     print_exact(result, title=title)
     print(f"saved {len(result.games)} games to {run_dir.results_path}")
     return 0 if result.games else 1
-
-
-def start_walk(out: Path, metadata: dict[str, Any], *, resume: bool) -> Any:
-    """The run folder of a tree walk: an unfinished earlier walk in `out` is played again from the
-    start (its games were written as they ended, so part of the tree is missing)."""
-    from rlvr.results import RunDir
-
-    if resume and (out / "results.jsonl").exists():
-        print(f"{out}: the earlier exact run did not finish; playing the tree again", file=sys.stderr)
-        (out / "results.jsonl").unlink()
-    return RunDir.create(out, metadata, resume=resume)[0]
-
-
-def walked(run_dir: Any, play: Callable[[], Coroutine[Any, Any, T]]) -> T:
-    """`play()` run to its end; a walk cut short (an error, Ctrl-C) leaves its folder interrupted."""
-    try:
-        return asyncio.run(play())
-    except BaseException:
-        run_dir.close(status="interrupted")
-        raise
 
 
 def _complete(out: Path) -> bool:

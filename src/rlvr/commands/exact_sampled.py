@@ -50,7 +50,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, out: Path, env: Any, client: Any, sampling: Any, metadata: dict[str, Any]) -> int:
-    from rlvr.commands.exact import start_walk, walked
+    from rlvr.commands.walks import start_walk, walked
     from rlvr.exact_sampled import Settings, enumerate_sampled
     from rlvr.progress import Progress
     from rlvr.results import RunDir, json_line
