@@ -321,3 +321,28 @@ def test_a_reply_distribution_that_is_not_one_is_refused(probs):
     result = walk(BadDistribution(probs), Settings(min_reach=0.0))  # each game an error record, as in any walk
     assert result.games and all("ClientError" in (g.error or "") for g in result.games)
     assert all("reply_distribution gave probabilities" in (g.error or "") for g in result.games)
+
+
+class InFlight:
+    """`client`, recording the most requests it held at once."""
+
+    def __init__(self, client) -> None:
+        self.client, self.name, self.now, self.most = client, client.name, 0, 0
+
+    async def chat(self, messages, sampling, tools=None):
+        self.now += 1
+        self.most = max(self.most, self.now)
+        try:
+            await asyncio.sleep(0.001)  # a model takes time: let the other draws arrive
+            return await self.client.chat(messages, sampling, tools)
+        finally:
+            self.now -= 1
+
+    async def aclose(self) -> None:
+        pass
+
+
+def test_draws_in_flight_stay_within_the_concurrency() -> None:
+    client = InFlight(sampled_player())
+    result = walk(client, Settings(samples=16, concurrency=4, min_reach=1e-3))
+    assert result.games and client.most == 4  # 16 draws a decision, many decisions open: 4 at a time

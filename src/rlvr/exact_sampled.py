@@ -145,6 +145,13 @@ class _Walk:
         self._memo: dict[str, asyncio.Future[Decision]] = {}
         self.drawn = 0
         self.judge = getattr(env, "tree_judge", None)
+        self.gate = asyncio.Semaphore(settings.concurrency)
+        """draws in flight over all decisions: at most `concurrency` (K a decision times the open
+        decisions would otherwise all reach the client at once)"""
+
+    async def _draw(self, messages: Messages, sampling: SamplingArgs, tools: Any) -> Completion:
+        async with self.gate:
+            return await self.client.chat(messages, sampling, tools)
 
     async def decision(self, messages: Messages, sampling: SamplingArgs, tools: Any, line: _Line) -> Decision:
         key = json.dumps([messages, tools], sort_keys=True, default=str)
@@ -171,7 +178,7 @@ class _Walk:
             samples = max(self.settings.samples, math.ceil(self.settings.per_reach * reach))
             base = mix_seed(self.settings.seed, zlib.crc32(key.encode()))
             drawn = await asyncio.gather(
-                *(self.client.chat(messages, sampling.replace(seed=mix_seed(base, i)), tools) for i in range(samples))
+                *(self._draw(messages, sampling.replace(seed=mix_seed(base, i)), tools) for i in range(samples))
             )
             self.drawn += samples
             counts = Counter(c.text for c in drawn)
