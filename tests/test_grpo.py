@@ -648,6 +648,33 @@ def test_a_short_eval_split_is_said_with_its_size(tiny, tmp_path, capsys) -> Non
     assert "fewer than eval_tasks" not in capsys.readouterr().out
 
 
+def test_eval_temperature_sets_the_evaluation_sets_sampling_and_the_training_keeps_its_own(
+    tiny, tmp_path, monkeypatch
+) -> None:
+    from rlvr.train import evaluator
+
+    seen: list[float] = []
+    real = evaluator.evaluate
+
+    async def spy(sets, client, sampling):  # type: ignore[no-untyped-def]
+        seen.append(sampling.temperature)
+        return await real(sets, client, sampling)
+
+    monkeypatch.setattr(evaluator, "evaluate", spy)
+    cfg = config(tiny, tmp_path / "run", steps=1, eval_every=1, eval_tasks=2, temperature=1.0, eval_temperature=0.0)
+    grpo.train(cfg, make_env=vowel_env, plots=False)
+    assert seen == [0.0, 0.0]  # step 0 and step 1
+    seen.clear()
+    grpo.train(
+        config(tiny, tmp_path / "r2", steps=1, eval_every=1, eval_tasks=2, temperature=0.7),
+        make_env=vowel_env,
+        plots=False,
+    )
+    assert seen == [0.7, 0.7]  # unset: the training temperature, as before
+    with pytest.raises(UsageError, match="eval_temperature must be a finite number >= 0"):
+        config(tiny, tmp_path / "r3", eval_temperature=-1.0)
+
+
 # ---- keep_best ---------------------------------------------------------------------------------
 
 

@@ -134,6 +134,7 @@ FLAT_CASES = {
     "eval_tasks": 7,
     "eval_env_args": [{"opponent": "random"}],
     "eval_exact": True,
+    "eval_temperature": 0.5,
     "keep_best": "max:reward/mean",
     "probe_tasks": 3,
     "clip_eps": 0.3,

@@ -112,6 +112,8 @@ class EvalConfig:
     """one evaluation set per entry, each merged over env_args; empty = one set with env_args"""
     exact: bool = False
     """also play greedily over the env's whole game tree (envs that offer one, e.g. tictactoe)"""
+    temperature: float | None = None
+    """sampling temperature of the evaluation sets; None = the training temperature, 0 = greedy"""
     keep_best: str | None = None
     """keep the best evaluation's model in RUN_DIR/best, e.g. max:exact/random/win_pct; None = off"""
     probe_tasks: int = 16
@@ -119,6 +121,10 @@ class EvalConfig:
 
     def check(self) -> None:
         need(self.tasks >= 1, f"eval_tasks must be >= 1, got {self.tasks}")
+        need(
+            self.temperature is None or (math.isfinite(self.temperature) and self.temperature >= 0),
+            f"eval_temperature must be a finite number >= 0 (0 = greedy), got {self.temperature}",
+        )
         need(self.every is None or self.every >= 1, f"eval_every must be >= 1 or None (unset), got {self.every}")
         need(self.probe_tasks >= 0, f"probe_tasks must be >= 0 (0 = no step-0 probe), got {self.probe_tasks}")
         if self.keep_best is not None:

@@ -94,7 +94,10 @@ class Evaluator:
         returns their metrics (other ranks: None)."""
         run, cfg, client = self.run, self.run.cfg, self.generation.client
         t0 = time.monotonic()
-        played = {k: run.dist.gather(r) for k, r in self.run_async(evaluate(run.sets, client, run.sampling)).items()}
+        sampling = (
+            run.sampling if cfg.eval.temperature is None else run.sampling.replace(temperature=cfg.eval.temperature)
+        )
+        played = {k: run.dist.gather(r) for k, r in self.run_async(evaluate(run.sets, client, sampling)).items()}
         if run.log is None:
             return None
         where = run.run_dir / "eval" / f"step_{step:06d}"
