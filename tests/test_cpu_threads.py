@@ -55,8 +55,11 @@ def test_the_cli_chooses_before_a_command_runs(monkeypatch, capsys) -> None:
         assert main(["list"]) == 0
         assert (os.environ["OMP_NUM_THREADS"], os.environ["OMP_WAIT_POLICY"]) == ("1", "PASSIVE")
         monkeypatch.setenv("RLVR_NUM_THREADS", "many")
-        assert main(["list"]) == 1
-        assert "RLVR_NUM_THREADS must be a whole number" in capsys.readouterr().err
+        capsys.readouterr()
+        assert main(["list"]) == 0  # a command that loads no model is not stopped by it
+        assert "note: RLVR_NUM_THREADS must be a whole number" in capsys.readouterr().err
+        assert main(["eval", "reverse_text", "-m", "models/tictactoe-tiny", "-n", "1"]) == 1
+        assert "error: RLVR_NUM_THREADS must be a whole number" in capsys.readouterr().err  # one that does is
     finally:
         if torch is not None:
             torch.set_num_threads(before)

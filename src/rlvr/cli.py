@@ -20,7 +20,7 @@ import sys
 import threading
 import warnings
 
-from rlvr.errors import RlvrError
+from rlvr.errors import RlvrError, UsageError
 
 COMMANDS = ("eval", "gen", "sft", "train", "play", "report", "list", "init", "model")
 
@@ -151,7 +151,10 @@ def _main(argv: list[str] | None) -> int:
     try:
         from rlvr.clients.cpu_threads import choose_for_process
 
-        choose_for_process()  # (before a command imports torch)
+        try:
+            choose_for_process()  # (before a command imports torch)
+        except UsageError as exc:  # a bad RLVR_NUM_THREADS stops only what loads a CPU model
+            print(f"rlvr {args.command}: note: {exc}", file=sys.stderr)
         return int(args.run(args) or 0)
     except RlvrError as exc:
         print(f"rlvr {args.command}: error: {exc}", file=sys.stderr)
