@@ -25,6 +25,7 @@ Reference players (`-m policy:NAME`, or `opponent=NAME`): `random` for every gam
 measured scores are in docs/environments.md.
 """
 
-from rlvr.envs.textarena.env import ArenaState, TextArenaEnv, load_environment, textarena_module
+from rlvr.envs.textarena.env import ArenaState, TextArenaEnv, load_environment
+from rlvr.envs.textarena.games import textarena_module
 
 __all__ = ["ArenaState", "TextArenaEnv", "load_environment", "textarena_module"]
