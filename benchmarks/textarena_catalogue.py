@@ -34,7 +34,7 @@ ENDED, CUT, FAILED = "plays to its end", "cut off at the budget", "fails"
 
 def play(game: str, games: int, opponent: str) -> tuple[str, str]:
     """One mode of one game: its verdict and a detail (the stop reasons, or the first error)."""
-    env = load_environment(game=game, num_tasks=games, opponent=opponent, step_timeout_s=20.0)
+    env = load_environment(game=game, num_tasks=games, opponent=opponent, step_timeout_s=10.0)
     player = env.policies()["random"]()
     rollouts = asyncio.run(run_rollouts(env, player, env.tasks()))
     errors = [r.error for r in rollouts if r.error is not None]

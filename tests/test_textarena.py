@@ -163,11 +163,31 @@ def test_a_game_step_that_never_returns_fails_its_rollout_at_the_deadline() -> N
 def test_games_that_cannot_load_here_say_why() -> None:
     with pytest.raises(UsageError, match="imports the package 'gym', which textarena does not install"):
         load_environment(game="BabyAiText-v0")
+    with pytest.raises(UsageError, match="CharacterConclave calls State.add_observation without"):
+        load_environment(game="CharacterConclave-v0")  # it loads, but its every move raises
     if sys.version_info < (3, 12):
         with pytest.raises(UsageError, match="does not compile on Python 3.11 .*only Python 3.12 or later parses"):
             load_environment(game="Checkers-v0")
 
 
-def test_random_falls_back_to_a_move_the_rules_quote() -> None:
-    rollouts = _play("Sudoku-v0", "random", n=2)
-    assert all(r.turns for r in rollouts)
+def test_random_falls_back_to_a_move_the_rules_quote_or_a_message() -> None:
+    assert all(r.turns for r in _play("Sudoku-v0", "random", n=2))  # the rules quote '[row col num]'
+    talk = _play("TruthAndDeception-v0", "random", n=2)  # free-text turns, then '[Fact 1]' or '[Fact 2]'
+    assert [r.rewards["invalid_moves"] for r in talk] == [0.0, 0.0]
+
+
+def test_a_stuck_game_fails_only_its_own_rollout() -> None:
+    # A game's deadline starts when its call holds the game lock: tic-tac-toe steps (1 s each)
+    # that wait behind PublicGoodsGame's spinning step (2 s) must not fail for it
+    stuck = load_environment(game="PublicGoodsGame-v0", num_tasks=1, opponent="random", step_timeout_s=2.0)
+    fine = load_environment(game="TicTacToe-v0", num_tasks=40, step_timeout_s=1.0)
+
+    async def both() -> tuple[list[Rollout], list[Rollout]]:
+        spun = asyncio.create_task(run_rollouts(stuck, stuck.policies()["random"](), stuck.tasks()))
+        await asyncio.sleep(0.5)  # PublicGoodsGame spins after its first moves, well within this
+        played = await run_rollouts(fine, fine.policies()["random"](), fine.tasks(), concurrency=40)
+        return await spun, played
+
+    (spun,), played = asyncio.run(both())
+    assert "GameTimeout" in str(spun.error)
+    assert [r.error for r in played] == [None] * 40

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import functools
+import importlib.metadata
 import random
 import sys
 from collections.abc import Iterator
@@ -17,6 +19,21 @@ from rlvr.types import Task
 
 MAX_PLAYERS = 15
 """The most players any TextArena game takes (its docs: "2-15 players")."""
+
+
+BROKEN = {
+    ("0.7.4", "CharacterConclave"): (
+        "textarena 0.7.4's CharacterConclave calls State.add_observation without its observation_type: "
+        "every move raises TypeError"
+    ),
+}
+"""Games that load but cannot be played in a given textarena version (found by
+benchmarks/textarena_catalogue.py), by (version, the game's name up to its first '-')."""
+
+
+@functools.lru_cache(maxsize=1)
+def textarena_version() -> str:
+    return importlib.metadata.version("textarena")
 
 
 def textarena_module() -> Any:
@@ -92,6 +109,9 @@ def make_game(game: str) -> Any:
     when TextArena cannot make it here."""
     ta = textarena_module()
     check_id(game)
+    broken = BROKEN.get((textarena_version(), game.split("-")[0]))
+    if broken is not None:
+        raise UsageError(f"TextArena game {game!r} cannot be played: {broken}")
     try:
         env = ta.make(raw_id(game))
     except Exception as exc:

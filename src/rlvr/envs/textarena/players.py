@@ -5,8 +5,9 @@ the game's own format, a move in square brackets:
 
 - `random` (any game): one of the moves the last message lists (`'[4]'`, `'[check]'`); where
   none are listed, a number in the range the rules state ("between 1 and 20"); else one of
-  the bracketed moves the rules quote (`[e2e4]`, `[a,b]`), which may be a template or illegal
-  here: the game then refuses it (docs/environments.md lists where `random` plays whole games).
+  the bracketed moves the last message or the rules quote (`[e2e4]`, `[a,b]`), which may be
+  a template or illegal here (the game then refuses it); else a plain message (a free-text
+  turn). docs/environments.md lists the games where it plays without a refused move.
 - GuessTheNumber `bisect`: halves the range left by its guesses and the game's hints.
 - TicTacToe `optimal`: minimax on the board of the last message (never loses).
 - KuhnPoker `never_fold`: bets when it may and calls a bet. TextArena's KuhnPoker (0.7.4)
@@ -57,9 +58,15 @@ def quoted_moves(text: str) -> list[str]:
     return list(dict.fromkeys(_QUOTED.findall(text)))
 
 
+FREE_TEXT = "I have nothing to add."
+"""What `random` says where nothing in the game's text looks like a move (a free-text turn:
+a clue, a message in a debate)."""
+
+
 def random_player(messages: Messages, rng: random.Random) -> str:
-    """A move the last message lists, else a number in the stated range, else a move the rules
-    quote, drawn uniformly."""
+    """A move the last message lists; else a number in the range the rules state; else a
+    bracketed move the last message, then the rules, quote; else a plain message. Drawn
+    uniformly where there are several."""
     texts = user_texts(messages)
     moves = listed_moves(texts[-1]) if texts else []
     if moves:
@@ -67,10 +74,8 @@ def random_player(messages: Messages, rng: random.Random) -> str:
     stated = _RANGE.search(texts[0]) if texts else None
     if stated is not None:
         return f"[{rng.randint(int(stated.group(1)), int(stated.group(2)))}]"
-    quoted = quoted_moves(texts[0]) if texts else []
-    if not quoted:
-        raise ValueError("the last message lists no moves ('[...]'), and the rules state no range and quote no move")
-    return rng.choice(quoted)
+    quoted = (quoted_moves(texts[-1]) or quoted_moves(texts[0])) if texts else []
+    return rng.choice(quoted) if quoted else FREE_TEXT
 
 
 # ---- GuessTheNumber ---------------------------------------------------------------------------

@@ -13,16 +13,19 @@ worker thread of its own, and the rollout waits for it at most `timeout_s`:
   thread is a daemon, left running until it returns or the process exits.
 - Game calls run one at a time (`_GAME_LOCK`): TextArena's games draw from the module-level
   `random`, which each rollout swaps for a state of its own around every call, and two calls
-  at once would draw from each other's stream. A worker that holds the lock past the deadline
-  and cannot be stopped makes later calls fail with `GameTimeout` too (they wait at most
-  `timeout_s` for it), rather than hang.
+  at once would draw from each other's stream. A call's deadline starts when it holds the
+  lock, and the calls behind it wait while it is within its deadline, so a stuck game fails
+  its own rollout only; one that cannot be stopped makes the calls waiting behind it fail with
+  `GameTimeout` once it is past its deadline and the grace to stop it, rather than hang.
 """
 
 from __future__ import annotations
 
 import asyncio
 import ctypes
+import math
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -31,6 +34,10 @@ from rlvr.errors import EnvError
 T = TypeVar("T")
 
 _GAME_LOCK = threading.Lock()
+_holder_until = math.inf
+"""When the call holding `_GAME_LOCK` is past its deadline and the grace to stop it (inf: no
+holder, or one that has not set it yet)."""
+STOP_GRACE_S = 1.0
 
 
 class GameTimeout(EnvError):
@@ -41,7 +48,7 @@ class GameAbandoned(BaseException):
     """Raised inside a worker thread whose game call ran past its deadline, to stop it."""
 
 
-def _stop(thread: threading.Thread, grace_s: float = 1.0) -> bool:
+def _stop(thread: threading.Thread, grace_s: float = STOP_GRACE_S) -> bool:
     """Ask `thread` to stop by raising GameAbandoned in it; whether it ended within `grace_s`."""
     if thread.ident is not None and thread.is_alive():
         ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(GameAbandoned))
@@ -49,25 +56,31 @@ def _stop(thread: threading.Thread, grace_s: float = 1.0) -> bool:
     return not thread.is_alive()
 
 
-def _locked(fn: Callable[[], T], timeout_s: float, what: str) -> tuple[T | None, BaseException | None]:
-    """`fn()` under the game lock: its result, or the exception it raised (GameAbandoned aside)."""
-    if not _GAME_LOCK.acquire(timeout=timeout_s):
-        return None, GameTimeout(f"{what}: another game's call held the game lock for over {timeout_s:g} s")
-    try:
-        return fn(), None
-    except GameAbandoned:
-        raise
-    except BaseException as exc:  # handed to the rollout, which records it
-        return None, exc
-    finally:
-        _GAME_LOCK.release()
+def _acquire(timeout_s: float) -> bool:
+    """Take the game lock, waiting while its holder is within its deadline and the grace to
+    stop it; then hold it with this call's own deadline. False: the holder is overdue (it could
+    not be stopped)."""
+    global _holder_until
+    while not _GAME_LOCK.acquire(timeout=0.05):
+        if time.monotonic() > _holder_until:
+            return False
+    _holder_until = time.monotonic() + timeout_s + STOP_GRACE_S + 1.0
+    return True
+
+
+def _release() -> None:
+    global _holder_until
+    _holder_until = math.inf
+    _GAME_LOCK.release()
 
 
 async def call_game(fn: Callable[[], T], *, timeout_s: float, what: str) -> T:
     """`fn()` in a worker thread, one game call at a time; GameTimeout naming `what` when it
-    has not returned within `timeout_s` (its thread stopped where that is possible)."""
+    has not returned within `timeout_s` of taking the game lock (its thread stopped where that
+    is possible), or when the call holding the lock is past its deadline and was not stopped."""
     loop = asyncio.get_running_loop()
     future: asyncio.Future[T] = loop.create_future()
+    started = asyncio.Event()
 
     def settle(result: Any, exc: BaseException | None) -> None:
         if future.done():
@@ -79,7 +92,15 @@ async def call_game(fn: Callable[[], T], *, timeout_s: float, what: str) -> T:
 
     def work() -> None:
         try:
-            result, error = _locked(fn, timeout_s, what)
+            if not _acquire(timeout_s):
+                stuck = GameTimeout(f"{what}: another game's call is past its deadline and could not be stopped")
+                loop.call_soon_threadsafe(settle, None, stuck)
+                return
+            try:
+                loop.call_soon_threadsafe(started.set)
+                result, error = _run(fn)
+            finally:
+                _release()
             loop.call_soon_threadsafe(settle, result, error)
         except GameAbandoned:  # stopped past its deadline: nobody waits for it any more
             pass
@@ -88,7 +109,10 @@ async def call_game(fn: Callable[[], T], *, timeout_s: float, what: str) -> T:
 
     thread = threading.Thread(target=work, name=f"rlvr-textarena {what}", daemon=True)
     thread.start()
+    began: asyncio.Future[Any] = asyncio.ensure_future(started.wait())
+    first: set[asyncio.Future[Any]] = {began, future}
     try:
+        await asyncio.wait(first, return_when=asyncio.FIRST_COMPLETED)  # the lock, or the wait failed
         return await asyncio.wait_for(future, timeout_s)
     except TimeoutError:
         stopped = _stop(thread)
@@ -97,3 +121,15 @@ async def call_game(fn: Callable[[], T], *, timeout_s: float, what: str) -> T:
     except asyncio.CancelledError:  # the episode's own deadline, or the run was interrupted
         _stop(thread)
         raise
+    finally:
+        began.cancel()
+
+
+def _run(fn: Callable[[], T]) -> tuple[T | None, BaseException | None]:
+    """`fn()`'s result, or the exception it raised (GameAbandoned aside, which ends the thread)."""
+    try:
+        return fn(), None
+    except GameAbandoned:
+        raise
+    except BaseException as exc:  # handed to the rollout, which records it
+        return None, exc
