@@ -89,6 +89,8 @@ def load_reason(exc: BaseException) -> str:
         return f"the installed textarena package lacks a data file the game reads ({exc.filename or text})"
     if isinstance(exc, ImportError) and "No module named" in str(exc):
         missing = str(exc).rsplit("No module named", 1)[1].strip(" .'\"")
+        if missing.split(".")[0] == "textarena":
+            return f"TextArena registers it with a module the installed textarena lacks ({missing})"
         return f"it imports the package {missing!r}, which textarena does not install: pip install {missing}"
     return f"TextArena fails to make it: {type(exc).__name__}: {text}"
 
