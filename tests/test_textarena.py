@@ -149,8 +149,8 @@ def test_a_reason_given_as_the_reward_scores_as_the_games_loss() -> None:
 
 
 def test_a_game_step_that_never_returns_fails_its_rollout_at_the_deadline() -> None:
-    # The random player's seat is eliminated for bad moves, moves again, and PublicGoodsGame's
-    # turn rotation spins for ever inside TextArena's synchronous step (seeded: every run)
+    # Every seat is eliminated for refused moves, and PublicGoodsGame's turn rotation spins for
+    # ever inside TextArena's synchronous step (the games are seeded: so does every run)
     env = load_environment(game="PublicGoodsGame-v0", num_tasks=1, opponent="random", step_timeout_s=1.0)
     t0 = time.monotonic()
     (rollout,) = asyncio.run(run_rollouts(env, env.policies()["random"](), env.tasks()))

@@ -1,9 +1,10 @@
 """Game code run where a deadline can stop it.
 
 TextArena's `reset`, `step` and `close` are synchronous, and a game can loop inside them for
-ever (PublicGoodsGame with one player spins in its turn rotation). Run on the event loop, such
-a call would stall every rollout and no `asyncio` deadline would fire. So each call runs in a
-worker thread of its own, and the rollout waits for it at most `timeout_s`:
+ever (PublicGoodsGame's turn rotation spins once every seat is eliminated). Run on the event
+loop, such a call would stall every rollout and no `asyncio` deadline would fire. So each call
+runs in a worker thread of its own, and the rollout waits for it at most `timeout_s` from the
+moment it holds the game lock:
 
 - A call that returns in time hands back its result (or raises its exception) in the rollout.
 - A call that does not fails the rollout with `GameTimeout`. Python cannot kill a thread; the
