@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import statistics
+import sys
+import time
 
 import pytest
 
@@ -96,3 +98,96 @@ def test_check_env_entry_point_and_errors() -> None:
     ]:
         with pytest.raises(UsageError, match=words):
             load_environment(**args)  # type: ignore[arg-type]
+
+
+def _counting(fn: object, cap: int = 2000) -> Policy:
+    """A player that raises past `cap` calls, so that a loop fails the test instead of hanging it."""
+    calls = [0]
+
+    def player(messages: Messages, rng: object) -> str:
+        calls[0] += 1
+        if calls[0] > cap:
+            raise RuntimeError(f"more than {cap} moves asked of one player")
+        return fn(messages, rng)  # type: ignore[operator]
+
+    return Policy(player, name="counting")
+
+
+def test_other_seats_share_the_episodes_budget_of_moves() -> None:
+    # Santorini does not end on a refused move: the random player's opponent seat kept trying.
+    env = load_environment(game="SantoriniBaseFixed-v0", num_tasks=2, opponent="self", max_turns=6)
+    random_player = env.policies()["random"]().fn  # type: ignore[attr-defined]
+    rollouts = asyncio.run(run_rollouts(env, _counting(random_player), env.tasks()))
+    assert [r.error for r in rollouts] == [None, None]
+    for r in rollouts:
+        assert r.stop_reason in {"game_over", "others_out_of_moves", "max_turns_reached"}
+        assert len(r.turns) <= 6 and r.reward in {0.0, 0.5, 1.0}
+    assert "others_out_of_moves" in {r.stop_reason for r in rollouts}
+    assert all(r.reward == 0.0 for r in rollouts if r.stop_reason == "others_out_of_moves")
+
+
+def test_player_counts_come_from_the_game() -> None:
+    quantum = load_environment(game="QuantumTicTacToe-v0", num_tasks=1)
+    assert quantum.num_players == 2  # it plays two whatever it is asked; one seat had no player
+    (rollout,) = asyncio.run(run_rollouts(quantum, quantum.policies()["random"](), quantum.tasks()))
+    assert rollout.error is None and rollout.stop_reason == "game_over"
+    assert load_environment(game="PublicGoodsGame-v0", num_tasks=1).num_players == 3  # its own default
+    assert load_environment(game="TicTacToe-v0", num_tasks=1).num_players == 2
+    assert load_environment(game="GuessTheNumber-v0", num_tasks=1).num_players == 1
+    with pytest.raises(UsageError, match="PublicGoodsGame-v0' cannot be played by 1 players: it is a game of several"):
+        load_environment(game="PublicGoodsGame-v0", num_players=1)
+
+
+def test_a_reason_given_as_the_reward_scores_as_the_games_loss() -> None:
+    # Countdown, Cryptarithm, Slitherlink, ThreeCardMonte hand their reason over as the reward
+    for game in ("Countdown-v0", "ThreeCardMonte-v0"):
+        env = load_environment(game=game, num_tasks=1)
+        (rollout,) = asyncio.run(run_rollouts(env, Policy(lambda m, r: "[nonsense move]", name="bad"), env.tasks()))
+        assert rollout.error is None and rollout.stop_reason == "game_over"
+        assert rollout.reward == 0.0 and rollout.rewards["game_reward"] == -1.0
+        assert "not a number: scored as its loss" in str(rollout.messages[-1]["content"])
+
+
+def test_a_game_step_that_never_returns_fails_its_rollout_at_the_deadline() -> None:
+    # Every seat is eliminated for refused moves, and PublicGoodsGame's turn rotation spins for
+    # ever inside TextArena's synchronous step (the games are seeded: so does every run)
+    env = load_environment(game="PublicGoodsGame-v0", num_tasks=1, opponent="random", step_timeout_s=1.0)
+    t0 = time.monotonic()
+    (rollout,) = asyncio.run(run_rollouts(env, env.policies()["random"](), env.tasks()))
+    assert time.monotonic() - t0 < 20
+    assert rollout.stop_reason == "error" and "GameTimeout" in str(rollout.error)
+    assert "step did not return within 1 s (its thread was stopped)" in str(rollout.error)
+    assert _play("TicTacToe-v0", "random", n=2)  # the stopped game left nothing behind
+
+
+def test_games_that_cannot_load_here_say_why() -> None:
+    with pytest.raises(UsageError, match="imports the package 'gym', which textarena does not install"):
+        load_environment(game="BabyAiText-v0")
+    with pytest.raises(UsageError, match="CharacterConclave calls State.add_observation without"):
+        load_environment(game="CharacterConclave-v0")  # it loads, but its every move raises
+    if sys.version_info < (3, 12):
+        with pytest.raises(UsageError, match="does not compile on Python 3.11 .*only Python 3.12 or later parses"):
+            load_environment(game="Checkers-v0")
+
+
+def test_random_falls_back_to_a_move_the_rules_quote_or_a_message() -> None:
+    assert all(r.turns for r in _play("Sudoku-v0", "random", n=2))  # the rules quote '[row col num]'
+    talk = _play("TruthAndDeception-v0", "random", n=2)  # free-text turns, then '[Fact 1]' or '[Fact 2]'
+    assert [r.rewards["invalid_moves"] for r in talk] == [0.0, 0.0]
+
+
+def test_a_stuck_game_fails_only_its_own_rollout() -> None:
+    # A game's deadline starts when its call holds the game lock: tic-tac-toe steps (1 s each)
+    # that wait behind PublicGoodsGame's spinning step (2 s) must not fail for it
+    stuck = load_environment(game="PublicGoodsGame-v0", num_tasks=1, opponent="random", step_timeout_s=2.0)
+    fine = load_environment(game="TicTacToe-v0", num_tasks=40, step_timeout_s=1.0)
+
+    async def both() -> tuple[list[Rollout], list[Rollout]]:
+        spun = asyncio.create_task(run_rollouts(stuck, stuck.policies()["random"](), stuck.tasks()))
+        await asyncio.sleep(0.5)  # PublicGoodsGame spins after its first moves, well within this
+        played = await run_rollouts(fine, fine.policies()["random"](), fine.tasks(), concurrency=40)
+        return await spun, played
+
+    (spun,), played = asyncio.run(both())
+    assert "GameTimeout" in str(spun.error)
+    assert [r.error for r in played] == [None] * 40

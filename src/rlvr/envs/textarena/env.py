@@ -15,7 +15,9 @@ import rlvr.envs.textarena.players as players
 from rlvr.clients.base import ChatClient
 from rlvr.clients.policy import Policy
 from rlvr.envs.multiturn import MultiTurnEnv, stop
-from rlvr.errors import UsageError, import_extra
+from rlvr.envs.textarena.games import make_game, make_tasks, seat_count
+from rlvr.envs.textarena.steps import call_game
+from rlvr.errors import UsageError
 from rlvr.rubric import Rubric
 from rlvr.seeding import mix_seed
 from rlvr.types import Messages, SamplingArgs, State, Task
@@ -26,11 +28,6 @@ SYSTEM_PROMPT = (
     "describes, e.g. [4]. Only the first bracketed move after your thinking counts."
 )
 _THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
-
-
-def textarena_module() -> Any:
-    """Import textarena, or say which extra to install."""
-    return import_extra("textarena", "textarena", "TextArena environments")
 
 
 @dataclass(kw_only=True)
@@ -51,6 +48,8 @@ class ArenaState(State):
     reason: str = ""
     invalid_moves: int = 0
     opponent_invalid_moves: int = 0
+    opponent_moves: int = 0
+    """Moves the other seats made (refused ones included); see `TextArenaEnv.max_opponent_moves`."""
 
 
 class TextArenaEnv(MultiTurnEnv[ArenaState]):
@@ -67,8 +66,14 @@ class TextArenaEnv(MultiTurnEnv[ArenaState]):
         opponent_client: Callable[[], ChatClient] | None = None,
         max_turns: int | None = 100,
         sampling: SamplingArgs | None = None,
+        step_timeout_s: float = 60.0,
     ) -> None:
         self.game, self.num_players, self.seat = game, num_players, seat
+        self.max_opponent_moves = (max_turns or 100) * (num_players - 1)
+        """The other seats share the episode's budget: as many moves each as the model's
+        `max_turns` (100 without one); a game they have not ended by then is cut off."""
+        self.step_timeout_s = step_timeout_s
+        """The most seconds one of TextArena's reset / step calls may take (`steps.call_game`)."""
         self.opponent_name = opponent
         self._opponent_factory = opponent_client
         self._opponent: ChatClient | None = None
@@ -110,14 +115,25 @@ class TextArenaEnv(MultiTurnEnv[ArenaState]):
             random.setstate(saved)
 
     def setup_state(self, task: Task) -> ArenaState:
-        state = ArenaState(task=task, game=textarena_module().make(_raw_id(self.game)))
-        with self._game_random(state):
-            state.game.reset(num_players=self.num_players, seed=task.seed)
-        return state
+        return ArenaState(task=task, game=make_game(self.game))
+
+    async def _call(self, state: ArenaState, fn: Callable[[], Any], what: str) -> Any:
+        """Game code on this rollout's `random` stream, in a worker thread with a deadline."""
+
+        def run() -> Any:
+            with self._game_random(state):
+                return fn()
+
+        return await call_game(run, timeout_s=self.step_timeout_s, what=f"{self.game}: TextArena's {what}")
 
     async def begin(self, state: ArenaState, client: ChatClient, sampling: SamplingArgs) -> None:
-        with self._game_random(state):
+        game, seed = state.game, state.task.seed
+
+        def reset() -> None:
+            game.reset(num_players=self.num_players, seed=seed)
             random.seed(state.seed)  # the opening came from the task seed; the rest from the rollout's
+
+        await self._call(state, reset, "reset")
         state.opponent = client if self.opponent_name == "self" else self._opponent
         state.opponent_sampling = sampling
         opening = await self._play_others(state)
@@ -130,17 +146,23 @@ class TextArenaEnv(MultiTurnEnv[ArenaState]):
 
     async def env_response(self, messages: Messages, state: ArenaState) -> Messages:
         reply = _THINK.sub("", str(state.turns[-1].completion.text or "")).strip()
-        self._step(state, reply, self.seat)
+        await self._step(state, reply, self.seat)
         text = await self._play_others(state)
         if state.done:
             text = f"{text}\n\nGame over: {state.reason} Result: {state.outcome}.".strip()
+        elif self.others_out_of_moves(state):
+            text = f"{text}\n\nGame cut off: {state.reason}".strip()
         return [{"role": "user", "content": text}]
 
-    def _step(self, state: ArenaState, action: str, seat: int) -> None:
+    async def _step(self, state: ArenaState, action: str, seat: int) -> None:
         env = state.game
         turn = env.state.turn
-        with self._game_random(state):
+
+        def step() -> tuple[bool, Any]:
             done, _ = env.step(action)
+            return done, env.close() if done else None
+
+        done, closed = await self._call(state, step, "step")
         info = env.state.game_info.get(seat, {})
         if env.state.turn == turn or info.get("invalid_move"):
             if seat == self.seat:
@@ -148,15 +170,18 @@ class TextArenaEnv(MultiTurnEnv[ArenaState]):
             else:
                 state.opponent_invalid_moves += 1
         if done:
-            self._finish(state)
+            self._finish(state, *closed)
 
-    def _finish(self, state: ArenaState) -> None:
-        with self._game_random(state):
-            rewards, info = state.game.close()
+    def _finish(self, state: ArenaState, rewards: dict[int, Any] | None, info: dict[int, Any] | None) -> None:
         state.done = True
-        raw = None if rewards is None else rewards.get(self.seat)
-        state.raw_reward = None if raw is None else float(raw)
         reasons = {str(i.get("reason")) for i in (info or {}).values() if i.get("reason")}
+        raw = None if rewards is None else rewards.get(self.seat)
+        if raw is not None and not isinstance(raw, (int, float)):
+            # Countdown, Cryptarithm, Slitherlink, ThreeCardMonte (textarena 0.7.4) pass their
+            # arguments to set_invalid_move the wrong way round: the reason arrives as the reward
+            reasons.add(f"(the game gave the reward {str(raw)!r}, not a number: scored as its loss, -1)")
+            raw = -1.0
+        state.raw_reward = None if raw is None else float(raw)
         state.reason = " ".join(sorted(reasons))
         state.outcome = _outcome(state.raw_reward, self.num_players)
 
@@ -168,6 +193,10 @@ class TextArenaEnv(MultiTurnEnv[ArenaState]):
             seat, observation = env.get_observation()
             if seat == self.seat:
                 return observation_text(observation, seat, rules=False)
+            if state.opponent_moves >= self.max_opponent_moves:
+                state.reason = f"the other seats made {state.opponent_moves} moves without ending the game"
+                return observation_text(env.state.observations.get(self.seat, []), self.seat, rules=False)
+            state.opponent_moves += 1
             if state.opponent is None:
                 raise UsageError(f"{self.game}: seat {seat} has no player (opponent {self.opponent_name!r})")
             conversation = state.opponent_messages.setdefault(seat, [{"role": "system", "content": SYSTEM_PROMPT}])
@@ -176,7 +205,7 @@ class TextArenaEnv(MultiTurnEnv[ArenaState]):
             sampling = base.replace(seed=mix_seed(state.seed, 1000 + len(conversation)))
             completion = await state.opponent.chat(list(conversation), sampling)
             conversation.append({"role": "assistant", "content": completion.text or ""})
-            self._step(state, _THINK.sub("", completion.text or "").strip(), seat)
+            await self._step(state, _THINK.sub("", completion.text or "").strip(), seat)
         return observation_text(env.state.observations.get(self.seat, []), self.seat, rules=False)
 
     async def close_state(self, state: ArenaState) -> None:
@@ -185,6 +214,11 @@ class TextArenaEnv(MultiTurnEnv[ArenaState]):
     @stop(priority=10)
     def game_over(self, state: ArenaState) -> bool:
         return state.done
+
+    @stop(priority=9, truncated=True)
+    def others_out_of_moves(self, state: ArenaState) -> bool:
+        """The other seats used `max_opponent_moves` without ending the game (a loss)."""
+        return self.num_players > 1 and not state.done and state.opponent_moves >= self.max_opponent_moves
 
     def summarize(self, rollouts: Sequence[Any]) -> dict[str, float] | None:
         scored = [r for r in rollouts if r.error is None]
@@ -198,11 +232,6 @@ class TextArenaEnv(MultiTurnEnv[ArenaState]):
             "mean game reward": statistics.fmean(r.rewards.get("game_reward", 0.0) for r in scored),
             "invalid %": 100.0 * statistics.fmean(r.rewards.get("invalid_moves", 0.0) > 0 for r in scored),
         }
-
-
-def _raw_id(game: str) -> str:
-    """The id of the game without TextArena's observation wrappers (rlvr formats the text)."""
-    return game if game.endswith(("-raw", "-train")) else f"{game}-raw"
 
 
 def _outcome(raw: float | None, num_players: int) -> str:
@@ -262,48 +291,6 @@ def invalid_moves(state: ArenaState) -> float:
 # ---- entry point ------------------------------------------------------------------------------
 
 
-def seat_count(game: str, num_players: int | None) -> int:
-    """The players `game` is played by: `num_players`, or the first of 1 and 2 it accepts."""
-    ta = textarena_module()
-    if (
-        game.split("-raw")[0] not in ta.envs.registration.ENV_REGISTRY
-        and _raw_id(game) not in ta.envs.registration.ENV_REGISTRY
-    ):
-        import difflib
-
-        ids = sorted(k for k in ta.envs.registration.ENV_REGISTRY if not k.endswith(("-raw", "-train")))
-        close = difflib.get_close_matches(game, ids, n=1)
-        fix = f"did you mean {close[0]!r}?" if close else f"it has {len(ids)}: {', '.join(ids)}"
-        raise UsageError(f"TextArena has no game {game!r}; {fix}")
-    for n in [num_players] if num_players is not None else [1, 2]:
-        try:
-            ta.make(_raw_id(game)).reset(num_players=n, seed=0)
-        except (AssertionError, ValueError) as exc:
-            if num_players is not None:
-                raise UsageError(f"TextArena game {game!r} cannot be played by {n} players: {exc}") from None
-            continue
-        return n
-    raise UsageError(f"TextArena game {game!r} needs more than 2 players: pass num_players")
-
-
-def make_tasks(game: str, num_players: int, seat: int, num_tasks: int, seed: int) -> list[Task]:
-    """Task i: the game reset with seed `mix_seed(seed, i)`, its question the seat's rules."""
-    ta = textarena_module()
-    tasks = []
-    saved = random.getstate()
-    try:
-        for i in range(num_tasks):
-            task_seed = mix_seed(seed, i)
-            env = ta.make(_raw_id(game))
-            env.reset(num_players=num_players, seed=task_seed)
-            rules = [m for _, m, kind in env.state.observations[seat] if kind.name == "PROMPT"]
-            info = {"game": game, "seat": seat, "num_players": num_players}
-            tasks.append(Task(id=f"game-{i}", question="\n\n".join(rules), info=info, seed=task_seed))
-    finally:
-        random.setstate(saved)
-    return tasks
-
-
 def load_environment(
     game: str = "TicTacToe-v0",
     num_tasks: int = 20,
@@ -315,6 +302,7 @@ def load_environment(
     num_players: int | None = None,
     max_turns: int | None = 100,
     max_tokens: int = 1024,
+    step_timeout_s: float = 60.0,
 ) -> TextArenaEnv:
     """A TextArena game by id, the model in `seat`, the other seats played inside the env.
 
@@ -328,12 +316,18 @@ def load_environment(
         opponent_model: instead, a second model: policy:NAME, a local model folder or an API
             model name (served at `opponent_base_url`).
         opponent_base_url: the OpenAI-compatible endpoint of `opponent_model`.
-        num_players: players in the game (default: 1 if the game allows it, else 2).
-        max_turns: most model turns; a game cut off there counts as a loss.
+        num_players: players in the game (default: the game's own default, else the fewest it
+            accepts, found by resetting it).
+        max_turns: most model turns, and most moves of each other seat; a game cut off there
+            counts as a loss.
         max_tokens: most tokens in a reply, sent with every request.
+        step_timeout_s: most seconds one of TextArena's reset / step calls may take; past it
+            the rollout fails with GameTimeout.
     """
     if num_tasks < 1:
         raise UsageError(f"num_tasks must be >= 1, got {num_tasks}")
+    if step_timeout_s <= 0:
+        raise UsageError(f"step_timeout_s must be > 0, got {step_timeout_s}")
     players_n = seat_count(game, num_players)
     if not 0 <= seat < players_n:
         raise UsageError(f"seat must be one of 0..{players_n - 1} for {game!r}, got {seat}")
@@ -346,6 +340,7 @@ def load_environment(
         opponent=opponent if opponent_model is None else opponent_model,
         max_turns=max_turns,
         sampling=SamplingArgs(max_tokens=max_tokens),
+        step_timeout_s=step_timeout_s,
     )
     if opponent_model is not None:
         from rlvr.clients.resolve import make_client

@@ -3,8 +3,11 @@
 Each is `fn(messages, rng) -> reply` (a `rlvr.clients.policy.Policy` function) and answers in
 the game's own format, a move in square brackets:
 
-- `random` (any game): one of the moves the last message lists (`'[4]'`, `'[check]'`), or,
-  where none are listed, a number in the range the rules state ("between 1 and 20").
+- `random` (any game): one of the moves the last message lists (`'[4]'`, `'[check]'`); where
+  none are listed, a number in the range the rules state ("between 1 and 20"); else one of
+  the bracketed moves the last message or the rules quote (`[e2e4]`, `[a,b]`), which may be
+  a template or illegal here (the game then refuses it); else a plain message (a free-text
+  turn). docs/environments.md lists the games where it plays without a refused move.
 - GuessTheNumber `bisect`: halves the range left by its guesses and the game's hints.
 - TicTacToe `optimal`: minimax on the board of the last message (never loses).
 - KuhnPoker `never_fold`: bets when it may and calls a bet. TextArena's KuhnPoker (0.7.4)
@@ -25,6 +28,7 @@ from rlvr.types import Messages
 _LISTED = re.compile(r"'\[([^\]']+)\]'")
 _RANGE = re.compile(r"between (-?\d+) and (-?\d+)")
 _BRACKET = re.compile(r"\[\s*(-?\d+)\s*\]")
+_QUOTED = re.compile(r"\[[^\[\]\n]{1,40}\]")
 
 
 def user_texts(messages: Messages) -> list[str]:
@@ -45,16 +49,33 @@ def listed_moves(text: str) -> list[str]:
     return lines[-1] if lines else []
 
 
+def quoted_moves(text: str) -> list[str]:
+    """The bracketed moves `text` quotes, once each, in order.
+
+    >>> quoted_moves("Move with [e2e4] or [e7e5]; not [e2e4] again.")
+    ['[e2e4]', '[e7e5]']
+    """
+    return list(dict.fromkeys(_QUOTED.findall(text)))
+
+
+FREE_TEXT = "I have nothing to add."
+"""What `random` says where nothing in the game's text looks like a move (a free-text turn:
+a clue, a message in a debate)."""
+
+
 def random_player(messages: Messages, rng: random.Random) -> str:
-    """A move the last message lists, else a number in the stated range, drawn uniformly."""
+    """A move the last message lists; else a number in the range the rules state; else a
+    bracketed move the last message, then the rules, quote; else a plain message. Drawn
+    uniformly where there are several."""
     texts = user_texts(messages)
     moves = listed_moves(texts[-1]) if texts else []
     if moves:
         return f"[{rng.choice(moves)}]"
     stated = _RANGE.search(texts[0]) if texts else None
-    if stated is None:
-        raise ValueError("the last message lists no moves ('[...]') and the rules state no range")
-    return f"[{rng.randint(int(stated.group(1)), int(stated.group(2)))}]"
+    if stated is not None:
+        return f"[{rng.randint(int(stated.group(1)), int(stated.group(2)))}]"
+    quoted = (quoted_moves(texts[-1]) or quoted_moves(texts[0])) if texts else []
+    return rng.choice(quoted) if quoted else FREE_TEXT
 
 
 # ---- GuessTheNumber ---------------------------------------------------------------------------
