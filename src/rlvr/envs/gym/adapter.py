@@ -17,7 +17,8 @@ model takes are the same thing, and a policy's returns agree between the two.
   ``options={"rollout_seed": s}`` the rollout seed (``rlvr.engine.rollout_seed(task, k)``
   replays rollout `k` of ``rlvr eval``).
 - Reward: 0 on every step but the last; the last gets the rubric's total (the reward
-  ``rlvr eval`` would record), and ``info["rewards"]`` every function's score.
+  ``rlvr eval`` would record: in a mixture, the rubric of the task's member), and
+  ``info["rewards"]`` every function's score.
 - ``info["messages"]``: the conversation so far as chat messages (the system prompt apart),
   for an agent that wants them rather than the joined text.
 - ``terminated`` / ``truncated`` mirror the rollout's stop (``info["stop_reason"]``); an
@@ -100,6 +101,7 @@ class TextGymEnv(gymnasium.Env):
         self._loop = asyncio.new_event_loop()  # replaced by a fresh one on a reset after close()
         self._caller: _Caller | None = None
         self._episode: asyncio.Task[Any] | None = None
+        self._rubric = env.rubric
         self._messages: Messages = []
 
     # ---- the Gymnasium API ------------------------------------------------------------------
@@ -114,6 +116,7 @@ class TextGymEnv(gymnasium.Env):
             raise UsageError(f"options['task'] must be in 0..{len(self.tasks) - 1}, got {index}")
         task = self.tasks[index]
         rollout_seed = int((options or {}).get("rollout_seed", self.np_random.integers(2**31)))
+        self._rubric = self.env.member(task)[0].rubric  # a mixture's task is scored by its member
         self._caller = _Caller(self._loop)
         episode = self.env.rollout(self._caller, task, self.env.sampling, rollout_seed)
         self._episode = self._loop.create_task(episode)
@@ -146,8 +149,8 @@ class TextGymEnv(gymnasium.Env):
         if state.error is not None:
             info["error"] = state.error
         else:
-            scores = self._loop.run_until_complete(self.env.rubric.score_group([state]))[0]
-            reward, info["rewards"] = self.env.rubric.total(scores), scores
+            scores = self._loop.run_until_complete(self._rubric.score_group([state]))[0]
+            reward, info["rewards"] = self._rubric.total(scores), scores
         return self._text(new), float(reward), not state.truncated, bool(state.truncated), info
 
     def render(self) -> str | None:
