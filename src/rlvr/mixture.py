@@ -33,6 +33,7 @@ from typing import Any
 
 from rlvr.clients.base import ChatClient
 from rlvr.envs.multiturn import MultiTurnEnv
+from rlvr.envs.task_source import LazyTasks
 from rlvr.errors import EnvError, UsageError
 from rlvr.rubric import Rubric
 from rlvr.sampler import Stratified, bucket_index, difficulty_buckets, difficulty_span
@@ -252,12 +253,19 @@ def _offering(cls: type[EnvGroup], offered: tuple[str, ...]) -> type[EnvGroup]:
     return _CLASSES[cls, offered]
 
 
-def _interleave(sets: Mapping[str, Sequence[Task]]) -> list[Task]:
-    """Every member's tasks under `NAME/ID`, one of each member in turn."""
-    out: list[Task] = []
-    for row in itertools.zip_longest(*([(n, t) for t in ts] for n, ts in sets.items())):
-        out.extend(dataclasses.replace(t, id=f"{n}{SEP}{t.id}") for n, t in (p for p in row if p is not None))
-    return out
+def _interleave(sets: Mapping[str, Sequence[Task]]) -> LazyTasks:
+    """Every member's tasks under `NAME/ID`, one of each member in turn; a member's task is
+    built when the mixture's is first asked for (a lazy member stays lazy)."""
+    rows = itertools.zip_longest(*([(n, i) for i in range(len(ts))] for n, ts in sets.items()))
+    order = [p for row in rows for p in row if p is not None]
+    return LazyTasks(len(order), functools.partial(_member_task, dict(sets), order))
+
+
+def _member_task(sets: Mapping[str, Sequence[Task]], order: Sequence[tuple[str, int]], k: int) -> Task:
+    """Task `k` of an interleaving: its member's task under `NAME/ID`."""
+    name, i = order[k]
+    task = sets[name][i]
+    return dataclasses.replace(task, id=f"{name}{SEP}{task.id}")
 
 
 def _union_rubric(envs: Any) -> Rubric:
