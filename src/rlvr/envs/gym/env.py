@@ -7,7 +7,8 @@ Task `i` is a reset seed (mixed from `seed` and i); its prompt is the descriptio
 (for Gymnasium's toy-text and classic-control envs, `RULES`), the action instructions, the turn limit
 and the rendered first observation. Each model turn is parsed into an action and passed to
 ``step``: `<action>NAME or NUMBER</action>` for a `Discrete` action space, JSON for `Box`,
-`MultiDiscrete`, `MultiBinary` and `Tuple` (`rlvr.envs.gym.spaces`); the reply shows the
+`MultiDiscrete`, `MultiBinary`, `Tuple` and `Dict`, the text itself for `Text`
+(`rlvr.envs.gym.spaces`); the reply shows the
 reward and the next observation. An unreadable action wastes the
 turn (no step) and is counted. Gymnasium's two endings map onto rlvr's: ``terminated`` ->
 stop reason `terminated`, ``truncated`` (e.g. a time limit) -> stop reason `truncated`
@@ -195,6 +196,8 @@ class GymEnv(MultiTurnEnv[GymState]):
             )
         if self.action_parser is not None:
             return ""  # a custom parser: the description says how to answer
+        if type(space).__name__ == "Text":
+            return f"Each turn, write one action: {spaces.describe(space)}. Reply with <action>TEXT</action> {tail}"
         return (
             f"Each turn, choose one action: {spaces.describe(space)}. "
             f"Reply with it in JSON, e.g. <action>{spaces.example(space)}</action> {tail}"
