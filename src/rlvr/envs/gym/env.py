@@ -151,6 +151,8 @@ class GymEnv(MultiTurnEnv[GymState]):
             if rules is None and self.kind is not None:
                 rules = RULES[self.kind](probe)
             limit = getattr(getattr(probe, "spec", None), "max_episode_steps", None)
+            self.time_limit: int | None = limit
+            """The env's own time limit (``spec.max_episode_steps``), if it has one."""
             limits = [x for x in (max_turns, limit) if x is not None]
             self.horizon: int | None = min(limits) if limits else None
             """The most turns an episode can last (max_turns or the env's time limit), if known."""
@@ -264,6 +266,15 @@ class GymEnv(MultiTurnEnv[GymState]):
     @stop(priority=5, truncated=True)
     def truncated(self, state: GymState) -> bool:
         return state.env_truncated
+
+    def summarize(self, rollouts: Sequence[Any]) -> dict[str, float] | None:
+        """When `max_turns` is below the env's own time limit (or the env has none): the share
+        of scored episodes it cut, in % (``cut by max_turns %``), so a limit too short shows."""
+        scored = [r for r in rollouts if r.error is None]
+        if not scored or self.max_turns is None or (self.time_limit and self.max_turns >= self.time_limit):
+            return None
+        cut = sum(r.stop_reason == "max_turns_reached" for r in scored)
+        return {"cut by max_turns %": 100.0 * cut / len(scored)}
 
     def policies(self) -> dict[str, Callable[[], ChatClient]]:
         if self.action_parser is not None:
