@@ -28,7 +28,8 @@ model takes are the same thing, and a policy's returns agree between the two.
 
 Importing this module registers ``rlvr/TextEnv-v0``, so Gymnasium tooling that wants an id
 (``check_env`` tries other render modes through ``env.spec``) gets one:
-``gymnasium.make("rlvr/TextEnv-v0", env=load_environment("tictactoe"))``.
+``gymnasium.make("rlvr/TextEnv-v0", env=load_environment("tictactoe"))``; a ``TextGymEnv``
+built directly carries the same spec.
 
 Text actions only: an env that expects tool calls cannot be played through this adapter.
 """
@@ -103,6 +104,9 @@ class TextGymEnv(gymnasium.Env):
         self._episode: asyncio.Task[Any] | None = None
         self._rubric = env.rubric
         self._messages: Messages = []
+        if self.spec is None:  # built directly: the spec `gymnasium.make` would give (check_env wants one)
+            kwargs = {"env": env, "split": split, "max_chars": max_chars, "max_action_chars": max_action_chars}
+            self.spec = gymnasium.envs.registration.EnvSpec(ENV_ID, entry_point=ENTRY_POINT, kwargs=kwargs)
 
     # ---- the Gymnasium API ------------------------------------------------------------------
 
@@ -192,12 +196,13 @@ class TextGymEnv(gymnasium.Env):
 
 
 ENV_ID = "rlvr/TextEnv-v0"
+ENTRY_POINT = "rlvr.envs.gym.adapter:TextGymEnv"
 
 
 def register() -> None:
     """Register ``rlvr/TextEnv-v0`` (idempotent; importing this module does it)."""
     if ENV_ID not in gymnasium.registry:
-        gymnasium.register(id=ENV_ID, entry_point="rlvr.envs.gym.adapter:TextGymEnv")
+        gymnasium.register(id=ENV_ID, entry_point=ENTRY_POINT)
 
 
 register()
