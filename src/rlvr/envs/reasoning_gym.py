@@ -13,8 +13,8 @@ dataset's config.
 - Seeds pass through: the training split is the dataset with ``seed`` and ``size``, the eval
   split the same dataset with ``seed + size`` (its generators seed item i with ``seed + i``,
   so the two do not overlap). The few generators that also draw from the module-level
-  `random` get it seeded from the dataset and seed while they run, then restored, so the same
-  arguments always give the same tasks.
+  `random` get it seeded from the dataset, seed and item index while they run, then restored,
+  so the same arguments always give the same tasks, in whatever order they are generated.
 - Items are generated lazily: task `i` (and the item it scores against) the first time it is
   asked for, so ``-n 5`` generates five items, not ``size + eval_size``.
 - Each task carries its dataset, split, index and metadata in ``info`` (the metadata as plain
