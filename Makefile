@@ -26,7 +26,7 @@ install: $(BIN)/python
 install-dev: $(BIN)/python
 	@echo 'make: installing rlvr with every extra and the test tools into $(VENV) (a few minutes the first time; quiet)'
 	$(LOCK) $(PIP) $(TORCH)
-	$(LOCK) $(PIP) -e '.[train,plot,gym,reasoning_gym,textarena,mcp,sandbox,test]' $(ENV_PKGS)
+	$(LOCK) $(PIP) -e '.[train,plot,gym,reasoninggym,textarena,mcp,sandbox,test]' $(ENV_PKGS)
 
 # The main job: two oracle evaluations (that an environment's reference player scores what it
 # should), then the shipped tic-tac-toe model (models/tictactoe-tiny, the env's default when no -m

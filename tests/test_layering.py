@@ -35,6 +35,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "rlvr.sampler",
             "rlvr.registry",
             "rlvr.mixture",
+            "rlvr.mixture_scale",
             "rlvr.results",
             "rlvr.summary",
             "rlvr.report",
