@@ -117,9 +117,12 @@ async def test_network_is_denied() -> None:
 
 async def test_namespaces_and_the_working_directory() -> None:
     result = await run_python(
-        "import os, socket\nprint(os.getpid(), [n for _, n in socket.if_nameindex()], os.getcwd())", audit_hooks=False
+        # (socket.if_nameindex() would need a netlink socket, which the syscall filter refuses)
+        "import os\nnet = open('/proc/net/dev').read().splitlines()[2:]\n"
+        "print(os.getpid(), [line.split(':')[0].strip() for line in net], os.getcwd())",
+        audit_hooks=False,
     )
-    assert result.isolated and result.stdout == "2 ['lo'] /tmp\n"  # own PID namespace, no network interfaces
+    assert result.isolated and result.stdout == "2 ['lo'] /tmp\n", result  # own PID namespace, no network interfaces
 
 
 async def test_other_denials_environment_and_cleanup(monkeypatch) -> None:
