@@ -614,12 +614,12 @@ def _raw(code: str) -> str:
         "x86_64": {
             "keyctl": 250, "add_key": 248, "shmget": 29, "shmat": 30, "msgget": 68, "semget": 64, "socket": 41,
             "unshare": 272, "mount": 165, "ptrace": 101, "bpf": 321, "perf_event_open": 298, "userfaultfd": 323,
-            "memfd_create": 319, "io_uring_setup": 425, "inotify_init1": 294, "write": 1, "clone3": 435,
+            "memfd_create": 319, "io_uring_setup": 425, "inotify_init1": 294, "write": 1, "clone3": 435, "mq_open": 240,
         },
         "aarch64": {
             "keyctl": 219, "add_key": 217, "shmget": 194, "shmat": 196, "msgget": 186, "semget": 190, "socket": 198,
             "unshare": 97, "mount": 40, "ptrace": 117, "bpf": 280, "perf_event_open": 241, "userfaultfd": 282,
-            "memfd_create": 279, "io_uring_setup": 425, "inotify_init1": 26, "write": 64, "clone3": 435,
+            "memfd_create": 279, "io_uring_setup": 425, "inotify_init1": 26, "write": 64, "clone3": 435, "mq_open": 180,
         },
     }.get(platform.machine())  # fmt: skip
     if numbers is None:
@@ -681,8 +681,8 @@ def test_the_callers_keyrings_are_out_of_reach() -> None:
 
 
 async def test_sysv_ipc_cannot_hold_memory_outside_the_limit() -> None:
-    """shmget 64 MiB segments, attach and touch them, up to 8 x memory_mb's 64: each held memory
-    that RLIMIT_AS did not count; message queues and semaphores likewise."""
+    """shmget 64 MiB segments, up to 8 x memory_mb's 64: each held memory that RLIMIT_AS did not
+    count; SysV message queues and semaphores, and POSIX message queues, likewise."""
     result = await _attack(
         """
         import os
@@ -692,6 +692,7 @@ async def test_sysv_ipc_cannot_hold_memory_outside_the_limit() -> None:
                 break
         attempt("msgget", "msgget", 0, 0o1000 | 0o600)
         attempt("semget", "semget", 0, 1, 0o1000 | 0o600)
+        attempt("mq_open", "mq_open", b"q", 0o102, 0o600, 0)   # O_CREAT | O_RDWR, default size
         """,
         memory_mb=64,
     )
@@ -782,14 +783,15 @@ async def test_the_working_directory_caps_its_files() -> None:
 
 
 async def test_dev_holds_no_files() -> None:
-    """In a user namespace /dev (a tmpfs of no size) belonged to the code: 64 MiB into /dev/shm
-    (with the hooks off: they refuse writes outside the working directory; the kernel must too)."""
+    """In a user namespace /dev (a tmpfs of no size) belonged to the code: any number of files
+    under RLIMIT_FSIZE, outside `disk_mb` (with the hooks off: they refuse writes outside the
+    working directory; the kernel must too)."""
     result = await _run("""
         import os
         for path in ("/dev/shm/x", "/dev/x"):
             try:
                 with open(path, "wb") as f:
-                    f.write(b"x" * (64 << 20))
+                    f.write(b"x" * (8 << 20))
                 print("ESCAPE wrote", path)
             except OSError as e:
                 print("held", path, e.errno)
