@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import platform
 import shutil
 import signal
 import subprocess
@@ -71,6 +72,7 @@ from rlvr.envs.tools import ToolCallError
 from rlvr.sandbox.command import ROOT_UID_BASE, RUNNER, bwrap_args, kill_group, settings, spawn
 from rlvr.sandbox.isolation import Isolation, SandboxUnavailableError, check, isolation
 from rlvr.sandbox.limits import SandboxLimits
+from rlvr.sandbox.seccomp import program
 from rlvr.sandbox.session import SandboxSession
 
 __all__ = [
@@ -260,6 +262,11 @@ def main() -> int:
         bwrap_version = done.stdout.strip()
     print(f"user:       {'root' if found.as_root else f'uid {os.geteuid()}'}")
     print(f"bwrap:      {found.bwrap or 'not found'} {bwrap_version}".rstrip())
+    code = program()
+    machine = platform.machine()
+    print(
+        f"syscalls:   {f'seccomp filter for {machine}, {len(code) // 8} instructions' if code else f'no filter for {machine}'}"
+    )
     print(f"isolation:  {'yes' if found.available else 'NO'}: {found.detail}")
     if not found.available:
         print(found.refusal())
