@@ -6,7 +6,8 @@ The filter closes what the namespaces leave open to a process that calls the ker
 RLIMIT_AS), sockets other than AF_UNIX (AF_VSOCK, AF_NETLINK, AF_ALG, which a network namespace
 does not isolate or which reach kernel code), new namespaces (a nested user namespace has full
 capabilities inside it), mounts, ptrace, bpf, perf events, userfaultfd, io_uring (its requests
-do not pass through this filter), memfd (memory outside RLIMIT_AS), and the file locks, leases
+do not pass through this filter), memfd (memory outside RLIMIT_AS), the host's kernel log (syslog,
+where kernel.dmesg_restrict is 0), and the file locks, leases
 and change notifications that concurrent runs could signal each other with through the files
 they share read-only (the standard library, /dev/null).
 
@@ -52,7 +53,7 @@ SYSCALLS: dict[str, dict[str, int]] = {
         "request_key": 249, "shmget": 29, "semget": 64, "msgget": 68, "memfd_create": 319,
         "memfd_secret": 447, "flock": 73, "fcntl": 72, "inotify_init": 253, "inotify_init1": 294,
         "inotify_add_watch": 254, "fanotify_init": 300, "io_uring_setup": 425, "io_uring_enter": 426,
-        "io_uring_register": 427,
+        "io_uring_register": 427, "syslog": 103,
     },
     "aarch64": {
         "socket": 198, "socketpair": 199, "clone": 220, "clone3": 435, "unshare": 97, "setns": 268,
@@ -62,7 +63,7 @@ SYSCALLS: dict[str, dict[str, int]] = {
         "bpf": 280, "perf_event_open": 241, "userfaultfd": 282, "keyctl": 219, "add_key": 217,
         "request_key": 218, "shmget": 194, "semget": 190, "msgget": 186, "memfd_create": 279,
         "memfd_secret": 447, "flock": 32, "fcntl": 25, "inotify_init1": 26, "inotify_add_watch": 27,
-        "fanotify_init": 262, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
+        "fanotify_init": 262, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427, "syslog": 116,
     },
 }  # fmt: skip
 
@@ -70,7 +71,7 @@ DENIED = (
     "keyctl add_key request_key shmget semget msgget setns mount umount2 pivot_root open_tree move_mount "
     "fsopen fsconfig fsmount fspick mount_setattr open_tree_attr ptrace process_vm_readv process_vm_writev "
     "bpf perf_event_open userfaultfd memfd_create memfd_secret inotify_init inotify_init1 inotify_add_watch "
-    "fanotify_init io_uring_setup io_uring_enter io_uring_register"
+    "fanotify_init io_uring_setup io_uring_enter io_uring_register syslog"
 ).split()
 """Calls denied whatever their arguments (EPERM), where the architecture has them."""
 
