@@ -41,6 +41,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "rlvr.filters",
             "rlvr.hf",
             "rlvr.progress",
+            "rlvr.serve",
         ),
     ),
     ("train", ("rlvr.train",)),
