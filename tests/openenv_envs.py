@@ -123,6 +123,7 @@ class ArithmeticEnvironment(Environment):
 
 echo_app = create_fastapi_app(EchoEnvironment, EchoAction, EchoObservation, max_concurrent_envs=16)
 guess_app = create_fastapi_app(GuessEnvironment, GuessAction, GuessObservation, max_concurrent_envs=16)
+guess_app_one_session = create_fastapi_app(GuessEnvironment, GuessAction, GuessObservation)  # OpenEnv's default: 1
 arithmetic_app = create_fastapi_app(
     ArithmeticEnvironment, ArithmeticAction, ArithmeticObservation, max_concurrent_envs=16
 )

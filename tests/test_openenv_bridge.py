@@ -85,6 +85,34 @@ def test_guess_writes_a_json_action_and_the_reset_seed_picks_the_number() -> Non
     assert second.startswith("Invalid action: ") and "JSON object" in second  # the server refused it
 
 
+def test_rollouts_wait_for_a_session_on_a_server_that_allows_one() -> None:
+    with running(openenv_envs.guess_app_one_session) as url:
+        env = load_environment(url=url, num_tasks=6, seed=3)
+
+        async def main():
+            try:
+                return await run_rollouts(env, Policy(bisect), env.tasks(), concurrency=6)
+            finally:
+                await env.aclose()
+
+        rollouts = asyncio.run(main())
+        impatient = load_environment(url=url, num_tasks=2, session_wait_s=0.01)
+
+        async def hold_one_session():
+            from openenv.core import GenericEnvClient
+
+            async with GenericEnvClient(base_url=url) as held:
+                await held.reset(seed=1)
+                try:
+                    return await run_rollouts(impatient, Policy(bisect), impatient.tasks()[:1])
+                finally:
+                    await impatient.aclose()
+
+        (refused,) = asyncio.run(hold_one_session())
+    assert [r.error for r in rollouts] == [None] * 6 and [r.reward for r in rollouts] == [1.0] * 6
+    assert refused.error is not None and "had no free session within 0.01 s" in refused.error
+
+
 def test_a_local_app_is_started_played_and_stopped() -> None:
     def add(messages, rng) -> str:
         a, b = map(int, re.findall(r"\d+", messages[-1]["content"]))

@@ -25,10 +25,11 @@ from openenv.core import GenericEnvClient  # noqa: E402
 from openenv_support import running  # noqa: E402
 
 from rlvr.cli import main  # noqa: E402
+from rlvr.envs import SingleTurnEnv  # noqa: E402
 from rlvr.registry import load_environment  # noqa: E402
 from rlvr.serve import build_app  # noqa: E402
 from rlvr.serve.models import RlvrAction, RlvrEnvClient  # noqa: E402
-from rlvr.types import SamplingArgs  # noqa: E402
+from rlvr.types import SamplingArgs, State  # noqa: E402
 
 CASES = [
     ("tictactoe", {}, "random", 4, 2),
@@ -106,6 +107,27 @@ async def test_sessions_run_concurrently_and_errors_are_one_message() -> None:
                 await a.reset(task=10**6)
             still = await b.step(RlvrAction(content="x"))
             assert still.done
+
+
+async def test_a_session_that_leaves_mid_episode_ends_its_rollout_and_frees_its_slot() -> None:
+    closed: list[str] = []
+
+    class Recorded(SingleTurnEnv[State]):
+        async def close_state(self, state: State) -> None:
+            closed.append(state.task.id)
+
+    env = Recorded([{"question": "first", "id": "a"}, {"question": "second", "id": "b"}])
+    with running(build_app(env, max_sessions=1)) as url:
+        async with RlvrEnvClient(base_url=url) as leaving:
+            assert (await leaving.reset(task="a")).observation.messages[-1]["content"] == "first"
+        for _ in range(200):  # the server ends the session, then its rollout, in its own time
+            if closed:
+                break
+            await asyncio.sleep(0.02)
+        async with RlvrEnvClient(base_url=url) as next_one:
+            await next_one.reset(task="b")
+            assert (await next_one.step(RlvrAction(content="done"))).done
+    assert closed == ["a", "b"]
 
 
 def test_rlvr_serve_command_serves_on_a_free_port(tmp_path) -> None:

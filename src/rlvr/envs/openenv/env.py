@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import re
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,6 +56,7 @@ class OpenEnvEnv(MultiTurnEnv[OpenEnvState]):
         sampling: SamplingArgs | None = None,
         start_timeout_s: float = 60.0,
         message_timeout_s: float = 60.0,
+        session_wait_s: float = 600.0,
     ) -> None:
         if (url is None) == (app is None):
             raise UsageError("the openenv environment needs exactly one of url= (a running server) or app= (to start)")
@@ -71,6 +73,7 @@ class OpenEnvEnv(MultiTurnEnv[OpenEnvState]):
         self.url, self.app, self.app_dir = url, app, app_dir
         self.action_field, self.observation_field = action_field, observation_field
         self.start_timeout_s, self.message_timeout_s = start_timeout_s, message_timeout_s
+        self.session_wait_s = session_wait_s
         self.mapping: ActionMapping | None = None
         self._server: Any = None
         self._lock = threading.Lock()
@@ -115,12 +118,35 @@ class OpenEnvEnv(MultiTurnEnv[OpenEnvState]):
 
     async def begin(self, state: OpenEnvState, client: Any, sampling: SamplingArgs) -> None:
         """Open a session and reset it with the task's seed; its observation is the prompt."""
-        core = openenv_core()
-        state.client = core.GenericEnvClient(base_url=str(self.url), message_timeout_s=self.message_timeout_s)
-        result = await state.client.reset(**{"seed": state.task.seed, **state.task.info.get("reset_args", {})})
+        result = await self._open(state)
         messages = self._observe(state, result)
         state.prompt = [*state.prompt, *messages]
         state.messages = list(state.prompt)
+
+    async def _open(self, state: OpenEnvState) -> Any:
+        """A session reset with the task's seed. A server at its limit of sessions answers the
+        connection with CAPACITY_REACHED and closes it: ask again (backing off up to a second)
+        for at most `session_wait_s`."""
+        from websockets.exceptions import ConnectionClosed
+
+        core = openenv_core()
+        args = {"seed": state.task.seed, **state.task.info.get("reset_args", {})}
+        deadline, delay = time.monotonic() + self.session_wait_s, 0.02
+        while True:
+            state.client = core.GenericEnvClient(base_url=str(self.url), message_timeout_s=self.message_timeout_s)
+            try:
+                return await state.client.reset(**args)
+            except (RuntimeError, ConnectionClosed) as exc:
+                if isinstance(exc, RuntimeError) and "CAPACITY_REACHED" not in str(exc):
+                    raise
+                if time.monotonic() + delay > deadline:
+                    raise EnvError(
+                        f"OpenEnv server at {self.url} had no free session within {self.session_wait_s:g} s "
+                        "(all its concurrent sessions were in use): lower -c, or raise its max_concurrent_envs"
+                    ) from None
+            await self.close_state(state)
+            await asyncio.sleep(delay)
+            delay = min(2 * delay, 1.0)
 
     def tool_schemas(self, state: OpenEnvState) -> list[dict[str, Any]] | None:
         return state.final.get("tools") if self.mapping is not None and self.mapping.chat else None
@@ -211,6 +237,7 @@ def load_environment(
     max_turns: int | None = 30,
     max_tokens: int = 512,
     start_timeout_s: float = 60.0,
+    session_wait_s: float = 600.0,
 ) -> OpenEnvEnv:
     """Any OpenEnv environment, reached at `url` or started from `app`, through OpenEnv's client.
 
@@ -230,6 +257,8 @@ def load_environment(
         max_turns: most model turns; the episode is then truncated.
         max_tokens: most tokens in a reply, sent with every request.
         start_timeout_s: most seconds to start `app` and for it to answer /health.
+        session_wait_s: most seconds a rollout waits for a session on a server at its limit
+            of concurrent sessions (OpenEnv apps allow 1 unless they say otherwise).
     """
     if num_tasks < 1:
         raise UsageError(f"num_tasks must be >= 1, got {num_tasks}")
@@ -255,6 +284,7 @@ def load_environment(
         max_turns=max_turns,
         sampling=SamplingArgs(max_tokens=max_tokens),
         start_timeout_s=start_timeout_s,
+        session_wait_s=session_wait_s,
     )
 
 
