@@ -39,6 +39,7 @@ class RlvrObservation(Observation):
     sampling: dict[str, Any] = Field(default_factory=dict, description="Sampling arguments of the next turn")
     rewards: dict[str, float] = Field(default_factory=dict, description="Each reward function's score, at the end")
     stop_reason: str | None = Field(default=None, description="Why the episode ended (None: it goes on)")
+    truncated: bool = Field(default=False, description="Whether the episode was cut short (max_turns, an error)")
     error: str | None = Field(default=None, description="The episode's error, if it failed")
 
 

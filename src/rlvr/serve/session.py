@@ -11,7 +11,8 @@ from typing import Any
 
 from openenv.core.env_server.interfaces import Environment
 
-from rlvr.engine import rollout_seed, score_group
+from rlvr.engine import rollout_seed as seed_of_rollout
+from rlvr.engine import score_group
 from rlvr.envs.multiturn import MultiTurnEnv
 from rlvr.errors import UsageError
 from rlvr.serve.models import RlvrAction, RlvrObservation, RlvrState
@@ -76,8 +77,10 @@ class ServedEnv(Environment):
         task: int | str | None = None,
         rollout: int = 0,
         split: str = "eval",
+        rollout_seed: int | None = None,
     ) -> RlvrObservation:
-        """Start episode `rollout` of `task` (an index or a task id) of `split`."""
+        """Start episode `rollout` of `task` (a task id or an index) of `split`; `rollout_seed`
+        instead of the seed `rlvr eval` gives rollout `rollout` (env servers for scale-out)."""
         self._cancel()
         tasks = self.env.tasks(split)
         chosen = _pick(tasks, task, seed, self.counter)
@@ -85,7 +88,7 @@ class ServedEnv(Environment):
             raise UsageError(f"rollout must be >= 0, got {rollout}")
         self._task, self._sent, self._loop = chosen, 0, asyncio.get_running_loop()
         self._player = StepPlayer()
-        rollout_seed_ = rollout_seed(chosen, rollout)
+        rollout_seed_ = seed_of_rollout(chosen, rollout) if rollout_seed is None else rollout_seed
         self._state = RlvrState(
             episode_id=episode_id or str(uuid.uuid4()), task_id=chosen.id, rollout_index=rollout, seed=rollout_seed_
         )
@@ -150,6 +153,7 @@ class ServedEnv(Environment):
             turn=state.turn,
             rewards=record.rewards,
             stop_reason=record.stop_reason,
+            truncated=record.truncated,
             error=record.error,
             done=True,
             reward=record.reward,
@@ -178,14 +182,15 @@ def _set_fields(sampling: SamplingArgs) -> dict[str, Any]:
 
 
 def _pick(tasks: list[Task], task: int | str | None, seed: int | None, counter: itertools.count[int]) -> Task:
-    """The task a reset names: an index or an id; else `seed` modulo the tasks; else the next."""
+    """The task a reset names: an id or an index; else `seed` modulo the tasks; else the next."""
     if not tasks:
         raise UsageError("the environment has no tasks in this split")
-    if isinstance(task, str) and not task.lstrip("-").isdigit():
+    if isinstance(task, str):
         found = [t for t in tasks if t.id == task]
-        if not found:
+        if found:
+            return found[0]
+        if not task.lstrip("-").isdigit():
             raise UsageError(f"no task with id {task!r}; the first are {[t.id for t in tasks[:5]]}")
-        return found[0]
     if task is not None:
         index = int(task)
         if not 0 <= index < len(tasks):
