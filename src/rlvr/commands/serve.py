@@ -5,7 +5,8 @@ what is built on them (TRL's OpenEnv integration) play it over a WebSocket sessi
 `reset(task=I, rollout=R)` gives the prompt messages and tools, `step({"content": ...,
 "tool_calls": [...]})` plays a model turn and gives the environment's reply; the last step
 carries the rubric's reward, the same as `rlvr eval` gives with the same player and seeds.
-Details: docs/environments.md, "Serving an environment over OpenEnv".
+`rlvr eval ENV --env-server URL ...` plays ENV on such servers (scale-out). Details:
+docs/environments.md, "OpenEnv, both ways"; docs/evaluation.md, "Environment servers".
 """
 
 from __future__ import annotations
