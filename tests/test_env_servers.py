@@ -45,7 +45,7 @@ def test_eval_on_two_env_servers_equals_eval_in_process(capsys, tmp_path) -> Non
     assert all(c["failures"] == 0 for c in counts.values())
 
 
-def test_a_server_killed_mid_run_loses_and_doubles_nothing() -> None:
+def test_servers_killed_mid_run_lose_and_double_nothing() -> None:
     env = load_environment("tictactoe")
     player = env.policies()["random"]()
     tasks = env.tasks()[:8]
@@ -54,9 +54,9 @@ def test_a_server_killed_mid_run_loses_and_doubles_nothing() -> None:
     servers = [ThreadServer(build_app(load_environment("tictactoe"))) for _ in range(4)]
     killed: list[int] = []
 
-    def play(messages, rng):  # the same player; at its 12th turn, the first server dies
-        if counting.calls == 12:
-            servers[0].kill()
+    def play(messages, rng):  # the same player; at its 12th and 30th turns, a server dies
+        if counting.calls in (12, 30):
+            servers[len(killed)].kill()
             killed.append(counting.calls)
         return player.fn(messages, rng)
 
@@ -67,7 +67,7 @@ def test_a_server_killed_mid_run_loses_and_doubles_nothing() -> None:
     finally:
         for server in servers:
             server.stop()
-    assert killed == [12]
+    assert killed == [12, 30]
     assert [(r.task_id, r.rollout_index, r.reward, r.rewards, r.stop_reason) for r in got] == [
         (r.task_id, r.rollout_index, r.reward, r.rewards, r.stop_reason) for r in expected
     ]
@@ -75,5 +75,5 @@ def test_a_server_killed_mid_run_loses_and_doubles_nothing() -> None:
     assert [len(r.turns) for r in got] == [len(r.turns) for r in expected]
     assert counting.calls == plain.calls  # no turn was asked of the model twice
     stats = remote.pool.stats()
-    assert stats[servers[0].url]["failures"] >= 1
+    assert stats[servers[0].url]["failures"] >= 1 and stats[servers[1].url]["failures"] >= 1
     assert sum(s["rollouts"] for s in stats.values()) == 16

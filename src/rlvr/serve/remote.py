@@ -151,22 +151,29 @@ class RemoteEnv(MultiTurnEnv[RemoteState]):
                 self.pool.failed(url)
 
     async def _step(self, state: RemoteState, action: dict[str, Any]) -> Any:
-        """The server's answer to `action`; on a server failure, the episode moved to another
-        server (reset, the earlier actions replayed and checked) and `action` sent there."""
+        """The server's answer to `action`; on a server failure (there, or on the next server
+        during the replay), the episode moves to another server: reset, the earlier actions
+        replayed and checked, then `action` sent there."""
         from websockets.exceptions import ConnectionClosed
 
         avoid: set[str] = set()
+        moved = False
         while True:
             try:
+                if moved:
+                    await self._replay(state)
                 return await state.client.step(action)
             except (ConnectionClosed, OSError, TimeoutError):
                 avoid.add(str(state.server))
                 await self._leave(state, failed=True)
             await self._open(state, avoid)
-            for earlier, expected in zip(state.actions[:-1], state.replies):
-                replayed = await state.client.step(earlier)
-                if replayed.done or replayed.observation.get("messages") != expected:
-                    raise EnvError(f"replaying turn {len(state.replies)} on {state.server} gave another reply")
+            moved = True
+
+    async def _replay(self, state: RemoteState) -> None:
+        for earlier, expected in zip(state.actions[:-1], state.replies):
+            replayed = await state.client.step(earlier)
+            if replayed.done or replayed.observation.get("messages") != expected:
+                raise EnvError(f"replaying turn {len(state.replies)} on {state.server} gave another reply")
 
     # ---- the episode --------------------------------------------------------------------
 
