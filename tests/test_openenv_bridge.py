@@ -113,6 +113,7 @@ def test_rollouts_wait_for_a_session_on_a_server_that_allows_one() -> None:
     assert refused.error is not None and "had no free session within 0.01 s" in refused.error
 
 
+@pytest.mark.slow  # a server process: ~3 s of CPU importing OpenEnv (fastmcp, fastapi)
 def test_a_local_app_is_started_played_and_stopped() -> None:
     def add(messages, rng) -> str:
         a, b = map(int, re.findall(r"\d+", messages[-1]["content"]))

@@ -130,6 +130,7 @@ async def test_a_session_that_leaves_mid_episode_ends_its_rollout_and_frees_its_
     assert closed == ["a", "b"]
 
 
+@pytest.mark.slow  # a server process: ~3 s of CPU importing OpenEnv (fastmcp, fastapi)
 def test_rlvr_serve_command_serves_on_a_free_port(tmp_path) -> None:
     log = tmp_path / "serve.log"
     cmd = [sys.executable, "-m", "rlvr.cli", "serve", "reverse_text", "--port", "0", "-a", '{"num_tasks": 2}']
