@@ -19,6 +19,7 @@ from rlvr.engine import run_rollouts  # noqa: E402
 from rlvr.registry import load_environment  # noqa: E402
 from rlvr.serve import build_app  # noqa: E402
 from rlvr.serve.remote import RemoteEnv  # noqa: E402
+from rlvr.types import Task  # noqa: E402
 
 
 def results(out) -> dict:
@@ -77,3 +78,22 @@ def test_servers_killed_mid_run_lose_and_double_nothing() -> None:
     stats = remote.pool.stats()
     assert stats[servers[0].url]["failures"] >= 1 and stats[servers[1].url]["failures"] >= 1
     assert sum(s["rollouts"] for s in stats.values()) == 16
+
+
+def test_busy_servers_are_waited_for_and_an_episode_a_server_lacks_is_refused() -> None:
+    env = load_environment("tictactoe")
+    player = env.policies()["random"]()
+    tasks = env.tasks()[:6]
+    expected = asyncio.run(run_rollouts(env, Policy(player.fn), tasks))
+    servers = [ThreadServer(build_app(load_environment("tictactoe"), max_sessions=1)) for _ in range(2)]
+    try:
+        remote = RemoteEnv(env, [s.url for s in servers])
+        got = asyncio.run(run_rollouts(remote, Policy(player.fn), tasks, concurrency=6))
+        lacking = [Task(id="not-on-the-server", question="q", seed=1)]  # (a server loaded with other -a)
+        (refused,) = asyncio.run(run_rollouts(RemoteEnv(env, [servers[0].url]), Policy(player.fn), lacking))
+    finally:
+        for server in servers:
+            server.stop()
+    assert [(r.reward, r.error) for r in got] == [(r.reward, None) for r in expected]
+    assert all(s["failures"] == 0 for s in remote.pool.stats().values())
+    assert refused.error is not None and "refused the episode (no task with id 'not-on-the-server'" in refused.error

@@ -21,6 +21,7 @@ eval` gives it, so the same player gets the same rewards as in process).
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -124,19 +125,28 @@ class RemoteEnv(MultiTurnEnv[RemoteState]):
     # ---- sessions -----------------------------------------------------------------------
 
     async def _open(self, state: RemoteState, avoid: set[str]) -> Any:
-        """A session on a server not in `avoid`, reset for this rollout; its first observation."""
+        """A session on a server not in `avoid`, reset for this rollout; its first observation.
+        A server at its session limit is asked again later (backing off up to a second); one
+        that cannot be reached is set aside; one that refuses the episode is an error."""
         from openenv.core import GenericEnvClient
 
+        delay = 0.02
         while True:
             url = self.pool.choose(avoid)
             client = GenericEnvClient(base_url=url, message_timeout_s=self.message_timeout_s)
             reset = {"task": state.task.id, "rollout_seed": state.seed, "split": self._split.get(state.task.id, "eval")}
             try:
                 result = await client.reset(**reset)
-            except Exception:  # noqa: BLE001 (a server that cannot start the episode: the next one)
+            except Exception as exc:  # noqa: BLE001 (sorted below: busy, refused, or down)
                 await _close(client)
-                self.pool.failed(url)
-                avoid.add(url)
+                if _busy(exc):
+                    await asyncio.sleep(delay)
+                    delay = min(2 * delay, 1.0)
+                elif isinstance(exc, RuntimeError):  # the server answered: not this episode
+                    raise EnvError(f"env server {url} refused the episode ({_words(exc)}): is it serving the same env?")
+                else:
+                    self.pool.failed(url)
+                    avoid.add(url)
                 continue
             state.client, state.server = client, url
             self.pool.in_flight[url] += 1
@@ -213,6 +223,19 @@ class RemoteEnv(MultiTurnEnv[RemoteState]):
 
     async def aclose(self) -> None:
         await self.env.aclose()
+
+
+def _busy(exc: BaseException) -> bool:
+    """A server at its session limit: it says CAPACITY_REACHED, or closes the new connection
+    cleanly before the reset is read."""
+    from websockets.exceptions import ConnectionClosedOK
+
+    return isinstance(exc, ConnectionClosedOK) or "CAPACITY_REACHED" in str(exc)
+
+
+def _words(exc: BaseException) -> str:
+    """The server's own words from OpenEnv's client error."""
+    return str(exc).removeprefix("Server error: ")
 
 
 async def _close(client: Any) -> None:
