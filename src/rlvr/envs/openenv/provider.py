@@ -8,6 +8,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import weakref
 from typing import Any
 
 from openenv.core.containers.runtime import RuntimeProvider
@@ -27,6 +28,7 @@ class LocalServer(RuntimeProvider):
         self.app, self.app_dir, self.start_timeout_s = app, app_dir, start_timeout_s
         self.process: subprocess.Popen[bytes] | None = None
         self.base_url: str | None = None
+        self._finalizer: weakref.finalize[Any, Any] | None = None
         self._log: str | None = None
         """The file the server writes its output to (appending: reading it moves no offset of the server's)."""
 
@@ -50,6 +52,8 @@ class LocalServer(RuntimeProvider):
         environ = {**os.environ, "PYTHONUNBUFFERED": "1", **(env_vars or {})}
         with open(self._log, "ab") as sink:
             self.process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=environ)
+        # a run that ends without aclose() (an exception before it, the interpreter exiting) still stops it
+        self._finalizer = weakref.finalize(self, _kill, self.process, self._log)
         deadline = time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:
             found = _RUNNING.search(self.log_tail(20_000))
@@ -81,6 +85,8 @@ class LocalServer(RuntimeProvider):
     def stop(self) -> None:
         """Stop the server (SIGTERM, then SIGKILL after 10 s); safe to call twice."""
         process, self.process = self.process, None
+        if self._finalizer is not None:
+            self._finalizer.detach()
         if process is not None and process.poll() is None:
             process.terminate()
             try:
@@ -92,3 +98,11 @@ class LocalServer(RuntimeProvider):
         if log is not None and os.path.exists(log):
             os.unlink(log)
         self.base_url = None
+
+
+def _kill(process: subprocess.Popen[bytes], log: str) -> None:
+    if process.poll() is None:
+        process.kill()
+        process.wait(timeout=5)
+    if os.path.exists(log):
+        os.unlink(log)
