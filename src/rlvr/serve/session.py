@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import itertools
 import uuid
@@ -111,7 +112,8 @@ class ServedEnv(Environment):
     def close(self) -> None:
         """Called by the server (from a worker thread) when the session ends."""
         if self._loop is not None and self._episode is not None and not self._episode.done():
-            self._loop.call_soon_threadsafe(self._episode.cancel)
+            with contextlib.suppress(RuntimeError):  # the server's loop already closed: so is the episode
+                self._loop.call_soon_threadsafe(self._episode.cancel)
 
     # ---- the episode --------------------------------------------------------------------
 
