@@ -42,6 +42,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "rlvr.filters",
             "rlvr.hf",
             "rlvr.progress",
+            "rlvr.serve",
         ),
     ),
     ("train", ("rlvr.train",)),
