@@ -268,7 +268,7 @@ def test_a_mistyped_model_folder_is_not_sent_to_an_api(envs, tmp_path, monkeypat
     (tmp_path / "models").mkdir()
     (tmp_path / "a_file").write_text("x")
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")  # an API client would be made, and called
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-0123456789")  # an API client would be made, and called
     for model, what in [
         ("./no/such/dir", "does not exist"),
         (str(tmp_path / "gone"), "does not exist"),
