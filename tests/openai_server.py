@@ -56,7 +56,8 @@ class Reply:
     """What the scripted model answers: text, tool calls `(name, arguments)`, or both."""
 
     text: str = ""
-    tool_calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    tool_calls: list[tuple[str, dict[str, Any] | str]] = field(default_factory=list)
+    """Each call's arguments: a dict (sent as JSON) or the arguments string exactly as sent."""
 
 
 ModelFn = Callable[[Messages, "list[dict[str, Any]] | None"], "str | Reply"]
@@ -305,7 +306,7 @@ class OpenAIServer(ThreadedServer):
             {
                 "id": f"call_{self.counts['requests']}_{i}",
                 "type": "function",
-                "function": {"name": name, "arguments": json.dumps(args)},
+                "function": {"name": name, "arguments": args if isinstance(args, str) else json.dumps(args)},
             }
             for i, (name, args) in enumerate(reply.tool_calls)
         ]

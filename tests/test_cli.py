@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -216,3 +217,42 @@ def test_a_reader_that_closes_early_gets_no_traceback(argv: list[str], status: s
         err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) in status, err
     assert err == ""
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs /proc: a folder nobody, root included, can write")
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (
+            ["gen", "reverse_text", "-m", "policy:oracle", "-n", "1", "-d", "/proc/x.jsonl"],
+            "cannot write to /proc/x.jsonl",
+        ),
+        (["init", "my_env", "-o", "/proc/nope"], "cannot write to /proc/nope"),
+        (
+            ["eval", "reverse_text", "-m", "policy:oracle", "-n", "1", "--save-dataset", "/proc/nope"],
+            "for --save-dataset",
+        ),
+    ],
+)
+def test_an_output_under_proc_is_one_line(capsys, tmp_path, argv, expected) -> None:
+    """Three of 83 bad inputs ended in a traceback (FileNotFoundError from mkdir or open)."""
+    if argv[0] == "eval":
+        pytest.importorskip("datasets")
+        argv = [*argv, "-o", str(tmp_path / "run")]
+    assert expected in _err(capsys, argv)
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        ('{"memory_mb": 1}', "memory_mb must be between 32 and 1048576 (MiB), got 1"),
+        ('{"memory_mb": 1e12}', "argument memory_mb must be an integer, got 1000000000000.0"),
+        ('{"memory_mb": "512"}', 'argument memory_mb must be an integer, got "512"'),
+        ('{"timeout_s": true}', "argument timeout_s must be a number, got true"),
+    ],
+)
+def test_env_arguments_of_the_wrong_type_or_range_are_one_line(capsys, args, expected) -> None:
+    """python_math took memory_mb 1 or 1e12 and exited 0, every tool call failing (Python cannot
+    start in 1 MiB; a float is no rlimit)."""
+    pytest.importorskip("python_math")
+    assert expected in _err(capsys, ["eval", "python_math", "-m", "policy:oracle", "-n", "1", "-a", args])

@@ -52,6 +52,25 @@ KILL_DRIVER = textwrap.dedent(
         return real_pretrained(self, path, *args, **kwargs)
     transformers.PreTrainedModel.save_pretrained = save_pretrained
 
+    import shutil
+    real_rmtree = shutil.rmtree
+    def rmtree(path, *args, **kwargs):  # an old final/ being removed: its weights go first
+        if where == "rmtree" and Path(path).name.startswith("final") and not Path(path).name.endswith(".tmp"):
+            for weights in Path(path).glob("*.safetensors"):
+                weights.unlink()
+            die()
+        return real_rmtree(path, *args, **kwargs)
+    shutil.rmtree = rmtree
+
+    real_rename, renames = os.rename, []
+    def rename(src, dst, *args, **kwargs):  # where=rename-N: killed before the N-th rename of a final* folder
+        if where.startswith("rename-") and Path(src).name.startswith("final"):
+            renames.append(src)
+            if len(renames) == int(where.split("-")[1]):
+                die()
+        return real_rename(src, dst, *args, **kwargs)
+    os.rename = rename
+
     from rlvr.cli import main
     sys.exit(main(sys.argv[2:]))
     """
@@ -121,6 +140,27 @@ def test_killed_during_the_final_export_resumes_to_a_loadable_final_model(tiny, 
     assert latest_checkpoint(out).step == 2
     assert main([*argv, "--resume"]) == 0, capsys.readouterr().err
     assert loads(out / "final")
+
+
+@pytest.mark.parametrize("where", ["export", "rename-1", "rename-2", "rmtree"])
+@pytest.mark.parametrize("command", ["sft", "train"])
+def test_killed_anywhere_in_the_export_of_an_extended_run_resumes_to_its_new_model(
+    tiny, data, tmp_path, capsys, command, where
+):
+    """Extending a finished run replaces its final/. A kill while the old one was removed
+    (`rmtree`) left final/config.json without weights, and `rlvr train --resume` exited 0
+    without exporting again. Now the new folder is swapped in by renames, and a kill at any
+    step (writing it, either rename, removing the old one) resumes to the new model."""
+    out = tmp_path / "run"
+    argv = sft_argv(tiny, data, out) if command == "sft" else train_argv(tiny, out)
+    assert main(argv) == 0, capsys.readouterr().err
+    longer = [*argv, "--steps", "3", "--resume"]
+    killed(where, longer)
+    assert main(longer) == 0, capsys.readouterr().err
+    assert loads(out / "final") and not (out / "final.old").exists()
+    final = transformers.AutoModelForCausalLM.from_pretrained(out / "final").state_dict()
+    step_3 = transformers.AutoModelForCausalLM.from_pretrained(latest_checkpoint(out).path / "model").state_dict()
+    assert latest_checkpoint(out).step == 3 and all(torch.equal(final[k], step_3[k]) for k in step_3)
 
 
 # ---- torn and corrupt files -----------------------------------------------------------------------

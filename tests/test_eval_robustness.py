@@ -7,6 +7,7 @@ import argparse
 import asyncio
 import gc
 import json
+import logging
 import math
 import os
 import re
@@ -224,6 +225,82 @@ def test_a_signal_mid_run_is_recorded_and_the_run_resumes(tmp_path, sig) -> None
     assert json.loads((out / "metadata.json").read_text())["status"] == "complete"
 
 
+def test_sigterm_with_sandboxed_calls_in_flight_is_one_line(monkeypatch, capsys, caplog) -> None:
+    """With sandboxed calls in flight (python_math's tool), SIGTERM printed 34-66 lines of
+    tracebacks around its one line: cancelled pipe reads ("exception was never retrieved"),
+    subprocess transports freed after the event loop closed, child watchers finding it closed."""
+    from rlvr.sandbox import SandboxLimits, SandboxUnavailableError, run_python
+
+    try:
+        asyncio.run(run_python("pass"))
+    except SandboxUnavailableError as exc:
+        pytest.skip(str(exc))
+    limits = SandboxLimits(timeout_s=60)
+
+    async def work() -> None:
+        async def signal_soon() -> None:
+            await asyncio.sleep(1.5)  # the calls are running
+            os.kill(os.getpid(), signal.SIGTERM)
+
+        await asyncio.gather(*(run_python("import time; time.sleep(30)", limits) for _ in range(4)), signal_soon())
+
+    def parser() -> argparse.ArgumentParser:
+        p = argparse.ArgumentParser()
+        p.set_defaults(command="eval", run=lambda args: asyncio.run(work()), resume=False)
+        return p
+
+    monkeypatch.setattr(rlvr.cli, "build_parser", parser)
+    monkeypatch.setattr(sys, "unraisablehook", sys.unraisablehook)  # (restored after the test)
+    start = time.monotonic()
+    assert main([]) == 128 + signal.SIGTERM
+    gc.collect()
+    assert time.monotonic() - start < 20
+    assert (
+        capsys.readouterr().err == "rlvr eval: terminated (SIGTERM); to continue, run the same command with --resume\n"
+    )
+    assert not caplog.records, [r.getMessage() for r in caplog.records]
+    assert not logging.getLogger("asyncio").disabled  # (logging again for whatever runs next)
+
+
+HUNG_SHUTDOWN = """
+import argparse, asyncio, os, signal, sys
+import rlvr.cli
+
+async def stuck() -> None:  # as a sandboxed call cancelled while its process started: it never ends
+    never = asyncio.get_running_loop().create_future()
+    while True:
+        try:
+            await never
+        except asyncio.CancelledError:
+            pass
+
+async def work() -> None:
+    asyncio.get_running_loop().call_later(0.2, os.kill, os.getpid(), signal.SIGTERM)
+    await stuck()
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser()
+    p.set_defaults(command="eval", run=lambda args: asyncio.run(work()), resume=False)
+    return p
+
+rlvr.cli.build_parser, rlvr.cli.TEARDOWN_S = parser, 1.0
+sys.exit(rlvr.cli.main([]))
+"""
+
+
+def test_a_shutdown_that_hangs_after_sigterm_still_ends_with_one_line() -> None:
+    """A sandboxed call cancelled while its process was being started hung `asyncio.run`'s
+    shutdown for good (CPython 3.11 waits for pipes never connected): SIGTERM never ended
+    `rlvr eval` (1 run in 5 at one moment of a python_math run). Now the shutdown has a deadline."""
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", HUNG_SHUTDOWN], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 128 + signal.SIGTERM and time.monotonic() - start < 30, done.stderr
+    assert done.stderr == (
+        "rlvr eval: terminated (SIGTERM); to continue, run the same command with --resume "
+        "(shutting down took over 1 s: stopped)\n"
+    )
+
+
 def test_sigterm_inside_a_task_cancels_every_task_and_leaves_nothing_behind(monkeypatch, capsys, caplog) -> None:
     """A SIGTERM that landed while a task ran was raised inside that task: the other tasks were
     not cancelled and "Task exception was never retrieved" with a traceback followed the one
@@ -268,7 +345,7 @@ def test_a_mistyped_model_folder_is_not_sent_to_an_api(envs, tmp_path, monkeypat
     (tmp_path / "models").mkdir()
     (tmp_path / "a_file").write_text("x")
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")  # an API client would be made, and called
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-0123456789")  # an API client would be made, and called
     for model, what in [
         ("./no/such/dir", "does not exist"),
         (str(tmp_path / "gone"), "does not exist"),

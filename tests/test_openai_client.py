@@ -234,8 +234,8 @@ def test_missing_key_variable_names_the_variable(monkeypatch) -> None:
     with pytest.raises(ClientError, match="RLVR_TEST_KEY"):
         OpenAIClient("gpt-x", base_url="https://api.example.com/v1", api_key_var="RLVR_TEST_KEY")
     assert OpenAIClient("m", base_url="http://localhost:8000/v1", api_key_var="RLVR_TEST_KEY").api_key == "EMPTY"
-    monkeypatch.setenv("RLVR_TEST_KEY", "sk-test")
-    assert OpenAIClient("gpt-x", api_key_var="RLVR_TEST_KEY").api_key == "sk-test"
+    monkeypatch.setenv("RLVR_TEST_KEY", "sk-test-0123456789")
+    assert OpenAIClient("gpt-x", api_key_var="RLVR_TEST_KEY").api_key == "sk-test-0123456789"
 
 
 def test_bad_settings_are_usage_errors() -> None:

@@ -12,8 +12,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import difflib
+import gc
 import importlib
 import importlib.util
+import logging
 import os
 import signal
 import sys
@@ -74,6 +76,11 @@ def _version() -> str:
 
 
 RESUMABLE = ("eval", "sft", "train")
+TEARDOWN_S = 15.0
+"""Seconds a SIGTERM'd command may take to shut down before it exits regardless: a sandboxed
+call cancelled while its process was being started hung `asyncio.run`'s shutdown for good
+(CPython 3.11 waits for pipes that were never connected)."""
+_interrupted = "interrupted"  # the line a command prints when interrupted (`_main` sets it)
 """Commands whose `--resume` continues an interrupted run."""
 
 
@@ -83,6 +90,9 @@ class Terminated(KeyboardInterrupt):
 
 
 def _terminate(signum: int, frame: object) -> None:
+    _quiet_teardown()
+    signal.signal(signal.SIGALRM, _teardown_overdue)
+    signal.setitimer(signal.ITIMER_REAL, TEARDOWN_S)  # (a timer: a hung shutdown still runs signal handlers)
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:  # no event loop here: raise it where the program is, as Ctrl-C does
@@ -90,7 +100,45 @@ def _terminate(signum: int, frame: object) -> None:
     # In an event loop, raised inside a task it would stay stored in that task ("exception was
     # never retrieved") and skip the other tasks' cleanup. Raised by the loop between callbacks,
     # it leaves asyncio.run, which first cancels every task and lets their finally blocks run.
+    loop.set_exception_handler(_quiet)  # what the cancelled tasks leave behind is teardown, not news
     loop.call_soon_threadsafe(_raise_terminated)
+
+
+def _quiet(loop: asyncio.AbstractEventLoop, context: dict[str, object]) -> None:
+    """The event loop's report of an error, dropped while an interrupted run shuts down: a
+    sandboxed call in flight at SIGTERM left 34-66 lines of tracebacks of cancelled reads
+    ("exception was never retrieved"), of subprocess transports freed after the loop closed
+    and of child watchers finding it closed."""
+
+
+def _quiet_unraisable(unraisable: object) -> None:
+    """`sys.unraisablehook` while an interrupted run shuts down (see `_quiet`)."""
+
+
+def _quiet_teardown() -> None:
+    """From an interrupt on, the process only shuts down: errors of objects freed late
+    (`sys.unraisablehook`) and asyncio's log are not shown."""
+    sys.unraisablehook = _quiet_unraisable
+    logging.getLogger("asyncio").disabled = True
+
+
+def _end_teardown() -> None:
+    """After an interrupt: let what the cancelled tasks left go now (freed objects, the threads
+    that wait for killed subprocesses), quietly; then asyncio logs again (objects freed later
+    still go quietly: the process is ending)."""
+    _quiet_teardown()
+    for thread in threading.enumerate():
+        if thread.name.startswith("waitpid-"):  # asyncio's child watchers: their processes were killed
+            thread.join(timeout=1.0)
+    gc.collect()
+    logging.getLogger("asyncio").disabled = False
+
+
+def _teardown_overdue(signum: int, frame: object) -> None:
+    """The shutdown after SIGTERM took longer than `TEARDOWN_S`: say so on the one line, and exit."""
+    sys.stderr.write(f"{_interrupted} (shutting down took over {TEARDOWN_S:g} s: stopped)\n")
+    sys.stderr.flush()
+    os._exit(128 + signal.SIGTERM)
 
 
 def _raise_terminated() -> None:
@@ -148,6 +196,9 @@ def _main(argv: list[str] | None) -> int:
         silence_third_party_bars()  # (in a log file their in-place redraws are one line of \r)
     main_thread = threading.current_thread() is threading.main_thread()  # (signals go to the main thread)
     on_term = signal.signal(signal.SIGTERM, _terminate) if main_thread else None
+    global _interrupted
+    _interrupted = f"rlvr {args.command}: terminated (SIGTERM)" + _resume_hint(args)
+    interrupted = False
     try:
         from rlvr.clients.cpu_threads import choose_for_process
 
@@ -161,14 +212,21 @@ def _main(argv: list[str] | None) -> int:
         return 1
     except KeyboardInterrupt as exc:
         how = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
-        if args.command in RESUMABLE:
-            again = "again" if getattr(args, "resume", False) else "with --resume"
-            how += f"; to continue, run the same command {again}"
-        print(f"rlvr {args.command}: {how}", file=sys.stderr)
+        print(f"rlvr {args.command}: {how}{_resume_hint(args)}", file=sys.stderr)
+        interrupted = True
         return 128 + (signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT)
     finally:
+        if interrupted:
+            _end_teardown()  # (here, where the exception and the frames it holds are gone)
         if main_thread:
+            signal.setitimer(signal.ITIMER_REAL, 0)  # (the shutdown ended in time)
             signal.signal(signal.SIGTERM, on_term if on_term is not None else signal.SIG_DFL)
+
+
+def _resume_hint(args: argparse.Namespace) -> str:
+    if args.command not in RESUMABLE:
+        return ""
+    return "; to continue, run the same command " + ("again" if getattr(args, "resume", False) else "with --resume")
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rlvr.errors import ClientError, UsageError, first_line
+from rlvr.errors import ClientError, UsageError, cannot_write, first_line
 from rlvr.types import Message, Rollout
 
 
@@ -130,7 +130,10 @@ def export(
     datasets.disable_progress_bars()  # the run's own summary says what was written
     try:
         if save_dir is not None:
-            dataset.save_to_disk(str(save_dir))
+            try:
+                dataset.save_to_disk(str(save_dir))
+            except OSError as exc:
+                raise UsageError(f"{cannot_write(save_dir, exc)} for --save-dataset") from None
             done.append(f"saved the dataset ({len(dataset)} rows) to {save_dir}")
         if push_to is not None:
             require(push_to)

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import json
+import types
+import typing
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
@@ -78,6 +81,9 @@ def load_environment(name: str, **env_args: Any) -> MultiTurnEnv[Any]:
         close = difflib.get_close_matches(unknown[0], names, n=1)
         hint = f"did you mean {close[0]!r}? " if close else ""
         raise UsageError(f"environment {name!r} takes no argument {unknown[0]!r}; {hint}it accepts: {', '.join(names)}")
+    wrong = wrong_type(loader, env_args)
+    if wrong:
+        raise UsageError(f"environment {name!r}: {wrong}")
     try:
         env = loader(**env_args)
     except RlvrError:
@@ -91,3 +97,39 @@ def load_environment(name: str, **env_args: Any) -> MultiTurnEnv[Any]:
     env.name = name
     env.env_args = dict(env_args)
     return env
+
+
+_PLAIN = {int: "an integer", float: "a number", bool: "true or false", str: "a string", type(None): "null"}
+
+
+def wrong_type(loader: Any, env_args: dict[str, Any]) -> str | None:
+    """What argument of `env_args` has the wrong JSON type for `loader`'s annotation, or None.
+    Only plain annotations are checked (int, float, bool, str, and unions of them with None);
+    the loader checks ranges and anything else.
+
+    >>> def load_environment(memory_mb: int = 512, seed: int | None = None, name: str = "x"): ...
+    >>> wrong_type(load_environment, {"memory_mb": 1e12}), wrong_type(load_environment, {"seed": None})
+    ('argument memory_mb must be an integer, got 1000000000000.0', None)
+    >>> wrong_type(load_environment, {"name": True})
+    'argument name must be a string, got true'
+    """
+    try:
+        hints = typing.get_type_hints(loader)
+    except Exception:  # an annotation that does not resolve here: the loader checks its own
+        return None
+    for name, value in env_args.items():
+        hint = hints.get(name)
+        union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+        allowed = typing.get_args(hint) if union else (hint,)
+        if not allowed or not all(a in _PLAIN for a in allowed) or any(_fits(value, a) for a in allowed):
+            continue
+        return f"argument {name} must be {' or '.join(_PLAIN[a] for a in allowed)}, got {json.dumps(value)}"
+    return None
+
+
+def _fits(value: Any, kind: type) -> bool:
+    if kind is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, kind)

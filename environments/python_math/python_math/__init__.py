@@ -37,6 +37,9 @@ from rlvr.types import Completion, Messages, ToolCall
 
 __all__ = ["PythonMathEnv", "correct_answer", "load_environment"]
 
+MIN_MEMORY_MB, MAX_MEMORY_MB = 32, 2**20
+"""`memory_mb`'s range: Python needs about 16 MiB of address space to start in the sandbox (12
+failed every call), and RLIMIT_AS above 1 TiB is no limit."""
 SYSTEM_PROMPT = (
     "Solve the problem. You may call run_python(code) to run a Python program and see what it prints "
     "(no network, limited time and memory). When you are done, reply with only the final integer "
@@ -141,6 +144,8 @@ def load_environment(
     """
     if num_tasks < 1 or eval_tasks < 1:
         raise UsageError(f"num_tasks and eval_tasks must be >= 1, got {num_tasks}, {eval_tasks}")
+    if not MIN_MEMORY_MB <= memory_mb <= MAX_MEMORY_MB:  # (1 failed every call: Python cannot start in 1 MiB)
+        raise UsageError(f"memory_mb must be between {MIN_MEMORY_MB} and {MAX_MEMORY_MB} (MiB), got {memory_mb}")
     limits = SandboxLimits(timeout_s=timeout_s, memory_mb=memory_mb, unsafe=unsafe_sandbox)
     parser = XMLParser(["think", "answer"], optional=["think"])
     return PythonMathEnv(

@@ -7,8 +7,9 @@ overruns are retried too.
 
 - Retried, with exponential backoff and full jitter (a `Retry-After` header wins): 408, 409,
   429, 5xx, connection errors, per-request timeouts (`timeout_s`, a deadline on the whole
-  request), malformed JSON or a response without choices. A retry goes to another endpoint
-  when there are several (`rlvr.clients.endpoints`). A timeout also halves the endpoint's
+  request), malformed JSON or a response without choices, a response larger than
+  `max_response_mb` (on the wire or decompressed: `rlvr.clients.response_cap`). A retry goes
+  to another endpoint when there are several (`rlvr.clients.endpoints`). A timeout also halves the endpoint's
   limit on requests in flight and switches it to streamed requests, which a server cancels
   when the client hangs up: a slow server is not sent the same work again and again while it
   still computes the copies nobody waits for.
@@ -20,7 +21,9 @@ overruns are retried too.
   `KeyRefusedError`, which ends the run, and sends nothing more.
 - The API key never leaves: a server that echoes it (in a 401 body, say) has it replaced by
   `[API key redacted]` in every message this client builds from what it received, and in the
-  completion.
+  completion's text and tool calls, as it is, URL-encoded or in base64. A key shorter than 16
+  characters (not in a provider's format) is not redacted, with a warning: replacing it would
+  rewrite ordinary text.
 - Token ids (vLLM): when `sampling.logprobs` is set, the request asks for `logprobs` plus
   vLLM's `return_token_ids` (completion ids in `choices[0].token_ids`, prompt ids in
   `prompt_token_ids`) and `return_tokens_as_token_ids` (logprob tokens read `token_id:N`).
@@ -44,11 +47,11 @@ import random
 import time
 from collections.abc import Sequence
 from typing import Any, Self
-from urllib.parse import urlparse
 
 import openai
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
+from rlvr.clients.api_key import api_key_for, redact, warn_if_unredactable
 from rlvr.clients.endpoints import Endpoint, EndpointPool
 from rlvr.clients.openai_response import (
     CONTEXT_LENGTH,
@@ -56,15 +59,15 @@ from rlvr.clients.openai_response import (
     assemble_stream,
     error_message,
     parse_completion,
-    redact,
     retry_after,
     unparsed_tool_call,
+    utf8_safe,
 )
 from rlvr.clients.openai_session import Session
+from rlvr.clients.response_cap import MAX_RESPONSE_MB, capped_http_client
 from rlvr.errors import ClientClosedError, ClientError, KeyRefusedError, PromptTooLongError, UsageError
 from rlvr.types import Completion, Messages, SamplingArgs
 
-LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", "0.0.0.0"})
 VLLM_TOKEN_FIELDS = {"return_token_ids": True, "return_tokens_as_token_ids": True}
 RETRY_STATUS = frozenset({408, 409, 429})
 KEY_REFUSED_STATUS = frozenset({401, 403})
@@ -95,6 +98,7 @@ class OpenAIClient:
         concurrency: int = 64,
         backoff_s: float = 0.5,
         max_backoff_s: float = 8.0,
+        max_response_mb: int = MAX_RESPONSE_MB,
     ) -> None:
         if timeout_s <= 0:
             raise UsageError(f"timeout_s must be > 0, got {timeout_s}")
@@ -102,6 +106,8 @@ class OpenAIClient:
             raise UsageError(f"max_retries must be >= 0, got {max_retries}")
         if concurrency < 1:
             raise UsageError(f"concurrency must be >= 1, got {concurrency}")
+        if max_response_mb < 1:
+            raise UsageError(f"max_response_mb must be >= 1, got {max_response_mb}")
         urls: list[str | None] = [base_url] if base_url is None or isinstance(base_url, str) else list(base_url)
         if not urls:
             raise UsageError("base_url: give at least one URL (or None for api.openai.com)")
@@ -113,9 +119,11 @@ class OpenAIClient:
         self.concurrency = concurrency
         self.backoff_s = backoff_s
         self.max_backoff_s = max_backoff_s
+        self.max_response_mb = max_response_mb
         self.api_key_var = api_key_var
         self.api_key = api_key_for(api_key_var, urls)
         self._secret = os.environ.get(api_key_var) or None  # (not the placeholder of a local server)
+        warn_if_unredactable(api_key_var, self._secret)
         self._refusals = 0  # 401/403 answers since the last success
         self.endpoints = EndpointPool(urls, concurrency)
         """The endpoints, their health and their counts (`endpoints.stats()`)."""
@@ -136,17 +144,13 @@ class OpenAIClient:
 
     def _sdk(self, url: str | None, connections: int = 1) -> openai.AsyncOpenAI:
         """A new SDK client for one endpoint: a pool of `connections` kept-alive connections,
-        no retries of its own."""
-        # the Limits class is the SDK's own (httpx or httpx2, depending on its version)
-        limits = type(openai.DEFAULT_CONNECTION_LIMITS)(
-            max_connections=connections, max_keepalive_connections=connections
-        )
+        no retries of its own, every response capped at `max_response_mb` (`rlvr.clients.response_cap`)."""
         return openai.AsyncOpenAI(
             api_key=self.api_key,
             base_url=url,
             timeout=self.timeout_s + 5.0,  # our own deadline (asyncio.timeout) comes first
             max_retries=0,
-            http_client=openai.DefaultAsyncHttpxClient(limits=limits),
+            http_client=capped_http_client(connections, self.max_response_mb * 2**20),
         )
 
     def _open(self) -> Session:
@@ -245,8 +249,7 @@ class OpenAIClient:
                         completion = await self._send(sdk, ep, request, sampling)
                 ep.on_answer(time.monotonic() - t0)
                 self._refusals = 0
-                completion.text = self._redact(completion.text)
-                return completion
+                return self._redacted(completion)
             except openai.APIStatusError as exc:
                 message = error_message(exc, self._secret)
                 if exc.status_code in RETRY_STATUS or exc.status_code >= 500:
@@ -308,7 +311,7 @@ class OpenAIClient:
     ) -> dict[str, Any]:
         request: dict[str, Any] = {
             "model": self.name,
-            "messages": messages,
+            "messages": utf8_safe(messages),  # (a lone surrogate a server sent cannot go back as UTF-8)
             "temperature": sampling.temperature,
             "top_p": sampling.top_p,
         }
@@ -332,7 +335,9 @@ class OpenAIClient:
         if isinstance(exc, (TimeoutError, openai.APITimeoutError)):
             ep.on_timeout()
             return f"no answer within {self.timeout_s:g} s"
-        if isinstance(exc, openai.APIConnectionError):
+        if isinstance(exc, openai.APIConnectionError) and isinstance(exc.__cause__, MalformedResponse):
+            exc = exc.__cause__  # a body the response cap refused, as the SDK reports it
+        elif isinstance(exc, openai.APIConnectionError):
             ep.on_unreachable(self._backoff(ep.unreachable + 1))
             cause = exc.__cause__ or exc
             return f"connection failed ({type(cause).__name__}: {cause})"
@@ -370,6 +375,13 @@ class OpenAIClient:
     def _redact(self, text: str) -> str:
         return redact(text, self._secret)
 
+    def _redacted(self, completion: Completion) -> Completion:
+        """`completion` with the API key replaced in its text and in its tool calls."""
+        completion.text = self._redact(completion.text)
+        for call in completion.tool_calls:
+            call.name, call.arguments = self._redact(call.name), self._redact(call.arguments)
+        return completion
+
     def _adapt(self, exc: openai.APIStatusError, request: dict[str, Any]) -> bool:
         """Learn from a 4xx that refused a field we can do without; True: resend the request."""
         if exc.param == "max_tokens" and "max_tokens" in request:
@@ -383,17 +395,3 @@ class OpenAIClient:
     def _backoff(self, attempt: int) -> float:
         """Full jitter: uniform in [0, min(max_backoff_s, backoff_s * 2**(attempt-1))]."""
         return self._rng.uniform(0.0, min(self.max_backoff_s, self.backoff_s * 2 ** (attempt - 1)))
-
-
-def api_key_for(var: str, base_urls: Sequence[str | None]) -> str:
-    """The API key in environment variable `var`; "EMPTY" when unset and every URL is on this
-    machine (local servers usually need no key); `ClientError` otherwise."""
-    key = os.environ.get(var)
-    if key:
-        return key
-    if all(url and urlparse(url).hostname in LOCAL_HOSTS for url in base_urls):
-        return "EMPTY"  # local servers (vLLM, transformers serve) usually need no key
-    raise ClientError(
-        f"no API key: the environment variable {var} is not set; export {var}=... "
-        f"or pass -k NAME to read the key from another variable"
-    )

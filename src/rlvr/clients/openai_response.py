@@ -1,6 +1,7 @@
 """Reading an OpenAI-compatible server's answers: a chat completion into `rlvr.types.Completion`
 (with vLLM's token ids when it sends them), and an error response into one line and a
-`Retry-After` delay."""
+`Retry-After` delay; and what a conversation holding a server's text needs before it goes back
+on the wire (`utf8_safe`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 
 import openai
 
+from rlvr.clients.api_key import redact
 from rlvr.clients.tool_calls import parse_tool_calls
 from rlvr.types import Completion, SamplingArgs, ToolCall, Usage
 
@@ -21,9 +23,6 @@ _TOKEN_ID = re.compile(r"^token_id:(\d+)$")
 class MalformedResponse(Exception):
     """The server answered 200 with something that is not a chat completion (retried; never
     reaches the user: a `ClientError` does once the retries run out)."""
-
-
-REDACTED = "[API key redacted]"
 
 
 def error_message(exc: openai.APIError, secret: str | None = None) -> str:
@@ -67,13 +66,27 @@ def unparsed_tool_call(message: str) -> str | None:
     )
 
 
-def redact(text: str, secret: str | None) -> str:
-    """`text` with every occurrence of `secret` (when there is one) replaced by `REDACTED`.
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
-    >>> redact("Incorrect API key provided: sk-1234. Not sk-123.", "sk-1234"), redact("sk-1234", None)
-    ('Incorrect API key provided: [API key redacted]. Not sk-123.', 'sk-1234')
+
+def utf8_safe(value: Any) -> Any:
+    """`value` (messages: dicts, lists, strings) with each lone surrogate replaced by U+FFFD, so
+    that it encodes as UTF-8; `value` itself when it holds none. A server may send one (`"\\ud800"`
+    is valid JSON) in a reply's text or a tool call's arguments, and the conversation sends it
+    back: the SDK's UTF-8 encoding of the request failed on it, and with it the rollout.
+
+    >>> utf8_safe([{"content": "ok", "tool_calls": [{"arguments": '{"a": "\\ud800"}'}]}])
+    [{'content': 'ok', 'tool_calls': [{'arguments': '{"a": "\ufffd"}'}]}]
     """
-    return text.replace(secret, REDACTED) if secret else text
+    if isinstance(value, str):
+        return value if value.isascii() or not _SURROGATE.search(value) else _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, dict):
+        items = {k: utf8_safe(v) for k, v in value.items()}
+        return value if all(items[k] is v for k, v in value.items()) else items
+    if isinstance(value, list):
+        values = [utf8_safe(v) for v in value]
+        return value if all(a is b for a, b in zip(values, value, strict=True)) else values
+    return value
 
 
 def _reason(body: Any) -> str:

@@ -26,7 +26,7 @@ from typing import Any
 
 import openai
 
-from rlvr.clients.openai import api_key_for
+from rlvr.clients.api_key import api_key_for
 from rlvr.clients.openai_response import error_message
 from rlvr.errors import ClientError, UsageError
 

@@ -26,7 +26,7 @@ from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
-from rlvr.errors import UsageError
+from rlvr.errors import UsageError, cannot_write
 
 METRICS = ("turns", "completion_tokens")
 """Metrics the engine records for every rollout (filters may name them)."""
@@ -100,10 +100,14 @@ def run(args: argparse.Namespace) -> int:
     tasks, sampling = tasks_and_sampling(args, env, client)
     tools = {t.id: tools_of(env, t) for t in tasks}
     meta = {"env": args.env, "env_args": env.env_args, "model": model}
-    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        f = out.open("wb")
+    except OSError as exc:
+        raise UsageError(cannot_write(out, exc)) from None
     dropped: Counter[str] = Counter()
     kept = 0
-    with out.open("wb") as f:
+    with f:
 
         def on_rollout(rollout: Any) -> bool:
             nonlocal kept

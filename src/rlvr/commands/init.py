@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import rlvr
-from rlvr.errors import UsageError
+from rlvr.errors import UsageError, cannot_write
 
 _NAME = re.compile(r"[a-z][a-z0-9_-]*")
 TEMPLATES = {
@@ -134,8 +134,11 @@ def scaffold(name: str, parent: str | Path = "environments", kind: str = "single
     for template, target in TEMPLATES.items():
         text = string.Template((source / template.format(kind=kind)).read_text(encoding="utf-8")).substitute(values)
         path = dest / target.format(module=module)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(cannot_write(Path(parent), exc)) from None
     return dest
 
 

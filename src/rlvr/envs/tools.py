@@ -28,6 +28,9 @@ from rlvr.errors import UsageError
 from rlvr.types import Messages, State, Task, ToolCall
 
 _JSON_TYPES: dict[Any, str] = {str: "string", int: "integer", float: "number", bool: "boolean"}
+MAX_TOOL_CALLS = 32
+"""Tool calls of one reply that are run by default; the rest are answered with an error, unrun
+(one reply held 100,000 calls, which ran one by one for hours)."""
 
 
 @dataclass(kw_only=True)
@@ -123,10 +126,16 @@ class ToolEnv(MultiTurnEnv[TS]):
         dataset: Sequence[Task | Mapping[str, Any]],
         *,
         tools: Sequence[Callable[..., Any]],
+        max_tool_calls: int = MAX_TOOL_CALLS,
         **options: Unpack[EnvOptions],
     ) -> None:
-        """`tools`: the functions the model may call; `options`: those of `MultiTurnEnv`."""
+        """`tools`: the functions the model may call; `max_tool_calls`: the calls of one reply
+        that are run (the rest are answered with an error each, not run); `options`: those of
+        `MultiTurnEnv`."""
         super().__init__(dataset, **options)
+        if max_tool_calls < 1:
+            raise UsageError(f"max_tool_calls must be >= 1, got {max_tool_calls}")
+        self.max_tool_calls = max_tool_calls
         names = [t.__name__ for t in tools]
         if len(set(names)) != len(names):
             raise UsageError(f"tool names must be unique, got {names}")
@@ -145,10 +154,18 @@ class ToolEnv(MultiTurnEnv[TS]):
         return not state.awaiting_model and not state.turns[-1].completion.tool_calls
 
     async def env_response(self, messages: Messages, state: TS) -> Messages:
+        """Each call's result, in order; the calls past `max_tool_calls` are not run: each gets
+        the same error (an API wants an answer to every call id), counted as failed."""
         calls = state.turns[-1].completion.tool_calls
-        return [
-            {"role": "tool", "tool_call_id": call.id, "content": await self.call_tool(call, state)} for call in calls
+        run, skipped = calls[: self.max_tool_calls], calls[self.max_tool_calls :]
+        replies = [
+            {"role": "tool", "tool_call_id": call.id, "content": await self.call_tool(call, state)} for call in run
         ]
+        if skipped:
+            state.failed_tool_calls += len(skipped)
+            error = f"Error: {len(calls)} tool calls in one reply; only the first {len(run)} were run, not this one"
+            replies += [{"role": "tool", "tool_call_id": call.id, "content": error} for call in skipped]
+        return replies
 
     def inject(self, tool_name: str, args: dict[str, Any], state: TS) -> dict[str, Any]:
         """Add hidden arguments to a call. `ToolEnv` hides none."""

@@ -31,7 +31,7 @@ from rlvr.train.evaluation import (
     save_exact,
 )
 from rlvr.train.generation import Generation
-from rlvr.train.model import export_final
+from rlvr.train.model import export_final, settle_export
 from rlvr.train.probe import collapse_warning, compare, probe, probe_set
 from rlvr.train.run import Run
 from rlvr.train.session import RunAsync
@@ -44,7 +44,10 @@ class Evaluator:
     def __init__(self, run: Run, generation: Generation, run_async: RunAsync[Any]) -> None:
         self.run, self.generation, self.run_async = run, generation, run_async
         cfg = run.cfg
-        self.keep = KeepBest(cfg.eval.keep_best, run.run_dir / "best") if cfg.eval.keep_best and run.dist.main else None
+        self.keep: KeepBest | None = None
+        if cfg.eval.keep_best and run.dist.main:
+            settle_export(run.run_dir / "best")  # a kill between its renames: the kept model back in place
+            self.keep = KeepBest(cfg.eval.keep_best, run.run_dir / "best")
 
     def due(self, step: int) -> bool:
         """Whether to evaluate after `step` steps: every eval_every steps, and after the last."""

@@ -87,7 +87,7 @@ from rlvr.train.config import TrainConfig
 from rlvr.train.evaluator import Evaluator
 from rlvr.train.generation import open_generation
 from rlvr.train.metrics import step_line, step_metrics
-from rlvr.train.model import deterministic_kernels, export_final, exported
+from rlvr.train.model import deterministic_kernels, export_final, exported, settle_export
 from rlvr.train.protocols import TurnScored
 from rlvr.train.restarts import weigh_given
 from rlvr.train.run import Run, last_good, make_sampler, save_checkpoint, setup_run
@@ -207,9 +207,10 @@ def _finish(run: Run, evaluator: Evaluator) -> None:
     """The end: a plain model folder anyone can load (the weight average, if the run keeps one).
 
     Rank 0 decides, since every rank gathers a sharded model's weights; a run resumed after
-    its last step exports again only when a kill cut the export short."""
+    its last step exports again only when a kill cut the export short (`settle_export`) or
+    left a `final/` that is not a whole model."""
     dist, final = run.dist, run.run_dir / "final"
-    if dist.max(int(dist.main and (run.start < run.cfg.steps or not exported(final)))):
+    if dist.max(int(dist.main and (run.start < run.cfg.steps or settle_export(final) or not exported(final)))):
         with evaluator.averaged():
             weights = full_state_dict(run.model)
             if dist.main:

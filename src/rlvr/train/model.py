@@ -171,12 +171,15 @@ def export_final(
     write instead of the model's own (a sharded model's, gathered by
     `rlvr.train.sharding.full_state_dict`).
 
-    The folder is written as `path.tmp` and renamed when complete, so a kill mid-export never
-    leaves a `path` that looks like a model but is not (`exported` tells whether it is there).
-    `extra`: more text files (name -> text) written into the folder before the rename, so they
-    and the weights appear together.
+    The folder is written as `path.tmp`, then swapped in by renames: the old folder aside to
+    `path.old`, the new one in, the old one removed. A kill at any point leaves `path` whole
+    (the old model or the new one) or, between the two renames, missing with `path.old` whole;
+    `settle_export` puts that back and tells whether an export was cut short. `extra`: more
+    text files (name -> text) written into the folder before the swap, so they and the weights
+    appear together.
     """
-    tmp = path.with_name(path.name + ".tmp")
+    settle_export(path)
+    tmp, old = _export_sides(path)
     if tmp.exists():
         shutil.rmtree(tmp)
     if hasattr(model, "merge_and_unload"):
@@ -187,17 +190,53 @@ def export_final(
     for name, text in (extra or {}).items():
         (tmp / name).write_text(text, encoding="utf-8")
     if path.exists():
-        shutil.rmtree(path)
+        path.rename(old)
     tmp.rename(path)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def settle_export(path: Path) -> bool:
+    """Finish what a kill mid-`export_final` left at `path`; True when that export was cut short
+    before its new folder was in (export again), False when none was or it had completed.
+
+    Killed between the two renames, the old folder is put back; killed while removing the old
+    folder, the rest of it is removed.
+    """
+    tmp, old = _export_sides(path)
+    if old.exists():
+        if path.exists():
+            shutil.rmtree(old)
+        else:
+            old.rename(path)
+    return tmp.exists()
+
+
+def _export_sides(path: Path) -> tuple[Path, Path]:
+    """The folders `export_final` writes the new model to, and moves the old one to."""
+    return path.with_name(path.name + ".tmp"), path.with_name(path.name + ".old")
 
 
 def exported(path: Path) -> bool:
-    """Whether `path` holds a whole exported model (a kill mid-export by a version without the
-    rename can have left an empty config.json)."""
+    """Whether `path` holds a whole exported model: a config that parses and every weights file
+    its index names, each with a header that covers the file (a kill mid-export by an older
+    version could leave an empty config.json, or config.json without the weights)."""
+    from safetensors import SafetensorError, safe_open
+
     try:
-        return isinstance(json.loads((path / "config.json").read_text(encoding="utf-8")), dict)
-    except (OSError, ValueError):
+        if not isinstance(json.loads((path / "config.json").read_text(encoding="utf-8")), dict):
+            return False
+        index = path / "model.safetensors.index.json"
+        names = (
+            set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values())
+            if index.exists()
+            else {"model.safetensors"}
+        )
+        for name in names:
+            with safe_open(str(path / name), "pt"):
+                pass
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, SafetensorError):
         return False
+    return True
 
 
 # ---- wrappers ------------------------------------------------------------------------------
