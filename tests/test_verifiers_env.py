@@ -1,0 +1,120 @@
+"""The verifiers bridge (rlvr.envs.verifiers) against verifiers from PyPI: environments written
+with verifiers' own classes (tests/verifiers_envs.py: single-turn, multi-turn, tools) played by
+one scripted model behind a real OpenAI-compatible server, once by verifiers' own `evaluate`
+and once by rlvr's engine; every task's reward and every reward function's value must agree."""
+
+from __future__ import annotations
+
+import json
+import sys
+from importlib.metadata import EntryPoint
+
+import pytest
+
+vf = pytest.importorskip("verifiers")
+pytest.importorskip("verifiers.legacy.envs.multiturn_env")  # the classic API's imports resolve
+
+import openai  # noqa: E402
+import verifiers_envs  # noqa: E402
+from verifiers_envs import scripted_model  # noqa: E402
+
+import rlvr.registry  # noqa: E402
+from rlvr.cli import main  # noqa: E402
+from rlvr.clients.openai import OpenAIClient  # noqa: E402
+from rlvr.engine import run_rollouts  # noqa: E402
+from rlvr.envs.verifiers import VerifiersEnv, load_environment, wrap  # noqa: E402
+from rlvr.errors import UsageError  # noqa: E402
+
+SAMPLING = {"max_tokens": 128, "temperature": 1.0}
+
+
+async def verifiers_scores(vf_env, base_url: str) -> dict[int, tuple[float, dict[str, float]]]:
+    """verifiers' own evaluation of `vf_env` against the scripted server: by example id, the
+    reward and the metrics."""
+    async with openai.AsyncOpenAI(base_url=base_url, api_key="-") as oai:
+        results = await vf_env.evaluate(
+            client=vf.OpenAIChatCompletionsClient(oai),
+            model="scripted",
+            sampling_args=SAMPLING,
+            max_concurrent=4,
+            on_progress=lambda *a, **k: None,
+        )
+    return {o["example_id"]: (o["reward"], dict(o["metrics"])) for o in results["outputs"]}
+
+
+async def rlvr_rollouts(env: VerifiersEnv, base_url: str):
+    async with OpenAIClient("scripted", base_url=base_url) as client:
+        return await run_rollouts(env, client, env.tasks("eval"), concurrency=4)
+
+
+@pytest.mark.parametrize("kind", ["single", "guess", "tools"])
+async def test_rewards_equal_verifiers_own_evaluation(openai_server, kind):
+    openai_server.reset(scripted_model)
+    theirs = await verifiers_scores(verifiers_envs.load_environment(kind), openai_server.base_url)
+    env = wrap(verifiers_envs.load_environment(kind))
+    rollouts = await rlvr_rollouts(env, openai_server.base_url)
+    assert len(rollouts) == len(theirs) >= 4
+    for r in rollouts:
+        reward, metrics = theirs[int(r.task_id.split("-")[1])]
+        assert r.error is None
+        assert r.reward == pytest.approx(reward), r.task_id
+        assert r.rewards == pytest.approx(metrics), r.task_id
+    assert len({r.reward for r in rollouts}) > 1  # the script is right on some tasks only
+
+
+async def test_multi_turn_stops_and_replies_as_verifiers_does(openai_server):
+    openai_server.reset(scripted_model)
+    env = wrap(verifiers_envs.load_environment("guess", n=6))
+    by_task = {r.task_id: r for r in await rlvr_rollouts(env, openai_server.base_url)}
+    # secret 8: bisection's first guess; 4 and 12: its second; 1: out of guesses after three
+    assert [len(by_task[f"train-{i}"].turns) for i in range(4)] == [1, 2, 2, 3]
+    assert by_task["train-0"].info["verifiers_stop"] == "guessed"
+    assert (by_task["train-0"].stop_reason, by_task["train-0"].truncated) == ("verifiers_done", False)
+    out_of_guesses = by_task["train-3"]
+    assert out_of_guesses.info["verifiers_stop"] == "has_final_env_response"
+    assert out_of_guesses.turns[-1].env_messages == [{"role": "user", "content": "Out of guesses: it was 1."}]
+    assert out_of_guesses.rewards["solved"] == 0.0 and out_of_guesses.rewards["num_turns"] == 3.0
+
+
+async def test_tools_are_offered_and_run_by_verifiers(openai_server):
+    openai_server.reset(scripted_model)
+    env = wrap(verifiers_envs.load_environment("tools", n=2))
+    rollouts = await rlvr_rollouts(env, openai_server.base_url)
+    offered = {t["function"]["name"] for t in openai_server.bodies[0]["tools"]}
+    assert offered == {"add", "reverse"}
+    first = rollouts[0]
+    assert [m["content"] for t in first.turns for m in t.env_messages] == ["5", "5"]
+    assert first.rewards == {
+        "final_answer": 1.0,
+        "num_turns": 3.0,
+        "total_tool_calls": 2.0,
+        "add_calls": 1.0,
+        "reverse_calls": 1.0,
+    }
+    assert (first.stop_reason, first.info["verifiers_stop"]) == ("verifiers_done", "no_tools_called")
+
+
+def test_eval_cli_runs_a_verifiers_module(openai_server, monkeypatch, tmp_path, capsys):
+    openai_server.reset(scripted_model)
+    found = rlvr.registry._entry_points()
+    found["verifiers"] = EntryPoint("verifiers", "rlvr.envs.verifiers:load_environment", rlvr.registry.GROUP)
+    monkeypatch.setattr(rlvr.registry, "_entry_points", lambda: found)
+    monkeypatch.setitem(sys.modules, "verifiers_envs", verifiers_envs)
+    out = tmp_path / "run"
+    args = ["eval", "verifiers", "-a", '{"env": "verifiers_envs", "kind": "single", "n": 6}', "-n", "-1", "-r", "1"]
+    code = main([*args, "-m", "scripted", "-b", openai_server.base_url, "-k", "RLVR_NO_KEY", "-o", str(out), "-q"])
+    assert code == 0
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    # tasks 0..5: wrong on 2 and 5 (a = 2, 5); odd a has no think block
+    assert [r["rewards"]["exact_answer"] for r in rows] == [1.0, 1.0, 0.0, 1.0, 1.0, 0.0]
+    # verifiers' SingleTurnEnv ends at its one turn (max_turns_reached): terminated, as rlvr's own
+    assert {(r["stop_reason"], r["truncated"], r["info"]["verifiers_stop"]) for r in rows} == {
+        ("verifiers_done", False, "max_turns_reached")
+    }
+
+
+def test_refuses_what_is_not_a_verifiers_multi_turn_env():
+    with pytest.raises(UsageError, match="expected a verifiers Environment"):
+        wrap(object())
+    with pytest.raises(UsageError, match="could not be imported"):
+        load_environment("no_such_verifiers_env_module")
