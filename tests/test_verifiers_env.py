@@ -19,6 +19,7 @@ import verifiers_envs  # noqa: E402
 from verifiers_envs import scripted_model  # noqa: E402
 
 import rlvr.registry  # noqa: E402
+from rlvr.check import check_env  # noqa: E402
 from rlvr.cli import main  # noqa: E402
 from rlvr.clients.openai import OpenAIClient  # noqa: E402
 from rlvr.engine import run_rollouts  # noqa: E402
@@ -28,38 +29,62 @@ from rlvr.errors import UsageError  # noqa: E402
 SAMPLING = {"max_tokens": 128, "temperature": 1.0}
 
 
-async def verifiers_scores(vf_env, base_url: str) -> dict[int, tuple[float, dict[str, float]]]:
-    """verifiers' own evaluation of `vf_env` against the scripted server: by example id, the
-    reward and the metrics."""
+async def verifiers_scores(vf_env, base_url: str, rollouts: int) -> dict[int, list[tuple[float, dict[str, float]]]]:
+    """verifiers' own evaluation of `vf_env` against the scripted server: by example id, each
+    rollout's reward and metrics."""
     async with openai.AsyncOpenAI(base_url=base_url, api_key="-") as oai:
         results = await vf_env.evaluate(
             client=vf.OpenAIChatCompletionsClient(oai),
             model="scripted",
             sampling_args=SAMPLING,
+            rollouts_per_example=rollouts,
             max_concurrent=4,
             on_progress=lambda *a, **k: None,
         )
-    return {o["example_id"]: (o["reward"], dict(o["metrics"])) for o in results["outputs"]}
+    scores: dict[int, list[tuple[float, dict[str, float]]]] = {}
+    for o in results["outputs"]:
+        scores.setdefault(o["example_id"], []).append((o["reward"], dict(o["metrics"])))
+    return scores
 
 
-async def rlvr_rollouts(env: VerifiersEnv, base_url: str):
+async def rlvr_rollouts(env: VerifiersEnv, base_url: str, rollouts: int = 1):
     async with OpenAIClient("scripted", base_url=base_url) as client:
-        return await run_rollouts(env, client, env.tasks("eval"), concurrency=4)
+        return await run_rollouts(env, client, env.tasks("eval"), rollouts_per_task=rollouts, concurrency=4)
 
 
-@pytest.mark.parametrize("kind", ["single", "guess", "tools"])
-async def test_rewards_equal_verifiers_own_evaluation(openai_server, kind):
+@pytest.mark.parametrize(
+    ("kind", "rollouts"), [("single", 1), ("guess", 1), ("tools", 1), ("stateful", 1), ("group", 2)]
+)
+async def test_rewards_equal_verifiers_own_evaluation(openai_server, kind, rollouts):
     openai_server.reset(scripted_model)
-    theirs = await verifiers_scores(verifiers_envs.load_environment(kind), openai_server.base_url)
+    theirs = await verifiers_scores(verifiers_envs.load_environment(kind), openai_server.base_url, rollouts)
     env = wrap(verifiers_envs.load_environment(kind))
-    rollouts = await rlvr_rollouts(env, openai_server.base_url)
-    assert len(rollouts) == len(theirs) >= 4
-    for r in rollouts:
-        reward, metrics = theirs[int(r.task_id.split("-")[1])]
-        assert r.error is None
+    ours = await rlvr_rollouts(env, openai_server.base_url, rollouts)
+    assert len(ours) == sum(map(len, theirs.values())) >= 4
+    for r in ours:
+        assert r.error is None, r.error
+        reward, metrics = theirs[int(r.task_id.split("-")[1])][r.rollout_index]
         assert r.reward == pytest.approx(reward), r.task_id
         assert r.rewards == pytest.approx(metrics), r.task_id
-    assert len({r.reward for r in rollouts}) > 1  # the script is right on some tasks only
+    assert len({r.reward for r in ours}) > 1  # the script is right on some tasks only
+
+
+def test_group_reward_functions_stay_group_functions():
+    env = wrap(verifiers_envs.load_environment("group"))
+    assert env.rubric.has_group_functions
+    assert dict(zip(env.rubric.names, env.rubric.weights)) == {
+        "exact_answer": 1.0,
+        "brevity": 0.3,
+        "format_reward_func": 0.2,
+        "answer_digits": 0.0,
+        "share_right": 0.5,
+        "num_turns": 0.0,
+    }
+
+
+@pytest.mark.parametrize("kind", ["single", "guess", "tools", "stateful"])
+def test_check_env_passes(kind):
+    check_env(wrap(verifiers_envs.load_environment(kind)))
 
 
 async def test_multi_turn_stops_and_replies_as_verifiers_does(openai_server):

@@ -7,6 +7,9 @@ bridge's tests, and the scripted model that plays them (tests/test_verifiers_env
 - `guess`: `vf.MultiTurnEnv`, guess a number from "higher" / "lower" hints; a `@vf.stop`
   condition for a right guess, a `final_env_response` after three wrong ones, `max_turns`.
 - `tools`: `vf.ToolEnv` with two tools (`add`, `reverse`), a reward on the final answer.
+- `stateful`: `vf.StatefulToolEnv`, a tool argument hidden from the model and filled in from the
+  state that the env's `setup_state` prepared.
+- `group`: `single` plus a group reward function (it sees every rollout of a task at once).
 
 `scripted_model` answers all three deterministically, right on some tasks and wrong on others,
 so that rewards differ from task to task.
@@ -25,6 +28,7 @@ from openai_server import Reply
 SINGLE_PROMPT = "Add the numbers. Think in <think>, answer in <answer>."
 GUESS_PROMPT = "Guess my number between 1 and 16. Reply with the number only."
 TOOLS_PROMPT = "Use the tools, then give the result in <answer>."
+STATEFUL_PROMPT = "Use scaled_add, then give its result in <answer>."
 
 
 def single_env(n: int = 6) -> Any:
@@ -60,7 +64,7 @@ class GuessEnv(vf.MultiTurnEnv):
         guess = int(re.sub(r"\D", "", messages[-1].content or "") or 0)
         if len(state["trajectory"]) >= 3:
             state["final_env_response"] = [vf.UserMessage(content=f"Out of guesses: it was {state['answer']}.")]
-            return state["final_env_response"]
+            return [vf.UserMessage(content="verifiers shows final_env_response instead of this")]
         hint = "higher" if guess < int(state["answer"]) else "lower"
         return [vf.UserMessage(content=f"{guess} is wrong; go {hint}.")]
 
@@ -119,8 +123,70 @@ def tools_env(n: int = 4) -> Any:
     )
 
 
+def scaled_add(a: int, b: int, scale: int) -> int:
+    """Add two integers, times the task's scale.
+
+    Args:
+        a: the first integer
+        b: the second integer
+        scale: set by the environment from the task
+    """
+    return (a + b) * scale
+
+
+class ScaledToolEnv(vf.StatefulToolEnv):
+    """A tool with an argument the model does not see (`scale`, from the task's info)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.add_tool(scaled_add, args_to_skip=["scale"])
+
+    async def setup_state(self, state, **kwargs):
+        state["scale"] = state["info"]["scale"]
+        return state
+
+    def update_tool_args(self, tool_name, tool_args, messages, state, **kwargs):
+        return {**tool_args, "scale": state["scale"]} if tool_name == "scaled_add" else tool_args
+
+
+def stateful_env(n: int = 4) -> Any:
+    rows = [
+        {
+            "question": f"Compute ({i} + 4) times the scale.",
+            "answer": str((i + 4) * (i % 3 + 1)),
+            "info": {"scale": i % 3 + 1},
+        }
+        for i in range(n)
+    ]
+    parser = vf.XMLParser(["answer"], answer_field="answer")
+
+    def final_answer(completion, answer, parser) -> float:
+        return 1.0 if (parser.parse_answer(completion) or "").strip() == answer else 0.0
+
+    return ScaledToolEnv(
+        dataset=Dataset.from_list(rows),
+        system_prompt=STATEFUL_PROMPT,
+        parser=parser,
+        rubric=vf.Rubric(funcs=[final_answer], parser=parser),
+        max_turns=3,
+    )
+
+
+def group_env(n: int = 4) -> Any:
+    """`single` with a group reward function: each rollout's share of its group's right answers."""
+    env = single_env(n)
+
+    def share_right(completions, answers) -> list[float]:
+        right = [float((env.parser.parse_answer(c) or "").strip() == a) for c, a in zip(completions, answers)]
+        return [sum(right) / len(right) ** 2] * len(right)
+
+    env.rubric.add_reward_func(share_right, weight=0.5)
+    return env
+
+
 def load_environment(kind: str = "single", n: int = 4) -> Any:
-    return {"single": single_env, "guess": guess_env, "tools": tools_env}[kind](n)
+    kinds = {"single": single_env, "guess": guess_env, "tools": tools_env, "stateful": stateful_env, "group": group_env}
+    return kinds[kind](n)
 
 
 # ---- the scripted model ---------------------------------------------------------------------------
@@ -151,4 +217,10 @@ def scripted_model(messages: list[dict[str, Any]], tools: list[dict[str, Any]] |
             return Reply(tool_calls=[("reverse", {"text": str(results[0]["content"])})])
         answer = str(results[-1]["content"]) if a % 20 == 0 else "0"  # wrong on odd tasks
         return f"<answer>{answer}</answer>"
+    if system == STATEFUL_PROMPT:
+        results = [m for m in messages if m.get("role") == "tool"]
+        a, b = map(int, re.findall(r"\d+", str(messages[1]["content"])))
+        if not results:
+            return Reply(tool_calls=[("scaled_add", {"a": a, "b": b})])
+        return f"<answer>{results[-1]['content'] if a != 1 else 0}</answer>"  # wrong on task 1
     return json.dumps({"unexpected system prompt": system})
