@@ -119,12 +119,18 @@ async def test_tools_are_offered_and_run_by_verifiers(openai_server):
     assert (first.stop_reason, first.info["verifiers_stop"]) == ("verifiers_done", "no_tools_called")
 
 
-def test_eval_cli_runs_a_verifiers_module(openai_server, monkeypatch, tmp_path, capsys):
-    openai_server.reset(scripted_model)
+@pytest.fixture
+def verifiers_entry_point(monkeypatch):
+    """The `verifiers` entry point (pyproject.toml) as an installed rlvr would have it, and the
+    test envs importable by module name."""
     found = rlvr.registry._entry_points()
     found["verifiers"] = EntryPoint("verifiers", "rlvr.envs.verifiers:load_environment", rlvr.registry.GROUP)
     monkeypatch.setattr(rlvr.registry, "_entry_points", lambda: found)
     monkeypatch.setitem(sys.modules, "verifiers_envs", verifiers_envs)
+
+
+def test_eval_cli_runs_a_verifiers_module(verifiers_entry_point, openai_server, tmp_path):
+    openai_server.reset(scripted_model)
     out = tmp_path / "run"
     args = ["eval", "verifiers", "-a", '{"env": "verifiers_envs", "kind": "single", "n": 6}', "-n", "-1", "-r", "1"]
     code = main([*args, "-m", "scripted", "-b", openai_server.base_url, "-k", "RLVR_NO_KEY", "-o", str(out), "-q"])
@@ -136,6 +142,29 @@ def test_eval_cli_runs_a_verifiers_module(openai_server, monkeypatch, tmp_path, 
     assert {(r["stop_reason"], r["truncated"], r["info"]["verifiers_stop"]) for r in rows} == {
         ("verifiers_done", False, "max_turns_reached")
     }
+
+
+def test_gen_cli_keeps_a_verifiers_tool_env_s_rollouts_with_its_tools(verifiers_entry_point, openai_server, tmp_path):
+    openai_server.reset(scripted_model)
+    data = tmp_path / "data.jsonl"
+    args = ["gen", "verifiers", "-a", '{"env": "verifiers_envs", "kind": "tools"}', "-n", "-1", "-r", "1"]
+    code = main(
+        [*args, "-f", "final_answer == 1", "-m", "scripted", "-b", openai_server.base_url, "-k", "NO_KEY"]
+        + ["-d", str(data), "-q"]
+    )
+    assert code == 0
+    rows = [json.loads(line) for line in data.read_text().splitlines()]
+    assert [r["task_id"] for r in rows] == ["train-0", "train-2"]  # the script answers odd tasks wrong
+    assert [t["function"]["name"] for t in rows[0]["tools"]] == ["add", "reverse"]
+    assert [m["role"] for m in rows[0]["messages"]] == [
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+        "tool",
+        "assistant",
+    ]
 
 
 def test_refuses_what_is_not_a_verifiers_multi_turn_env():

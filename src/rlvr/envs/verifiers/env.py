@@ -101,7 +101,13 @@ class VerifiersEnv(MultiTurnEnv[VerifiersState]):
             state.vf_state = set_up
 
     def tool_schemas(self, state: VerifiersState) -> list[dict[str, Any]] | None:
-        return tool_schemas(state.vf_state.get("tool_defs") or []) if state.vf_state is not None else None
+        """The tools verifiers' state offers; before `begin` (`rlvr gen` asks then), those it
+        will offer: the task's `info["tool_defs"]`, else the env's."""
+        if state.vf_state is not None:
+            return tool_schemas(state.vf_state.get("tool_defs") or [])
+        defs = state.task.info.get("tool_defs") or self.vf_env.tool_defs or []
+        tool = verifiers_module().Tool
+        return tool_schemas([d if isinstance(d, tool) else tool.model_validate(d) for d in defs])
 
     async def env_response(self, messages: Messages, state: VerifiersState) -> Messages:
         """Record the model's turn in verifiers' trajectory; then either a verifiers stop
