@@ -24,6 +24,7 @@ from rlvr.cli import main  # noqa: E402
 from rlvr.clients.openai import OpenAIClient  # noqa: E402
 from rlvr.engine import run_rollouts  # noqa: E402
 from rlvr.envs.verifiers import VerifiersEnv, load_environment, wrap  # noqa: E402
+from rlvr.envs.verifiers.convert import rlvr_name  # noqa: E402
 from rlvr.errors import UsageError  # noqa: E402
 
 SAMPLING = {"max_tokens": 128, "temperature": 1.0}
@@ -42,8 +43,9 @@ async def verifiers_scores(vf_env, base_url: str, rollouts: int) -> dict[int, li
             on_progress=lambda *a, **k: None,
         )
     scores: dict[int, list[tuple[float, dict[str, float]]]] = {}
+    names = {n: rlvr_name(n, i) for i, n in enumerate(vf_env.rubric._get_reward_func_names())}
     for o in results["outputs"]:
-        scores.setdefault(o["example_id"], []).append((o["reward"], dict(o["metrics"])))
+        scores.setdefault(o["example_id"], []).append((o["reward"], {names[k]: v for k, v in o["metrics"].items()}))
     return scores
 
 
@@ -98,7 +100,7 @@ async def test_multi_turn_stops_and_replies_as_verifiers_does(openai_server):
     out_of_guesses = by_task["train-3"]
     assert out_of_guesses.info["verifiers_stop"] == "has_final_env_response"
     assert out_of_guesses.turns[-1].env_messages == [{"role": "user", "content": "Out of guesses: it was 1."}]
-    assert out_of_guesses.rewards["solved"] == 0.0 and out_of_guesses.rewards["num_turns"] == 3.0
+    assert out_of_guesses.rewards == {"solved": 0.0, "quick": 1 / 3, "reward_2": 1.0, "num_turns": 3.0}
 
 
 async def test_tools_are_offered_and_run_by_verifiers(openai_server):

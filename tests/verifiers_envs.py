@@ -79,7 +79,10 @@ def guess_env(n: int = 6) -> Any:
     async def quick(state) -> float:
         return 1.0 / len(state["trajectory"])
 
-    rubric = vf.Rubric(funcs=[solved, quick], weights=[1.0, 0.5])
+    # a lambda too: verifiers names it `<lambda>`, rlvr by its place (`reward_2`)
+    rubric = vf.Rubric(
+        funcs=[solved, quick, lambda state: float(len(state["trajectory"]) > 1)], weights=[1.0, 0.5, 0.25]
+    )
     return GuessEnv(dataset=Dataset.from_list(rows), system_prompt=GUESS_PROMPT, rubric=rubric, max_turns=6)
 
 

@@ -94,7 +94,7 @@ def bridged_rubric(vf_rubric: Any, vf_state_of: Callable[[State], Any]) -> Rubri
     """An rlvr rubric scored by verifiers' rubric `vf_rubric` (a `Rubric` or `RubricGroup`).
 
     Each verifiers reward function (metrics included, at weight 0) becomes an rlvr function of
-    the same name and weight; the first one asked scores the whole group with verifiers' own
+    the same name (`rlvr_name`) and weight; the first one asked scores the whole group with verifiers' own
     `score_group` (async or sync functions, the parser and the other objects verifiers hands
     them, group reward functions, a failing function scored 0, as verifiers does), and every one
     reads its value from verifiers' `metrics`. So rlvr's weighted total is verifiers' reward.
@@ -117,17 +117,27 @@ def bridged_rubric(vf_rubric: Any, vf_state_of: Callable[[State], Any]) -> Rubri
             await vf_rubric.score_group(fresh)
         return [s["metrics"] for s in vf_states]
 
-    funcs = [_reward_fn(name, scored, grouped) for name in names]
+    funcs = [_reward_fn(name, rlvr_name(name, i), scored, grouped) for i, name in enumerate(names)]
     return Rubric(funcs, weights=weights)
 
 
-def _reward_fn(name: str, scored: Callable[..., Any], grouped: bool) -> Callable[..., Any]:
+def rlvr_name(name: str, index: int) -> str:
+    """The rlvr name of verifiers' reward function `name`: the same, unless it is no identifier
+    (a lambda's `<lambda>`): then `reward_{index}`, its place in the rubric.
+
+    >>> rlvr_name("correct", 0), rlvr_name("<lambda>", 2)
+    ('correct', 'reward_2')
+    """
+    return name if name.isidentifier() else f"reward_{index}"
+
+
+def _reward_fn(name: str, as_named: str, scored: Callable[..., Any], grouped: bool) -> Callable[..., Any]:
     if grouped:
 
         async def group_fn(states: list[State]) -> list[float]:
             return [float(m.get(name, 0.0)) for m in await scored(states)]
 
-        group_fn.__name__ = group_fn.__qualname__ = name
+        group_fn.__name__ = group_fn.__qualname__ = as_named
         group_fn.__doc__ = f"verifiers' group reward function {name!r}, as verifiers scores it."
         return group_reward(group_fn)
 
@@ -135,6 +145,6 @@ def _reward_fn(name: str, scored: Callable[..., Any], grouped: bool) -> Callable
         (metrics,) = await scored([state])
         return float(metrics.get(name, 0.0))
 
-    fn.__name__ = fn.__qualname__ = name
+    fn.__name__ = fn.__qualname__ = as_named
     fn.__doc__ = f"verifiers' reward function {name!r}, as verifiers scores it."
     return fn
