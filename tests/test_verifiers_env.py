@@ -71,6 +71,28 @@ async def test_rewards_equal_verifiers_own_evaluation(openai_server, kind, rollo
     assert len({r.reward for r in ours}) > 1  # the script is right on some tasks only
 
 
+async def test_verifiers_own_reasoning_gym_env_scores_as_in_verifiers(openai_server):
+    """verifiers' own `ReasoningGymEnv` (shipped in its wheel), answered right on every other task."""
+    pytest.importorskip("reasoning_gym")
+
+    def make():
+        return vf.ReasoningGymEnv("leg_counting", num_train_examples=4, num_eval_examples=8, seed=3)
+
+    answers = {x["question"]: x["answer"] for x in make().rg_dataset}
+
+    def oracle_on_odd_lengths(messages, tools):
+        question = str(messages[-1]["content"])
+        return f"<answer>{answers[question] if len(question) % 2 else 0}</answer>"
+
+    openai_server.reset(oracle_on_odd_lengths)
+    theirs = await verifiers_scores(make(), openai_server.base_url, 1)
+    env = wrap(make())
+    ours = await rlvr_rollouts(env, openai_server.base_url)
+    assert [r.task_id for r in ours] == [f"eval-{i}" for i in range(8)]
+    assert [(r.reward, r.rewards) for r in ours] == [theirs[i][0] for i in range(8)]
+    assert 0 < sum(r.reward for r in ours) < 8
+
+
 def test_group_reward_functions_stay_group_functions():
     env = wrap(verifiers_envs.load_environment("group"))
     assert env.rubric.has_group_functions
