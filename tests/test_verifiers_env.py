@@ -6,6 +6,7 @@ and once by rlvr's engine; every task's reward and every reward function's value
 from __future__ import annotations
 
 import json
+import signal
 import sys
 from importlib.metadata import EntryPoint
 
@@ -25,9 +26,18 @@ from rlvr.clients.openai import OpenAIClient  # noqa: E402
 from rlvr.engine import run_rollouts  # noqa: E402
 from rlvr.envs.verifiers import VerifiersEnv, load_environment, wrap  # noqa: E402
 from rlvr.envs.verifiers.convert import rlvr_name  # noqa: E402
+from rlvr.envs.verifiers.env import keeping_signal_handlers  # noqa: E402
 from rlvr.errors import UsageError  # noqa: E402
 
 SAMPLING = {"max_tokens": 128, "temperature": 1.0}
+
+
+@pytest.fixture(autouse=True)
+def signal_handlers_kept():
+    """Each verifiers Environment built here installs SIGINT and SIGTERM handlers of its own:
+    give the test process its own back."""
+    with keeping_signal_handlers():
+        yield
 
 
 async def verifiers_scores(vf_env, base_url: str, rollouts: int) -> dict[int, list[tuple[float, dict[str, float]]]]:
@@ -155,10 +165,12 @@ def verifiers_entry_point(monkeypatch):
 
 def test_eval_cli_runs_a_verifiers_module(verifiers_entry_point, openai_server, tmp_path):
     openai_server.reset(scripted_model)
+    handlers = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     out = tmp_path / "run"
     args = ["eval", "verifiers", "-a", '{"env": "verifiers_envs", "kind": "single", "n": 6}', "-n", "-1", "-r", "1"]
     code = main([*args, "-m", "scripted", "-b", openai_server.base_url, "-k", "RLVR_NO_KEY", "-o", str(out), "-q"])
     assert code == 0
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == handlers  # not verifiers' own
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     # tasks 0..5: wrong on 2 and 5 (a = 2, 5); odd a has no think block
     assert [r["rewards"]["exact_answer"] for r in rows] == [1.0, 1.0, 0.0, 1.0, 1.0, 0.0]

@@ -9,7 +9,10 @@ ends; if not, its `env_response` answers. At the end its cleanup handlers run (t
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -192,6 +195,22 @@ def _sampling(vf_sampling: Mapping[str, Any], max_tokens: int | None) -> Samplin
     )
 
 
+@contextlib.contextmanager
+def keeping_signal_handlers() -> Iterator[None]:
+    """Put SIGINT's and SIGTERM's handlers back after the block: a verifiers Environment installs
+    its own when it is built (they exit at once), which would take over from rlvr's CLI (an
+    interrupted or terminated run says how to resume it). Only the main thread handles signals."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+
+
 def wrap(vf_env: Any, *, max_tokens: int | None = None) -> VerifiersEnv:
     """A verifiers environment instance as an rlvr environment."""
     return VerifiersEnv(vf_env, max_tokens=max_tokens)
@@ -209,7 +228,8 @@ def load_environment(env: str, max_tokens: int | None = None, **args: Any) -> Ve
     """
     vf = verifiers_module()
     try:
-        vf_env = vf.load_environment(env, **args)
+        with keeping_signal_handlers():
+            vf_env = vf.load_environment(env, **args)
     except ValueError as exc:  # verifiers wraps a failed import so
         if not isinstance(exc.__cause__, ImportError):
             raise
