@@ -206,5 +206,7 @@ def test_gen_cli_keeps_a_verifiers_tool_env_s_rollouts_with_its_tools(verifiers_
 def test_refuses_what_is_not_a_verifiers_multi_turn_env():
     with pytest.raises(UsageError, match="expected a verifiers Environment"):
         wrap(object())
+    with pytest.raises(UsageError, match="name it, e.g."):
+        load_environment()
     with pytest.raises(UsageError, match="could not be imported"):
         load_environment("no_such_verifiers_env_module")

@@ -216,7 +216,7 @@ def wrap(vf_env: Any, *, max_tokens: int | None = None) -> VerifiersEnv:
     return VerifiersEnv(vf_env, max_tokens=max_tokens)
 
 
-def load_environment(env: str, max_tokens: int | None = None, **args: Any) -> VerifiersEnv:
+def load_environment(env: str | None = None, max_tokens: int | None = None, **args: Any) -> VerifiersEnv:
     """A verifiers environment by module name (or id: `vf-math` is module `vf_math`), loaded
     with verifiers' own `load_environment(env, **args)`.
 
@@ -226,6 +226,10 @@ def load_environment(env: str, max_tokens: int | None = None, **args: Any) -> Ve
             else rlvr's default).
         **args: the module's `load_environment` arguments.
     """
+    if not env:
+        raise UsageError(
+            'the verifiers environment plays a verifiers env module: name it, e.g. -a \'{"env": "my_vf_env"}\''
+        )
     vf = verifiers_module()
     try:
         with keeping_signal_handlers():
