@@ -11,10 +11,10 @@ PIP    := $(BIN)/pip install -qq
 
 # verifiers 0.3.1 (rlvr.envs.verifiers) without its dependencies, which pin mcp<2 against the mcp
 # extra's mcp>=2 (and websockets<17 through openai-agents), plus the packages its classic API
-# imports: about 86 MB, no torch. `pip check` lists the rest of its declared dependencies as missing.
+# imports (and theirs that the other extras do not bring): about 88 MB, no torch. `pip check` lists the rest of its declared dependencies as missing.
 VERIFIERS := verifiers==0.3.1 anthropic==2.17.0 renderers==0.1.12 prime-pydantic-config==0.4.3 tenacity==9.2.1 \
 	aiolimiter==1.3.0 prime-sandboxes==0.5.1 connectrpc==0.11.1 pyqwest==0.12.0 protobuf-py==0.1.1 aiofiles==25.1.0 \
-	msgpack==1.2.4 pyzmq==27.3.0 setproctitle==1.3.8 openai-agents==0.24.0
+	msgpack==1.2.4 pyzmq==27.3.0 setproctitle==1.3.8 openai-agents==0.24.0 griffelib==2.4.1 docstring-parser==0.18.0
 
 .PHONY: run test test-heavy install install-dev browser lint bench clean
 
