@@ -111,6 +111,7 @@ def test_group_reward_functions_stay_group_functions():
         "brevity": 0.3,
         "format_reward_func": 0.2,
         "answer_digits": 0.0,
+        "output_tokens": 0.0,
         "share_right": 0.5,
         "num_turns": 0.0,
     }

@@ -31,6 +31,11 @@ TOOLS_PROMPT = "Use the tools, then give the result in <answer>."
 STATEFUL_PROMPT = "Use scaled_add, then give its result in <answer>."
 
 
+def output_tokens(state) -> float:
+    """Tokens the model sampled in the episode, as verifiers counts them (`state["usage"]`)."""
+    return float(state["usage"]["output_tokens"])
+
+
 def single_env(n: int = 6) -> Any:
     rows = [{"question": f"What is {i} + {2 * i + 1}?", "answer": str(3 * i + 1)} for i in range(n)]
     parser = vf.XMLParser(["think", "answer"], answer_field="answer")
@@ -48,6 +53,7 @@ def single_env(n: int = 6) -> Any:
         funcs=[exact_answer, brevity, parser.get_format_reward_func()], weights=[1.0, 0.3, 0.2], parser=parser
     )
     rubric.add_metric(answer_digits)
+    rubric.add_metric(output_tokens)
     return vf.SingleTurnEnv(dataset=Dataset.from_list(rows), system_prompt=SINGLE_PROMPT, parser=parser, rubric=rubric)
 
 

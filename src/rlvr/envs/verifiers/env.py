@@ -113,7 +113,7 @@ class VerifiersEnv(MultiTurnEnv[VerifiersState]):
         return tool_schemas([d if isinstance(d, tool) else tool.model_validate(d) for d in defs])
 
     async def env_response(self, messages: Messages, state: VerifiersState) -> Messages:
-        """Record the model's turn in verifiers' trajectory; then either a verifiers stop
+        """Record the model's turn in verifiers' trajectory and token usage; then either a verifiers stop
         condition holds (no reply), or verifiers' `env_response` answers (its
         `final_env_response`, when it sets one, is the last reply)."""
         vf_env, vf_state = self.vf_env, state.vf_state
@@ -130,6 +130,8 @@ class VerifiersEnv(MultiTurnEnv[VerifiersState]):
             "extras": {},
         }
         await vf_env.add_trajectory_step(vf_state, step)
+        sampled = turn.usage.completion_tokens or len(turn.token_ids or ())
+        vf_env.increment_state_usage(vf_state, turn.usage.prompt_tokens, sampled)
         if await vf_env.is_completed(vf_state):
             state.vf_stop = vf_state.get("stop_condition")
             return []
