@@ -136,6 +136,16 @@ async def test_multi_turn_stops_and_replies_as_verifiers_does(openai_server):
     assert out_of_guesses.rewards == {"solved": 0.0, "quick": 1 / 3, "reward_2": 1.0, "num_turns": 3.0}
 
 
+async def test_verifiers_token_budget_cuts_the_episode(openai_server):
+    openai_server.reset(scripted_model)
+    vf_env = verifiers_envs.load_environment("guess")
+    vf_env.set_max_total_completion_tokens(1)  # every reply is longer: cut after the first turn
+    rollouts = await rlvr_rollouts(wrap(vf_env), openai_server.base_url)
+    ends = [(len(r.turns), r.stop_reason, r.truncated, r.info["verifiers_stop"]) for r in rollouts]
+    cut = (1, "verifiers_cut", True, "max_total_completion_tokens_reached")
+    assert ends == [(1, "verifiers_done", False, "guessed"), cut, cut, cut]  # secret 8: the first guess
+
+
 async def test_tools_are_offered_and_run_by_verifiers(openai_server):
     openai_server.reset(scripted_model)
     env = wrap(verifiers_envs.load_environment("tools", n=2))
