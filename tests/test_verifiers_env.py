@@ -182,7 +182,8 @@ def test_eval_cli_runs_a_verifiers_module(verifiers_entry_point, openai_server, 
     code = main([*args, "-m", "scripted", "-b", openai_server.base_url, "-k", "RLVR_NO_KEY", "-o", str(out), "-q"])
     assert code == 0
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == handlers  # not verifiers' own
-    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    lines = (out / "results.jsonl").read_text().splitlines()  # in the order rollouts finished
+    rows = sorted(map(json.loads, lines), key=lambda r: int(r["task_id"].split("-")[1]))
     # tasks 0..5: wrong on 2 and 5 (a = 2, 5); odd a has no think block
     assert [r["rewards"]["exact_answer"] for r in rows] == [1.0, 1.0, 0.0, 1.0, 1.0, 0.0]
     # verifiers' SingleTurnEnv ends at its one turn (max_turns_reached): terminated, as rlvr's own
@@ -200,10 +201,10 @@ def test_gen_cli_keeps_a_verifiers_tool_env_s_rollouts_with_its_tools(verifiers_
         + ["-d", str(data), "-q"]
     )
     assert code == 0
-    rows = [json.loads(line) for line in data.read_text().splitlines()]
-    assert [r["task_id"] for r in rows] == ["train-0", "train-2"]  # the script answers odd tasks wrong
-    assert [t["function"]["name"] for t in rows[0]["tools"]] == ["add", "reverse"]
-    assert [m["role"] for m in rows[0]["messages"]] == [
+    rows = {r["task_id"]: r for r in map(json.loads, data.read_text().splitlines())}  # in the order they finished
+    assert sorted(rows) == ["train-0", "train-2"]  # the script answers odd tasks wrong
+    assert [t["function"]["name"] for t in rows["train-0"]["tools"]] == ["add", "reverse"]
+    assert [m["role"] for m in rows["train-0"]["messages"]] == [
         "system",
         "user",
         "assistant",
