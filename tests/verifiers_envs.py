@@ -21,9 +21,11 @@ import json
 import re
 from typing import Any
 
-import verifiers as vf
-from datasets import Dataset
+import pytest
 from openai_server import Reply
+
+vf = pytest.importorskip("verifiers")  # (pytest collects this module for its doctests too)
+Dataset = pytest.importorskip("datasets").Dataset
 
 SINGLE_PROMPT = "Add the numbers. Think in <think>, answer in <answer>."
 GUESS_PROMPT = "Guess my number between 1 and 16. Reply with the number only."
