@@ -33,7 +33,7 @@ install: $(BIN)/python
 install-dev: $(BIN)/python
 	@echo 'make: installing rlvr with every extra and the test tools into $(VENV) (a few minutes the first time; quiet)'
 	$(LOCK) $(PIP) $(TORCH)
-	$(LOCK) $(PIP) -e '.[train,plot,gym,reasoning_gym,textarena,mcp,sandbox,test]' $(ENV_PKGS)
+	$(LOCK) $(PIP) -e '.[train,plot,gym,reasoninggym,textarena,mcp,sandbox,test]' $(ENV_PKGS)
 	$(LOCK) $(PIP) --no-deps $(VERIFIERS)
 
 # The main job: two oracle evaluations (that an environment's reference player scores what it

@@ -79,3 +79,29 @@ def test_bad_calls_get_one_clear_error() -> None:
     assert env.step("<move>nonsense</move>")[1:4] == (0.0, False, False)
     env.close()
     env.close()  # closing twice is harmless
+
+
+def test_a_mixture_scores_each_episode_with_its_members_rubric() -> None:
+    """Each task of `mix` gets the reward `rlvr eval` records (its member's rubric, not the
+    mixture's union rubric, which scores nothing), and Gymnasium's `check_env` passes on it."""
+    mix = load_environment("mix", envs={"tictactoe": {"num_tasks": 8}, "reverse_text": {"num_tasks": 4}})
+    checked = TextGymEnv(mix)
+    check_env(checked)  # random Text actions, on tasks of both members (warnings are errors here)
+    checked.close()
+    tasks = mix.tasks()[:4]
+    expected = asyncio.run(run_rollouts(mix, mix.policies()["random+oracle"](), tasks))
+    players = mix.policies()["random+oracle"]().players
+    env = TextGymEnv(mix)
+    for i, (task, want) in enumerate(zip(tasks, expected)):
+        member, _ = mix.member(task)
+        seed = rollout_seed(task, 0)
+        _, info = env.reset(options={"task": i, "rollout_seed": seed})
+        done, turn = False, 0
+        while not done:
+            sampling = member.sampling.replace(seed=mix_seed(seed, turn))
+            reply = asyncio.run(players[member.name].chat(info["messages"], sampling)).text
+            _, reward, terminated, truncated, info = env.step(reply)
+            done, turn = terminated or truncated, turn + 1
+        assert "error" not in info and info["rewards"] == want.rewards and reward == want.reward
+    assert {mix.member(t)[0].name for t in tasks} == {"tictactoe", "reverse_text"}
+    env.close()

@@ -106,3 +106,51 @@ def test_missing_gymnasium_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setitem(sys.modules, "gymnasium", None)
     with pytest.raises(UsageError, match=r"pip install 'rlvr\[gym\]'"):
         GymEnv(lambda: None)
+
+
+# ---- defaults that fit the env, and classic control in words --------------------------------
+
+
+def push(messages, rng) -> str:
+    """MountainCar: accelerate the way the car moves (its labelled velocity)."""
+    velocity = float(messages[-1]["content"].split("Velocity: ")[1].split(" ")[0].rstrip("."))
+    return "<action>right</action>" if velocity >= 0 else "<action>left</action>"
+
+
+def test_mountain_car_is_solved_through_the_bridge_with_defaults() -> None:
+    """The default turn limit is the env's own (200), not 100: pushing the way the car moves
+    (its labelled velocity) reaches the goal in 113-125 steps, every episode."""
+    env = load_environment("MountainCar-v0", num_tasks=10)
+    assert "at most 200 turns" in env.tasks()[0].question
+    rollouts = run(env, Policy(push, name="push"))
+    assert all(r.stop_reason == "terminated" and -130 < r.reward < -100 for r in rollouts)
+    assert load_environment("CliffWalking-v1", num_tasks=1).max_turns == 100  # no limit of its own
+
+
+@pytest.mark.parametrize(
+    ("env_id", "words"),
+    [
+        ("CartPole-v1", ["Cart position: ", "Pole angle: ", "more than 12 degrees", "+1 for every step"]),
+        ("MountainCar-v0", ["Position: ", "Velocity: ", "position 0.5", "-1 every step", "left, none, right"]),
+        ("MountainCarContinuous-v0", ["Position: ", "+100 on reaching the goal", "position 0.45"]),
+        ("Acrobot-v1", ["cos(angle 1): ", "Height of the free end: ", "negative, none, positive"]),
+        ("Pendulum-v1", ["cos(angle): ", "Angle: ", "-(angle² + 0.1 x angular velocity²"]),
+        ("CliffWalking-v1", ["C the cliff", "costs -100 and sends you back to S", "@ C C", "row 4, column 1"]),
+    ],
+)
+def test_classic_control_and_cliff_walking_prompts_name_fields_goal_and_reward(env_id: str, words: list[str]) -> None:
+    env = load_environment(env_id, num_tasks=1)
+    question = env.tasks()[0].question
+    missing = [w for w in words if w not in question]
+    assert not missing, f"{missing} not in {question}"
+    (r,) = run(env, env.policies()["random"]())
+    assert r.error is None and r.rewards["invalid_action_rate"] == 0.0
+
+
+def test_the_summary_says_how_many_episodes_max_turns_cut() -> None:
+    """A max_turns below the env's own limit cuts MountainCar's solved episodes: the summary says
+    so (cut by max_turns %); with the env's own limit there is nothing to say."""
+    short = load_environment("MountainCar-v0", num_tasks=2, max_turns=100)
+    assert short.summarize(run(short, Policy(push, name="push"))) == {"cut by max_turns %": 100.0}
+    own = load_environment("MountainCar-v0", num_tasks=2)
+    assert own.summarize(run(own, Policy(push, name="push"))) is None

@@ -29,10 +29,16 @@ SPACES = {
     "multi-discrete": gs.MultiDiscrete([3, 5], start=[1, -2]),
     "multi-binary": gs.MultiBinary(4),
     "tuple": gs.Tuple([gs.Discrete(3, start=1), gs.Box(0.0, 1.0, (2,)), gs.MultiDiscrete([2, 2])]),
+    "text": gs.Text(8, charset="abcxyz"),
+    "dict": gs.Dict({"move": gs.Discrete(4), "say": gs.Text(6, min_length=0, charset='hi !"'), "force": BOX}),
 }
 
 
 def same(a, b) -> bool:
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, str):
+        return a == b
     if isinstance(a, tuple):
         return isinstance(b, tuple) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
     return bool(np.array_equal(np.asarray(a), np.asarray(b)))
@@ -74,6 +80,62 @@ def test_composite_spaces_reject_the_part_that_is_wrong() -> None:
         parse("[0.5, 1, 0, 1]", SPACES["multi-binary"])
     with pytest.raises(ValueError, match="is not a JSON list of 3 items"):
         parse("[1, [0, 0]]", SPACES["tuple"])
+
+
+def test_text_and_dict_actions_are_read_or_rejected_with_the_reason() -> None:
+    assert parse("  xyz \n", SPACES["text"]) == "xyz" and to_text("abc", SPACES["text"]) == "abc"
+    with pytest.raises(ValueError, match=re.escape("the character 'q' is not allowed; write text of 1 to 8")):
+        parse("abq", SPACES["text"])
+    with pytest.raises(ValueError, match=re.escape("9 characters; it must have 1 to 8")):
+        parse("a" * 9, SPACES["text"])
+    action = parse('{"move": 2, "say": "hi!", "force": [0, 1]}', SPACES["dict"])
+    assert action["move"] == 2 and action["say"] == "hi!" and SPACES["dict"].contains(action)
+    with pytest.raises(ValueError, match=re.escape("key \"say\": the character 'x' is not allowed")):
+        parse('{"move": 2, "say": "x", "force": [0, 1]}', SPACES["dict"])
+    with pytest.raises(
+        ValueError, match=re.escape('is not a JSON object with exactly the keys ["force", "move", "say"]')
+    ):
+        parse('{"move": 2}', SPACES["dict"])
+    assert describe(SPACES["dict"]).startswith('a JSON object with the keys "force": a JSON list of 2 numbers')
+
+
+class Echo(gymnasium.Env):
+    """Say the word shown (a Text action), or, with `dict_action`, say it and count its letters."""
+
+    WORDS = ["cab", "abba", "xyz"]
+
+    def __init__(self, dict_action: bool = False) -> None:
+        self.observation_space = gs.Discrete(len(self.WORDS))
+        say = gs.Text(8, charset="abcxyz")
+        self.action_space = gs.Dict({"say": say, "letters": gs.Discrete(9)}) if dict_action else say
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.word = int(self.np_random.integers(len(self.WORDS)))
+        return self.word, {}
+
+    def step(self, action):
+        said = action if isinstance(action, str) else action["say"]
+        right = said == self.WORDS[self.word] and (isinstance(action, str) or action["letters"] == len(said))
+        return self.word, float(right), True, False, {}
+
+
+@pytest.mark.parametrize("dict_action", [False, True])
+def test_an_env_with_a_text_or_dict_action_space_is_played_through_the_bridge(dict_action: bool) -> None:
+    from rlvr.envs.gym import GymEnv
+
+    env = GymEnv(lambda: Echo(dict_action), num_tasks=6, description="Say the word number shown: 0 cab, 1 abba, 2 xyz.")
+    question = env.tasks()[0].question
+    assert ('JSON object with the keys "letters"' if dict_action else "<action>TEXT</action>") in question
+
+    def say(messages, rng) -> str:
+        word = Echo.WORDS[int(messages[-1]["content"].rsplit("Observation: ", 1)[1])]
+        return f"<action>{json.dumps({'say': word, 'letters': len(word)}) if dict_action else word}</action>"
+
+    rollouts = asyncio.run(run_rollouts(env, Policy(say, name="say"), env.tasks()))
+    assert [r.reward for r in rollouts] == [1.0] * 6
+    rollouts = asyncio.run(run_rollouts(env, env.policies()["random"](), env.tasks()))
+    assert all(r.error is None and r.rewards["invalid_action_rate"] == 0.0 for r in rollouts)
 
 
 def test_descriptions_name_every_range() -> None:

@@ -231,3 +231,43 @@ def test_a_mixture_pickles_with_its_protocols() -> None:
     back = pickle.loads(pickle.dumps(mix))
     assert type(back).__name__ == type(mix).__name__ and list(back.members) == list(mix.members)
     assert [t.id for t in back.tasks()][:5] == [t.id for t in mix.tasks()][:5]
+
+
+def test_two_members_of_one_environment_from_the_cli(tmp_path, capsys) -> None:
+    """`{"NAME": {"env": ENV, ...}}` names a member apart from its environment: two
+    reasoning-gym datasets (two configurations of one env) in one mixture."""
+    pytest.importorskip("reasoning_gym")
+    rg = {"env": "reasoning_gym", "size": 3, "eval_size": 3}
+    envs = {"legs": {**rg, "dataset": "leg_counting"}, "words": {**rg, "dataset": "word_sorting"}}
+    out = tmp_path / "run"
+    argv = ["eval", "mix", "-a", json.dumps({"envs": envs}), "-m", "policy:oracle+guess", "-n", "6", "-r", "1", "-q"]
+    assert main([*argv, "-o", str(out)]) == 0
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    legs = [r["reward"] for r in rows if r["task_id"].startswith("legs/")]
+    assert len(rows) == 6 and legs == [1.0] * 3
+    assert "legs/reward" in capsys.readouterr().out
+    with pytest.raises(Exception, match='give the environment as "env"'):
+        load_environment("mix", envs={"legs": {"dataset": "leg_counting"}})
+
+
+def test_members_on_different_scales_warn_and_normalize_maps_one_onto_0_1() -> None:
+    """Taxi's return (8 on average under its planner) beside reverse_text's [0, 1]: the mixture
+    says so once; `normalize` maps Taxi's [-20, 20] onto [0, 1], and the warning goes."""
+    pytest.importorskip("gymnasium")
+    envs = {"taxi": {"env": "gym", "env_id": "Taxi-v4", "num_tasks": 3}, "reverse_text": REV}
+    mix = load_environment("mix", envs=envs)
+    rollouts = play(mix, mix.policies()["planner+oracle"](), mix.tasks()[:4], rollouts=1)
+    taxi = [r.reward for r in rollouts if r.task_id.startswith("taxi/")]
+    assert all(r > 4 for r in taxi)
+    with pytest.warns(UserWarning, match=r"different scales \(taxi: \d+ to \d+, reverse_text: .*normalize"):
+        mix.summarize(rollouts)
+    scaled = load_environment("mix", envs=envs, normalize={"taxi": [-20, 20]})
+    again = play(scaled, scaled.policies()["planner+oracle"](), scaled.tasks()[:4], rollouts=1)
+    assert [r.reward for r in again if r.task_id.startswith("taxi/")] == [(r + 20) / 40 for r in taxi]
+    assert [r.rewards for r in again] == [r.rewards for r in rollouts]  # each function's score as it was
+    scaled.summarize(again)  # no warning (warnings are errors here)
+    assert (
+        mix.members["taxi"].rubric.total({"episode_return": 8.0, "format_reward": 0, "invalid_action_rate": 0}) == 8.0
+    )
+    with pytest.raises(UsageError, match="normalize names 'taxo', which is not a member"):
+        load_environment("mix", envs=envs, normalize={"taxo": [0, 1]})

@@ -4,14 +4,19 @@ scores as rewards, the seed passed through, and its errors in one line."""
 from __future__ import annotations
 
 import asyncio
+import json
+import pathlib
 import random
+import re
 import statistics
+import sys
 
 import pytest
 
 pytest.importorskip("reasoning_gym")
 
 from rlvr import check_env
+from rlvr.cli import main
 from rlvr.engine import run_rollouts
 from rlvr.envs.reasoning_gym import load_environment
 from rlvr.errors import UsageError
@@ -111,3 +116,44 @@ def test_two_datasets_mix_as_an_env_group() -> None:
     rollouts = asyncio.run(run_rollouts(env, env.policies()["oracle+oracle"](), env.tasks()))
     assert sorted(r.task_id.split("/")[0] for r in rollouts) == sorted(DATASETS[:2] * 3)
     assert [r.reward for r in rollouts] == [1.0] * 6 and all(r.error is None for r in rollouts)
+
+
+@pytest.mark.parametrize("dataset", ["futoshiki", "knight_swap"])
+def test_eval_of_five_tasks_generates_five_items(
+    dataset: str, monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path
+) -> None:
+    """`-n 5` generates the 5 items it plays (futoshiki's 600 took 511 s to load), and each
+    task is the one a full generation gives at its index."""
+    import reasoning_gym
+
+    cls = reasoning_gym.factory.DATASETS[dataset][0]
+    made: list[int] = []
+    generate = cls.__getitem__
+    monkeypatch.setattr(cls, "__getitem__", lambda self, i: made.append(i) or generate(self, i))
+    args = ["eval", "reasoning_gym", "-a", json.dumps({"dataset": dataset}), "-m", "policy:oracle", "-n", "5"]
+    assert main([*args, "-r", "1", "-q", "-o", str(tmp_path / "run")]) == 0
+    assert sorted(made) == [0, 1, 2, 3, 4]  # the eval split's first five, each once
+    rewards = [json.loads(line)["reward"] for line in (tmp_path / "run" / "results.jsonl").read_text().splitlines()]
+    assert rewards == [1.0] * 5
+    alone = load_environment(dataset=dataset, size=3, eval_size=4, seed=2).tasks("eval")[2]
+    in_order = list(load_environment(dataset=dataset, size=3, eval_size=4, seed=2).tasks("eval"))
+    assert len(made) == 10 and in_order[2].to_dict() == alone.to_dict()
+
+
+def test_the_extra_it_names_installs_with_old_and_new_pip(monkeypatch: pytest.MonkeyPatch) -> None:
+    """pip before 23.3 (Python 3.11's bundled 23.2) matches the extra as written against the
+    published name, which newer setuptools normalises (`reasoning_gym` -> `reasoning-gym`): so
+    the extra the hint names must be its own normal form, with the alias's requirements."""
+    import tomllib
+
+    from rlvr.envs.reasoning_gym import reasoning_gym_module
+
+    monkeypatch.setitem(sys.modules, "reasoning_gym", None)
+    with pytest.raises(UsageError) as caught:
+        reasoning_gym_module()
+    extra = re.search(r"pip install 'rlvr\[(.+)\]'", str(caught.value)).group(1)  # type: ignore[union-attr]
+    assert extra == re.sub(r"[-_.]+", "-", extra).lower()  # what pip >= 23.3 and setuptools write
+    extras = tomllib.loads((pathlib.Path(__file__).parents[1] / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    assert extras[extra] == extras["reasoning_gym"] == ["reasoning-gym>=0.1.25"]

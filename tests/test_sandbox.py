@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import json
 import os
 import resource
@@ -117,9 +118,12 @@ async def test_network_is_denied() -> None:
 
 async def test_namespaces_and_the_working_directory() -> None:
     result = await run_python(
-        "import os, socket\nprint(os.getpid(), [n for _, n in socket.if_nameindex()], os.getcwd())", audit_hooks=False
+        # (socket.if_nameindex() would need a netlink socket, which the syscall filter refuses)
+        "import os\nnet = open('/proc/net/dev').read().splitlines()[2:]\n"
+        "print(os.getpid(), [line.split(':')[0].strip() for line in net], os.getcwd())",
+        audit_hooks=False,
     )
-    assert result.isolated and result.stdout == "2 ['lo'] /tmp\n"  # own PID namespace, no network interfaces
+    assert result.isolated and result.stdout == "2 ['lo'] /tmp\n", result  # own PID namespace, no network interfaces
 
 
 async def test_other_denials_environment_and_cleanup(monkeypatch) -> None:
@@ -317,3 +321,24 @@ def test_isolation_is_reported() -> None:
     assert found.available, found.refusal()  # this project's machines and CI: bwrap from the sandbox extra
     done = subprocess.run([sys.executable, "-m", "rlvr.sandbox"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and "isolation:  yes" in done.stdout, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize(
+    ("filter_program", "expected"),
+    [(None, "no syscall filter for"), (b"", "sandbox: the syscall filter failed: Invalid argument")],
+    ids=["no-table", "filter-refused"],
+)
+def test_without_the_syscall_filter_it_refuses(monkeypatch, filter_program: bytes | None, expected: str) -> None:
+    """An architecture the filter has no numbers for, or a kernel that will not load it (here an
+    empty program, which the kernel rejects): the sandbox fails closed, naming why."""
+    probe = importlib.import_module("rlvr.sandbox.isolation")  # (the package's `isolation` is the function)
+    monkeypatch.setattr(command, "program", lambda: filter_program)
+    monkeypatch.setattr(probe, "program", lambda: filter_program)
+    isolation.cache_clear()
+    try:
+        found = isolation()
+        assert not found.available and expected in found.detail, found.detail
+        with pytest.raises(SandboxUnavailableError, match="cannot isolate code"):
+            python_tool(SandboxLimits())
+    finally:
+        isolation.cache_clear()

@@ -558,3 +558,296 @@ def _is_sandbox(pid: int) -> bool:
     """A sandbox's interpreter: the runner file, or (the first sandbox) a temporary directory in its config."""
     line = _cmdline(pid)
     return "rlvr-sandbox-" in line or "runner.py" in line
+
+
+# ---------------------------------------------------------------------------------------------
+# The kernel's surface (issue 69). The audit hooks stay on: the payloads step around them as an
+# attacker would, by loading the `_ctypes` extension under another module name and calling libc's
+# syscall() directly. Run this file as root and as a normal user: the sandbox takes a different
+# path in each (root: the run's own uid; a normal user: a user namespace).
+# ---------------------------------------------------------------------------------------------
+
+RAW = '''
+def _kernel():
+    """libc's syscall() through the _ctypes extension loaded as "x._ctypes" (no import for the hook to see)."""
+    import importlib.machinery as machinery, importlib.util as util, os, sys
+    found = [os.path.join(d, "_ctypes" + s) for d in sys.path for s in machinery.EXTENSION_SUFFIXES]
+    path = next(p for p in found if os.path.exists(p))
+    C = util.module_from_spec(util.spec_from_loader("x._ctypes", machinery.ExtensionFileLoader("x._ctypes", path)))
+
+    class Long(C._SimpleCData):
+        _type_ = "l"
+
+    class Function(C.CFuncPtr):
+        _flags_, _restype_ = 1 | 8, Long  # cdecl, errno kept
+
+    class Buffer(C.Array):
+        _type_, _length_ = type("Char", (C._SimpleCData,), {"_type_": "c"}), 4096
+
+    class Libc:
+        _handle = C.dlopen(None, os.RTLD_NOW)
+
+    syscall = Function(("syscall", Libc()))
+
+    def call(name, *args):
+        """(result, errno) of syscall(name, *args): ints go as longs, a Buffer as a pointer."""
+        result = syscall(Long(NUMBERS[name]), *(Long(a) if isinstance(a, int) else a for a in args))
+        return result, C.get_errno()
+
+    return call, Buffer
+
+syscall, Buffer = _kernel()
+
+def attempt(what, name, *args):
+    """Print ESCAPE (the call worked) or held, with the errno."""
+    result, error = syscall(name, *args)
+    print("ESCAPE" if result >= 0 else "held", what, result, error, flush=True)
+    return result
+'''
+
+
+def _raw(code: str) -> str:
+    """`code` after the raw-syscall preamble, with this machine's syscall numbers."""
+    import platform
+
+    numbers = {
+        "x86_64": {
+            "keyctl": 250, "add_key": 248, "shmget": 29, "shmat": 30, "msgget": 68, "semget": 64, "socket": 41,
+            "unshare": 272, "mount": 165, "ptrace": 101, "bpf": 321, "perf_event_open": 298, "userfaultfd": 323,
+            "memfd_create": 319, "io_uring_setup": 425, "inotify_init1": 294, "write": 1, "clone3": 435, "mq_open": 240,
+        },
+        "aarch64": {
+            "keyctl": 219, "add_key": 217, "shmget": 194, "shmat": 196, "msgget": 186, "semget": 190, "socket": 198,
+            "unshare": 97, "mount": 40, "ptrace": 117, "bpf": 280, "perf_event_open": 241, "userfaultfd": 282,
+            "memfd_create": 279, "io_uring_setup": 425, "inotify_init1": 26, "write": 64, "clone3": 435, "mq_open": 180,
+        },
+    }.get(platform.machine())  # fmt: skip
+    if numbers is None:
+        pytest.skip(f"no syscall numbers for {platform.machine()} in this test")
+    return f"NUMBERS = {numbers!r}\n" + RAW + textwrap.dedent(code)
+
+
+async def _attack(code: str, **limits: object):
+    result = await run_python(_raw(code), _limits(**{"timeout_s": 20.0, **limits}))
+    assert "Traceback" not in result.stderr, result.stderr
+    return result
+
+
+KEYRING_DRIVER = """
+import asyncio, ctypes, sys
+from rlvr.sandbox import SandboxLimits, run_python
+
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+keyctl, add_key = {keyctl}, {add_key}
+# a session keyring of this process's own (as pam_keyinit, systemd or runc give), holding a key
+assert libc.syscall(keyctl, 1, {name!r}.encode()) > 0, ctypes.get_errno()   # KEYCTL_JOIN_SESSION_KEYRING
+assert libc.syscall(add_key, b"user", b"rlvr-key", {secret!r}.encode(), {length}, -3) > 0, ctypes.get_errno()
+result = asyncio.run(run_python(sys.argv[1], SandboxLimits(timeout_s=20)))
+planted = libc.syscall(keyctl, 10, ctypes.c_long(-3), b"user", b"rlvr-planted", 0)   # KEYCTL_SEARCH
+print(result.stdout + result.stderr + ("PLANTED" if planted > 0 else "nothing planted"))
+"""
+
+
+def test_the_callers_keyrings_are_out_of_reach() -> None:
+    """The caller's session keyring held an API key: read it (KEYCTL_SEARCH + KEYCTL_READ), plant
+    one back (add_key), join it by name, and read the user keyrings; /proc/keys lists nothing of it."""
+    secret = f"sk-{uuid.uuid4().hex}"
+    name = f"rlvr-test-{uuid.uuid4().hex[:8]}"
+    code = _raw(f"""
+        buffer = Buffer()
+        for ring in (-3, -4, -5):  # @s, @u, @us
+            key = attempt(f"search {{ring}}", "keyctl", 10, ring, b"user", b"rlvr-key", 0)
+            if key > 0:
+                size = attempt("read", "keyctl", 11, key, buffer, 4096)
+                print("READ", bytes(buffer)[:max(size, 0)])
+        attempt("plant", "add_key", b"user", b"rlvr-planted", b"x", 1, -3)
+        attempt("join by name", "keyctl", 1, {name!r}.encode())
+        try:
+            print("proc keys", open("/proc/keys").read())
+        except OSError as e:
+            print("proc keys denied", e.errno)
+        """)
+    import platform
+
+    keyctl, add_key = {"x86_64": (250, 248), "aarch64": (219, 217)}[platform.machine()]
+    driver = KEYRING_DRIVER.format(keyctl=keyctl, add_key=add_key, name=name, secret=secret, length=len(secret))
+    done = subprocess.run([sys.executable, "-c", driver, code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "search" in out, out
+    assert secret not in out and "ESCAPE" not in out and "PLANTED" not in out, out
+    assert "rlvr-key" not in out and name not in out, out
+
+
+async def test_sysv_ipc_cannot_hold_memory_outside_the_limit() -> None:
+    """shmget 64 MiB segments, up to 8 x memory_mb's 64: each held memory that RLIMIT_AS did not
+    count; SysV message queues and semaphores, and POSIX message queues, likewise."""
+    result = await _attack(
+        """
+        import os
+        for i in range(8):
+            segment = attempt("shmget", "shmget", 0, 64 << 20, 0o1000 | 0o600)   # IPC_PRIVATE, IPC_CREAT
+            if segment < 0:
+                break
+        attempt("msgget", "msgget", 0, 0o1000 | 0o600)
+        attempt("semget", "semget", 0, 1, 0o1000 | 0o600)
+        attempt("mq_open", "mq_open", b"q", 0o102, 0o600, 0)   # O_CREAT | O_RDWR, default size
+        """,
+        memory_mb=64,
+    )
+    assert "held shmget" in result.stdout and "ESCAPE" not in result.stdout, result.stdout
+
+
+@pytest.mark.parametrize(
+    "family,kind",
+    [(2, 2), (10, 2), (16, 3), (17, 3), (38, 5), (40, 1)],
+    ids="inet inet6 netlink packet alg vsock".split(),
+)
+async def test_only_unix_sockets_open(family: int, kind: int) -> None:
+    """A network namespace isolates IP; AF_VSOCK (the VM's port space), AF_NETLINK and AF_ALG reach
+    the kernel past it. Every family but AF_UNIX is refused; AF_UNIX still works."""
+    result = await _attack(f"""
+        attempt("socket", "socket", {family}, {kind}, 0)
+        print("unix works" if syscall("socket", 1, 1, 0)[0] >= 0 else "unix refused")
+        """)
+    assert "held socket" in result.stdout and "unix works" in result.stdout, result.stdout
+
+
+async def test_no_new_namespaces_mounts_or_clone3() -> None:
+    """Run by root, a nested user namespace gave full capabilities inside it, and with them mounts."""
+    result = await _attack("""
+        attempt("userns", "unshare", 0x10000000)             # CLONE_NEWUSER
+        attempt("mountns", "unshare", 0x20000)               # CLONE_NEWNS
+        attempt("mount", "mount", b"none", b"/tmp", b"tmpfs", 0, 0)
+        attempt("clone3", "clone3", 0, 0)
+        """)
+    assert result.stdout.count("held") == 4, result.stdout
+
+
+async def test_kernel_interfaces_past_the_namespaces_are_closed() -> None:
+    """ptrace, bpf, perf events, userfaultfd (user-mode only needs no privilege), io_uring (whose
+    requests skip the syscall filter) and inotify on shared files: each refused."""
+    result = await _attack("""
+        buffer = Buffer()
+        attempt("ptrace", "ptrace", 0, 0, 0, 0)              # PTRACE_TRACEME
+        attempt("bpf", "bpf", 0, buffer, 72)                 # BPF_MAP_CREATE (zeroed attributes)
+        buffer[4:8] = (128).to_bytes(4, "little")            # perf_event_attr: type SOFTWARE 1, size 128, TASK_CLOCK 1
+        buffer[0:4] = (1).to_bytes(4, "little")
+        buffer[8:16] = (1).to_bytes(8, "little")
+        attempt("perf", "perf_event_open", buffer, 0, -1, -1, 0)
+        attempt("userfaultfd", "userfaultfd", 1)             # UFFD_USER_MODE_ONLY
+        attempt("io_uring", "io_uring_setup", 1, Buffer())
+        attempt("inotify", "inotify_init1", 0)
+        """)
+    assert result.stdout.count("held") == 6 and "ESCAPE" not in result.stdout, result.stdout
+
+
+async def test_memfd_cannot_hold_memory_outside_the_limit() -> None:
+    """memfd_create and write 256 MiB into it with memory_mb=64 (the pages are not in RLIMIT_AS)."""
+    result = await _attack(
+        """
+        import os
+        fd = attempt("memfd", "memfd_create", b"x", 0)
+        if fd >= 0:
+            block, total = b"x" * (1 << 20), 0
+            try:
+                for _ in range(256):
+                    total += os.write(fd, block)
+            except OSError as e:
+                print("stopped", e)
+            print("MiB", total >> 20)
+        """,
+        memory_mb=64,
+    )
+    assert "held memfd" in result.stdout, result.stdout
+
+
+async def test_the_working_directory_caps_its_files() -> None:
+    """Empty files cost no bytes of `disk_mb` but a kernel inode each: 20,000 of them."""
+    result = await _attack(
+        """
+        import os
+        made = 0
+        try:
+            for i in range(20000):
+                os.close(os.open(f"f{i}", os.O_CREAT | os.O_WRONLY))
+                made += 1
+        except OSError as e:
+            print("stopped", e.errno)
+        print("made", made)
+        """,
+        max_files=1000,
+    )
+    assert "stopped" in result.stdout and int(result.stdout.split("made ")[1]) < 1000, result.stdout
+
+
+async def test_dev_holds_no_files() -> None:
+    """In a user namespace /dev (a tmpfs of no size) belonged to the code: any number of files
+    under RLIMIT_FSIZE, outside `disk_mb` (with the hooks off: they refuse writes outside the
+    working directory; the kernel must too)."""
+    result = await _run("""
+        import os
+        for path in ("/dev/shm/x", "/dev/x"):
+            try:
+                with open(path, "wb") as f:
+                    f.write(b"x" * (8 << 20))
+                print("ESCAPE wrote", path)
+            except OSError as e:
+                print("held", path, e.errno)
+        with open("/dev/null", "wb") as f:
+            f.write(b"x")
+        """)
+    assert result.stdout.count("held") == 2 and result.ok, result.stdout + result.stderr
+
+
+def test_locks_on_shared_files_tell_nothing_to_another_run() -> None:
+    """A run that locks a file it shares read-only with other runs (the standard library, /dev/null)
+    signals them: here the test holds the locks, and the code looks for them (flock, F_GETLK)."""
+    import fcntl
+
+    target = os.path.realpath(os.__file__)
+    held = [os.open(target, os.O_RDONLY), os.open("/dev/null", os.O_RDONLY)]
+    for fd in held:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    lock = os.open(target, os.O_RDONLY)
+    fcntl.lockf(lock, fcntl.LOCK_SH | fcntl.LOCK_NB)  # a POSIX read lock on the whole file
+    code = f"""
+        import fcntl, os, struct
+        for path in ({target!r}, "/dev/null"):
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                print("free", path)
+            except OSError as e:
+                print("SEEN" if e.errno in (11, 35) else "held", path, e.errno)
+            try:
+                query = fcntl.fcntl(fd, fcntl.F_GETLK, struct.pack("hhqqi", fcntl.F_WRLCK, 0, 0, 0, 0))
+                print("SEEN" if struct.unpack("hhqqi", query)[0] != fcntl.F_UNLCK else "free", "getlk", path)
+            except OSError as e:
+                print("held getlk", path, e.errno)
+        """
+    try:
+        result = asyncio.run(_run(code))
+    finally:
+        for fd in [*held, lock]:
+            os.close(fd)
+    assert result.ok, result.stderr
+    assert "SEEN" not in result.stdout and result.stdout.count("held") == 4, result.stdout
+
+
+async def test_proc_names_no_host_path_of_the_caller() -> None:
+    """bwrap's command line (the sandbox's /proc/1/cmdline) listed every bind, and the runner's bind
+    named the checkout in mountinfo: the repository and the virtual environment stay unnamed (the
+    interpreter's own paths are what sys.executable says anyway)."""
+    import rlvr
+
+    hidden = {str(Path(rlvr.__file__).resolve().parents[1])}  # the checkout's src/ (or site-packages)
+    if sys.prefix != sys.base_prefix:
+        hidden.add(sys.prefix)  # the virtual environment (bwrap from the sandbox extra lives there)
+    result = await _run("""
+        for path in ("/proc/1/cmdline", "/proc/self/cmdline", "/proc/1/mountinfo", "/proc/self/mountinfo"):
+            print(path, open(path, "rb").read().replace(b"\\0", b" ").decode())
+        """)
+    assert result.ok and "/proc/1/cmdline" in result.stdout, result.stderr
+    assert not [path for path in hidden if path in result.stdout], (hidden, result.stdout)

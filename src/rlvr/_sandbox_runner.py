@@ -1,9 +1,12 @@
 """The first program of every sandboxed run: `rlvr.sandbox` starts it as `python -I -B -S <this file>`.
 
 It reads one JSON line from stdin (the code and the run's settings), then, in this order: ties
-its life to the caller's (below), switches to the run's own user id when it was started as root
-(bubblewrap leaves it only the capabilities to do so), sets the resource limits, writes the code
-to `main.py` in the working directory, installs the audit hook, and runs the code as `__main__`.
+its life to the caller's (below); when isolated, joins a new session keyring and caps the working
+directory's inodes (`Kernel`: bubblewrap leaves it CAP_SYS_ADMIN for this); switches to the run's
+own user id when it was started as root (and CAP_SETUID/SETGID for that); sets the resource
+limits; drops every capability and installs the syscall filter (rlvr.sandbox.seccomp), which
+nothing after it can lift; writes the code to `main.py` in the working directory, installs the
+audit hook, and runs the code as `__main__`.
 A traceback leaves out the runner's frames. The code's stdin is empty, unless the settings ask
 to keep it (`stdin`: a `SandboxSession`, whose program talks to the caller in lines over stdin
 and stdout).
@@ -24,6 +27,7 @@ Standard library only: nothing else is importable where it runs.
 from __future__ import annotations
 
 import builtins
+import errno
 import fcntl
 import json
 import os
@@ -57,6 +61,8 @@ MUTATE = {
     "os.link": 2,
     "os.symlink": 2,
 }
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, CLONE_NEWNS = 1, 2, 4, 32, 4096, 16384, 0x20000
+PR_SET_SECCOMP, PR_SET_NO_NEW_PRIVS = 22, 38
 O_WRITE = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
 
@@ -92,6 +98,78 @@ def become(uid: int) -> None:
     os.setresuid(uid, uid, uid)
     if os.getresuid() != (uid, uid, uid) or os.getresgid() != (uid, uid, uid):
         raise SystemExit(f"sandbox: could not switch to uid {uid}")
+
+
+class Kernel:
+    """The kernel calls the standard library lacks, through ctypes (forgotten before the code runs,
+    so that importing it stays the audit hook's to refuse): run in `main` in the order below."""
+
+    def __init__(self) -> None:
+        import ctypes
+
+        self.ctypes = ctypes
+        self.libc = ctypes.CDLL(None, use_errno=True)
+        self.libc.syscall.restype = ctypes.c_long
+
+    def _check(self, result: int, what: str, tolerated: tuple[int, ...] = ()) -> None:
+        number = self.ctypes.get_errno()
+        if result < 0 and number not in tolerated:
+            raise SystemExit(f"sandbox: {what} failed: {os.strerror(number)}")
+
+    def join_session_keyring(self, keyctl: int) -> None:
+        """A new, empty session keyring: the caller's keys go out of reach (KEYCTL_JOIN_SESSION_KEYRING).
+        Tolerated: no keyrings in this kernel (ENOSYS), or keyctl already denied to us (EPERM)."""
+        c = self.ctypes
+        result = self.libc.syscall(c.c_long(keyctl), c.c_long(1), c.c_void_p(None))
+        self._check(result, "joining a new session keyring", (errno.ENOSYS, errno.EPERM))
+
+    def cap_files(self, workdir: str, size: int, files: int, inside: list[str]) -> None:
+        """Cap the inodes of the working directory's tmpfs (bwrap sets only its size): a remount run
+        by root; in a user namespace (bwrap's second one, which does not own the mounts) a new tmpfs
+        in a mount namespace of its own, with the paths bound `inside` it bound again on top."""
+        options = f"size={size},nr_inodes={files}"
+        where, flags = workdir.encode(), MS_NOSUID | MS_NODEV
+        if self.libc.mount(b"tmpfs", where, b"tmpfs", MS_REMOUNT | flags, options.encode()) == 0:
+            return
+        self._check(self.libc.unshare(CLONE_NEWNS), "a mount namespace for the working directory")
+        kept = [os.open(path, os.O_PATH) for path in inside]
+        result = self.libc.mount(b"tmpfs", where, b"tmpfs", flags, f"{options},mode=1777".encode())
+        self._check(result, "capping the working directory's files")
+        for path, fd in zip(inside, kept):
+            if os.path.isdir(f"/proc/self/fd/{fd}"):
+                os.makedirs(path, exist_ok=True)
+            else:
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                open(path, "a").close()
+            source = f"/proc/self/fd/{fd}".encode()
+            self._check(self.libc.mount(source, path.encode(), None, MS_BIND | MS_REC, None), f"binding {path}")
+            readonly = MS_REMOUNT | MS_BIND | MS_RDONLY | flags
+            self._check(self.libc.mount(None, path.encode(), None, readonly, None), f"binding {path} read-only")
+            os.close(fd)
+        os.chdir(workdir)
+
+    def drop_capabilities(self) -> None:
+        """Empty the effective, permitted, inheritable and ambient sets (in a user namespace bwrap
+        leaves CAP_SYS_ADMIN for the remount; run by root, `become` has emptied them already)."""
+        c = self.ctypes
+        header = (c.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+        self._check(self.libc.capset(header, (c.c_uint32 * 6)()), "dropping capabilities")
+
+    def install_filter(self, program: bytes) -> None:
+        """The syscall filter (rlvr.sandbox.seccomp) for this process and all it starts; irreversible."""
+        import ctypes as c  # (imported in __init__)
+
+        class Program(c.Structure):
+            _fields_ = [("len", c.c_ushort), ("filter", c.c_char_p)]
+
+        prog = Program(len(program) // 8, program)
+        self._check(self.libc.prctl(PR_SET_NO_NEW_PRIVS, c.c_ulong(1), 0, 0, 0), "no_new_privs")
+        self._check(self.libc.prctl(PR_SET_SECCOMP, c.c_ulong(2), c.byref(prog), 0, 0), "the syscall filter")
+
+    def forget(self) -> None:
+        for name in [m for m in sys.modules if m.partition(".")[0] in ("ctypes", "_ctypes")]:
+            del sys.modules[name]
+        del self.libc, self.ctypes
 
 
 def set_limits(limits: dict[str, int | list[int]]) -> None:
@@ -156,12 +234,21 @@ def main() -> None:
     die_with_caller(os.dup(0))  # a descriptor of its own (not inherited), kept when stdin is replaced
     if not config.get("stdin"):
         os.dup2(os.open(os.devnull, os.O_RDONLY), 0)  # the code's stdin is empty
+    kernel = config["kernel"]
+    workdir = os.getcwd()
+    if kernel:  # isolated: in bwrap's namespaces, with the capabilities it left for this
+        calls = Kernel()
+        calls.join_session_keyring(kernel["keyctl"])
+        calls.cap_files(workdir, kernel["disk"], kernel["files"], kernel["inside"])
     if config["uid"] is not None:
         become(config["uid"])
     set_limits(config["limits"])
+    if kernel:
+        calls.drop_capabilities()
+        calls.install_filter(bytes.fromhex(kernel["filter"]))
+        calls.forget()
     sys.path.extend(config["path"])
     builtins.exit = builtins.quit = sys.exit  # type: ignore[assignment]  # `site` (-S) is not loaded
-    workdir = os.getcwd()
     with open("main.py", "w", encoding="utf-8") as f:
         f.write(config["code"])
     code = compile(config["code"], "main.py", "exec")

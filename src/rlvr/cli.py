@@ -22,7 +22,7 @@ import warnings
 
 from rlvr.errors import RlvrError, UsageError
 
-COMMANDS = ("eval", "gen", "sft", "train", "play", "report", "list", "init", "model")
+COMMANDS = ("eval", "gen", "sft", "train", "play", "report", "list", "init", "model", "serve")
 
 
 def build_parser() -> argparse.ArgumentParser:

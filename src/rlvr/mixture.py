@@ -2,6 +2,11 @@
 
     env = EnvGroup([load_environment("tictactoe"), load_environment("reverse_text")])
     rlvr eval mix -a '{"envs": {"tictactoe": {}, "reverse_text": {}}}' -m policy:optimal+oracle
+    rlvr eval mix -a '{"envs": {"legs": {"env": "reasoning_gym", "dataset": "leg_counting"},
+                                "words": {"env": "reasoning_gym", "dataset": "word_sorting"}}}'
+
+- Members: named by the keys of `envs`; an `env` key among a member's arguments names its
+  environment (else the member's name does), so one environment can be two members.
 
 - Tasks: every member's tasks, taken in turn (one of each member, then the next of each), each
   under the id `NAME/ID`: the prefix is how a task, and its rollouts, remember their member.
@@ -10,6 +15,9 @@
   max_turns, tools and lifecycle; the engine scores it with the member's rubric.
 - Sampling: a member samples with its own `sampling`, except the fields in which the caller's
   sampling differs from the mixture's own (`-t`, `-T`, the trainer's settings): those win.
+- Reward scales: members whose rewards lie on different scales draw one warning (at the first
+  summary that shows it); `normalize={"NAME": [low, high]}` maps a member's total onto [0, 1]
+  (`rlvr.mixture_scale`).
 - Summary: `summarize` gives, for each member, `NAME/rollouts`, `NAME/reward`, `NAME/<reward
   function>` and the member's own `summarize` numbers as `NAME/<key>`.
 - Training batches: every (member, difficulty bucket of that member) is one stratum, and
@@ -33,7 +41,9 @@ from typing import Any
 
 from rlvr.clients.base import ChatClient
 from rlvr.envs.multiturn import MultiTurnEnv
+from rlvr.envs.task_source import LazyTasks
 from rlvr.errors import EnvError, UsageError
+from rlvr.mixture_scale import normalized, warn_on_scales
 from rlvr.rubric import Rubric
 from rlvr.sampler import Stratified, bucket_index, difficulty_buckets, difficulty_span
 from rlvr.types import Completion, Messages, SamplingArgs, State, Task
@@ -63,10 +73,16 @@ class EnvGroup(MultiTurnEnv[State]):
     """Several environments as one; see the module docstring.
 
     `envs`: the members, as a list (each named by its `name`, which the registry sets) or as a
-    mapping from name to environment. Names must be unique and contain no `/`.
+    mapping from name to environment. Names must be unique and contain no `/`. `normalize`:
+    member name -> [low, high], that member's total reward mapped linearly from [low, high] onto
+    [0, 1] (the member is copied with a `ScaledRubric`; the env passed in is left as it is).
     """
 
-    def __new__(cls, envs: Sequence[MultiTurnEnv[Any]] | Mapping[str, MultiTurnEnv[Any]]) -> EnvGroup:
+    def __new__(
+        cls,
+        envs: Sequence[MultiTurnEnv[Any]] | Mapping[str, MultiTurnEnv[Any]],
+        normalize: Mapping[str, Sequence[float]] | None = None,
+    ) -> EnvGroup:
         members = list(envs.values()) if isinstance(envs, Mapping) else list(envs)
         offered = tuple(name for name in FORWARDED if any(hasattr(e, name) for e in members))
         return super().__new__(_offering(cls, offered))
@@ -75,7 +91,11 @@ class EnvGroup(MultiTurnEnv[State]):
         """Pickled through `EnvGroup` (the class `__new__` makes is not importable by its name)."""
         return (EnvGroup, (dict(self.members),), self.__dict__)
 
-    def __init__(self, envs: Sequence[MultiTurnEnv[Any]] | Mapping[str, MultiTurnEnv[Any]]) -> None:
+    def __init__(
+        self,
+        envs: Sequence[MultiTurnEnv[Any]] | Mapping[str, MultiTurnEnv[Any]],
+        normalize: Mapping[str, Sequence[float]] | None = None,
+    ) -> None:
         members = dict(envs) if isinstance(envs, Mapping) else {e.name: e for e in envs}
         if not envs:
             raise UsageError("a mixture needs at least one environment, got none")
@@ -85,7 +105,8 @@ class EnvGroup(MultiTurnEnv[State]):
         bad = [n for n in members if not n or SEP in n]
         if bad:
             raise UsageError(f"member name {bad[0]!r} must be non-empty and contain no {SEP!r}")
-        self.members: dict[str, MultiTurnEnv[Any]] = members
+        self.members: dict[str, MultiTurnEnv[Any]] = normalized(members, normalize or {})
+        self._scales_checked = False
         self._max_turns: int | None = None
         eval_sets = {n: e.tasks("eval") for n, e in members.items()}
         super().__init__(
@@ -161,6 +182,8 @@ class EnvGroup(MultiTurnEnv[State]):
         from rlvr.summary import summarize
 
         out: dict[str, float] = {}
+        if not self._scales_checked:
+            self._scales_checked = warn_on_scales(self.members, rollouts, SEP)
         for name, env in self.members.items():
             prefix = name + SEP
             mine = [
@@ -252,12 +275,19 @@ def _offering(cls: type[EnvGroup], offered: tuple[str, ...]) -> type[EnvGroup]:
     return _CLASSES[cls, offered]
 
 
-def _interleave(sets: Mapping[str, Sequence[Task]]) -> list[Task]:
-    """Every member's tasks under `NAME/ID`, one of each member in turn."""
-    out: list[Task] = []
-    for row in itertools.zip_longest(*([(n, t) for t in ts] for n, ts in sets.items())):
-        out.extend(dataclasses.replace(t, id=f"{n}{SEP}{t.id}") for n, t in (p for p in row if p is not None))
-    return out
+def _interleave(sets: Mapping[str, Sequence[Task]]) -> LazyTasks:
+    """Every member's tasks under `NAME/ID`, one of each member in turn; a member's task is
+    built when the mixture's is first asked for (a lazy member stays lazy)."""
+    rows = itertools.zip_longest(*([(n, i) for i in range(len(ts))] for n, ts in sets.items()))
+    order = [p for row in rows for p in row if p is not None]
+    return LazyTasks(len(order), functools.partial(_member_task, dict(sets), order))
+
+
+def _member_task(sets: Mapping[str, Sequence[Task]], order: Sequence[tuple[str, int]], k: int) -> Task:
+    """Task `k` of an interleaving: its member's task under `NAME/ID`."""
+    name, i = order[k]
+    task = sets[name][i]
+    return dataclasses.replace(task, id=f"{name}{SEP}{task.id}")
 
 
 def _union_rubric(envs: Any) -> Rubric:
@@ -288,14 +318,22 @@ DEFAULT_MEMBERS = ("tictactoe", "reverse_text")
 """The members of `mix` without arguments: two of the environments bundled with rlvr."""
 
 
-def load_environment(envs: Mapping[str, Mapping[str, Any]] | None = None) -> EnvGroup:
+def load_environment(
+    envs: Mapping[str, Mapping[str, Any]] | None = None, normalize: Mapping[str, Sequence[float]] | None = None
+) -> EnvGroup:
     """rlvr environment: a mixture of installed environments, each with its own arguments.
 
     Args:
         envs: member name -> that environment's arguments, e.g.
-            {"tictactoe": {"num_tasks": 100}, "reverse_text": {}}; default: each of
+            {"tictactoe": {"num_tasks": 100}, "reverse_text": {}}; an `env` key among the
+            arguments names the environment, so that two members can be one environment
+            with other arguments: {"legs": {"env": "reasoning_gym", "dataset": "leg_counting"},
+            "words": {"env": "reasoning_gym", "dataset": "word_sorting"}}; default: each of
             `DEFAULT_MEMBERS` with its default arguments.
+        normalize: member name -> [low, high]: that member's total reward mapped from
+            [low, high] onto [0, 1] (e.g. {"taxi": [-20, 20]}).
     """
+    from rlvr.errors import EnvNotFoundError
     from rlvr.registry import load_environment as load
 
     if envs is None:
@@ -304,4 +342,17 @@ def load_environment(envs: Mapping[str, Mapping[str, Any]] | None = None) -> Env
         raise UsageError(
             f'envs must map environment names to argument objects, e.g. {{"reverse_text": {{}}}}, got {envs!r}'
         )
-    return EnvGroup({name: load(name, **args) for name, args in envs.items()})
+    members = {}
+    for name, given in envs.items():
+        args = dict(given)
+        env = args.pop("env", name)
+        try:
+            members[name] = load(env, **args)
+        except EnvNotFoundError as exc:
+            if "env" in given:
+                raise
+            raise EnvNotFoundError(
+                f'{exc}; to name a member apart from its environment, give the environment as "env": '
+                f'{{"{name}": {{"env": "reasoning_gym", ...}}}}'
+            ) from None
+    return EnvGroup(members, normalize)

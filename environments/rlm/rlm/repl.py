@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from rlm.repl_server import OUTPUT_LIMIT
 from rlvr.sandbox import SandboxLimits, SandboxSession
 
 SERVER = (Path(__file__).parent / "repl_server.py").read_text(encoding="utf-8")
@@ -46,6 +47,17 @@ CODE = re.compile(r"```(?:python|py|repl)?[ \t]*\n(.*?)```", re.DOTALL)
 """A ```python (or py, repl) block of a model turn: one REPL cell."""
 
 
+def _text(value: object, limit: int | None = OUTPUT_LIMIT) -> str:
+    """A string the REPL sent, checked on this side of the channel (a cell can write to it directly):
+    a str (else its repr), valid UTF-8 (lone surrogates replaced), cut to `limit` characters as the
+    server cuts output."""
+    text = value if isinstance(value, str) else "" if value is None else repr(value)
+    text = text.encode("utf-8", "replace").decode("utf-8")
+    if limit is not None and len(text) > limit:
+        text = text[:limit] + f"\n[... {len(text) - limit} more characters of output dropped]"
+    return text
+
+
 class Repl:
     """A REPL process that is started on the first cell and lasts until `close()`."""
 
@@ -56,7 +68,9 @@ class Repl:
         """REPL processes started (more than one: a cell killed one)."""
 
     async def _start(self) -> SandboxSession:
-        session = await SandboxSession.start(SERVER, self.limits)
+        # the longest line it may send: a prompt quoting all of `context` (JSON's \uXXXX: 6 bytes a character)
+        line_limit = 6 * len(self.context) + 2**20
+        session = await SandboxSession.start(SERVER, self.limits, line_limit=line_limit)
         self.starts += 1
         await session.send({"op": "init", "context": self.context})
         async with asyncio.timeout(self.cell_timeout_s):
@@ -80,11 +94,12 @@ class Repl:
                 if message is None:
                     return await self._lost(f"the REPL process ended ({self._why()})")
                 if message.get("op") == "done":
-                    return Cell(str(message.get("stdout") or ""), message.get("error"))
+                    error = message.get("error")
+                    return Cell(_text(message.get("stdout")), None if error is None else _text(error))
                 if message.get("op") == "query":
                     t0 = time.monotonic()
                     try:
-                        reply = {"op": "answer", "text": await ask(str(message.get("prompt", "")))}
+                        reply = {"op": "answer", "text": await ask(_text(message.get("prompt"), limit=None))}
                     except SubCallRefused as refused:
                         reply = {"op": "answer", "error": str(refused)}
                     deadline += time.monotonic() - t0  # the sub-model's time is not the cell's

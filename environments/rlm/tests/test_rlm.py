@@ -68,8 +68,8 @@ async def test_variables_last_across_turns_and_no_process_outlives_the_rollout(m
     started: list[SandboxSession] = []
     start = SandboxSession.start.__func__  # type: ignore[attr-defined]
 
-    async def spy(cls: type[SandboxSession], code: str, limits: Any = None) -> SandboxSession:
-        session = await start(cls, code, limits)
+    async def spy(cls: type[SandboxSession], code: str, limits: Any = None, **options: Any) -> SandboxSession:
+        session = await start(cls, code, limits, **options)
         started.append(session)
         return session
 
@@ -189,3 +189,30 @@ def test_check_env_and_clear_refusals() -> None:
     with pytest.raises(UsageError, match="mode one of"):
         load_environment(**SMALL, mode="chunked")
     assert isinstance(load_environment(**SMALL, sub_model="policy:oracle"), RLMEnv)
+
+
+@pytest.mark.parametrize(
+    ("written", "expected"),
+    [
+        # a `done` message past the server's own cut: 1 MB of output (once kept whole in results.jsonl)
+        (
+            'ch.write(json.dumps({"op": "done", "stdout": "x" * 1_000_000}) + "\\n")',
+            "more characters of output dropped",
+        ),
+        # 20 MB on one line: past the line limit (a prompt quoting all of `context`), the REPL ends (once accepted)
+        ('ch.write(json.dumps({"op": "done", "stdout": "x" * 20_000_000}) + "\\n")', "the REPL process ended"),
+        ('ch.buffer.write(b"\\xff\\xfe\\n")', "the REPL process ended"),  # not UTF-8: a host exception once
+        ('ch.write("[" * 100_000 + "\\n")', "the REPL process ended"),  # past the JSON parser's depth
+        ('ch.write(json.dumps({"op": "done", "stdout": "\\ud800", "error": {"a": 1}}) + "\\n")', "{'a': 1}"),
+    ],
+    ids=["output", "long-line", "not-utf8", "deep", "types"],
+)
+async def test_what_a_cell_writes_to_the_channel_itself_is_checked_on_the_host(written: str, expected: str) -> None:
+    """A cell can reach the server's channel (`llm_query.__globals__["_channel"]`) and write any
+    message; the host cuts it and turns malformed data into the cell's error, never its own."""
+    env = load_environment(**SMALL)
+    code = f'import json\nch = llm_query.__globals__["_channel"]\n{written}\nch.flush()'
+    [r] = await run_rollouts(env, scripted(cell(code), "FINAL(x)"), env.tasks()[:1])
+    said = outputs(r)[0]
+    assert r.error is None and expected in said, (r.error, said[:500])
+    assert len(said) < 10_000 and said.encode("utf-8")  # cut, and valid UTF-8 (a lone surrogate replaced)

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rlvr.commands import eval_endpoints
 from rlvr.commands.eval_endpoints import LimitHits, base_urls, print_endpoints
 from rlvr.commands.sampling import (
     add_sampling_args,
@@ -53,6 +54,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("-c", "--concurrency", type=int, default=None, help=f"rollouts in flight at once (default 32 {own})")
     add_sampling_args(p)
     p.add_argument("-a", "--env-args", default="{}", metavar="JSON", help="environment arguments as a JSON object")
+    eval_endpoints.add_env_server_args(p)
     p.add_argument(
         "-o", "--output", default=None, metavar="DIR", help="results directory (default runs/eval/ENV--MODEL--TIME)"
     )
@@ -227,6 +229,7 @@ def run(args: argparse.Namespace) -> int:
     if args.exhaustive and args.temperature is None:
         args.temperature = 0.0
     env, client, model = load_env_and_client(args, args.concurrency)
+    env = eval_endpoints.with_env_servers(args, env)
     tasks, sampling = tasks_and_sampling(args, env, client)
     out = Path(args.output or f"runs/eval/{args.env}--{_slug(model)}--{time.strftime('%Y%m%d-%H%M%S')}")
     if args.resume and args.output is None:
@@ -265,6 +268,7 @@ def run(args: argparse.Namespace) -> int:
         errors=summary.errors,
         seconds=round(elapsed, 3),
         **({"endpoints": client.endpoints.stats()} if isinstance(args.base_url, list) else {}),  # type: ignore[attr-defined]
+        **eval_endpoints.env_server_stats(env),
     )
     print_summary(summary, title=f"{args.env} / {model}", extra=outcomes.summarize(), elapsed_s=elapsed)
     print(hits.line(*reply_limit(args, env, client)))

@@ -67,3 +67,34 @@ def print_endpoints(client: Any) -> None:
             f"  {row['url']}: {probe}{row['requests']} requests, {row['answered']} answered, "
             f"failed: {failed}; {latency}"
         )
+
+
+def add_env_server_args(p: Any) -> None:
+    """--env-server: play the environment on `rlvr serve` processes (`rlvr.serve.remote`)."""
+    p.add_argument(
+        "--env-server",
+        action="append",
+        default=None,
+        metavar="URL",
+        help="play the environment on this `rlvr serve ENV` server (repeat it for several: rollouts go to the "
+        "least busy; a failed server's rollouts move on to another)",
+    )
+
+
+def with_env_servers(args: Any, env: Any) -> Any:
+    """`env`, or with --env-server, `env` played on those servers."""
+    if not getattr(args, "env_server", None):
+        return env
+    from rlvr.errors import import_extra
+
+    import_extra("openenv.core", "openenv", "env servers", "openenv-core")
+    from rlvr.serve.remote import RemoteEnv
+
+    return RemoteEnv(env, args.env_server)
+
+
+def env_server_stats(env: Any) -> dict[str, Any]:
+    """metadata.json's `env_servers`: each server's finished rollouts and failures."""
+    from rlvr.serve.remote import RemoteEnv
+
+    return {"env_servers": env.pool.stats()} if isinstance(env, RemoteEnv) else {}

@@ -220,7 +220,7 @@ class MultiTurnEnv(Generic[S]):
 
     # ---- the episode (final) ------------------------------------------------------------
 
-    def tasks(self, split: str = "eval") -> list[Task]:
+    def tasks(self, split: str = "eval") -> Sequence[Task]:
         """Tasks of a split: `train`, or `eval` (falls back to train when there is none)."""
         if split == "train":
             return self.dataset

@@ -1,4 +1,4 @@
-"""reasoning-gym as rlvr environments (needs the `reasoning_gym` extra).
+"""reasoning-gym as rlvr environments (needs the `reasoninggym` extra).
 
 reasoning-gym (https://github.com/open-thought/reasoning-gym) generates ~100 procedural
 reasoning datasets (arithmetic, logic, puzzles, games, ARC, ...) and scores an answer with each
@@ -13,8 +13,10 @@ dataset's config.
 - Seeds pass through: the training split is the dataset with ``seed`` and ``size``, the eval
   split the same dataset with ``seed + size`` (its generators seed item i with ``seed + i``,
   so the two do not overlap). The few generators that also draw from the module-level
-  `random` get it seeded from the dataset and seed while they run, then restored, so the same
-  arguments always give the same tasks.
+  `random` get it seeded from the dataset, seed and item index while they run, then restored,
+  so the same arguments always give the same tasks, in whatever order they are generated.
+- Items are generated lazily: task `i` (and the item it scores against) the first time it is
+  asked for, so ``-n 5`` generates five items, not ``size + eval_size``.
 - Each task carries its dataset, split, index and metadata in ``info`` (the metadata as plain
   JSON, for the record); scoring uses the item as the dataset made it.
 
@@ -37,12 +39,13 @@ from typing import Any
 from rlvr.clients.base import ChatClient
 from rlvr.clients.policy import Policy
 from rlvr.envs.multiturn import SingleTurnEnv
+from rlvr.envs.task_source import LazyTasks
 from rlvr.errors import UsageError, import_extra
 from rlvr.parsers import XMLParser
 from rlvr.rubric import Rubric
 from rlvr.types import Messages, SamplingArgs, State, Task
 
-__all__ = ["ReasoningGymEnv", "create_dataset", "load_environment", "make_tasks", "reasoning_gym_module"]
+__all__ = ["Items", "ReasoningGymEnv", "create_dataset", "load_environment", "reasoning_gym_module"]
 
 SYSTEM_PROMPT = (
     "Solve the problem the user sends. You may think inside <think>...</think> first; then give "
@@ -53,7 +56,7 @@ SYSTEM_PROMPT = (
 
 def reasoning_gym_module() -> Any:
     """Import reasoning_gym, or say which extra to install."""
-    return import_extra("reasoning_gym", "reasoning_gym", "reasoning-gym environments", "reasoning-gym")
+    return import_extra("reasoning_gym", "reasoninggym", "reasoning-gym environments", "reasoning-gym")
 
 
 def create_dataset(name: str, size: int, seed: int, config: Mapping[str, Any]) -> Any:
@@ -97,23 +100,37 @@ def _global_random_seeded(seed: str) -> Iterator[None]:
         random.setstate(saved)
 
 
-def make_tasks(name: str, data: Any, split: str) -> tuple[list[Task], list[dict[str, Any]]]:
-    """Every item of a reasoning-gym dataset as a task (its question, its answer or None when the
-    dataset has none, and in `info` the dataset, split, index and metadata as plain JSON), and
-    the items themselves, which the dataset scores against."""
-    with _global_random_seeded(f"reasoning_gym:{name}:{data.seed}"):
-        entries = [data[i] for i in range(len(data))]
-    tasks = [
-        Task(
-            id=f"{split}-{i}",
+class Items:
+    """One split of a reasoning-gym dataset, item by item: item `i` is generated the first time
+    a task or a score asks for it, and kept (as the dataset made it: it scores against it)."""
+
+    def __init__(self, name: str, data: Any, split: str) -> None:
+        self.name, self.data, self.split = name, data, split
+        self.entries: dict[int, dict[str, Any]] = {}
+
+    def entry(self, i: int) -> dict[str, Any]:
+        """Item `i`, generated with the module-level `random` seeded from the dataset, its seed
+        and `i` (so an item is the same whichever items were generated before it)."""
+        if i not in self.entries:
+            with _global_random_seeded(f"reasoning_gym:{self.name}:{self.data.seed}:{i}"):
+                self.entries[i] = self.data[i]
+        return self.entries[i]
+
+    def task(self, i: int) -> Task:
+        """Item `i` as a task: its question, its answer (None when the dataset has none), and in
+        `info` the dataset, split, index and metadata as plain JSON."""
+        entry = self.entry(i)
+        return Task(
+            id=f"{self.split}-{i}",
             question=str(entry["question"]),
             answer=None if entry["answer"] is None else str(entry["answer"]),
-            info={"dataset": name, "split": split, "index": i, "metadata": _plain_json(entry["metadata"])},
-            seed=data.seed + i,
+            info={"dataset": self.name, "split": self.split, "index": i, "metadata": _plain_json(entry["metadata"])},
+            seed=self.data.seed + i,
         )
-        for i, entry in enumerate(entries)
-    ]
-    return tasks, entries
+
+    def tasks(self) -> LazyTasks:
+        """Every item as a task, each generated on first use."""
+        return LazyTasks(len(self.data), self.task)
 
 
 def _plain_json(value: Any) -> Any:
@@ -126,14 +143,14 @@ def _plain_json(value: Any) -> Any:
     return json.loads(json.dumps(value, default=str))
 
 
-def make_score(data: Any, entries: Mapping[str, Sequence[Mapping[str, Any]]]) -> Callable[..., float]:
+def make_score(data: Any, items: Mapping[str, Items]) -> Callable[..., float]:
     """The reward function of `data`: its own `score_answer` of the tagged answer, against the
-    item as the dataset made it (`entries` by split; the task's info says which)."""
+    item as the dataset made it (`items` by split; the task's info says which)."""
 
     def score_answer(completion: Messages, info: Mapping[str, Any], parser: XMLParser) -> float:
         """reasoning-gym's score of the `<answer>` (None when there is no tagged answer). A
         scorer that raises on what the model wrote scores it 0: that answer is not valid."""
-        entry = entries[info["split"]][info["index"]]
+        entry = items[info["split"]].entry(info["index"])
         try:
             return float(data.score_answer(parser.parse_answer(completion), entry))
         except Exception:
@@ -151,26 +168,38 @@ def _question_of(messages: Messages) -> str:
     return next((str(m.get("content") or "") for m in reversed(messages) if m.get("role") == "user"), "")
 
 
-def oracle_policy(messages: Messages, rng: random.Random, answers: Mapping[str, str]) -> str:
-    """Answers with the dataset's own answer to the question of the last user message."""
-    return f"<answer>{answers.get(_question_of(messages), '')}</answer>"
+def oracle_policy(messages: Messages, rng: random.Random, items: Sequence[Items]) -> str:
+    """Answers with the dataset's own answer to the question of the last user message (the
+    question of a task already generated: the one being played)."""
+    question = _question_of(messages)
+    for split in items:
+        for entry in split.entries.values():
+            if str(entry["question"]) == question:
+                return f"<answer>{entry['answer']}</answer>"
+    return "<answer></answer>"
 
 
-def guess_policy(messages: Messages, rng: random.Random, answers: Sequence[str]) -> str:
-    """Answers with the answer of a random task of the same dataset: right format, no reading."""
-    return f"<answer>{rng.choice(answers) if answers else ''}</answer>"
+def guess_policy(messages: Messages, rng: random.Random, items: Sequence[Items]) -> str:
+    """Answers with the answer of a random task of the dataset (either split): right format,
+    no reading."""
+    sizes = [len(split.data) for split in items]
+    i = rng.randrange(sum(sizes))
+    split = 0 if i < sizes[0] else 1
+    entry = items[split].entry(i - split * sizes[0])
+    return f"<answer>{'' if entry['answer'] is None else entry['answer']}</answer>"
 
 
 class ReasoningGymEnv(SingleTurnEnv[State]):
     """One reasoning-gym dataset, single turn; see the module docstring."""
 
+    items: tuple[Items, Items]
+    """The training and evaluation items (set by `load_environment`)."""
+
     def policies(self) -> dict[str, Callable[[], ChatClient]]:
-        tasks = [*self.tasks("train"), *self.tasks("eval")]
-        answers = {t.question: t.answer for t in tasks if t.question is not None and t.answer is not None}
-        guess = functools.partial(guess_policy, answers=sorted(set(answers.values())))
+        guess = functools.partial(guess_policy, items=self.items)
         players: dict[str, Callable[[], ChatClient]] = {"guess": functools.partial(Policy, guess, name="guess")}
-        if len(answers) == len({t.question for t in tasks}):
-            oracle = functools.partial(oracle_policy, answers=answers)
+        if self.items[1].entry(0)["answer"] is not None:  # 5 datasets have none (docs/environments.md)
+            oracle = functools.partial(oracle_policy, items=self.items)
             players = {"oracle": functools.partial(Policy, oracle, name="oracle"), **players}
         return players
 
@@ -197,18 +226,18 @@ def load_environment(
     """
     if size < 1 or eval_size < 1:
         raise UsageError(f"size and eval_size must be >= 1, got {size}, {eval_size}")
-    train = create_dataset(dataset, size, seed, config)
-    held_out = create_dataset(dataset, eval_size, seed + size, config)
+    train = Items(dataset, create_dataset(dataset, size, seed, config), "train")
+    held_out = Items(dataset, create_dataset(dataset, eval_size, seed + size, config), "eval")
     parser = XMLParser(["think", "answer"], optional=["think"])
-    train_tasks, train_entries = make_tasks(dataset, train, "train")
-    eval_tasks, eval_entries = make_tasks(dataset, held_out, "eval")
-    score = make_score(train, {"train": train_entries, "eval": eval_entries})
+    score = make_score(train.data, {"train": train, "eval": held_out})
     rubric = Rubric([score, format_reward], weights=[1.0, format_weight], parser=parser)
-    return ReasoningGymEnv(
-        train_tasks,
-        eval_dataset=eval_tasks,
+    env = ReasoningGymEnv(
+        train.tasks(),
+        eval_dataset=held_out.tasks(),
         system_prompt=SYSTEM_PROMPT,
         parser=parser,
         rubric=rubric,
         sampling=SamplingArgs(max_tokens=max_tokens),
     )
+    env.items = (train, held_out)
+    return env

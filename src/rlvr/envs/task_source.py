@@ -12,15 +12,19 @@
 Each row becomes a `Task` through `Task.from_row`, with `columns` naming the row's columns
 for the task's fields (`{"question": "problem", "answer": "solution"}`). A bad row is a
 `UsageError` that names it, when the environment is built: not a failure in the middle of a run.
+
+`LazyTasks(size, make)` is the exception, kept as it is: tasks built on first use, for a
+generator whose items are costly (reasoning-gym's puzzles), so that `-n 5` builds five.
 """
 
 from __future__ import annotations
 
 import json
+import operator
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, overload
 
 from rlvr.errors import UsageError
 from rlvr.types import Task
@@ -31,9 +35,39 @@ EVAL_SPLITS = ("test", "validation", "eval")
 """Split names that give the evaluation tasks of a dataset dict, in order of preference."""
 
 
+class LazyTasks(Sequence[Task]):
+    """`size` tasks, task `i` built by `make(i)` on first use and kept. `make` must give each
+    task its own id (not checked: that would build them all)."""
+
+    def __init__(self, size: int, make: Callable[[int], Task]) -> None:
+        self.size, self.make = size, make
+        self.built: dict[int, Task] = {}
+        """The tasks built so far, by index."""
+
+    def __len__(self) -> int:
+        return self.size
+
+    @overload
+    def __getitem__(self, index: int) -> Task: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Task]: ...
+
+    def __getitem__(self, index: int | slice) -> Task | list[Task]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(self.size)[index]]
+        i = operator.index(index)
+        i = i + self.size if i < 0 else i
+        if not 0 <= i < self.size:
+            raise IndexError(f"task index {index} out of range for {self.size} tasks")
+        if i not in self.built:
+            self.built[i] = self.make(i)
+        return self.built[i]
+
+
 def task_splits(
     dataset: TaskSource, eval_dataset: TaskSource | None = None, columns: Mapping[str, str] | None = None
-) -> tuple[list[Task], list[Task] | None]:
+) -> tuple[Sequence[Task], Sequence[Task] | None]:
     """The training tasks and the evaluation tasks (None: none given) of an environment."""
     train = _load(dataset)
     evals = _load(eval_dataset) if eval_dataset is not None else None
@@ -52,8 +86,10 @@ def task_splits(
     return as_tasks(train, columns), (as_tasks(evals, columns) if evals is not None else None)
 
 
-def as_tasks(rows: TaskRows, columns: Mapping[str, str] | None = None) -> list[Task]:
-    """Tasks from rows (each a `Task` or a mapping); ids must be unique."""
+def as_tasks(rows: TaskRows, columns: Mapping[str, str] | None = None) -> Sequence[Task]:
+    """Tasks from rows (each a `Task` or a mapping); ids must be unique. `LazyTasks` stay lazy."""
+    if isinstance(rows, LazyTasks):
+        return rows
     tasks = []
     for i, row in enumerate(rows):
         if isinstance(row, Task):

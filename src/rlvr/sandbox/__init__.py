@@ -19,9 +19,13 @@ Each run is a new process tree started through bubblewrap (`bwrap`, from the `sa
     new session, RLIMIT_NPROC counted for this run alone (`max_processes`, threads included);
   - network: a new network namespace with only a loopback interface that is down; also new IPC
     and UTS namespaces;
+  - system calls: a seccomp filter (`seccomp`) over a new session keyring: no keyrings, SysV
+    IPC, sockets but AF_UNIX, new namespaces, mounts, ptrace, bpf, perf events, userfaultfd,
+    io_uring, memfd, file locks or notifications;
   - environment: only PATH, HOME, TMPDIR, LANG and the *_NUM_THREADS variables;
   - resources: address space per process (`memory_mb`), so the tree holds at most
-    (1 + max_processes) x memory_mb plus `disk_mb`; CPU seconds, file size, open files;
+    (1 + max_processes) x memory_mb plus `disk_mb`; CPU seconds, file size, open files, the
+    work dir's inodes (`max_files`), no message queues;
   - lifetime: after `timeout_s`, on cancellation, and when the calling process dies (even by
     SIGKILL), the PID namespace is killed as a whole. The caller's death is seen twice: bwrap's
     parent-death signal, and the runner's stdin hanging up (the caller holds it open until the
@@ -29,7 +33,8 @@ Each run is a new process tree started through bubblewrap (`bwrap`, from the `sa
 Inside the interpreter, an audit hook (rlvr/_sandbox_runner.py) adds clear errors for sockets,
 processes, ctypes and paths outside the working directory: a second layer, not the isolation.
 
-Where bwrap cannot build this (not Linux, no bwrap, user namespaces disabled), `run_python` and
+Where bwrap cannot build this (not Linux, no bwrap, user namespaces disabled, an architecture
+the filter has no table for, a kernel that refuses a step of the runner's setup), `run_python` and
 `python_tool` refuse with one line naming the cause. `SandboxLimits(unsafe=True)` opts out: the
 code then runs as the caller, on the host's file system, with only rlimits and the audit hook.
 `python -m rlvr.sandbox` reports what this machine allows. The threat model and what each layer
@@ -43,7 +48,8 @@ failure (time or CPU limit, memory, a denied operation, an exception, a non-zero
 stdin and stdout (a REPL whose variables last across requests: environments/rlm).
 
 The package: `limits` (what a run may use), `command` (the bwrap command and the runner's
-settings), `isolation` (what this machine allows), `session` (a program that keeps running);
+settings), `seccomp` (the syscall filter), `isolation` (what this machine allows), `session` (a
+program that keeps running);
 this module starts a run and reads its end.
 """
 
@@ -51,6 +57,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import platform
 import shutil
 import signal
 import subprocess
@@ -65,6 +72,7 @@ from rlvr.envs.tools import ToolCallError
 from rlvr.sandbox.command import ROOT_UID_BASE, RUNNER, bwrap_args, kill_group, settings, spawn
 from rlvr.sandbox.isolation import Isolation, SandboxUnavailableError, check, isolation
 from rlvr.sandbox.limits import SandboxLimits
+from rlvr.sandbox.seccomp import program
 from rlvr.sandbox.session import SandboxSession
 
 __all__ = [
@@ -254,6 +262,11 @@ def main() -> int:
         bwrap_version = done.stdout.strip()
     print(f"user:       {'root' if found.as_root else f'uid {os.geteuid()}'}")
     print(f"bwrap:      {found.bwrap or 'not found'} {bwrap_version}".rstrip())
+    code = program()
+    machine = platform.machine()
+    print(
+        f"syscalls:   {f'seccomp filter for {machine}, {len(code) // 8} instructions' if code else f'no filter for {machine}'}"
+    )
     print(f"isolation:  {'yes' if found.available else 'NO'}: {found.detail}")
     if not found.available:
         print(found.refusal())

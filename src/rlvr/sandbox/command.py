@@ -4,9 +4,11 @@ sets, and the settings the runner (rlvr/_sandbox_runner.py) reads on its stdin."
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib.util
 import json
 import os
+import platform
 import signal
 import sys
 import sysconfig
@@ -14,6 +16,7 @@ from pathlib import Path
 
 from rlvr.errors import UsageError
 from rlvr.sandbox.limits import SandboxLimits, rlimits
+from rlvr.sandbox.seccomp import SYSCALLS, program
 
 RUNNER = Path(__file__).parent.parent / "_sandbox_runner.py"
 WORKDIR = "/tmp"
@@ -80,16 +83,49 @@ def _packages(names: tuple[str, ...]) -> tuple[list[str], list[str]]:
 async def spawn(args: list[str], workdir: str | None, *, line_limit: int = 2**16) -> asyncio.subprocess.Process:
     """Start a run's process (bwrap, or the runner itself when `workdir` is given: unisolated, in
     that directory of the host) in a new session, with pipes for stdin, stdout and stderr."""
-    return await asyncio.create_subprocess_exec(
-        *args,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        cwd=workdir,
-        env={**ENV, "HOME": workdir, "TMPDIR": workdir} if workdir else {},
-        start_new_session=True,
-        limit=line_limit,
-    )
+    args, kept = hide_host_paths(args) if workdir is None else (args, [])
+    try:
+        return await asyncio.create_subprocess_exec(
+            "bwrap" if kept else args[0],  # argv[0] (bwrap's path names a host directory)
+            *args[1:],
+            executable=args[0],
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            cwd=workdir,
+            env={**ENV, "HOME": workdir, "TMPDIR": workdir} if workdir else {},
+            start_new_session=True,
+            limit=line_limit,
+            pass_fds=kept,
+        )
+    finally:
+        for fd in kept:
+            os.close(fd)
+
+
+@functools.cache
+def _runner_text() -> bytes:
+    return RUNNER.read_bytes()
+
+
+def _memfd(name: str, data: bytes) -> int:
+    fd = os.memfd_create(name, 0)  # the host's (the sandbox has none)
+    os.write(fd, data)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def hide_host_paths(args: list[str]) -> tuple[list[str], list[int]]:
+    """bwrap's command line with its options in a memfd it reads (`--args FD`) and the runner copied
+    in (`--ro-bind-data`) instead of bound, and the descriptors to pass: bwrap's command line is the
+    sandbox's /proc/1/cmdline, and a bind names its host path in /proc/self/mountinfo."""
+    end = args.index("--")
+    options = args[1:end]
+    at = options.index(str(RUNNER))  # "--ro-bind", RUNNER, _RUNNER_INSIDE
+    runner = _memfd("rlvr-runner", _runner_text())
+    options[at - 1 : at + 2] = ["--perms", "0444", "--ro-bind-data", str(runner), _RUNNER_INSIDE]
+    packed = _memfd("bwrap-args", b"".join(option.encode() + b"\0" for option in options))
+    return [args[0], "--args", str(packed), *args[end:]], [packed, runner]
 
 
 def kill_group(pid: int) -> None:
@@ -100,12 +136,20 @@ def kill_group(pid: int) -> None:
         pass
 
 
+def _mounted(limits: SandboxLimits) -> list[str]:
+    """The host paths bound into a run at the same paths: the interpreter's and the packages'."""
+    return [*_interpreter()[1], *_packages(limits.packages)[0]]
+
+
 def bwrap_args(bwrap: str, limits: SandboxLimits, as_root: bool) -> list[str]:
     exe, python = _interpreter()
     args = [bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
     args += ["--die-with-parent", "--new-session", "--clearenv"]
-    if as_root:  # mounts need root; the runner then switches to the run's uid, which ends every capability
-        args += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+    # the runner remounts the working directory (its inode cap: CAP_SYS_ADMIN), then drops every
+    # capability: run by root by switching to the run's uid, in a user namespace with capset
+    args += ["--cap-drop", "ALL", "--cap-add", "CAP_SYS_ADMIN"]
+    if as_root:
+        args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
     else:
         args += ["--unshare-user", "--disable-userns", "--uid", str(_INSIDE_UID), "--gid", str(_INSIDE_UID)]
     for name, value in {**ENV, "HOME": WORKDIR, "TMPDIR": WORKDIR}.items():
@@ -128,9 +172,24 @@ def bwrap_args(bwrap: str, limits: SandboxLimits, as_root: bool) -> list[str]:
         args += ["--tmpfs", hidden]
     for path in binds:  # a package inside a hidden site-packages comes back on top of it
         args += ["--ro-bind", path, path]
-    args += ["--ro-bind", str(RUNNER), _RUNNER_INSIDE, "--proc", "/proc", "--dev", "/dev"]
+    # /dev read-only: in a user namespace its tmpfs (no size) would be the code's to fill
+    args += ["--ro-bind", str(RUNNER), _RUNNER_INSIDE, "--proc", "/proc", "--dev", "/dev", "--remount-ro", "/dev"]
     args += ["--chdir", WORKDIR, "--remount-ro", "/", "--", exe, "-I", "-B", "-S", _RUNNER_INSIDE]
     return args
+
+
+def _kernel(limits: SandboxLimits) -> dict[str, object]:
+    """What the runner sets up in the kernel before the code runs (see its `Kernel`)."""
+    code = program()
+    if code is None:
+        raise UsageError(f"the sandbox has no syscall filter for {platform.machine()}")
+    return {
+        "filter": code.hex(),
+        "keyctl": SYSCALLS[platform.machine()]["keyctl"],
+        "disk": limits.disk_mb * 1024 * 1024,
+        "files": limits.max_files,
+        "inside": [path for path in _mounted(limits) if path.startswith(WORKDIR + "/")],
+    }
 
 
 def settings(
@@ -149,5 +208,6 @@ def settings(
         "processes": limits.max_processes > 0,
         "path": path,
         "stdin": stdin,
+        "kernel": _kernel(limits) if isolated else None,
     }
     return json.dumps(settings).encode() + b"\n"

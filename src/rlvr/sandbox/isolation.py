@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import functools
 import os
+import platform
 import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
 
 from rlvr.errors import UsageError
-from rlvr.sandbox.command import ROOT_UID_BASE, bwrap_args, settings
+from rlvr.sandbox.command import ROOT_UID_BASE, bwrap_args, hide_host_paths, settings
 from rlvr.sandbox.limits import SandboxLimits
+from rlvr.sandbox.seccomp import program
 
 
 class SandboxUnavailableError(UsageError):
@@ -60,23 +62,27 @@ def isolation() -> Isolation:
     as_root = os.geteuid() == 0
     if bwrap is None:
         return Isolation(False, why, None, as_root)
+    if program() is None:
+        return Isolation(False, f"the sandbox has no syscall filter for {platform.machine()}", bwrap, as_root)
     limits = SandboxLimits()
     config = settings("print('ok')", limits, ROOT_UID_BASE if as_root else None, hooks=True)
     read, write = os.pipe()  # held open while it runs: the runner stops when its caller's end hangs up
+    args, kept = hide_host_paths(bwrap_args(bwrap, limits, as_root))
     try:
         os.write(write, config)  # far below a pipe's buffer
-        done = subprocess.run(bwrap_args(bwrap, limits, as_root), stdin=read, capture_output=True, env={}, timeout=30)
+        done = subprocess.run(args, stdin=read, capture_output=True, env={}, timeout=30, pass_fds=kept)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return Isolation(False, f"{bwrap} could not run: {exc}", bwrap, as_root)
     finally:
-        os.close(read)
-        os.close(write)
+        for fd in (read, write, *kept):
+            os.close(fd)
     if done.returncode != 0 or done.stdout != b"ok\n":
         lines = (done.stderr or done.stdout).decode(errors="replace").strip().splitlines() or ["no output"]
         hint = (
             " (user namespaces are disabled here: see sysctl kernel.unprivileged_userns_clone, "
             "kernel.apparmor_restrict_unprivileged_userns, or a container's seccomp profile)"
-            if "namespace" in lines[-1] or "uid map" in lines[-1] or "Operation not permitted" in lines[-1]
+            if not lines[-1].startswith("sandbox:")  # (the runner's own setup says what failed)
+            and ("namespace" in lines[-1] or "uid map" in lines[-1] or "Operation not permitted" in lines[-1])
             else ""
         )
         return Isolation(False, f"{bwrap} failed: {lines[-1]}{hint}", bwrap, as_root)

@@ -24,6 +24,8 @@ class SandboxLimits:
     """Largest single file the code may write, in MiB (RLIMIT_FSIZE)."""
     max_open_files: int = 64
     """RLIMIT_NOFILE."""
+    max_files: int = 8192
+    """Files and directories the working directory may hold (its tmpfs's nr_inodes; each costs the kernel ~1 KiB)."""
     max_processes: int = 0
     """Processes and threads the code may start besides its own (RLIMIT_NPROC, counted for this run)."""
     output_limit: int = 8000
@@ -34,7 +36,15 @@ class SandboxLimits:
     """Run without kernel isolation where there is none (the caller's uid and files; see the module doc)."""
 
     def __post_init__(self) -> None:
-        for name in ("timeout_s", "memory_mb", "disk_mb", "file_size_mb", "max_open_files", "output_limit"):
+        for name in (
+            "timeout_s",
+            "memory_mb",
+            "disk_mb",
+            "file_size_mb",
+            "max_open_files",
+            "max_files",
+            "output_limit",
+        ):
             if getattr(self, name) <= 0:
                 raise UsageError(f"SandboxLimits.{name} must be > 0, got {getattr(self, name)}")
         if self.cpu_s is not None and self.cpu_s <= 0:
@@ -55,5 +65,6 @@ def rlimits(limits: SandboxLimits, own_processes: int) -> dict[str, int | list[i
         "RLIMIT_FSIZE": limits.file_size_mb * mib,
         "RLIMIT_NOFILE": limits.max_open_files,
         "RLIMIT_CORE": 0,
+        "RLIMIT_MSGQUEUE": 0,  # POSIX message queues: kernel memory outside RLIMIT_AS
         "RLIMIT_NPROC": own_processes + limits.max_processes,
     }

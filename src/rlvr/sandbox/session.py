@@ -31,7 +31,7 @@ from rlvr.sandbox.isolation import check, isolation
 from rlvr.sandbox.limits import SandboxLimits
 
 LINE_LIMIT = 32 * 1024 * 1024
-"""The longest line the program may send (bytes); a longer one ends the session."""
+"""The longest line the program may send (bytes) unless `start` is given another; a longer one ends the session."""
 
 
 class SandboxSession:
@@ -44,9 +44,11 @@ class SandboxSession:
         self.isolated = workdir is None
 
     @classmethod
-    async def start(cls, code: str, limits: SandboxLimits | None = None) -> SandboxSession:
+    async def start(
+        cls, code: str, limits: SandboxLimits | None = None, *, line_limit: int = LINE_LIMIT
+    ) -> SandboxSession:
         """Start `code` in a sandbox; raises `SandboxUnavailableError` where the kernel cannot
-        isolate it and `limits.unsafe` is off."""
+        isolate it and `limits.unsafe` is off. A line from it longer than `line_limit` bytes ends it."""
         limits = limits or SandboxLimits()
         found = await asyncio.to_thread(isolation)
         check(limits, found)
@@ -56,7 +58,7 @@ class SandboxSession:
         else:
             workdir = tempfile.mkdtemp(prefix="rlvr-session-")
             args = [sys.executable, "-I", "-B", "-S", str(RUNNER)]
-        proc = await spawn(args, workdir, line_limit=LINE_LIMIT)
+        proc = await spawn(args, workdir, line_limit=line_limit)
         uid = ROOT_UID_BASE + proc.pid if found.available and found.as_root else None
         session = cls(proc, limits, workdir)
         assert proc.stdin is not None
@@ -96,7 +98,8 @@ class SandboxSession:
 
     async def receive(self) -> dict[str, Any] | None:
         """The program's next JSON object; None once its stdout ended (it exited or was killed).
-        A line that is not a JSON object, or longer than `LINE_LIMIT`, ends the session."""
+        A line that is not a JSON object (not UTF-8, nested past the parser's depth, not an object),
+        or longer than the session's line limit, ends the session: nothing it sends raises here."""
         assert self.proc.stdout is not None
         try:
             line = await self.proc.stdout.readline()
@@ -107,18 +110,26 @@ class SandboxSession:
             return None
         try:
             message = json.loads(line)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # JSONDecodeError, UnicodeDecodeError, `[[[[...`
             message = None
         if not isinstance(message, dict):
             await self.close()
             return None
         return message
 
+    async def _discard_stdout(self) -> None:
+        assert self.proc.stdout is not None
+        while await self.proc.stdout.read(65536):
+            pass
+
     async def close(self) -> int | None:
         """Kill the process tree and wait for it; returns its exit status. Safe to call twice."""
         kill_group(self.proc.pid)
         try:
             async with asyncio.timeout(5.0):
+                # what it wrote and nobody read (a line past the limit leaves the pipe full and paused):
+                # discarded, so that stdout reaches its end; until then Python 3.11's wait() waits
+                await self._discard_stdout()
                 await self.proc.wait()
                 await self._reader
         except TimeoutError:

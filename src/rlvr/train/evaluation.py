@@ -53,7 +53,7 @@ def eval_sets(
     out = []
     for extra, args in zip(cfg.eval.env_args or [{}], cfg.eval_sets):
         env = load_env(args)
-        tasks = env.tasks("eval")[: cfg.eval.tasks]
+        tasks = list(env.tasks("eval")[: cfg.eval.tasks])
         out.append(EvalSet(eval_label(extra), env, tasks[rank::world], args, size=len(tasks)))
     return out
 

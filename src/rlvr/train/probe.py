@@ -57,7 +57,7 @@ def probe_set(
     env: MultiTurnEnv[Any], tasks: int, env_args: dict[str, Any], *, rank: int = 0, world: int = 1
 ) -> EvalSet:
     """The first `tasks` training tasks of `env` (this process's share of them)."""
-    first = env.tasks("train")[:tasks]
+    first = list(env.tasks("train")[:tasks])
     return EvalSet("probe", env, first[rank::world], env_args, size=len(first))
 
 

@@ -4,8 +4,10 @@
   is the bundled `gym` environment (``rlvr eval gym -a '{"env_id": "Taxi-v4"}'``).
 - `spaces.py`: action spaces as text (Discrete by name or number; Box, MultiDiscrete,
   MultiBinary and Tuple as JSON).
-- `toy_text.py`: FrozenLake, Taxi and Blackjack in words (their colours as letters, their
-  observations decoded); `players.py`: reference players that read only that text.
+- `toy_text.py`: FrozenLake, Taxi, Blackjack and CliffWalking in words (their colours as
+  letters, their observations decoded, their rules); `classic_control.py`: CartPole,
+  MountainCar (both), Acrobot and Pendulum with each field named, the goal and the reward rule;
+  `players.py`: reference players that read only that text.
 - `adapter.py`: the other direction, any rlvr env as a Gymnasium env with text observations
   and text actions (imported on its own: it subclasses ``gymnasium.Env``).
 """

@@ -17,7 +17,8 @@ model takes are the same thing, and a policy's returns agree between the two.
   ``options={"rollout_seed": s}`` the rollout seed (``rlvr.engine.rollout_seed(task, k)``
   replays rollout `k` of ``rlvr eval``).
 - Reward: 0 on every step but the last; the last gets the rubric's total (the reward
-  ``rlvr eval`` would record), and ``info["rewards"]`` every function's score.
+  ``rlvr eval`` would record: in a mixture, the rubric of the task's member), and
+  ``info["rewards"]`` every function's score.
 - ``info["messages"]``: the conversation so far as chat messages (the system prompt apart),
   for an agent that wants them rather than the joined text.
 - ``terminated`` / ``truncated`` mirror the rollout's stop (``info["stop_reason"]``); an
@@ -27,7 +28,8 @@ model takes are the same thing, and a policy's returns agree between the two.
 
 Importing this module registers ``rlvr/TextEnv-v0``, so Gymnasium tooling that wants an id
 (``check_env`` tries other render modes through ``env.spec``) gets one:
-``gymnasium.make("rlvr/TextEnv-v0", env=load_environment("tictactoe"))``.
+``gymnasium.make("rlvr/TextEnv-v0", env=load_environment("tictactoe"))``; a ``TextGymEnv``
+built directly carries the same spec.
 
 Text actions only: an env that expects tool calls cannot be played through this adapter.
 """
@@ -100,7 +102,11 @@ class TextGymEnv(gymnasium.Env):
         self._loop = asyncio.new_event_loop()  # replaced by a fresh one on a reset after close()
         self._caller: _Caller | None = None
         self._episode: asyncio.Task[Any] | None = None
+        self._rubric = env.rubric
         self._messages: Messages = []
+        if self.spec is None:  # built directly: the spec `gymnasium.make` would give (check_env wants one)
+            kwargs = {"env": env, "split": split, "max_chars": max_chars, "max_action_chars": max_action_chars}
+            self.spec = gymnasium.envs.registration.EnvSpec(ENV_ID, entry_point=ENTRY_POINT, kwargs=kwargs)
 
     # ---- the Gymnasium API ------------------------------------------------------------------
 
@@ -114,6 +120,7 @@ class TextGymEnv(gymnasium.Env):
             raise UsageError(f"options['task'] must be in 0..{len(self.tasks) - 1}, got {index}")
         task = self.tasks[index]
         rollout_seed = int((options or {}).get("rollout_seed", self.np_random.integers(2**31)))
+        self._rubric = self.env.member(task)[0].rubric  # a mixture's task is scored by its member
         self._caller = _Caller(self._loop)
         episode = self.env.rollout(self._caller, task, self.env.sampling, rollout_seed)
         self._episode = self._loop.create_task(episode)
@@ -146,8 +153,8 @@ class TextGymEnv(gymnasium.Env):
         if state.error is not None:
             info["error"] = state.error
         else:
-            scores = self._loop.run_until_complete(self.env.rubric.score_group([state]))[0]
-            reward, info["rewards"] = self.env.rubric.total(scores), scores
+            scores = self._loop.run_until_complete(self._rubric.score_group([state]))[0]
+            reward, info["rewards"] = self._rubric.total(scores), scores
         return self._text(new), float(reward), not state.truncated, bool(state.truncated), info
 
     def render(self) -> str | None:
@@ -189,12 +196,13 @@ class TextGymEnv(gymnasium.Env):
 
 
 ENV_ID = "rlvr/TextEnv-v0"
+ENTRY_POINT = "rlvr.envs.gym.adapter:TextGymEnv"
 
 
 def register() -> None:
     """Register ``rlvr/TextEnv-v0`` (idempotent; importing this module does it)."""
     if ENV_ID not in gymnasium.registry:
-        gymnasium.register(id=ENV_ID, entry_point="rlvr.envs.gym.adapter:TextGymEnv")
+        gymnasium.register(id=ENV_ID, entry_point=ENTRY_POINT)
 
 
 register()

@@ -4,10 +4,11 @@
                  action_names=["up", "right", "down", "left"], max_turns=30)
 
 Task `i` is a reset seed (mixed from `seed` and i); its prompt is the description, the rules
-(for Gymnasium's toy-text envs, `toy_text.RULES`), the action instructions, the turn limit
+(for Gymnasium's toy-text and classic-control envs, `RULES`), the action instructions, the turn limit
 and the rendered first observation. Each model turn is parsed into an action and passed to
 ``step``: `<action>NAME or NUMBER</action>` for a `Discrete` action space, JSON for `Box`,
-`MultiDiscrete`, `MultiBinary` and `Tuple` (`rlvr.envs.gym.spaces`); the reply shows the
+`MultiDiscrete`, `MultiBinary`, `Tuple` and `Dict`, the text itself for `Text`
+(`rlvr.envs.gym.spaces`); the reply shows the
 reward and the next observation. An unreadable action wastes the
 turn (no step) and is counted. Gymnasium's two endings map onto rlvr's: ``terminated`` ->
 stop reason `terminated`, ``truncated`` (e.g. a time limit) -> stop reason `truncated`
@@ -32,6 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import rlvr.envs.gym.classic_control as classic_control
 import rlvr.envs.gym.players as players
 import rlvr.envs.gym.spaces as spaces
 import rlvr.envs.gym.toy_text as toy_text
@@ -52,6 +54,19 @@ ActionParser = Callable[[str, Any], Any]
 """``(reply text, env) -> action``; raises ValueError (its message goes to the model) when unreadable."""
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
+DEFAULT_MAX_TURNS = 100
+"""`load_environment`'s turn limit for an env without a time limit of its own (CliffWalking, Blackjack)."""
+
+RULES = {**toy_text.RULES, **classic_control.RULES}
+"""The rules written for Gymnasium's toy-text and classic-control envs, by unwrapped class name."""
+RENDERERS = {**toy_text.RENDERERS, **classic_control.RENDERERS}
+"""Their observations in words, by unwrapped class name."""
+
+
+def known(env: Any) -> str | None:
+    """The class name of `env` when this package describes it (`RULES`, `RENDERERS`)."""
+    name = type(getattr(env, "unwrapped", env)).__name__
+    return name if name in RENDERERS else None
 
 
 def gymnasium_module() -> Any:
@@ -75,11 +90,12 @@ class GymState(State):
 def default_renderer(observation: Any, env: Any) -> str:
     """The env's ``ansi`` render (colours stripped) when it has one, then the observation.
 
-    FrozenLake, Taxi and Blackjack get `toy_text`'s renders instead: the state their colours
-    showed as letters, and the observation decoded."""
-    kind = toy_text.known(env)
+    The toy-text envs get `toy_text`'s renders instead (the state their colours showed as
+    letters, the observation decoded), the classic-control envs `classic_control`'s (each field
+    by name)."""
+    kind = known(env)
     if kind is not None:
-        return toy_text.RENDERERS[kind](observation, env)
+        return RENDERERS[kind](observation, env)
     text = ""
     if getattr(env, "render_mode", None) == "ansi":
         text = _ANSI.sub("", str(env.render() or "")).strip("\n") + "\n"
@@ -117,6 +133,10 @@ class GymEnv(MultiTurnEnv[GymState]):
         probe = make_env()
         try:
             self.action_space = probe.action_space
+            self.kind = known(probe)
+            """The class name of a Gymnasium env this package describes (FrozenLakeEnv, CartPoleEnv, ...)."""
+            if action_names is None and self.kind in classic_control.ACTION_NAMES:
+                action_names = classic_control.ACTION_NAMES[self.kind]
             self.action_names = list(action_names) if action_names is not None else None
             n = getattr(self.action_space, "n", None)
             if self.action_names is not None and n is not None and len(self.action_names) != int(n):
@@ -128,11 +148,11 @@ class GymEnv(MultiTurnEnv[GymState]):
                     spaces.check_supported(self.action_space)
                 except ValueError as exc:
                     raise UsageError(str(exc)) from None
-            self.kind = toy_text.known(probe)
-            """The class name of a toy-text env this module describes (FrozenLakeEnv, TaxiEnv, ...)."""
             if rules is None and self.kind is not None:
-                rules = toy_text.RULES[self.kind](probe)
+                rules = RULES[self.kind](probe)
             limit = getattr(getattr(probe, "spec", None), "max_episode_steps", None)
+            self.time_limit: int | None = limit
+            """The env's own time limit (``spec.max_episode_steps``), if it has one."""
             limits = [x for x in (max_turns, limit) if x is not None]
             self.horizon: int | None = min(limits) if limits else None
             """The most turns an episode can last (max_turns or the env's time limit), if known."""
@@ -178,6 +198,8 @@ class GymEnv(MultiTurnEnv[GymState]):
             )
         if self.action_parser is not None:
             return ""  # a custom parser: the description says how to answer
+        if type(space).__name__ == "Text":
+            return f"Each turn, write one action: {spaces.describe(space)}. Reply with <action>TEXT</action> {tail}"
         return (
             f"Each turn, choose one action: {spaces.describe(space)}. "
             f"Reply with it in JSON, e.g. <action>{spaces.example(space)}</action> {tail}"
@@ -245,6 +267,15 @@ class GymEnv(MultiTurnEnv[GymState]):
     def truncated(self, state: GymState) -> bool:
         return state.env_truncated
 
+    def summarize(self, rollouts: Sequence[Any]) -> dict[str, float] | None:
+        """When `max_turns` is below the env's own time limit (or the env has none): the share
+        of scored episodes it cut, in % (``cut by max_turns %``), so a limit too short shows."""
+        scored = [r for r in rollouts if r.error is None]
+        if not scored or self.max_turns is None or (self.time_limit and self.max_turns >= self.time_limit):
+            return None
+        cut = sum(r.stop_reason == "max_turns_reached" for r in scored)
+        return {"cut by max_turns %": 100.0 * cut / len(scored)}
+
     def policies(self) -> dict[str, Callable[[], ChatClient]]:
         if self.action_parser is not None:
             return {}
@@ -290,15 +321,17 @@ def load_environment(
     env_id: str = "FrozenLake-v1",
     num_tasks: int = 10,
     seed: int = 0,
-    max_turns: int | None = 100,
+    max_turns: int | None = None,
     env_kwargs: dict[str, Any] | None = None,
     action_names: list[str] | None = None,
 ) -> GymEnv:
     """A registered Gymnasium env by id (rendered as ``ansi`` text when it supports it).
 
     ``module:EnvId`` imports `module` first (which registers its envs), as ``gym.make`` does:
-    ``ice_maze.gym:IceMaze-v0``. Toy-text envs (FrozenLake, CliffWalking, Taxi, Blackjack) get
-    their action names; other Discrete spaces take numbers unless `action_names` is given.
+    ``ice_maze.gym:IceMaze-v0``. Toy-text envs (FrozenLake, CliffWalking, Taxi, Blackjack) and
+    the Discrete classic-control ones (CartPole, MountainCar, Acrobot) get their action names;
+    other Discrete spaces take numbers unless `action_names` is given. `max_turns`: None gives
+    the env's own time limit (``spec.max_episode_steps``), else `DEFAULT_MAX_TURNS`.
     """
     gym = gymnasium_module()
     module, _, name = env_id.rpartition(":")
@@ -319,6 +352,8 @@ def load_environment(
     if "ansi" in modes:
         kwargs.setdefault("render_mode", "ansi")
     names = action_names or next((v for k, v in KNOWN_ACTIONS.items() if spec.name.startswith(k)), None)
+    if max_turns is None:
+        max_turns = kwargs.get("max_episode_steps", spec.max_episode_steps) or DEFAULT_MAX_TURNS
 
     def make() -> Any:
         try:

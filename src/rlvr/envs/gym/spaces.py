@@ -1,13 +1,16 @@
 """Action spaces as text: what to write, how it is read, and how an action is written back.
 
 Every action is written inside ``<action>...</action>``. A `Discrete` action is a number (or
-one of the env's action names); every other space takes JSON:
+one of the env's action names); a `Text` action is the text itself (surrounding white space
+dropped); every other space takes JSON:
 
 - `Box`: a JSON list of numbers (nested like the shape; a lone number when the shape has one
   element), each within its bounds;
 - `MultiDiscrete`: a JSON list of integers, each in its own range;
 - `MultiBinary`: a JSON list of 0s and 1s;
-- `Tuple`: a JSON list with one item per part, each written as that part asks.
+- `Tuple`: a JSON list with one item per part, each written as that part asks;
+- `Dict`: a JSON object with one key per part, each value written as that part asks (a
+  `Text` part as a JSON string).
 
 A value that cannot be read raises ``ValueError`` with a one-line reason the model is shown,
 e.g. ``item 1 is 3.5; it must be in [-2, 2]``.
@@ -22,7 +25,8 @@ from typing import Any
 
 from rlvr.errors import import_extra
 
-SUPPORTED = "Discrete, Box, MultiDiscrete, MultiBinary and Tuple of those"
+SUPPORTED = "Discrete, Box, MultiDiscrete, MultiBinary, Text, and Tuple and Dict of those"
+KINDS = frozenset({"Discrete", "Box", "MultiDiscrete", "MultiBinary", "Text", "Tuple", "Dict"})
 
 
 def _numpy() -> Any:
@@ -33,12 +37,19 @@ def _numpy() -> Any:
 
 def _kind(space: Any) -> str:
     name = type(space).__name__
-    if name not in {"Discrete", "Box", "MultiDiscrete", "MultiBinary", "Tuple"}:
+    if name not in KINDS:
         raise ValueError(f"no text form for the action space {space}; supported: {SUPPORTED}; pass parse_action=")
-    if name == "Tuple":
-        for part in space.spaces:
-            _kind(part)
+    for part in _parts(space).values():
+        _kind(part)
     return name
+
+
+def _parts(space: Any) -> dict[Any, Any]:
+    """The parts of a Tuple (by position) or a Dict (by key); none for any other space."""
+    name = type(space).__name__
+    if name == "Tuple":
+        return dict(enumerate(space.spaces))
+    return dict(space.spaces) if name == "Dict" else {}
 
 
 def check_supported(space: Any) -> None:
@@ -79,6 +90,11 @@ def describe(space: Any, names: Sequence[str] | None = None) -> str:
         return f"a JSON list of {len(parts)} items: " + "; ".join(
             f"the {_ordinal(i + 1)} {p}" for i, p in enumerate(parts)
         )
+    if kind == "Dict":
+        keys = "; ".join(f"{json.dumps(k)}: {describe(part)}" for k, part in space.spaces.items())
+        return f"a JSON object with the keys {keys}"
+    if kind == "Text":
+        return _describe_text(space)
     np = _numpy()
     size, note = int(np.prod(space.shape)), _shape_note(space.shape)
     if kind == "MultiBinary":
@@ -94,6 +110,20 @@ def describe(space: Any, names: Sequence[str] | None = None) -> str:
     if len(set(ranges)) == 1:
         return f"a JSON list of {size} {word}s, each {ranges[0]}{note}"
     return f"a JSON list of {size} {word}s: {_each(ranges)}{note}"
+
+
+def _describe_text(space: Any) -> str:
+    """A Text space in words.
+
+    >>> import gymnasium
+    >>> _describe_text(gymnasium.spaces.Text(5, charset="abc"))
+    'text of 1 to 5 characters, each one of: abc'
+    """
+    chars = "".join(sorted(space.character_set))
+    allowed = f", each one of: {chars}" if len(chars) <= 80 else f" ({len(chars)} characters allowed)"
+    if chars == "".join(sorted("0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")):
+        allowed = ", letters and digits only"
+    return f"text of {space.min_length} to {space.max_length} characters{allowed}"
 
 
 def _each(items: Sequence[str]) -> str:
@@ -123,8 +153,11 @@ def parse(text: str, space: Any, names: Sequence[str] | None = None) -> Any:
     ...
     ValueError: 3 is out of range: it must be in [-2, 2]
     """
-    if _kind(space) == "Discrete":
+    kind = _kind(space)
+    if kind == "Discrete":
         return _discrete(text.strip(), space, names)
+    if kind == "Text":
+        return _text(text.strip(), space, "")
     try:
         value = json.loads(text)
     except json.JSONDecodeError:
@@ -143,8 +176,26 @@ def _discrete(key: str, space: Any, names: Sequence[str] | None) -> int:
     raise ValueError(f"{key[:40]!r} is not an action; choose one of {allowed}")
 
 
+def _text(value: Any, space: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{where}{_show(value)} is not a JSON string")
+    if not space.min_length <= len(value) <= space.max_length:
+        raise ValueError(f"{where}{len(value)} characters; it must have {space.min_length} to {space.max_length}")
+    bad = next((c for c in value if c not in space.character_set), None)
+    if bad is not None:
+        raise ValueError(f"{where}the character {bad!r} is not allowed; write {_describe_text(space)}")
+    return value
+
+
 def _from_json(value: Any, space: Any, where: str) -> Any:
     kind = type(space).__name__
+    if kind == "Text":
+        return _text(value, space, where)
+    if kind == "Dict":
+        keys = list(space.spaces)
+        if not isinstance(value, dict) or sorted(value) != sorted(keys):
+            raise ValueError(f"{where}{_show(value)} is not a JSON object with exactly the keys {json.dumps(keys)}")
+        return {k: _from_json(value[k], part, f"{where}key {json.dumps(k)}: ") for k, part in space.spaces.items()}
     if kind == "Tuple":
         n = len(space.spaces)
         if not isinstance(value, list) or len(value) != n:
@@ -204,15 +255,20 @@ def to_text(action: Any, space: Any, names: Sequence[str] | None = None) -> str:
     >>> to_text((2, np.array([0.25, 1.0], dtype=np.float32)), space)
     '[2, [0.25, 1.0]]'
     """
-    if _kind(space) == "Discrete":
+    kind = _kind(space)
+    if kind == "Discrete":
         index = int(action) - int(space.start)
         return names[index] if names is not None else str(int(action))
-    return json.dumps(_to_json(action, space))
+    return str(action) if kind == "Text" else json.dumps(_to_json(action, space))
 
 
 def _to_json(action: Any, space: Any) -> Any:
     if type(space).__name__ == "Tuple":
         return [_to_json(a, part) for a, part in zip(action, space.spaces)]
+    if type(space).__name__ == "Dict":
+        return {k: _to_json(action[k], part) for k, part in space.spaces.items()}
+    if type(space).__name__ == "Text":
+        return str(action)
     if type(space).__name__ == "Discrete":
         return int(action)
     return _numpy().asarray(action).tolist()
@@ -225,15 +281,22 @@ def example(space: Any) -> str:
     >>> example(gymnasium.spaces.Box(-2.0, 2.0, (1,)))
     '[0.0]'
     """
-    return json.dumps(_example(space)) if _kind(space) != "Discrete" else str(int(space.start))
+    kind = _kind(space)
+    if kind in ("Discrete", "Text"):
+        return str(_example(space))
+    return json.dumps(_example(space))
 
 
 def _example(space: Any) -> Any:
     kind = type(space).__name__
     if kind == "Tuple":
         return [_example(part) for part in space.spaces]
+    if kind == "Dict":
+        return {k: _example(part) for k, part in space.spaces.items()}
     if kind == "Discrete":
         return int(space.start)
+    if kind == "Text":
+        return sorted(space.character_set)[0] * max(space.min_length, 1)
     np = _numpy()
     if kind == "MultiBinary":
         return np.zeros(space.shape, dtype=int).tolist()

@@ -3,7 +3,7 @@
 Gymnasium's ``ansi`` renders mark the FrozenLake agent and Taxi's passenger and destination
 only by colour, which a text model never sees (`default_renderer` strips the escape codes).
 Here every piece of state is a letter on the map and a sentence under it, decoded from the
-observation:
+observation (CliffWalking's render gains a start, a goal and a legend):
 
     FrozenLake: S@FF           Taxi: +---------+
                 FHFH                 |D: | : :G|
@@ -137,6 +137,38 @@ def render_taxi(observation: Any, env: Any) -> str:
     return f"{grid}\n" + " ".join(status) + f" (Observation: {int(observation)})"
 
 
+# ---- CliffWalking ---------------------------------------------------------------------------
+
+
+def cliff_walking_rules(env: Any) -> str:
+    walk = env.unwrapped
+    nrow, ncol = (int(n) for n in walk.shape)
+    slip = (
+        " The ground is slippery: a move goes the chosen way with probability 1/3, otherwise one of the "
+        "two moves at a right angle (1/3 each)."
+        if getattr(walk, "is_slippery", False)
+        else ""
+    )
+    return (
+        f"The map is a {nrow}x{ncol} grid: @ is you, S the start (bottom left), G the goal (bottom right), "
+        "C the cliff (the bottom row between them), o open ground. Rows count from the top, columns from "
+        "the left. A move goes one cell; moving against the edge leaves you in place. Stepping onto the "
+        f"cliff costs -100 and sends you back to S; the episode goes on.{slip} Rewards: -1 for every "
+        "other move; reaching G ends the episode. The shortest safe path runs along the row above the cliff."
+    )
+
+
+def render_cliff_walking(observation: Any, env: Any) -> str:
+    walk = env.unwrapped
+    nrow, ncol = (int(n) for n in walk.shape)
+    cells = [["C" if walk._cliff[r, c] else "o" for c in range(ncol)] for r in range(nrow)]
+    cells[nrow - 1][0], cells[nrow - 1][ncol - 1] = "S", "G"
+    row, col = divmod(int(observation), ncol)
+    cells[row][col] = "@"
+    grid = "\n".join(" ".join(r) for r in cells)
+    return f"{grid}\nYou are at row {row + 1}, column {col + 1}. (Observation: {int(observation)})"
+
+
 # ---- Blackjack ------------------------------------------------------------------------------
 
 
@@ -162,17 +194,13 @@ RULES: dict[str, Callable[[Any], str]] = {
     "FrozenLakeEnv": frozen_lake_rules,
     "TaxiEnv": taxi_rules,
     "BlackjackEnv": blackjack_rules,
+    "CliffWalkingEnv": cliff_walking_rules,
 }
 """The rules of a known env, by the class name of the unwrapped env."""
 RENDERERS: dict[str, Renderer] = {
     "FrozenLakeEnv": render_frozen_lake,
     "TaxiEnv": render_taxi,
     "BlackjackEnv": render_blackjack,
+    "CliffWalkingEnv": render_cliff_walking,
 }
 """Observation renderers of known envs, by the class name of the unwrapped env."""
-
-
-def known(env: Any) -> str | None:
-    """The class name of `env` when it is one of the envs described here."""
-    name = type(getattr(env, "unwrapped", env)).__name__
-    return name if name in RENDERERS else None
