@@ -9,6 +9,13 @@ TORCH  ?= torch==2.13.0
 # makes -q print one "Location ... is ignored" warning per package looked up, about 70 lines.
 PIP    := $(BIN)/pip install -qq
 
+# verifiers 0.3.1 (rlvr.envs.verifiers) without its dependencies, which pin mcp<2 against the mcp
+# extra's mcp>=2 (and websockets<17 through openai-agents), plus the packages its classic API
+# imports (and theirs that the other extras do not bring): about 88 MB, no torch. `pip check` lists the rest of its declared dependencies as missing.
+VERIFIERS := verifiers==0.3.1 anthropic==2.17.0 renderers==0.1.12 prime-pydantic-config==0.4.3 tenacity==9.2.1 \
+	aiolimiter==1.3.0 prime-sandboxes==0.5.1 connectrpc==0.11.1 pyqwest==0.12.0 protobuf-py==0.1.1 aiofiles==25.1.0 \
+	msgpack==1.2.4 pyzmq==27.3.0 setproctitle==1.3.8 openai-agents==0.24.0 griffelib==2.4.1 docstring-parser==0.18.0
+
 .PHONY: run test test-heavy install install-dev browser lint bench clean
 
 # `make run` and `make test` started together share one venv: each step that writes it holds a
@@ -27,6 +34,7 @@ install-dev: $(BIN)/python
 	@echo 'make: installing rlvr with every extra and the test tools into $(VENV) (a few minutes the first time; quiet)'
 	$(LOCK) $(PIP) $(TORCH)
 	$(LOCK) $(PIP) -e '.[train,plot,gym,reasoninggym,textarena,mcp,sandbox,test]' $(ENV_PKGS)
+	$(LOCK) $(PIP) --no-deps $(VERIFIERS)
 
 # The main job: two oracle evaluations (that an environment's reference player scores what it
 # should), then the shipped tic-tac-toe model (models/tictactoe-tiny, the env's default when no -m
