@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import itertools
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -183,7 +184,7 @@ def _set_fields(sampling: SamplingArgs) -> dict[str, Any]:
     return {k: v for k, v in dataclasses.asdict(sampling).items() if v is not None}
 
 
-def _pick(tasks: list[Task], task: int | str | None, seed: int | None, counter: itertools.count[int]) -> Task:
+def _pick(tasks: Sequence[Task], task: int | str | None, seed: int | None, counter: itertools.count[int]) -> Task:
     """The task a reset names: an id or an index; else `seed` modulo the tasks; else the next."""
     if not tasks:
         raise UsageError("the environment has no tasks in this split")
