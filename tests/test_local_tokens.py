@@ -28,10 +28,12 @@ TOKENIZERS = ("tictactoe-tiny", "rlvr-tiny", "qwen3")
 Prompt = tuple[Messages, list[dict[str, Any]] | None]
 
 
-def whole(tokenizer: Any, messages: Messages, tools: list[dict[str, Any]] | None = None) -> list[int]:
+def whole(
+    tokenizer: Any, messages: Messages, tools: list[dict[str, Any]] | None = None, prompt: bool = True
+) -> list[int]:
     """The reference: the whole conversation rendered and tokenized at once."""
     text = tokenizer.apply_chat_template(
-        messages, tools=[*tools] if tools else None, add_generation_prompt=True, tokenize=False
+        messages, tools=[*tools] if tools else None, add_generation_prompt=prompt, tokenize=False
     )
     return list(tokenizer(encodable(text), add_special_tokens=False)["input_ids"])
 
@@ -207,3 +209,17 @@ def test_repeats_edits_and_unkeyable_messages(tokenizers) -> None:
     assert prompts.ids(odd) == whole(tokenizer, odd) and prompts.stats.whole == 3
     prompts.ids(one)  # dropped: two entries kept at most, least recently used first
     assert prompts.stats.repeats == 1 and prompts.stats.whole == 4
+
+
+@pytest.mark.parametrize("tokenizer_name", TOKENIZERS)
+def test_a_given_replys_render_extends_its_prompt(tokenizers, tokenizer_name) -> None:
+    """`LocalModel.give` renders the chat with the reply and no generation prompt."""
+    tokenizer = tokenizers[tokenizer_name]
+    prompts = PromptTokens(tokenizer)
+    messages: Messages = [{"role": "user", "content": "go"}]
+    prompts.ids(messages)
+    for reply in ("<think>\nmine\n</think>\n\n<move>4</move>", "\n\n blank first", ""):
+        given = [*messages, {"role": "assistant", "content": reply}]
+        assert prompts.ids(given, generation_prompt=False) == whole(tokenizer, given, prompt=False), repr(reply)
+    assert prompts.ids(messages) == whole(tokenizer, messages)  # still kept apart from the replies
+    assert (prompts.stats.extended, prompts.stats.repeats) == (3, 1)

@@ -262,10 +262,7 @@ class LocalModel:
         """The template's ids of `text` after `prompt_ids`, through the first end-of-turn id;
         where the template does not extend the prompt so (or rewrites the text: some drop
         `<think>` blocks), the text's own ids and an EOS id."""
-        whole = self.tokenizer.apply_chat_template(
-            [*messages, {"role": "assistant", "content": text}], tools=[*tools] if tools else None, tokenize=False
-        )
-        ids = list(self.tokenizer(encodable(whole), add_special_tokens=False)["input_ids"])
+        ids = self.prompts.ids([*messages, {"role": "assistant", "content": text}], tools, generation_prompt=False)
         tail = ids[len(prompt_ids) :] if ids[: len(prompt_ids)] == prompt_ids else []
         ends = [i for i, t in enumerate(tail) if t in self.eos_ids]
         if ends and self.tokenizer.decode(tail[: ends[0]], skip_special_tokens=True) == text:

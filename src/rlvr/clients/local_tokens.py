@@ -76,15 +76,18 @@ class PromptTokens:
     def clear(self) -> None:
         self._kept.clear()
 
-    def ids(self, messages: Messages, tools: list[dict[str, Any]] | None = None) -> list[int]:
-        """The chat template's text of `messages` (with the generation prompt), tokenized."""
-        keys = _keys(messages, tools)
+    def ids(
+        self, messages: Messages, tools: list[dict[str, Any]] | None = None, *, generation_prompt: bool = True
+    ) -> list[int]:
+        """The chat template's text of `messages` (with the generation prompt, unless told not
+        to: a given reply's render, which extends its prompt's), tokenized."""
+        keys = _keys(messages, tools, generation_prompt)
         if keys is not None and (hit := self._kept.get(keys)) is not None:
             self._kept.move_to_end(keys)
             self.stats.repeats += 1
             return list(hit.ids)
         text = self.tokenizer.apply_chat_template(
-            messages, tools=[*tools] if tools else None, add_generation_prompt=True, tokenize=False
+            messages, tools=[*tools] if tools else None, add_generation_prompt=generation_prompt, tokenize=False
         )
         self.stats.renders += 1
         text = encodable(text)  # lone surrogates as U+FFFD, which the tokenizer refuses
@@ -102,11 +105,12 @@ class PromptTokens:
 
     def _extend(self, keys: tuple[str, ...], text: str) -> Rendered | None:
         """`text` tokenized from a cut of the longest kept conversation it extends, or None."""
-        for n in range(len(keys) - 1, 1, -1):  # keys[0] is the tools: at least one message
-            kept = self._kept.get(keys[:n])
+        tools, *chat = keys  # a prompt (with the generation prompt) that the chat extends
+        for n in range(len(chat) - (tools[0] == "+"), 0, -1):
+            kept = self._kept.get(prefix := ("+" + tools[1:], *chat[:n]))
             if kept is None:
                 continue
-            self._kept.move_to_end(keys[:n])
+            self._kept.move_to_end(prefix)
             for start, end, index in reversed(kept.cuts):
                 if text.startswith(kept.text[:end]):
                     tail = self._encode(text[start:])
@@ -143,12 +147,13 @@ class PromptTokens:
         return [(at + offsets[i][0], at + offsets[i][1], index + i) for i, t in enumerate(ids) if t in self.added]
 
 
-def _keys(messages: Messages, tools: list[dict[str, Any]] | None) -> tuple[str, ...] | None:
-    """The tools and then each message as JSON (a prefix of messages is a prefix of keys), or
-    None where they are not JSON (such a chat is rendered and tokenized whole, not kept)."""
+def _keys(messages: Messages, tools: list[dict[str, Any]] | None, generation_prompt: bool) -> tuple[str, ...] | None:
+    """`+` (with the generation prompt) or `-` and the tools as JSON, then each message as JSON
+    (a prefix of messages is a prefix of keys), or None where they are not JSON (such a chat is
+    rendered and tokenized whole, not kept)."""
     try:
         return (
-            json.dumps(tools or None, sort_keys=True),
+            "+-"[not generation_prompt] + json.dumps(tools or None, sort_keys=True),
             *(json.dumps(m, sort_keys=True) for m in messages),
         )
     except (TypeError, ValueError):
