@@ -75,18 +75,23 @@ def trace(tasks: int, group: int, explore: float) -> list[Prompt]:
     return recorder.prompts
 
 
+def whole_prompt(
+    tokenizer: Any, kept: dict[str, tuple[int, ...]], messages: Messages, tools: Any, generation_prompt: bool = True
+) -> list[int]:
+    """The earlier `LocalModel.render`: a repeated prompt (in `kept`) rendered once, else
+    rendered and tokenized whole."""
+    key = json.dumps([messages, tools or None, generation_prompt], sort_keys=True)
+    if (hit := kept.get(key)) is None:
+        text = tokenizer.apply_chat_template(
+            messages, tools=tools or None, add_generation_prompt=generation_prompt, tokenize=False
+        )
+        hit = kept[key] = tuple(tokenizer(encodable(text), add_special_tokens=False)["input_ids"])
+    return list(hit)
+
+
 def whole_ids(tokenizer: Any, prompts: list[Prompt]) -> list[list[int]]:
-    """The earlier `LocalModel.render`: a repeated prompt rendered once, else rendered and
-    tokenized whole."""
     kept: dict[str, tuple[int, ...]] = {}
-    out = []
-    for messages, tools in prompts:
-        key = json.dumps([messages, tools or None], sort_keys=True)
-        if (hit := kept.get(key)) is None:
-            text = tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)
-            hit = kept[key] = tuple(tokenizer(encodable(text), add_special_tokens=False)["input_ids"])
-        out.append(list(hit))
-    return out
+    return [whole_prompt(tokenizer, kept, messages, tools) for messages, tools in prompts]
 
 
 def incremental_ids(tokenizer: Any, prompts: list[Prompt]) -> list[list[int]]:

@@ -73,9 +73,6 @@ class PromptTokens:
         self.stats = TokenStats()
         self._kept: OrderedDict[tuple[str, ...], Rendered] = OrderedDict()
 
-    def clear(self) -> None:
-        self._kept.clear()
-
     def ids(
         self, messages: Messages, tools: list[dict[str, Any]] | None = None, *, generation_prompt: bool = True
     ) -> list[int]:
@@ -113,6 +110,7 @@ class PromptTokens:
             self._kept.move_to_end(prefix)
             for start, end, index in reversed(kept.cuts):
                 if text.startswith(kept.text[:end]):
+                    self.stats.chars += len(text) - start
                     tail = self._encode(text[start:])
                     if tail is None or not tail[0] or tail[0][0] != kept.ids[index]:
                         return None
@@ -125,17 +123,14 @@ class PromptTokens:
         return None
 
     def _whole(self, text: str) -> Rendered:
-        encoded = self._encode(text) if self.incremental else None
-        if encoded is None:
-            self.stats.chars += len(text)
-            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-            return Rendered(text, tuple(ids), ())
-        ids, offsets = encoded
-        return Rendered(text, tuple(ids), tuple(self._cuts(ids, offsets, 0, 0)))
+        if self.incremental and (encoded := self._encode(text)) is not None:
+            ids, offsets = encoded
+            return Rendered(text, tuple(ids), tuple(self._cuts(ids, offsets, 0, 0)))
+        self.stats.chars += len(text)
+        return Rendered(text, tuple(self.tokenizer(text, add_special_tokens=False)["input_ids"]), ())
 
     def _encode(self, text: str) -> tuple[list[int], list[tuple[int, int]]] | None:
         """Ids of `text` and each one's character span (None where the tokenizer gives none)."""
-        self.stats.chars += len(text)
         out = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
         ids, offsets = list(out["input_ids"]), out.get("offset_mapping")
         if offsets is None or len(offsets) != len(ids):
