@@ -205,6 +205,9 @@ def test_repeats_edits_and_unkeyable_messages(tokenizers) -> None:
     assert prompts.ids(one) == prompts.ids(one) == whole(tokenizer, one)
     assert prompts.ids(two) == whole(tokenizer, two) and prompts.ids(edited) == whole(tokenizer, edited)
     assert (prompts.stats.repeats, prompts.stats.extended, prompts.stats.whole) == (1, 1, 2)
+    texts = [tokenizer.apply_chat_template(m, add_generation_prompt=True, tokenize=False) for m in (one, two, edited)]
+    cut = texts[0].rindex("<|im_start|>")  # `two` is tokenized from the generation prompt on
+    assert prompts.stats.chars == len(texts[0]) + len(texts[1]) - cut + len(texts[2])
     odd = [{"role": "user", "content": "x", "meta": object()}]  # not JSON: not kept, still exact
     assert prompts.ids(odd) == whole(tokenizer, odd) and prompts.stats.whole == 3
     prompts.ids(one)  # dropped: two entries kept at most, least recently used first

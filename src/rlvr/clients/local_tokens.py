@@ -123,10 +123,10 @@ class PromptTokens:
         return None
 
     def _whole(self, text: str) -> Rendered:
+        self.stats.chars += len(text)
         if self.incremental and (encoded := self._encode(text)) is not None:
             ids, offsets = encoded
             return Rendered(text, tuple(ids), tuple(self._cuts(ids, offsets, 0, 0)))
-        self.stats.chars += len(text)
         return Rendered(text, tuple(self.tokenizer(text, add_special_tokens=False)["input_ids"]), ())
 
     def _encode(self, text: str) -> tuple[list[int], list[tuple[int, int]]] | None:
