@@ -226,3 +226,17 @@ def test_a_given_replys_render_extends_its_prompt(tokenizers, tokenizer_name) ->
         assert prompts.ids(given, generation_prompt=False) == whole(tokenizer, given, prompt=False), repr(reply)
     assert prompts.ids(messages) == whole(tokenizer, messages)  # still kept apart from the replies
     assert (prompts.stats.extended, prompts.stats.repeats) == (3, 1)
+
+
+def test_messages_equal_in_python_but_rendered_apart_are_kept_apart() -> None:
+    """1, 1.0 and True are equal (and hash alike) in Python; a template writes them apart."""
+    tokenizer = train_tokenizer(default_corpus(), vocab_size=2048, model_max_length=4096)
+    tokenizer.chat_template = (
+        "{%- for m in messages -%}{{- '<|im_start|>' + m.role + '\\n' + m.content + (m.mark | string)"
+        " + '<|im_end|>\\n' -}}{%- endfor -%}{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}"
+    )
+    prompts = PromptTokens(tokenizer)
+    for mark in (1, True, 1.0, "1", None):
+        messages: Messages = [{"role": "user", "content": "a", "mark": mark}]
+        assert prompts.ids(messages) == whole(tokenizer, messages), repr(mark)
+    assert prompts.stats.repeats == 0
