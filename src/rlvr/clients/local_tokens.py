@@ -21,7 +21,8 @@ added token depend only on the text before it. Checked at every turn:
 - the piece tokenized from the cut starts with that same added token's id.
 
 A slow (Python) tokenizer is always tokenized whole. Equal messages (the rollouts of one GRPO
-group share their prompt) are rendered once. Entries are kept by messages and tools, least
+group share their prompt) are rendered once. Entries are kept by messages, tools and whether the
+generation prompt is on (`LocalModel.give` renders a reply without it), least
 recently used dropped first. `stats` counts renders and the characters tokenized.
 """
 
