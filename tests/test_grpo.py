@@ -329,6 +329,7 @@ def test_tictactoe_two_step_smoke_through_the_cli(tiny, tmp_path, capsys) -> Non
     # this step's in-process generation: admissions, decode steps, prompt tokens prefilled and kept
     assert float(last["gen/prefills"]) >= 1 and float(last["gen/decode_steps"]) >= float(last["gen/prefills"])
     assert float(last["gen/prefilled_tokens"]) > 0 and float(last["gen/reused_tokens"]) >= 0
+    assert 1 <= float(last["gen/renders"]) and float(last["gen/tokenized_chars"]) > float(last["gen/renders"])
     assert float(last["exact/beaten_games"]) >= 1 and float(last["exact/unbeatable"]) == 0.0  # an untrained model
     # its games all score the same, so no sequence runs the update: no entropy measured
     assert float(last["batch/skipped_seqs_frac"]) == 1.0 or math.isfinite(float(last["entropy/mean"]))

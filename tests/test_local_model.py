@@ -249,6 +249,20 @@ def test_a_repeated_prompt_is_rendered_once(lm, monkeypatch) -> None:
     assert client.render(ask(1), tools) != first and len(calls) == 3  # tools are part of the key
 
 
+def test_a_later_turn_is_tokenized_from_the_previous_prompt(lm) -> None:
+    client = like(lm)
+    reply = {"role": "assistant", "content": "\n\n<move>4</move>"}  # blank lines first: no naive split
+    later = [*ask(1), reply, {"role": "user", "content": " next"}]
+    text = client.tokenizer.apply_chat_template(later, add_generation_prompt=True, tokenize=False)
+    first = client.tokenizer.apply_chat_template(ask(1), add_generation_prompt=True, tokenize=False)
+    client.render(ask(1))
+    before = client.prompts.stats.chars
+    assert client.render(later) == client.tokenizer(text, add_special_tokens=False)["input_ids"]
+    # tokenized from the generation prompt's <|im_start|> on: what the turn added, and that marker
+    assert client.prompts.stats.extended == 1
+    assert client.prompts.stats.chars - before == len(text) - first.rindex("<|im_start|>")
+
+
 def test_tools_reach_the_chat_template(lm) -> None:
     tool = {
         "type": "function",

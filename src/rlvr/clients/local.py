@@ -21,6 +21,9 @@ decodes them together, one token per step for the whole batch, over a KV cache:
   qwen2 and qwen3 families): rows keep their keys and values in preallocated slots, and the
   one-token step is a hand-written forward replayed as a CUDA graph (`compile_decode=True` also
   runs it through `torch.compile`). See `rlvr.clients.local_slots`.
+- **Prompt ids**: the chat template's render, tokenized; a prompt that extends one already
+  rendered (the next turn of a game) is tokenized from the previous prompt's last added token
+  on, with the same ids as the whole text's. See `rlvr.clients.local_tokens`.
 - **Attention kernels**: on CUDA, the transformers forward runs without cuDNN attention, which
   builds a new plan for every new sequence length (a growing KV cache is one every step).
 
@@ -43,7 +46,6 @@ the KV caches; a later `chat()` raises `ClientClosedError`. Loading is in
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 import threading
 import time
@@ -68,11 +70,9 @@ from rlvr.clients.local_load import (
 from rlvr.clients.local_prefix import PrefixCache
 from rlvr.clients.local_replies import deliver, resolve
 from rlvr.clients.local_slots import SlotBatch, use_static_cache
+from rlvr.clients.local_tokens import PromptTokens
 from rlvr.errors import ClientClosedError, ModelError, PromptTooLongError, UsageError
 from rlvr.types import Completion, Messages, SamplingArgs, Usage
-
-RENDER_CACHE = 4096
-"""Rendered prompts kept (by their messages); all are dropped when it is full."""
 
 
 class LocalModel:
@@ -155,7 +155,8 @@ class LocalModel:
         self.compile_decode = compile_decode
         self.autocast = autocast_dtype(autocast)
         self._decoder: SlotDecoder | None = None
-        self._renders: dict[str, tuple[int, ...]] = {}
+        self.prompts = PromptTokens(tokenizer)
+        """Prompt ids of the conversations rendered so far, each new turn tokenized alone."""
         self._rng = random.Random()
         self._lock = threading.Lock()
         self._pending: list[Request] = []
@@ -187,23 +188,9 @@ class LocalModel:
     # ---- the ChatClient side (event loop) -------------------------------------------------
 
     def render(self, messages: Messages, tools: list[dict[str, Any]] | None = None) -> list[int]:
-        """Prompt token ids: the chat template with `add_generation_prompt=True`."""
-        try:  # the rollouts of one GRPO group share their prompt: render it once
-            key: str | None = json.dumps([messages, tools or None], sort_keys=True)
-        except (TypeError, ValueError):
-            key = None
-        if key is not None and (hit := self._renders.get(key)) is not None:
-            return list(hit)
-        text = self.tokenizer.apply_chat_template(
-            messages, tools=[*tools] if tools else None, add_generation_prompt=True, tokenize=False
-        )
-        # lone surrogates as U+FFFD, which the tokenizer refuses: one pass over the rendered text
-        ids = list(self.tokenizer(encodable(text), add_special_tokens=False)["input_ids"])
-        if key is not None:
-            if len(self._renders) >= RENDER_CACHE:
-                self._renders.clear()
-            self._renders[key] = tuple(ids)
-        return ids
+        """Prompt token ids: the chat template with `add_generation_prompt=True`, tokenized (only
+        what a turn adds to a conversation already rendered: `rlvr.clients.local_tokens`)."""
+        return self.prompts.ids(messages, tools)
 
     def _prompt(self, messages: Messages, tools: list[dict[str, Any]] | None) -> list[int]:
         """`render`, or `PromptTooLongError` where no reply token fits after it."""
@@ -275,10 +262,7 @@ class LocalModel:
         """The template's ids of `text` after `prompt_ids`, through the first end-of-turn id;
         where the template does not extend the prompt so (or rewrites the text: some drop
         `<think>` blocks), the text's own ids and an EOS id."""
-        whole = self.tokenizer.apply_chat_template(
-            [*messages, {"role": "assistant", "content": text}], tools=[*tools] if tools else None, tokenize=False
-        )
-        ids = list(self.tokenizer(encodable(whole), add_special_tokens=False)["input_ids"])
+        ids = self.prompts.ids([*messages, {"role": "assistant", "content": text}], tools, generation_prompt=False)
         tail = ids[len(prompt_ids) :] if ids[: len(prompt_ids)] == prompt_ids else []
         ends = [i for i, t in enumerate(tail) if t in self.eos_ids]
         if ends and self.tokenizer.decode(tail[: ends[0]], skip_special_tokens=True) == text:

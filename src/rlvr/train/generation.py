@@ -52,7 +52,8 @@ class Generation:
 
     def counters(self) -> dict[str, float]:
         """The in-process generator's running counts (`GenerationStats`: prefills, decode steps,
-        prompt tokens prefilled, reused and shared), {} for a server. A step's `gen/*` metrics
+        prompt tokens prefilled, reused and shared; `TokenStats`: chat-template renders and the
+        characters tokenized), {} for a server. A step's `gen/*` metrics
         are their differences across its rollouts."""
         if not isinstance(self.client, LocalModel):
             return {}
@@ -63,6 +64,8 @@ class Generation:
             "gen/prefilled_tokens": stats.prompt_tokens,
             "gen/reused_tokens": stats.reused_tokens,
             "gen/shared_tokens": stats.shared_tokens,
+            "gen/renders": self.client.prompts.stats.renders,
+            "gen/tokenized_chars": self.client.prompts.stats.chars,
         }
 
     def after_step(self, model: nn.Module, step: int, run_async: RunAsync[Any], dist: Dist) -> None:
