@@ -81,6 +81,9 @@ class Decision:
     """Per reply: `rejected`, `losing` or None, from the env's `tree_judge`; None when the env
     has none (then a reply is losing when a beaten game follows it)."""
 
+    played: list[bool] | None = None
+    """Per reply: whether the walk played it (False: its reach fell below `min_reach`)."""
+
     def to_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
@@ -236,6 +239,18 @@ class Bounds:
                 for name, (est, lo, hi) in rows.items()
             }
         return out
+
+    def missing(self, opponent: str) -> dict[str, float]:
+        """The mass against `opponent` that no played game covers, by why: `unlisted`, left out
+        of an exact distribution (`Decision.unexplored`), and `pruned`, replies listed or drawn
+        but not played (below `min_reach`). Estimates, like `covered`; they sum to 1 with it."""
+        unlisted = pruned = 0.0
+        for d in self.decisions.values():
+            mass = float(d.weights[opponent]) * d.reach
+            unlisted += mass * d.unexplored
+            played = d.played or [False] * len(d.probs)
+            pruned += mass * sum(p for p, on in zip(d.probs, played) if not on)
+        return {"unlisted": unlisted, "pruned": pruned}
 
     def risky(self, opponent: str, failures: Sequence[str], threshold: float) -> list[dict[str, Any]]:
         """Every decision where the policy puts >= `threshold` on rejected or on losing replies:
