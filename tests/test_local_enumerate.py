@@ -19,6 +19,7 @@ transformers = pytest.importorskip("transformers")
 
 from rlvr.clients.local import LocalModel
 from rlvr.clients.local_enumerate import Enumerator
+from rlvr.clients.local_prefix import prefix_hashes
 from rlvr.clients.tool_calls import parse_tool_calls
 from rlvr.commands.turns import CountingClient
 from rlvr.exact_sampled import ReplyDistribution, takes_floor
@@ -194,3 +195,25 @@ def test_a_counting_wrapper_passes_the_distribution_and_its_floor_through(tiny_d
     sampling = SamplingArgs(temperature=1.0, max_tokens=2)
     got = asyncio.run(counted.reply_distribution(MESSAGES, sampling, floor=1e-3))
     assert got and all(p >= 1e-3 for _, p in got)
+
+
+def test_a_prompt_that_extends_an_earlier_one_prefills_only_its_new_tokens(tiny_dir, scramble) -> None:
+    """The next turn of a conversation starts from the kept keys and values of the last one's
+    prompt, and its distribution is the one a fresh client computes (float32: 1e-4 relative)."""
+    lm, fresh = load(tiny_dir, scramble, seed=3), load(tiny_dir, scramble, seed=3)
+    sampling = SamplingArgs(temperature=1.0, max_tokens=3)
+    later = [*MESSAGES, {"role": "assistant", "content": "x"}, {"role": "user", "content": "again"}]
+
+    async def go():
+        await lm.reply_distribution(MESSAGES, sampling, floor=1e-3)
+        assert lm._enumerator is not None
+        lm._enumerator.prefix.check_weights(lm.model)
+        hit = lm._enumerator.prefix.lookup(lm.render(later), prefix_hashes(lm.render(later)))[1]
+        return hit, await lm.reply_distribution(later, sampling, floor=1e-3), await fresh.reply_distribution(
+            later, sampling, floor=1e-3
+        )
+
+    hit, kept, alone = asyncio.run(go())
+    assert hit == len(lm.render(MESSAGES))
+    assert [t for t, _ in kept] == [t for t, _ in alone] and len(kept) > 3
+    assert all(p == pytest.approx(q, rel=1e-4) for (_, p), (_, q) in zip(kept, alone))

@@ -286,6 +286,8 @@ class LocalModel:
         listed mass reaches 1 - `eps` or after `max_nodes` prefixes. Greedy: its one reply, 1."""
         if float(sampling.temperature) == 0.0:
             return [((await self.chat(messages, sampling, tools)).text, 1.0)]
+        if floor > 1.0:  # no reply can be listed
+            return []
         prompt_ids = self._prompt(messages, tools)
         job = Job.of(prompt_ids, self.context_length - len(prompt_ids), sampling, floor, eps, max_nodes)
         with self._lock:

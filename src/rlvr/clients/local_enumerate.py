@@ -35,8 +35,10 @@ import torch
 
 from rlvr.clients.local_batch import Decoding, new_cache, stop_hit
 from rlvr.clients.local_load import generating
+from rlvr.clients.local_prefix import PrefixCache, past_cache, prefix_hashes, row_kv
 from rlvr.clients.local_replies import reply_text, settle
 from rlvr.clients.local_sampling import _top_p
+from rlvr.errors import ModelError
 from rlvr.types import SamplingArgs
 
 MAX_NODES = 20_000
@@ -93,6 +95,8 @@ class Enumerator:
 
     def __init__(self, dec: Decoding, autocast: torch.dtype | None, batch: int = 64, max_jobs: int = 32) -> None:
         self.dec, self.autocast, self.batch, self.max_jobs = dec, autocast, batch, max_jobs
+        self.prefix = PrefixCache(max_entries=4 * max_jobs, max_bytes=1 << 30)
+        """The prompts' keys and values, kept for the prompts that extend them."""
         self._order = itertools.count()
         self._lock = threading.Lock()
         self._pending: list[Job] = []
@@ -146,29 +150,52 @@ class Enumerator:
                 _resolve(job, exc)
 
     def _admit(self, jobs: list[Job]) -> None:
-        """Prefill the jobs' prompts together (left padded), keep each one's keys and values,
-        and file the children of each root (the reply's first token)."""
+        """Prefill the jobs' prompts together (left padded, each after the longest prefix kept
+        from an earlier prompt: a game's next decision extends the last one's prompt), keep each
+        one's keys and values, and file the children of each root (the reply's first token)."""
         if not jobs:
             return
-        dec, width = self.dec, max(len(j.prompt_ids) for j in jobs)
+        dec = self.dec
+        hits = self._lookup(jobs)
+        width = max(len(j.prompt_ids) - m for j, (_, m) in zip(jobs, hits))
         ids = torch.full((len(jobs), width), dec.pad_id, dtype=torch.long)
         mask = torch.zeros((len(jobs), width), dtype=torch.long)
-        for i, job in enumerate(jobs):
-            ids[i, width - len(job.prompt_ids) :] = torch.tensor(job.prompt_ids)
-            mask[i, width - len(job.prompt_ids) :] = 1
+        for i, (job, (_, m)) in enumerate(zip(jobs, hits)):
+            suffix = job.prompt_ids[m:]
+            ids[i, width - len(suffix) :] = torch.tensor(suffix)
+            mask[i, width - len(suffix) :] = 1
         ids, mask = ids.to(dec.device), mask.to(dec.device)
+        start = torch.tensor([m for _, m in hits], device=dec.device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0) + start[:, None]
         cache = new_cache(dec.model)
-        logits = self._forward(ids, mask, (mask.cumsum(-1) - 1).clamp(min=0), cache)
-        layers = list(cache.layers)
+        if any(m for _, m in hits):
+            mask = torch.cat([past_cache(cache, hits, dec.device), mask], dim=1)
+        logits = self._forward(ids, mask, positions, cache)
+        layers, rows = list(cache.layers), mask.cpu()
+        if not all(type(la).__name__ == "DynamicLayer" for la in layers):
+            raise ModelError("reply_distribution needs a model whose layers all attend in full (a plain KV cache)")
         for i, job in enumerate(jobs):
-            start = width - len(job.prompt_ids)
-            job.prompt_kv = torch.stack(
-                [torch.stack([la.keys[i, :, start:], la.values[i, :, start:]]) for la in layers]
-            )
+            kv = row_kv(layers, rows[i], i, len(job.prompt_ids))
+            assert kv is not None
+            job.prompt_kv = torch.stack(kv, dim=1)
+            self.prefix.store(job.prompt_ids, prefix_hashes(job.prompt_ids), len(job.prompt_ids),
+                              (job.prompt_kv[:, 0], job.prompt_kv[:, 1]), self.prefix.version, shared=True)  # fmt: skip
         probs = self._probs(logits, jobs)
         for i, job in enumerate(jobs):
             self._children(job, probs[i], 1.0, (), None)
         self._active.extend(jobs)
+
+    def _lookup(self, jobs: list[Job]) -> list[tuple[tuple[torch.Tensor, torch.Tensor] | None, int]]:
+        """Per job: kept keys and values of a prefix of its prompt and its length (None, 0 when
+        none), cut so that every row prefills as many tokens (as `Batch._lookup` does)."""
+        self.prefix.check_weights(self.dec.model)
+        hits = self.prefix.lookup_many([(j.prompt_ids, prefix_hashes(j.prompt_ids)) for j in jobs])
+        width = max(len(j.prompt_ids) - m for j, (_, m) in zip(jobs, hits))
+        out: list[tuple[tuple[torch.Tensor, torch.Tensor] | None, int]] = []
+        for job, (kv, m) in zip(jobs, hits):
+            m = max(0, len(job.prompt_ids) - width)
+            out.append(((kv[0][:, :, :m], kv[1][:, :, :m]), m) if kv is not None and m else (None, 0))
+        return out
 
     def _take(self) -> list[Row]:
         """The most probable open prefixes of every live job, a fair share of `batch` each."""
