@@ -346,3 +346,17 @@ def test_draws_in_flight_stay_within_the_concurrency() -> None:
     client = InFlight(sampled_player())
     result = walk(client, Settings(samples=16, concurrency=4, min_reach=1e-3))
     assert result.games and client.most == 4  # 16 draws a decision, many decisions open: 4 at a time
+
+
+def test_opponent_lines_that_ended_unplayed_count_on_the_upper_side() -> None:
+    """A reply whose opponent lines left only some records (the others ended unplayed further
+    down: pruned, or unlisted by an exact distribution), and a root line with no record at all:
+    their weight is unknown, so it is on the upper side of every number, not lost."""
+    root = Decision(0, "", {"o": 0.7}, 1.0, ["a"], [1.0])
+    games = [
+        {"path": [[0, 0]], "line_weights": {"o": 0.35}, "outcome": "win"},
+        {"path": [[0, 0]], "line_weights": {"o": 0.2}, "outcome": "loss"},
+    ]  # 0.15 after the reply and the other root line's 0.3 have no record
+    bounds = Bounds([root], games, 0.05)
+    assert bounds.value("o", lambda g: g["outcome"] == "win", 0.01) == pytest.approx((0.35, 0.35, 0.8))
+    assert bounds.value("o", lambda g: g["outcome"] == "loss", 0.01) == pytest.approx((0.2, 0.2, 0.65))

@@ -25,7 +25,9 @@ at once with probability >= 1 - delta. It is computed bottom-up, a propagated wo
   Bernoulli domination; for K draws that all agree, the upper bound on a never-seen value is
   1 - delta_s ** (1 / K), the Clopper-Pearson zero-count bound);
 - a reply that was drawn but never played (its reach fell below the pruning threshold) is
-  worth [0, its whole weight].
+  worth [0, its whole weight]; so is every opponent line after a reply (and every root line)
+  that ended unplayed further down, leaving no finished game: the opponent's replies split a
+  reply's weight, and the part no recorded decision or game holds is added to the upper side.
 
 delta_s = delta / 2 / (2 x sampled decisions x numbers x opponents): a union bound over every
 (decision, side, number) whose bound is used. (The decisions are found by the walk itself; the
@@ -196,11 +198,19 @@ class Bounds:
                 memo[n] = decide(self.decisions[n])
             return memo[n]
 
+        def after(subs: list[int], ends: list[int], whole: float) -> Value:
+            """What follows a reply (or the start): the decisions and games after it, and on the
+            upper side the part of its weight `whole` that none of them holds (the opponent's
+            replies split it; a line that ended unplayed left no record: anything from nothing
+            to everything)."""
+            parts = [node(m) for m in subs] + [leaf(g) for g in ends]
+            known = sum(float(self.decisions[m].weights[opponent]) for m in subs)
+            known += sum(float(self.games[g]["line_weights"][opponent]) for g in ends)
+            unknown = max(0.0, whole - known)
+            return (sum(p[0] for p in parts), sum(p[1] for p in parts), sum(p[2] for p in parts) + unknown)
+
         def reply(n: int, j: int, whole: float) -> Value:
-            parts = [node(m) for m in self.after.get((n, j), [])] + [leaf(g) for g in self.leaves.get((n, j), [])]
-            if not parts:  # drawn but pruned: anything from nothing to everything
-                return (0.0, 0.0, whole)
-            return (sum(p[0] for p in parts), sum(p[1] for p in parts), sum(p[2] for p in parts))
+            return after(self.after.get((n, j), []), self.leaves.get((n, j), []), whole)
 
         def decide(d: Decision) -> Value:
             whole = float(d.weights[opponent])
@@ -218,8 +228,8 @@ class Bounds:
                 whole * kl_upper(hi / whole, d.samples, delta_s),
             )
 
-        parts = [node(n) for n in sorted(self.roots)] + [leaf(g) for g in self.root_leaves]
-        return (sum(p[0] for p in parts), sum(p[1] for p in parts), min(1.0, sum(p[2] for p in parts)))
+        est, lo, hi = after(sorted(self.roots), self.root_leaves, 1.0)  # the root lines' weights sum to 1
+        return (est, lo, min(1.0, hi))
 
     def table(self, opponents: Sequence[str], outcomes: Sequence[str]) -> dict[str, dict[str, Value]]:
         """opponent -> number (each outcome, `rejected`, and `covered`, the mass the estimate

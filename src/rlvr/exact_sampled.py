@@ -185,7 +185,7 @@ class _Walk:
         if self.settings.enumerate and isinstance(self.client, ReplyDistribution):
             merged: dict[str, float] = {}
             reach = self.reach(line, 1.0)
-            floor = {"floor": self.settings.min_reach / reach if reach > 0 else 1.0} if self.floored else {}
+            floor = {"floor": self.settings.min_reach / reach if reach > 0 else math.inf} if self.floored else {}
             for text, p in await self.client.reply_distribution(messages, sampling, tools, **floor):
                 merged[text] = merged.get(text, 0.0) + float(p)
             replies, probs = list(merged), list(merged.values())
