@@ -209,11 +209,68 @@ def test_a_prompt_that_extends_an_earlier_one_prefills_only_its_new_tokens(tiny_
         assert lm._enumerator is not None
         lm._enumerator.prefix.check_weights(lm.model)
         hit = lm._enumerator.prefix.lookup(lm.render(later), prefix_hashes(lm.render(later)))[1]
-        return hit, await lm.reply_distribution(later, sampling, floor=1e-3), await fresh.reply_distribution(
-            later, sampling, floor=1e-3
+        return (
+            hit,
+            await lm.reply_distribution(later, sampling, floor=1e-3),
+            await fresh.reply_distribution(later, sampling, floor=1e-3),
         )
 
     hit, kept, alone = asyncio.run(go())
     assert hit == len(lm.render(MESSAGES))
     assert [t for t, _ in kept] == [t for t, _ in alone] and len(kept) > 3
     assert all(p == pytest.approx(q, rel=1e-4) for (_, p), (_, q) in zip(kept, alone))
+
+
+def test_the_walk_with_enumeration_bounds_a_large_sample_of_games() -> None:
+    """`rlvr.exact_sampled` on the shipped tic-tac-toe model with its exact distributions (no
+    draws), on the games where it moves first against the optimal opponent: a deterministic
+    bound whose upper side holds the mass left unlisted or pruned, and that contains the rates
+    of 400 such games it plays at T = 1 (4 standard errors)."""
+    from rlvr_tictactoe.env import load_environment
+
+    from rlvr.exact_sampled import Settings, enumerate_sampled
+    from rlvr.report.exact_sampled import sampled_section
+
+    lm = LocalModel("models/tictactoe-tiny", device="cpu", max_batch_size=256)
+    env = load_environment()
+    first = env.tree_roots(0)[0]  # X moves first (no opening by O)
+    assert first.info["model_starts"]
+    whole = env.tree_weights(first)["optimal"]
+    env.tree_roots = lambda seed: [first]
+    env.tree_opponents = ("optimal",)
+    env.tree_weights = lambda task: {"optimal": task.info["line_weights"]["optimal"] / whole}
+    sampling = env.sampling.replace(temperature=1.0)
+    result = asyncio.run(enumerate_sampled(env, lm, sampling, Settings(min_reach=1e-3)))
+    assert result.samples_drawn == 0 and result.decisions and not any(d.samples for d in result.decisions)
+    table = result.bounds().table(result.opponents, ["win", "draw", "loss", "timeout"])["optimal"]
+    missing = result.sampled_summary()["missing_pct"]["optimal"]
+    assert missing["unlisted"] > 0 and missing["pruned"] < 1e-9  # the floor lists no reply below min_reach
+    left = (missing["unlisted"] + missing["pruned"]) / 100
+    assert table["covered"][0] == pytest.approx(1 - left, abs=1e-9)
+    for name in ("draw", "loss"):
+        est, lo, hi = table[name]
+        assert lo == pytest.approx(est, abs=1e-12) and hi == pytest.approx(min(1.0, est + left), abs=1e-9)
+    assert table["draw"][2] - table["draw"][1] < 0.2  # not a vacuous bound
+    page = "".join(sampled_section({"exact": {"sampled": result.sampled_summary()}}))
+    risky = result.sampled_summary()["risky"]["optimal"]
+    assert risky and page.count("<pre>") == len(risky) and "unlisted" in page  # boards in the report
+
+    games = load_environment(opponent="optimal", model_starts="always")
+    tasks = games.tasks("eval")
+
+    async def play():
+        return await asyncio.gather(
+            *(
+                games.rollout(lm, task, sampling.replace(seed=1000 * k + i), 1000 * k + i)
+                for k in range(2)
+                for i, task in enumerate(tasks)
+            )  # fmt: skip
+        )
+
+    outcomes = [s.outcome or "timeout" for s in asyncio.run(play())]
+    n = len(outcomes)
+    for name in ("draw", "loss"):
+        rate = outcomes.count(name) / n
+        sigma = math.sqrt(max(rate * (1 - rate), 1 / n) / n)
+        _, lo, hi = table[name]
+        assert lo - 4 * sigma <= rate <= hi + 4 * sigma, (name, rate, lo, hi)
