@@ -21,6 +21,8 @@ decodes them together, one token per step for the whole batch, over a KV cache:
   qwen2 and qwen3 families): rows keep their keys and values in preallocated slots, and the
   one-token step is a hand-written forward replayed as a CUDA graph (`compile_decode=True` also
   runs it through `torch.compile`). See `rlvr.clients.local_slots`.
+- **Exact reply distributions** (`reply_distribution`): every reply `chat` can sample, with its
+  probability, enumerated best-first by `rlvr.clients.local_enumerate`.
 - **Attention kernels**: on CUDA, the transformers forward runs without cuDNN attention, which
   builds a new plan for every new sequence length (a growing KV cache is one every step).
 
