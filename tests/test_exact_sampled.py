@@ -346,3 +346,47 @@ def test_draws_in_flight_stay_within_the_concurrency() -> None:
     client = InFlight(sampled_player())
     result = walk(client, Settings(samples=16, concurrency=4, min_reach=1e-3))
     assert result.games and client.most == 4  # 16 draws a decision, many decisions open: 4 at a time
+
+
+def test_opponent_lines_that_ended_unplayed_count_on_the_upper_side() -> None:
+    """A reply whose opponent lines left only some records (the others ended unplayed further
+    down: pruned, or unlisted by an exact distribution), and a root line with no record at all:
+    their weight is unknown, so it is on the upper side of every number, not lost."""
+    root = Decision(0, "", {"o": 0.7}, 1.0, ["a"], [1.0])
+    games = [
+        {"path": [[0, 0]], "line_weights": {"o": 0.35}, "outcome": "win"},
+        {"path": [[0, 0]], "line_weights": {"o": 0.2}, "outcome": "loss"},
+    ]  # 0.15 after the reply and the other root line's 0.3 have no record
+    bounds = Bounds([root], games, 0.05)
+    assert bounds.value("o", lambda g: g["outcome"] == "win", 0.01) == pytest.approx((0.35, 0.35, 0.8))
+    assert bounds.value("o", lambda g: g["outcome"] == "loss", 0.01) == pytest.approx((0.2, 0.2, 0.65))
+
+
+class FlooredDistribution(Distribution):
+    """The scripted distribution, taking the walk's floor (and recording it)."""
+
+    def __init__(self) -> None:
+        self.floors: list[float] = []
+
+    async def reply_distribution(self, messages, sampling, tools=None, *, floor=0.0):
+        self.floors.append(floor)
+        return await super().reply_distribution(messages, sampling, tools)
+
+
+def test_the_walk_passes_each_decision_its_floor_and_samples_when_told_not_to_enumerate():
+    """A client whose `reply_distribution` takes `floor` gets min_reach over the decision's
+    reach (policy probability x the opponent's largest line weight); one without it still
+    works (the other tests); `enumerate=False` draws from a client that has both."""
+    floored = FlooredDistribution()
+    result = walk(floored, Settings(min_reach=1e-3))
+    want = [1e-3 / (d.reach * max(d.weights.values())) for d in result.decisions]
+    assert sorted(floored.floors) == pytest.approx(sorted(want))
+    assert min(floored.floors) == pytest.approx(1e-3 / 0.5)  # the empty board: X first, half the games
+
+    class Both(Distribution):
+        async def chat(self, messages, sampling, tools=None):
+            return await sampled_player().chat(messages, sampling, tools)
+
+    sampled = walk(Both(), Settings(samples=4, enumerate=False, min_reach=1e-3))
+    assert sampled.samples_drawn > 0 and all(d.samples == 4 for d in sampled.decisions)
+    assert not any(d.samples for d in walk(Both(), Settings(min_reach=1e-3)).decisions)

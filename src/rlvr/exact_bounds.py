@@ -25,7 +25,9 @@ at once with probability >= 1 - delta. It is computed bottom-up, a propagated wo
   Bernoulli domination; for K draws that all agree, the upper bound on a never-seen value is
   1 - delta_s ** (1 / K), the Clopper-Pearson zero-count bound);
 - a reply that was drawn but never played (its reach fell below the pruning threshold) is
-  worth [0, its whole weight].
+  worth [0, its whole weight]; so is every opponent line after a reply (and every root line)
+  that ended unplayed further down, leaving no finished game: the opponent's replies split a
+  reply's weight, and the part no recorded decision or game holds is added to the upper side.
 
 delta_s = delta / 2 / (2 x sampled decisions x numbers x opponents): a union bound over every
 (decision, side, number) whose bound is used. (The decisions are found by the walk itself; the
@@ -80,6 +82,9 @@ class Decision:
     judged: list[str | None] | None = None
     """Per reply: `rejected`, `losing` or None, from the env's `tree_judge`; None when the env
     has none (then a reply is losing when a beaten game follows it)."""
+
+    played: list[bool] | None = None
+    """Per reply: whether the walk played it (False: its reach fell below `min_reach`)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -193,11 +198,19 @@ class Bounds:
                 memo[n] = decide(self.decisions[n])
             return memo[n]
 
+        def after(subs: list[int], ends: list[int], whole: float) -> Value:
+            """What follows a reply (or the start): the decisions and games after it, and on the
+            upper side the part of its weight `whole` that none of them holds (the opponent's
+            replies split it; a line that ended unplayed left no record: anything from nothing
+            to everything)."""
+            parts = [node(m) for m in subs] + [leaf(g) for g in ends]
+            known = sum(float(self.decisions[m].weights[opponent]) for m in subs)
+            known += sum(float(self.games[g]["line_weights"][opponent]) for g in ends)
+            unknown = max(0.0, whole - known)
+            return (sum(p[0] for p in parts), sum(p[1] for p in parts), sum(p[2] for p in parts) + unknown)
+
         def reply(n: int, j: int, whole: float) -> Value:
-            parts = [node(m) for m in self.after.get((n, j), [])] + [leaf(g) for g in self.leaves.get((n, j), [])]
-            if not parts:  # drawn but pruned: anything from nothing to everything
-                return (0.0, 0.0, whole)
-            return (sum(p[0] for p in parts), sum(p[1] for p in parts), sum(p[2] for p in parts))
+            return after(self.after.get((n, j), []), self.leaves.get((n, j), []), whole)
 
         def decide(d: Decision) -> Value:
             whole = float(d.weights[opponent])
@@ -215,8 +228,8 @@ class Bounds:
                 whole * kl_upper(hi / whole, d.samples, delta_s),
             )
 
-        parts = [node(n) for n in sorted(self.roots)] + [leaf(g) for g in self.root_leaves]
-        return (sum(p[0] for p in parts), sum(p[1] for p in parts), min(1.0, sum(p[2] for p in parts)))
+        est, lo, hi = after(sorted(self.roots), self.root_leaves, 1.0)  # the root lines' weights sum to 1
+        return (est, lo, min(1.0, hi))
 
     def table(self, opponents: Sequence[str], outcomes: Sequence[str]) -> dict[str, dict[str, Value]]:
         """opponent -> number (each outcome, `rejected`, and `covered`, the mass the estimate
@@ -236,6 +249,18 @@ class Bounds:
                 for name, (est, lo, hi) in rows.items()
             }
         return out
+
+    def missing(self, opponent: str) -> dict[str, float]:
+        """The mass against `opponent` that no played game covers, by why: `unlisted`, left out
+        of an exact distribution (`Decision.unexplored`), and `pruned`, replies listed or drawn
+        but not played (below `min_reach`). Estimates, like `covered`; they sum to 1 with it."""
+        unlisted = pruned = 0.0
+        for d in self.decisions.values():
+            mass = float(d.weights[opponent]) * d.reach
+            unlisted += mass * d.unexplored
+            played = d.played or [False] * len(d.probs)
+            pruned += mass * sum(p for p, on in zip(d.probs, played) if not on)
+        return {"unlisted": unlisted, "pruned": pruned}
 
     def risky(self, opponent: str, failures: Sequence[str], threshold: float) -> list[dict[str, Any]]:
         """Every decision where the policy puts >= `threshold` on rejected or on losing replies:

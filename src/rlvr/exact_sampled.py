@@ -28,6 +28,7 @@ by `env.rollout` with the env's own messages and rubric, through the batched cli
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import math
 import time
@@ -49,12 +50,25 @@ from rlvr.types import Completion, Messages, Rollout, SamplingArgs, State, Task
 @runtime_checkable
 class ReplyDistribution(Protocol):
     """A client that can say exactly how it replies (a scripted stochastic player, or a model
-    whose reply tokens are enumerated): (reply text, probability) pairs; their sum may be < 1,
-    the rest counted as unexplored."""
+    whose reply tokens are enumerated: `LocalModel`): (reply text, probability) pairs; their sum
+    may be < 1, the rest counted as unexplored.
+
+    The method may also take a keyword `floor` (`takes_floor`): the walk then passes the
+    smallest reply probability worth listing at this decision (`min_reach` over the decision's
+    reach), so that an enumeration stops at prefixes no played reply can come from."""
 
     async def reply_distribution(
         self, messages: Messages, sampling: SamplingArgs, tools: list[dict[str, Any]] | None = None
     ) -> list[tuple[str, float]]: ...
+
+
+def takes_floor(client: ReplyDistribution) -> bool:
+    """Whether `client.reply_distribution` takes the keyword `floor` (or any keyword)."""
+    try:
+        params = inspect.signature(client.reply_distribution).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "floor" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
 
 
 @dataclass
@@ -77,6 +91,9 @@ class Settings:
     """Base of the sampling seeds (each draw's seed mixes it with the conversation and the draw)."""
     concurrency: int = 256
     """Lines in flight at once."""
+    enumerate: bool = True
+    """Ask a client that has `reply_distribution` for its exact distribution (False: draw
+    `samples` replies from it like from any other client)."""
 
     def check(self) -> None:
         if self.samples < 1:
@@ -119,6 +136,8 @@ class SampledResult(ExactResult):
             "sampled_decisions": bounds.sampled,
             "samples_drawn": self.samples_drawn,
             "bounds_pct": pct,
+            "enumerate": self.settings.enumerate,
+            "missing_pct": {o: {k: 100.0 * v for k, v in bounds.missing(o).items()} for o in self.opponents},
             "risky_threshold": risky_threshold,
             "risky": {o: bounds.risky(o, self.failures, risky_threshold) for o in self.opponents},
         }
@@ -145,6 +164,7 @@ class _Walk:
         self._memo: dict[str, asyncio.Future[Decision]] = {}
         self.drawn = 0
         self.judge = getattr(env, "tree_judge", None)
+        self.floored = isinstance(client, ReplyDistribution) and takes_floor(client)
         self.gate = asyncio.Semaphore(settings.concurrency)
         """draws in flight over all decisions: at most `concurrency` (K a decision times the open
         decisions would otherwise all reach the client at once)"""
@@ -162,9 +182,11 @@ class _Walk:
 
     async def _decide(self, key: str, messages: Messages, sampling: SamplingArgs, tools: Any, line: _Line) -> Decision:
         samples, unexplored = 0, 0.0
-        if isinstance(self.client, ReplyDistribution):
+        if self.settings.enumerate and isinstance(self.client, ReplyDistribution):
             merged: dict[str, float] = {}
-            for text, p in await self.client.reply_distribution(messages, sampling, tools):
+            reach = self.reach(line, 1.0)
+            floor = {"floor": self.settings.min_reach / reach if reach > 0 else math.inf} if self.floored else {}
+            for text, p in await self.client.reply_distribution(messages, sampling, tools, **floor):
                 merged[text] = merged.get(text, 0.0) + float(p)
             replies, probs = list(merged), list(merged.values())
             if not all(math.isfinite(p) and p >= 0 for p in probs) or sum(probs) > 1 + 1e-9:
@@ -198,6 +220,7 @@ class _Walk:
     def fork(self, line: _Line, decision: Decision) -> int:
         """The reply index the line goes on with; the other playable replies become new lines."""
         playable = [j for j, p in enumerate(decision.probs) if p > 0 and self.reach(line, p) >= self.settings.min_reach]
+        decision.played = [j in playable for j in range(len(decision.probs))]
         if not playable:
             raise _Pruned
         for j in playable[1:]:
@@ -287,4 +310,4 @@ async def enumerate_sampled(
     return result
 
 
-__all__ = ["REJECTED", "ReplyDistribution", "SampledResult", "Settings", "enumerate_sampled"]
+__all__ = ["REJECTED", "ReplyDistribution", "SampledResult", "Settings", "enumerate_sampled", "takes_floor"]

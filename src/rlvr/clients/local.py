@@ -24,6 +24,8 @@ decodes them together, one token per step for the whole batch, over a KV cache:
 - **Prompt ids**: the chat template's render, tokenized; a prompt that extends one already
   rendered (the next turn of a game) is tokenized from the previous prompt's last added token
   on, with the same ids as the whole text's. See `rlvr.clients.local_tokens`.
+- **Exact reply distributions** (`reply_distribution`): every reply `chat` can sample, with its
+  probability, enumerated best-first by `rlvr.clients.local_enumerate`.
 - **Attention kernels**: on CUDA, the transformers forward runs without cuDNN attention, which
   builds a new plan for every new sequence length (a growing KV cache is one every step).
 
@@ -56,19 +58,18 @@ from transformers import PreTrainedTokenizerBase
 
 from rlvr.clients.local_batch import Batch, Decoding, GenerationStats, Request
 from rlvr.clients.local_decode import SlotDecoder
+from rlvr.clients.local_enumerate import MAX_NODES, Enumerator, Job
 from rlvr.clients.local_load import (
-    attention_backends,
     autocast_dtype,
     context_length,
-    encodable,
     eos_ids,
-    eval_mode,
     forward_options,
+    generating,
     keep_freed_blocks,
     load_pretrained,
 )
 from rlvr.clients.local_prefix import PrefixCache
-from rlvr.clients.local_replies import deliver, resolve
+from rlvr.clients.local_replies import deliver, reply_ids, resolve
 from rlvr.clients.local_slots import SlotBatch, use_static_cache
 from rlvr.clients.local_tokens import PromptTokens
 from rlvr.errors import ClientClosedError, ModelError, PromptTooLongError, UsageError
@@ -163,6 +164,7 @@ class LocalModel:
         self._arrivals = 0
         self._thread: threading.Thread | None = None
         self._closed = False
+        self._enumerator: Enumerator | None = None
 
     def clear_cache(self) -> None:
         """Forget the kept KV caches (call after the weights changed, e.g. an optimizer step)."""
@@ -242,7 +244,8 @@ class LocalModel:
         that the next turn's prompt extends them), no logprobs, finish reason "given". The
         model does not run."""
         prompt_ids = self._prompt(messages, tools)
-        ids = self._reply_ids(messages, text, tools, prompt_ids)
+        whole = self.prompts.ids([*messages, {"role": "assistant", "content": text}], tools, generation_prompt=False)
+        ids = reply_ids(self.tokenizer, self.eos_ids, whole, text, prompt_ids)
         if len(prompt_ids) + len(ids) > self.context_length:  # a sampled reply stops at the context's end
             raise PromptTooLongError(
                 f"prompt ({len(prompt_ids)} tokens) and given reply ({len(ids)}) exceed the {self.context_length} "
@@ -256,20 +259,32 @@ class LocalModel:
             usage=Usage(prompt_tokens=len(prompt_ids), completion_tokens=len(ids)),
         )
 
-    def _reply_ids(
-        self, messages: Messages, text: str, tools: list[dict[str, Any]] | None, prompt_ids: list[int]
-    ) -> list[int]:
-        """The template's ids of `text` after `prompt_ids`, through the first end-of-turn id;
-        where the template does not extend the prompt so (or rewrites the text: some drop
-        `<think>` blocks), the text's own ids and an EOS id."""
-        ids = self.prompts.ids([*messages, {"role": "assistant", "content": text}], tools, generation_prompt=False)
-        tail = ids[len(prompt_ids) :] if ids[: len(prompt_ids)] == prompt_ids else []
-        ends = [i for i, t in enumerate(tail) if t in self.eos_ids]
-        if ends and self.tokenizer.decode(tail[: ends[0]], skip_special_tokens=True) == text:
-            return tail[: ends[0] + 1]
-        eos = self.tokenizer.eos_token_id
-        own = list(self.tokenizer(encodable(text), add_special_tokens=False)["input_ids"])
-        return [*own, eos if eos in self.eos_ids else min(self.eos_ids)]
+    async def reply_distribution(
+        self,
+        messages: Messages,
+        sampling: SamplingArgs,
+        tools: list[dict[str, Any]] | None = None,
+        *,
+        floor: float = 0.0,
+        eps: float = 0.0,
+        max_nodes: int = MAX_NODES,
+    ) -> list[tuple[str, float]]:
+        """Every reply `chat(messages, sampling, tools)` can give, with the probability that it
+        gives it, most probable first (`rlvr.clients.local_enumerate`). Left out, and the rest of
+        1: replies through a prefix of probability below `floor`, and what is still open when the
+        listed mass reaches 1 - `eps` or after `max_nodes` prefixes. Greedy: its one reply, 1."""
+        if float(sampling.temperature) == 0.0:
+            return [((await self.chat(messages, sampling, tools)).text, 1.0)]
+        if floor > 1.0:  # no reply can be listed
+            return []
+        prompt_ids = self._prompt(messages, tools)
+        job = Job.of(prompt_ids, self.context_length - len(prompt_ids), sampling, floor, eps, max_nodes)
+        with self._lock:
+            if self._closed:
+                raise ClientClosedError(f"the client of {self.name} has been closed (aclose); make a new one")
+            if self._enumerator is None:
+                self._enumerator = Enumerator(self._decoding(), self.autocast)
+        return await self._enumerator.ask(job)
 
     async def aclose(self) -> None:
         """Take no more requests: those in flight are answered, the worker thread ends (waited
@@ -280,16 +295,22 @@ class LocalModel:
             thread = self._thread
         if thread is not None:
             await asyncio.to_thread(thread.join, 10.0)
+        if self._enumerator is not None:
+            await asyncio.to_thread(self._enumerator.join, 10.0)
         self.clear_cache()
         if not (thread and thread.is_alive()):
             self._decoder = None  # its KV buffers and CUDA graphs
 
     # ---- the worker thread ----------------------------------------------------------------
 
+    def _decoding(self) -> Decoding:
+        """What a batch (or the enumerator) needs of the model as it is now."""
+        cache_kw, keep_last = self._forward_options
+        return Decoding(self.model, self.tokenizer, self.device, self.pad_id, self.eos_ids, cache_kw, keep_last)
+
     def _new_batch(self) -> Batch:
         """An empty batch, with what it needs of the model as it is now."""
-        cache_kw, keep_last = self._forward_options
-        dec = Decoding(self.model, self.tokenizer, self.device, self.pad_id, self.eos_ids, cache_kw, keep_last)
+        dec = self._decoding()
         if self.static_cache:
             return SlotBatch(dec, self.prefix, self.stats, self.slot_decoder())
         return Batch(dec, self.prefix, self.stats)
@@ -305,17 +326,7 @@ class LocalModel:
                 joiners = self._take(batch)
                 if joiners is None:
                     return
-                with (
-                    torch.inference_mode(),
-                    eval_mode(self.model),
-                    attention_backends(self.device),
-                    torch.autocast(  # no weight-cast cache: CUDA graphs cast on every replay
-                        self.device.type,
-                        dtype=self.autocast or torch.bfloat16,
-                        enabled=self.autocast is not None,
-                        cache_enabled=False,
-                    ),
-                ):
+                with generating(self.model, self.device, self.autocast):
                     if joiners:
                         batch.admit(joiners)
                     else:

@@ -147,7 +147,7 @@ class Batch:
         model and sample their first tokens. Returns the new cache, its (B, T) mask, each row's
         next position and its first token."""
         dec, device = self.dec, self.dec.device
-        cache = _new_cache(dec.model)
+        cache = new_cache(dec.model)
         hits = self._lookup(joiners)
         suffixes = [r.prompt_ids[m:] for r, (_, m) in zip(joiners, hits)]
         width = max(map(len, suffixes))
@@ -258,7 +258,7 @@ class Batch:
         if n < MIN_SHARED:
             return None
         ids = torch.tensor([cold[0].prompt_ids[:n]], device=dec.device)
-        cache = _new_cache(dec.model)
+        cache = new_cache(dec.model)
         self._forward(ids, torch.ones_like(ids), torch.arange(n, device=dec.device)[None], cache)
         self.stats.prefills += 1
         self.stats.shared_tokens += n
@@ -326,14 +326,10 @@ class Batch:
             r.logprobs.append(logprob)
             if token in self.dec.eos_ids:
                 r.finish = "stop"
-            elif r.stop and (hit := self._stop_hit(r)) is not None:
+            elif r.stop and (hit := stop_hit(self.dec.tokenizer, r.ids, r.stop)) is not None:
                 r.finish, r.stop_hit = "stop", hit
             elif len(r.ids) >= r.max_tokens:
                 r.finish = "length"
-
-    def _stop_hit(self, r: Request) -> str | None:
-        tail = self.dec.tokenizer.decode(r.ids[-(max(map(len, r.stop)) + 1) :], skip_special_tokens=True)
-        return next((s for s in r.stop if s in tail), None)
 
     def _select(self, keep: list[int]) -> None:
         """Keep rows `keep`; drop left columns that are padding for every remaining row."""
@@ -381,7 +377,14 @@ class Batch:
         self.rows.extend(joiners)
 
 
-def _new_cache(model: Any) -> Any:
+def stop_hit(tokenizer: Any, ids: list[int], stop: tuple[str, ...]) -> str | None:
+    """The first of `stop` in the decoded tail of `ids` (as many last ids as the longest stop
+    string has characters, and one more), or None."""
+    tail = tokenizer.decode(ids[-(max(map(len, stop)) + 1) :], skip_special_tokens=True)
+    return next((s for s in stop if s in tail), None)
+
+
+def new_cache(model: Any) -> Any:
     try:
         return DynamicCache(config=base_model(model).config)
     except TypeError:  # older transformers

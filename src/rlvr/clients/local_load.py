@@ -12,6 +12,7 @@ import ctypes
 import inspect
 import re
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -164,6 +165,22 @@ class eval_mode:
     def __exit__(self, *exc: object) -> None:
         if self.was_training:
             self.model.train()
+
+
+@contextlib.contextmanager
+def generating(model: Any, device: torch.device, autocast: torch.dtype | None) -> Iterator[None]:
+    """What a generation step runs under: inference mode, eval mode, this device's attention
+    kernels, and autocast to `autocast` (None: off) without a weight-cast cache (CUDA graphs
+    cast on every replay)."""
+    with (
+        torch.inference_mode(),
+        eval_mode(model),
+        attention_backends(device),
+        torch.autocast(
+            device.type, dtype=autocast or torch.bfloat16, enabled=autocast is not None, cache_enabled=False
+        ),
+    ):
+        yield
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")

@@ -42,6 +42,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "goes into the bound (default 1e-6)",
     )
     p.add_argument(
+        "--enumerate",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="--exhaustive with -T > 0: where the client can list its replies with their probabilities (a local "
+        "model: every reply token sequence, best first, down to --min-reach), use that exact distribution; "
+        "--no-enumerate draws K replies instead (default: enumerate)",
+    )
+    p.add_argument(
         "--delta",
         type=float,
         default=0.05,
@@ -61,6 +69,7 @@ def run(args: argparse.Namespace, out: Path, env: Any, client: Any, sampling: An
         min_reach=args.min_reach,
         delta=args.delta,
         concurrency=args.concurrency,
+        enumerate=args.enumerate,
     )
     settings.check()
     metadata = {**metadata, "mode": "exact", "exact_settings": vars(settings)}
@@ -117,6 +126,13 @@ def print_sampled(summary: dict[str, Any], *, title: str, show: int = 20) -> Non
         highlight=False,
         soft_wrap=True,
     )
+    missing = s.get("missing_pct") or {}
+    if any(v for parts in missing.values() for v in parts.values()):
+        console.print(
+            "not played (%): "
+            + "; ".join(f"vs {o}: {p['unlisted']:.4f} unlisted, {p['pruned']:.4f} pruned" for o, p in missing.items()),
+            highlight=False,
+        )
     table = Table()
     table.add_column("%")
     for opponent in s["bounds_pct"]:

@@ -24,6 +24,8 @@ def sampled_section(metadata: dict[str, Any]) -> list[str]:
     if not isinstance(s, dict) or not isinstance(s.get("bounds_pct"), dict):
         return []
     how = f"K = {e(s.get('samples'))} replies drawn at each decision" if s.get("sampled_decisions") else "exact"
+    if not s.get("sampled_decisions") and s.get("enumerate"):
+        how = "exact: every reply listed with its probability, down to the reach floor"
     if s.get("sampled_decisions") and s.get("per_reach"):
         how += f", {e(s['per_reach'])} x its reach where more ({e(s.get('samples_drawn'))} draws)"
     names = [n for n in NUMBERS if any(n in rows for rows in s["bounds_pct"].values())]
@@ -39,6 +41,18 @@ def sampled_section(metadata: dict[str, Any]) -> list[str]:
         f"together with probability &ge; {e(number(100 * (1 - float(s.get('delta', 0.05))), 3))}%.</p>",
         f"<table><tr><th>opponent</th>{head}</tr>{rows}</table>",
     ]
+    missing = s.get("missing_pct")
+    if isinstance(missing, dict) and missing:
+        parts = "; ".join(
+            f"vs {e(o)}: {e(number(float(m.get('unlisted', 0)), 4))}% unlisted, "
+            f"{e(number(float(m.get('pruned', 0)), 4))}% pruned"
+            for o, m in missing.items()
+            if isinstance(m, dict)
+        )
+        out.append(
+            f"<p>Not played, and counted on the upper side of every bound: {parts} (unlisted: left out of an "
+            "exact distribution below its floor; pruned: listed or drawn below the reach threshold).</p>"
+        )
     threshold = 100 * float(s.get("risky_threshold", 0.001))
     risky = risky_rows(s)
     out.append(
