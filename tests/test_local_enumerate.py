@@ -221,6 +221,7 @@ def test_a_prompt_that_extends_an_earlier_one_prefills_only_its_new_tokens(tiny_
     assert all(p == pytest.approx(q, rel=1e-4) for (_, p), (_, q) in zip(kept, alone))
 
 
+@pytest.mark.heavy  # minutes of CPU: the shipped model's walk and 400 sampled games (make test-heavy)
 def test_the_walk_with_enumeration_bounds_a_large_sample_of_games() -> None:
     """`rlvr.exact_sampled` on the shipped tic-tac-toe model with its exact distributions (no
     draws), on the games where it moves first against the optimal opponent: a deterministic
