@@ -22,12 +22,13 @@ Entries are bounded by count and by bytes (least recently used go first); an ent
 sequence was extended is dropped (the new request keeps a longer one), unless `drop_extended` is
 off: a tree walk's siblings (the replies to one position) can reach the model in several
 admissions, and the later ones then still find their parent (a tic-tac-toe walk prefilled
-63,000 tokens so in two runs, against 62,000-100,000 in five that dropped it). Entries belong to one
-version of the weights: `clear()` drops them all and bumps `version` (requests admitted before
-it are not kept); the trainer calls `LocalModel.clear_cache()` after each optimizer step. As a
-safety net `check_weights` also clears when a parameter was changed in place or replaced (its
-version counter or storage moved). Only plain `DynamicLayer` caches are kept: sliding-window and
-hybrid caches are never reused.
+63,000 tokens so in two runs, against 62,000-100,000 in four that dropped it).
+
+Entries belong to one version of the weights: `clear()` drops them all and bumps `version`
+(requests admitted before it are not kept); the trainer calls `LocalModel.clear_cache()` after
+each optimizer step. As a safety net `check_weights` also clears when a parameter was changed in
+place or replaced (its version counter or storage moved). Only plain `DynamicLayer` caches are
+kept: sliding-window and hybrid caches are never reused.
 """
 
 from __future__ import annotations
