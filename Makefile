@@ -7,8 +7,9 @@ ENV_PKGS := $(patsubst %/pyproject.toml,-e %,$(wildcard environments/*/pyproject
 TORCH  ?= torch==2.13.0
 # The venv gets uv (from PyPI) and uv installs the rest in one resolution (scripts/venv_install.py:
 # pip's index and constraint settings become uv's flags; pip retries where uv fails). A fresh
-# install here: 11 s for the venv and uv, 33 s for torch, rlvr and the environments, against
-# 11 s + 39 s + 72 s by pip (empty caches, a loaded 2-core machine).
+# install here: 11-16 s for the venv and uv, 33-49 s for torch, rlvr and the environments (1 min
+# for `make install` in all), against 11 s + 39 s + 72 s by pip (the venv and a pip upgrade,
+# torch, the rest; empty caches, a loaded 2-core machine).
 INSTALL = $(BIN)/python scripts/venv_install.py $(VENV)
 
 .PHONY: run test test-heavy install install-dev browser lint bench clean
