@@ -115,6 +115,8 @@ def test_a_local_model_on_the_cpu_walks_with_a_bounded_batch_and_cache(shipped: 
     assert positions == CPU_POSITIONS and walker is not client and walker.model is client.model
     assert walker.max_batch_size == 2 * CPU_POSITIONS and walker.prefix is not None
     assert walker.prefix.max_bytes == CPU_CACHE_BYTES < (client.prefix.max_bytes if client.prefix else 0)
+    # siblings in several admissions each find their parent; the client's own cache drops it
+    assert not walker.prefix.drop_extended and client.prefix is not None and client.prefix.drop_extended
     assert walk_client(client, 8)[1] == 8  # fewer lines than the bound: the lines bound it
     policy = load_environment("tictactoe").policies()["teacher"]()
     assert walk_client(policy, 1024) == (policy, None)

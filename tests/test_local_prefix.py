@@ -104,6 +104,21 @@ def test_entries_extended_whole_go_after_all_have_looked_and_shared_ones_stay() 
     assert cache.lookup(a, prefix_hashes(a)) == (None, 0)
 
 
+def test_without_drop_extended_a_later_sibling_still_finds_its_parent() -> None:
+    """A tree walk's siblings in two admissions: the second finds the entry the first extended
+    whole (dropped by default), and the bounds still hold."""
+    for drop in (True, False):
+        cache = PrefixCache(max_entries=2)
+        cache.drop_extended = drop
+        cache.store([1, 2, 3], prefix_hashes([1, 2, 3]), 2, _kv(3), cache.version)
+        a, b = [1, 2, 3, 4], [1, 2, 3, 5]
+        assert cache.lookup(a, prefix_hashes(a))[1] == 3
+        assert cache.lookup(b, prefix_hashes(b))[1] == (0 if drop else 3)
+    for ids in ([5, 6, 7], [8, 9, 10]):  # the count bound still evicts it, least recently used first
+        cache.store(ids, prefix_hashes(ids), 2, _kv(3), cache.version)
+    assert [e.ids for e in cache.entries.values()] == [[5, 6, 7], [8, 9, 10]]
+
+
 def test_the_multipliers_are_the_same_stream_however_they_grew(monkeypatch) -> None:
     """Hashes do not depend on which lengths were asked for first (a process that saw a long
     prompt early and one that did not compute the same hashes)."""

@@ -280,9 +280,10 @@ def _ask_all(client: LocalModel, sampling: list[SamplingArgs], gap_s: float = 0.
 
 
 def test_a_step_attends_over_the_rows_span_not_the_whole_buffer(tiny, monkeypatch) -> None:
-    """After long games grew the buffers, short replies attend over the first span (an eighth of
-    the buffer, rounded up from the longest row) instead of every position: the same tokens and
-    logprobs as attending over the whole buffer (the positions left out are masked anyway)."""
+    """After long games grew the buffers, short replies attend over the first span (with graphs,
+    an eighth of the buffer rounded up from the longest row; without, the longest row's) instead
+    of every position: the same tokens and logprobs as attending over the whole buffer (the
+    positions left out are masked anyway; a sum over another length may round differently)."""
     model, tokenizer = tiny
     short = [SamplingArgs(max_tokens=12, temperature=float(i % 2), seed=i) for i in range(6)]
     spans: list[tuple[int | None, int]] = []
@@ -309,17 +310,36 @@ def test_a_step_attends_over_the_rows_span_not_the_whole_buffer(tiny, monkeypatc
     decoder = client._decoder  # one step straight at a span's edge: a row whose own key is at 128
     n = 8
     with torch.inference_mode():  # the buffers are inference tensors
-        decoder.reserve(n, 4 * MIN_LENGTH)  # span(129) = 256 < 512 positions
+        decoder.reserve(n, 4 * MIN_LENGTH)  # span(129) = 129 (CPU, no graphs) < 512 positions
         decoder.pos[:n] = torch.tensor([128, 5, 64, 127, 100, 0, 90, 128])
         need = int(decoder.pos[:n].max()) + 1
         edge, whole = decoder.forward(n, decoder.span(need)), decoder.forward(n, None)
-    assert decoder.span(need) < decoder.length
-    torch.testing.assert_close(edge, whole)
-    decoder = SlotDecoder.__new__(SlotDecoder)  # the rounding alone
-    decoder.length = 1024
+    assert decoder.span(need) == need < decoder.length
+    torch.testing.assert_close(edge, whole, atol=1e-4, rtol=1e-4)
+    assert torch.equal(edge.argmax(-1), whole.argmax(-1))
+    decoder = SlotDecoder.__new__(SlotDecoder)  # the rounding alone: graphs replay per span
+    decoder.length, decoder.graphs = 1024, True
     assert [span_of(decoder, k) for k in (1, 128, 129, 1000, 1024)] == [128, 128, 256, 1024, 1024]
     decoder.length = 4096
     assert [span_of(decoder, k) for k in (1, 513, 4096)] == [512, 1024, 4096]
+    decoder.graphs = False  # no graphs: the need itself
+    assert [span_of(decoder, k) for k in (1, 128, 129, 1000, 4096)] == [1, 128, 129, 1000, 4096]
+
+
+def test_without_graphs_the_buffers_grow_to_the_need_and_a_quarter(tiny) -> None:
+    """On the CPU the slot buffers grow by quarters in multiples of GRAIN positions (a walk's
+    rows need about 640: doubling made 1024), with graphs by doubling; contents are kept."""
+    model, _ = tiny
+    cpu, graphs = (SlotDecoder(model, graphs=g, max_length=4096) for g in (False, True))
+    with torch.inference_mode():
+        for decoder in (cpu, graphs):
+            decoder.reserve(3, 300)
+            decoder.keys[:, 2, :, 299] = 7.0
+            decoder.reserve(17, 601)
+        assert (cpu.slots, cpu.length) == (24, 640) and (graphs.slots, graphs.length) == (32, 1024)
+        assert bool((cpu.keys[:, 2, :, 299] == 7.0).all()) and int(cpu.keys.shape[3]) == 640
+        cpu.reserve(17, 641)  # a quarter more than 640, not one position
+        assert cpu.length == 832
 
 
 def test_the_step_keeps_the_matmul_attention_where_cudnn_cannot_run(tiny) -> None:

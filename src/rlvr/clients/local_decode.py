@@ -11,14 +11,17 @@ that CUDA graphs can replay.
   is captured once per shape as a CUDA graph and replayed. A capture that fails falls back to
   running the step eagerly, and a compile that fails to the eager parts, each with a warning.
 - A step attends over the first `span` positions of the buffers, not all of them: the longest
-  row's next position rounded up to an eighth of the buffer. The positions left out are masked
-  anyway, so the tokens are the same, and the keys and values read per step follow the rows'
-  lengths instead of the buffer's.
+  row's next position, rounded up to an eighth of the buffer where graphs replay (a graph per
+  span). The positions left out are masked anyway, so the tokens are the same, and the keys and
+  values read per step follow the rows' lengths instead of the buffer's (on the CPU, where the
+  step is bound by reading them, the exact span takes 8% off a step of 19 rows at 550 positions
+  against the rounded 640: 42.7 against 46.5 ms).
 - The step stays synchronous: the host's share of a step is under 10%.
 
-Buffers start at the sizes the first rows need (powers of two) and double when a row outgrows
-them (the graphs are then captured again); they are kept between batches (the trainer's next
-step reuses them). Headline: ~12 ms a step with the transformers cache against 1.6-1.8 ms
+Buffers start at the sizes the first rows need and grow when a row outgrows them: by doubling
+where graphs replay (they are then captured again), else to the need and a quarter more (a
+tic-tac-toe walk's 640 positions made 1024 by doubling); they are kept between batches (the
+trainer's next step reuses them). Headline: ~12 ms a step with the transformers cache against 1.6-1.8 ms
 replayed (H200, the 17.6M model, 256 rows); the measurements are in docs/benchmarks.md.
 """
 
@@ -36,6 +39,8 @@ from rlvr.clients.local_prefix import KV
 from rlvr.clients.local_step import EAGER, attend, attend_cudnn, compiled_parts, step_bias
 
 MIN_SLOTS, MIN_LENGTH = 8, 128
+GRAIN = 64
+"""Without graphs, buffers grow to what the rows need plus a quarter, in multiples of this."""
 
 Step = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 """What a decode step returns: logits (n, V), drawn tokens (n,), their logprobs (n,)."""
@@ -46,6 +51,16 @@ def _bucket(n: int, least: int, most: int | None = None) -> int:
     while size < n:
         size *= 2
     return size if most is None else min(size, max(most, n))
+
+
+def _grown(need: int, now: int, grain: int) -> int:
+    """A buffer size for `need` that grows by at least a quarter of `now`, rounded up to `grain`.
+
+    >>> _grown(10, 0, 8), _grown(17, 16, 8), _grown(600, 512, 64), _grown(1000, 512, 64)
+    (16, 24, 640, 1024)
+    """
+    want = max(need, now + now // 4)
+    return -(-want // grain) * grain
 
 
 class SlotDecoder:
@@ -89,11 +104,17 @@ class SlotDecoder:
     # ---- buffers --------------------------------------------------------------------------
 
     def reserve(self, slots: int, length: int) -> None:
-        """Make room for `slots` slots of `length` positions (doubling; contents kept)."""
+        """Make room for `slots` slots of `length` positions (contents kept): doubling where
+        graphs replay (a graph per size), else the need and a quarter more, in multiples of
+        `GRAIN` (on the CPU a walk's rows need 640 positions: doubling made 1024)."""
         if slots <= self.slots and length <= self.length:
             return
-        new_slots = max(self.slots, _bucket(slots, MIN_SLOTS))
-        new_length = max(self.length, _bucket(length, MIN_LENGTH, self.max_length))
+        if self.graphs:
+            new_slots = max(self.slots, _bucket(slots, MIN_SLOTS))
+            new_length = max(self.length, _bucket(length, MIN_LENGTH, self.max_length))
+        else:
+            new_slots = max(self.slots, _grown(slots, self.slots, MIN_SLOTS))
+            new_length = max(self.length, min(_grown(length, self.length, GRAIN), max(self.max_length, length)))
         shape = (len(self.core.layers), new_slots, self.kv_heads, new_length, self.head_dim)
         keys = torch.zeros(shape, dtype=self.dtype, device=self.device)
         values = torch.zeros(shape, dtype=self.dtype, device=self.device)
@@ -145,7 +166,10 @@ class SlotDecoder:
         """The positions a step attends over when the rows in it need `need` (the highest
         position written, plus one): `need` rounded up to an eighth of the buffer (at least
         MIN_LENGTH), so a step reads the keys and values of the rows' lengths, not the buffer's
-        (a graph per span: at most 8 per slot count)."""
+        (a graph per span: at most 8 per slot count). Without graphs, `need` itself: the step
+        reads no position past the rows'."""
+        if not self.graphs:
+            return min(self.length, max(need, 1))
         grain = max(MIN_LENGTH, self.length // 8)
         return min(self.length, -(-max(need, 1) // grain) * grain)
 

@@ -19,12 +19,16 @@ the rollouts of one GRPO group) have that prefix prefilled once, as one batch ro
 shared entry is not dropped when a request extends all of it.
 
 Entries are bounded by count and by bytes (least recently used go first); an entry whose whole
-sequence was extended is dropped (the new request keeps a longer one). Entries belong to one
-version of the weights: `clear()` drops them all and bumps `version` (requests admitted before
-it are not kept); the trainer calls `LocalModel.clear_cache()` after each optimizer step. As a
-safety net `check_weights` also clears when a parameter was changed in place or replaced (its
-version counter or storage moved). Only plain `DynamicLayer` caches are kept: sliding-window and
-hybrid caches are never reused.
+sequence was extended is dropped (the new request keeps a longer one), unless `drop_extended` is
+off: a tree walk's siblings (the replies to one position) can reach the model in several
+admissions, and the later ones then still find their parent (a tic-tac-toe walk prefilled
+63,000 tokens so in two runs, against 62,000-100,000 in four that dropped it).
+
+Entries belong to one version of the weights: `clear()` drops them all and bumps `version`
+(requests admitted before it are not kept); the trainer calls `LocalModel.clear_cache()` after
+each optimizer step. As a safety net `check_weights` also clears when a parameter was changed in
+place or replaced (its version counter or storage moved). Only plain `DynamicLayer` caches are
+kept: sliding-window and hybrid caches are never reused.
 """
 
 from __future__ import annotations
@@ -112,6 +116,8 @@ class PrefixCache:
         self._weights: Any = None
         self._lock = threading.Lock()
         self._table = _Table()  # the entries' hashes side by side, for `_best`
+        self.drop_extended = True
+        """Drop an entry once a request extends all of it (off: leave it to the bounds)."""
 
     def clear(self) -> None:
         with self._lock:
@@ -144,7 +150,7 @@ class PrefixCache:
                 if best is None:
                     out.append((None, 0))
                     continue
-                if best_m == len(best.ids) and not best.shared:
+                if best_m == len(best.ids) and not best.shared and self.drop_extended:
                     extended.add(best.key)
                 self.entries.move_to_end(best.key)
                 keys, values = best.kv

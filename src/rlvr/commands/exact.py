@@ -136,6 +136,8 @@ def walk_client(client: Any, concurrency: int) -> tuple[Any, int | None]:
         cache_bytes=CPU_CACHE_BYTES,
         static_cache=client.static_cache,
     )
+    if walker.prefix is not None:  # siblings may come in several admissions: each finds the parent
+        walker.prefix.drop_extended = False
     # the walk's blocks are small (a prefill of CPU_POSITIONS rows): the freed memory this process
     # keeps for reuse can be too (a LocalModel on the CPU keeps up to 1 GiB, for a trainer's)
     keep_freed_blocks(CPU_KEPT_BYTES)
