@@ -142,8 +142,14 @@ def test_killed_during_the_final_export_resumes_to_a_loadable_final_model(tiny, 
     assert loads(out / "final")
 
 
-@pytest.mark.parametrize("where", ["export", "rename-1", "rename-2", "rmtree"])
-@pytest.mark.parametrize("command", ["sft", "train"])
+# train killed in the old final/'s removal runs in `make test` (it failed before the rename-based
+# export); the other seven points, ~15 s each, in `make test-heavy`
+HEAVY = pytest.mark.heavy
+WHERE = ["rmtree", *(pytest.param(w, marks=HEAVY) for w in ("export", "rename-1", "rename-2"))]
+
+
+@pytest.mark.parametrize("where", WHERE)
+@pytest.mark.parametrize("command", [pytest.param("sft", marks=HEAVY), "train"])
 def test_killed_anywhere_in_the_export_of_an_extended_run_resumes_to_its_new_model(
     tiny, data, tmp_path, capsys, command, where
 ):
