@@ -43,7 +43,7 @@ $(VENV)/installed-run: $(PROJECTS) | $(BIN)/python
 	touch $@
 
 $(VENV)/installed-dev: $(PROJECTS) | $(BIN)/python
-	@echo 'make: installing rlvr with every extra and the test tools into $(VENV) (a few minutes the first time)'
+	@echo 'make: installing rlvr with every extra and the test tools into $(VENV) (under a minute the first time here)'
 	$(LOCK) $(INSTALL) $(TORCH) -e '.[train,plot,gym,reasoninggym,textarena,mcp,sandbox,test]' $(ENV_PKGS)
 	$(LOCK) $(INSTALL) --no-deps $(VERIFIERS)
 	touch $@
