@@ -185,8 +185,9 @@ def linked_files(seen: dict[str, Any]) -> list[Path]:
 
 
 def test_every_bundled_environment_has_a_player_here() -> None:
-    # openenv plays a server it is given (url= or app=): it has no players and no default
-    assert set(PLAYERS) == set(list_environments()) - {"gym", "openenv"}
+    # openenv plays a server it is given (url= or app=), verifiers a module it is given (env=):
+    # neither has players or a default
+    assert set(PLAYERS) == set(list_environments()) - {"gym", "openenv", "verifiers"}
 
 
 @pytest.mark.parametrize("env", sorted(PLAYERS))
