@@ -68,7 +68,8 @@ class Repl:
         """REPL processes started (more than one: a cell killed one)."""
 
     async def _start(self) -> SandboxSession:
-        # the longest line it may send: a prompt quoting all of `context` (JSON's \uXXXX: 6 bytes a character)
+        # the longest line it may send: a prompt quoting all of `context`, each character at most a
+        # six-byte JSON escape (backslash, u, four hex digits), plus 1 MiB for the rest of the message
         line_limit = 6 * len(self.context) + 2**20
         session = await SandboxSession.start(SERVER, self.limits, line_limit=line_limit)
         self.starts += 1
