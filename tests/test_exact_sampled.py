@@ -242,10 +242,11 @@ def test_a_sampled_walk_estimates_the_rates_of_its_draws():
     assert all(d.samples == 4 and sum(d.probs) == pytest.approx(1.0) for d in result.decisions)
 
 
-def test_cli_saves_a_sampled_run_and_the_report_draws_its_risky_boards(tmp_path):
+def test_cli_saves_a_sampled_run_and_the_report_draws_its_risky_boards(tmp_path, capsys):
     out = tmp_path / "run"
     args = ["eval", "tictactoe", "-m", "policy:teacher", "--exhaustive", "-T", "1", "--samples", "1", "-q"]
-    assert main([*args, "-o", str(out)]) == 0
+    assert main([*args, "--tail-games", "8", "-o", str(out)]) == 0
+    assert "--tail-games: none drawn (the decisions were sampled" in capsys.readouterr().out
     meta = json.loads((out / "metadata.json").read_text())
     sampled = meta["exact"]["sampled"]
     assert sampled["samples"] == 1 and sampled["decisions"] == meta["exact"]["model_calls"] > 0

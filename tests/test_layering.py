@@ -31,6 +31,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "rlvr.exact",
             "rlvr.exact_bounds",
             "rlvr.exact_sampled",
+            "rlvr.exact_tail",
             "rlvr.check",
             "rlvr.sampler",
             "rlvr.registry",

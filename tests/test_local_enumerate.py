@@ -226,10 +226,12 @@ def test_the_walk_with_enumeration_bounds_a_large_sample_of_games() -> None:
     """`rlvr.exact_sampled` on the shipped tic-tac-toe model with its exact distributions (no
     draws), on the games where it moves first against the optimal opponent: a deterministic
     bound whose upper side holds the mass left unlisted or pruned, and that contains the rates
-    of 400 such games it plays at T = 1 (4 standard errors)."""
+    of 400 such games it plays at T = 1 (4 standard errors); so does the narrower one that 200
+    games drawn from the unplayed mass give (`rlvr.exact_tail`)."""
     from rlvr_tictactoe.env import load_environment
 
     from rlvr.exact_sampled import Settings, enumerate_sampled
+    from rlvr.exact_tail import sample_tail, tighten
     from rlvr.report.exact_sampled import sampled_section
 
     lm = LocalModel("models/tictactoe-tiny", device="cpu", max_batch_size=256)
@@ -252,6 +254,13 @@ def test_the_walk_with_enumeration_bounds_a_large_sample_of_games() -> None:
         est, lo, hi = table[name]
         assert lo == pytest.approx(est, abs=1e-12) and hi == pytest.approx(min(1.0, est + left), abs=1e-9)
     assert table["draw"][2] - table["draw"][1] < 0.2  # not a vacuous bound
+    # the tail, sampled: 200 games from the unplayed mass narrow the interval around the same rates
+    tails = asyncio.run(
+        sample_tail(env, lm, sampling, result.decisions, result.contexts, result.opponents, ["draw", "loss"], 200)
+    )
+    assert tails["optimal"].games == 200 and tails["optimal"].unknown == 0
+    tight = tighten(result.bounds().table(result.opponents, ["draw", "loss"]), tails, 0.025)["optimal"]
+    assert all(tight[n][2] - tight[n][1] < 0.5 * (table[n][2] - table[n][1]) for n in ("draw", "loss"))
     page = "".join(sampled_section({"exact": {"sampled": result.sampled_summary()}}))
     risky = result.sampled_summary()["risky"]["optimal"]
     assert risky and page.count("<pre>") == len(risky) and "unlisted" in page  # boards in the report
@@ -273,5 +282,6 @@ def test_the_walk_with_enumeration_bounds_a_large_sample_of_games() -> None:
     for name in ("draw", "loss"):
         rate = outcomes.count(name) / n
         sigma = math.sqrt(max(rate * (1 - rate), 1 / n) / n)
-        _, lo, hi = table[name]
-        assert lo - 4 * sigma <= rate <= hi + 4 * sigma, (name, rate, lo, hi)
+        for bounds in (table, tight):
+            _, lo, hi = bounds[name]
+            assert lo - 4 * sigma <= rate <= hi + 4 * sigma, (name, rate, lo, hi)

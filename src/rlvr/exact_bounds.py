@@ -234,8 +234,7 @@ class Bounds:
     def table(self, opponents: Sequence[str], outcomes: Sequence[str]) -> dict[str, dict[str, Value]]:
         """opponent -> number (each outcome, `rejected`, and `covered`, the mass the estimate
         accounts for) -> (estimate, lower, upper), all holding together at 1 - delta."""
-        numbers: dict[str, Callable[[dict[str, Any]], bool]] = {o: _is(o) for o in outcomes}
-        numbers[REJECTED] = lambda g: bool(g.get("rejected_moves"))
+        numbers = numbers_of(outcomes)
         delta_s = self.delta_per_decision(len(numbers) + 1, len(opponents))
         out: dict[str, dict[str, Value]] = {}
         for opponent in opponents:
@@ -298,6 +297,14 @@ class Bounds:
                 row["replies"].append([text, p])
         out = [r for r in rows.values() if r["prob"] >= threshold]
         return sorted(out, key=lambda r: (-r["prob"], r["decision"], r["kind"]))
+
+
+def numbers_of(outcomes: Sequence[str]) -> dict[str, Callable[[dict[str, Any]], bool]]:
+    """The reported numbers: each outcome, and `rejected` (a game with a rejected move), as
+    indicators of a game's leaf."""
+    numbers: dict[str, Callable[[dict[str, Any]], bool]] = {o: _is(o) for o in outcomes}
+    numbers[REJECTED] = lambda g: bool(g.get("rejected_moves"))
+    return numbers
 
 
 def _is(outcome: str) -> Callable[[dict[str, Any]], bool]:

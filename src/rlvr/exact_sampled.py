@@ -43,6 +43,7 @@ from rlvr.envs.multiturn import MultiTurnEnv
 from rlvr.errors import ClientError, UsageError
 from rlvr.exact import ERROR, ExactResult, GameTree
 from rlvr.exact_bounds import REJECTED, Bounds, Decision
+from rlvr.exact_tail import Context, Tail, sample_tail, tighten
 from rlvr.seeding import mix_seed
 from rlvr.types import Completion, Messages, Rollout, SamplingArgs, State, Task
 
@@ -94,6 +95,9 @@ class Settings:
     enumerate: bool = True
     """Ask a client that has `reply_distribution` for its exact distribution (False: draw
     `samples` replies from it like from any other client)."""
+    tail_games: int = 0
+    """Games drawn, per opponent, from the mass an all-exact walk did not play, to bound that
+    mass's share of each number (`rlvr.exact_tail`; 0: the whole mass on the upper side)."""
 
     def check(self) -> None:
         if self.samples < 1:
@@ -104,6 +108,8 @@ class Settings:
             raise UsageError(f"--delta must be in (0, 1), got {self.delta}")
         if self.per_reach < 0:
             raise UsageError(f"--samples-per-reach must be >= 0, got {self.per_reach}")
+        if self.tail_games < 0:
+            raise UsageError(f"--tail-games must be >= 0, got {self.tail_games}")
         if self.concurrency < 1:
             raise UsageError(f"concurrency must be >= 1, got {self.concurrency}")
 
@@ -116,9 +122,14 @@ class SampledResult(ExactResult):
     decisions: list[Decision] = field(default_factory=list)
     settings: Settings = field(default_factory=Settings)
     samples_drawn: int = 0
+    contexts: dict[int, Context] = field(default_factory=dict, repr=False)
+    """Where each decision was met (to draw more replies there)."""
+    tails: dict[str, Tail] = field(default_factory=dict)
+    """Per opponent, the games drawn from the unplayed mass (`Settings.tail_games`)."""
 
     def bounds(self) -> Bounds:
-        return Bounds(self.decisions, [g.info["exact"] for g in self.games], self.settings.delta)
+        delta = self.settings.delta / 2 if self.tails else self.settings.delta  # half to the tail
+        return Bounds(self.decisions, [g.info["exact"] for g in self.games], delta)
 
     def sampled_summary(self, risky_threshold: float = 1e-3) -> dict[str, Any]:
         """JSON-ready: the estimates with their bounds per opponent (in %), the decisions, the
@@ -126,6 +137,8 @@ class SampledResult(ExactResult):
         bounds = self.bounds()
         outcomes = sorted({*self.outcomes, *self.failures, "win", "draw"})
         table = bounds.table(self.opponents, outcomes)
+        if self.tails:
+            table = tighten(table, self.tails, self.settings.delta / 2)
         pct = {o: {k: [100.0 * x for x in v] for k, v in rows.items()} for o, rows in table.items()}
         return {
             "samples": self.settings.samples,
@@ -138,6 +151,8 @@ class SampledResult(ExactResult):
             "bounds_pct": pct,
             "enumerate": self.settings.enumerate,
             "missing_pct": {o: {k: 100.0 * v for k, v in bounds.missing(o).items()} for o in self.opponents},
+            "tail_games": self.settings.tail_games,
+            "tail": {o: t.to_dict() for o, t in self.tails.items()},
             "risky_threshold": risky_threshold,
             "risky": {o: bounds.risky(o, self.failures, risky_threshold) for o in self.opponents},
         }
@@ -161,6 +176,7 @@ class _Walk:
     def __init__(self, env: Any, client: ChatClient, settings: Settings, tg: asyncio.TaskGroup, play: Any) -> None:
         self.env, self.client, self.settings, self.tg, self.play = env, client, settings, tg, play
         self.decisions: list[Decision] = []
+        self.contexts: dict[int, Context] = {}
         self._memo: dict[str, asyncio.Future[Decision]] = {}
         self.drawn = 0
         self.judge = getattr(env, "tree_judge", None)
@@ -212,6 +228,7 @@ class _Walk:
             unexplored, judged,
         )  # fmt: skip
         self.decisions.append(decision)
+        self.contexts[decision.id] = Context(line.task, list(line.replies), [dict(m) for m in messages], tools)
         return decision
 
     def reach(self, line: _Line, prob: float) -> float:
@@ -306,7 +323,15 @@ async def enumerate_sampled(
     result = SampledResult(
         games, tuple(env.tree_opponents), tuple(env.tree_failures), model_calls=len(walk.decisions), lines=played,
         seconds=time.monotonic() - start, decisions=walk.decisions, settings=settings, samples_drawn=walk.drawn,
+        contexts=walk.contexts,
     )  # fmt: skip
+    if settings.tail_games and not any(d.samples for d in walk.decisions):  # the played part is exact
+        result.tails = await sample_tail(
+            env, client, sampling, walk.decisions, walk.contexts, result.opponents,
+            sorted({*result.outcomes, *result.failures, "win", "draw"}), settings.tail_games,
+            seed=settings.seed, concurrency=settings.concurrency,
+        )  # fmt: skip
+        result.seconds = time.monotonic() - start
     return result
 
 

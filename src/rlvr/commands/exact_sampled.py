@@ -50,6 +50,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--no-enumerate draws K replies instead (default: enumerate)",
     )
     p.add_argument(
+        "--tail-games",
+        type=int,
+        default=0,
+        metavar="N",
+        help="--exhaustive with -T > 0 and exact distributions: N games per opponent drawn from the mass the walk "
+        "did not play (replies unlisted or below --min-reach), to bound that mass's share of each number; "
+        "0 counts the whole mass on the upper side (default 0)",
+    )
+    p.add_argument(
         "--delta",
         type=float,
         default=0.05,
@@ -70,6 +79,7 @@ def run(args: argparse.Namespace, out: Path, env: Any, client: Any, sampling: An
         delta=args.delta,
         concurrency=args.concurrency,
         enumerate=args.enumerate,
+        tail_games=args.tail_games,
     )
     settings.check()
     metadata = {**metadata, "mode": "exact", "exact_settings": vars(settings)}
@@ -133,6 +143,14 @@ def print_sampled(summary: dict[str, Any], *, title: str, show: int = 20) -> Non
             + "; ".join(f"vs {o}: {p['unlisted']:.4f} unlisted, {p['pruned']:.4f} pruned" for o, p in missing.items()),
             highlight=False,
         )
+    for opponent, tail in (s.get("tail") or {}).items():
+        console.print(
+            f"tail vs {opponent}: {tail['games']} games drawn from the {100 * tail['mass']:.4f}% not played "
+            f"({tail['tries']} draws for unlisted replies, {tail['unknown']} games not had)",
+            highlight=False,
+        )
+    if s.get("tail_games") and not s.get("tail"):
+        console.print("--tail-games: none drawn (the decisions were sampled, not exact)", highlight=False)
     table = Table()
     table.add_column("%")
     for opponent in s["bounds_pct"]:

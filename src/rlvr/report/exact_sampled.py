@@ -49,10 +49,18 @@ def sampled_section(metadata: dict[str, Any]) -> list[str]:
             for o, m in missing.items()
             if isinstance(m, dict)
         )
+        tail = s.get("tail") or {}
+        how_counted = "bounded by games drawn from it (below)" if tail else "counted on the upper side of every bound"
         out.append(
-            f"<p>Not played, and counted on the upper side of every bound: {parts} (unlisted: left out of an "
+            f"<p>Not played, and {how_counted}: {parts} (unlisted: left out of an "
             "exact distribution below its floor; pruned: listed or drawn below the reach threshold).</p>"
         )
+        for o, t in tail.items():
+            out.append(
+                f"<p>Tail vs {e(o)}: {e(t.get('games'))} games drawn from the "
+                f"{e(number(100 * float(t.get('mass', 0)), 4))}% not played ({e(t.get('tries'))} draws for unlisted "
+                f"replies; {e(t.get('unknown'))} games not had, counted 0 below and 1 above).</p>"
+            )
     threshold = 100 * float(s.get("risky_threshold", 0.001))
     risky = risky_rows(s)
     out.append(

@@ -1,0 +1,218 @@
+"""The tail of an exact walk, sampled: what the games it did not play add to each number
+(`rlvr eval ENV --exhaustive -T 1 --tail-games N`).
+
+A walk over exact reply distributions (`rlvr.exact_sampled`, every decision enumerated) knows
+each number's probability over the games it played exactly. What it did not play is known as a
+mass, not as games: replies an enumeration left unlisted (`Decision.unexplored`) and listed
+replies whose reach fell below `min_reach`. `rlvr.exact_bounds` puts that whole mass on the
+upper side of every number: for a model whose rare wordings are many, the tail's mass (a few
+points) is the width of the interval. Here the tail is played, by sampling its own law:
+
+1. an exit, a decision with unplayed mass and which part of it, drawn in proportion to that
+   mass against the opponent (the opponent's line weight x the policy's reach x the part);
+2. a reply from that part: an unplayed listed reply as it is; for the unlisted part, `chat` is
+   drawn at the decision's conversation until a reply the list lacks comes (the first such is a
+   draw from the unlisted replies' own law), at most `max_tries` draws;
+3. the game played on from there: each later decision of the policy one `chat` draw, each
+   opponent move drawn by the opponent's line weights (`tree_children`, `tree_weights`).
+
+Each of the N games so drawn is an independent draw of a game given that it leaves the played
+tree, so a number's probability is the played part (exact) plus the tail's mass times the
+number's share among these games, and the KL bound on that share with N draws bounds it. A game
+that could not be had (no unlisted reply within `max_tries`, or a client error) counts as 0 on
+the lower side and 1 on the upper. Cost: about (decisions a game) / (tail mass) draws of `chat`
+for each unlisted exit, plus a game's decisions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlvr.engine import rollout_seed, score_group
+from rlvr.errors import ClientError
+from rlvr.exact import ERROR
+from rlvr.exact_bounds import Decision, kl_lower, kl_upper, numbers_of
+from rlvr.seeding import mix_seed
+from rlvr.types import Completion, Messages, SamplingArgs, Task
+
+MAX_TRIES = 4096
+"""`chat` draws at most for one reply from a decision's unlisted part."""
+
+
+@dataclass
+class Context:
+    """Where a decision was met: the line's task, the policy's replies before it, and the
+    conversation it was asked (to draw more replies there)."""
+
+    task: Task
+    replies: list[str]
+    messages: Messages
+    tools: Any = None
+
+
+@dataclass
+class Tail:
+    """The tail against one opponent: its mass and what its drawn games showed."""
+
+    mass: float
+    games: int = 0
+    hits: dict[str, int] = field(default_factory=dict)
+    """number -> drawn games with it"""
+    unknown: int = 0
+    """drawn games that could not be had (counted 0 below, 1 above)"""
+    tries: int = 0
+    """`chat` draws spent on unlisted replies"""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"mass": self.mass, "games": self.games, "hits": self.hits, "unknown": self.unknown, "tries": self.tries}
+
+
+def exits(decisions: Sequence[Decision], opponent: str) -> list[tuple[float, int, int | None]]:
+    """(mass, decision id, reply index or None for the unlisted part) of every unplayed part."""
+    out: list[tuple[float, int, int | None]] = []
+    for d in decisions:
+        base = float(d.weights.get(opponent, 0.0)) * d.reach
+        if base <= 0.0:
+            continue
+        if d.unexplored > 0.0:
+            out.append((base * d.unexplored, d.id, None))
+        played = d.played or [False] * len(d.probs)
+        out.extend((base * p, d.id, j) for j, (p, on) in enumerate(zip(d.probs, played)) if p > 0.0 and not on)
+    return out
+
+
+class _Draws:
+    """The policy of a tail game: the replies given, then one seeded `chat` draw a decision."""
+
+    def __init__(self, client: Any, replies: list[str], seed: int) -> None:
+        self.client, self.replies, self.seed, self.turn = client, replies, seed, 0
+        self.name = client.name
+
+    async def chat(self, messages: Messages, sampling: SamplingArgs, tools: Any = None) -> Completion:
+        turn = self.turn
+        self.turn += 1
+        if turn < len(self.replies):
+            return Completion(text=self.replies[turn], finish_reason="given")
+        drawn = await self.client.chat(messages, sampling.replace(seed=mix_seed(self.seed, turn)), tools)
+        self.replies.append(drawn.text)
+        return Completion(text=drawn.text)
+
+    async def aclose(self) -> None:
+        """The wrapped client belongs to the caller."""
+
+
+async def _unlisted(
+    client: Any, ctx: Context, listed: set[str], sampling: SamplingArgs, seed: int, max_tries: int
+) -> tuple[str | None, int]:
+    """The first of seeded `chat` draws at the decision that the list lacks, and the draws spent."""
+    tries = 0
+    while tries < max_tries:
+        n = min(16, max_tries - tries)
+        drawn = await asyncio.gather(
+            *(client.chat(ctx.messages, sampling.replace(seed=mix_seed(seed, tries + i)), ctx.tools) for i in range(n))
+        )
+        tries += n
+        for c in drawn:
+            if c.text not in listed:
+                return c.text, tries
+    return None, tries
+
+
+async def _play_on(
+    env: Any, client: Any, ctx: Context, reply: str, opponent: str, seed: int, sampling: SamplingArgs
+) -> dict[str, Any]:
+    """The game after `reply` at the decision, drawn to its end; its leaf (outcome, rejected moves)."""
+    rng, task, replies = random.Random(seed), ctx.task, [*ctx.replies, reply]
+    while True:
+        state = await env.rollout(_Draws(client, replies, seed), task, sampling, rollout_seed(task, 0))
+        children = [] if state.error is not None else env.tree_children(state)
+        weights = [float(env.tree_weights(c).get(opponent, 0.0)) for c in children]
+        if not children or sum(weights) <= 0.0:
+            break
+        task = rng.choices(children, weights=weights)[0]
+    (game,) = await score_group(env, task, [0], [state])
+    return {"outcome": ERROR} if game.error is not None else dict(env.tree_leaf(state))
+
+
+async def sample_tail(
+    env: Any,
+    client: Any,
+    sampling: SamplingArgs,
+    decisions: Sequence[Decision],
+    contexts: dict[int, Context],
+    opponents: Sequence[str],
+    outcomes: Sequence[str],
+    games: int,
+    *,
+    seed: int = 0,
+    concurrency: int = 64,
+    max_tries: int = MAX_TRIES,
+) -> dict[str, Tail]:
+    """`games` tail games against each opponent (see the module docstring)."""
+    numbers = numbers_of(outcomes)
+    by_id = {d.id: d for d in decisions}
+    gate = asyncio.Semaphore(concurrency)
+    tails: dict[str, Tail] = {}
+    for o, opponent in enumerate(opponents):
+        parts = exits(decisions, opponent)
+        tail = tails[opponent] = Tail(sum(p[0] for p in parts), hits=dict.fromkeys(numbers, 0))
+        if not parts or tail.mass <= 0.0:
+            continue
+        picks = random.Random(mix_seed(seed, o)).choices(parts, weights=[p[0] for p in parts], k=games)
+
+        async def one(i: int, pick: tuple[float, int, int | None], opponent: str = opponent, tail: Tail = tail) -> None:
+            _, n, j = pick
+            d, ctx, game_seed = by_id[n], contexts[n], mix_seed(seed, 1 + o, i)
+            async with gate:
+                try:
+                    if j is None:
+                        reply, tries = await _unlisted(client, ctx, set(d.replies), sampling, game_seed, max_tries)
+                        tail.tries += tries
+                    else:
+                        reply = d.replies[j]
+                    leaf = (
+                        None
+                        if reply is None
+                        else await _play_on(env, client, ctx, reply, opponent, game_seed, sampling)
+                    )
+                except ClientError:
+                    leaf = None
+            tail.games += 1
+            if leaf is None:
+                tail.unknown += 1
+                return
+            for name, fn in numbers.items():
+                tail.hits[name] += bool(fn(leaf))
+
+        await asyncio.gather(*(one(i, pick) for i, pick in enumerate(picks)))
+    return tails
+
+
+def tighten(table: dict[str, dict[str, Any]], tails: dict[str, Tail], delta: float) -> dict[str, dict[str, Any]]:
+    """`Bounds.table`'s rows of an all-exact walk with the tail's share added: the estimate is
+    the played part plus mass x the share among the tail games, each bound intersected with
+    played part + mass x the KL bound on that share (level `delta` over every bound used)."""
+    sides = 2 * sum(len(t.hits) for t in tails.values())
+    level = delta / max(1, sides)
+    out: dict[str, dict[str, Any]] = {}
+    for opponent, rows in table.items():
+        tail = tails.get(opponent)
+        out[opponent] = dict(rows)
+        if tail is None or tail.games == 0:
+            continue
+        for name, hits in tail.hits.items():
+            if name not in rows:
+                continue
+            played, lo, hi = rows[name]
+            share = hits / tail.games
+            low = played + tail.mass * kl_lower(share, tail.games, level)
+            high = played + tail.mass * kl_upper((hits + tail.unknown) / tail.games, tail.games, level)
+            out[opponent][name] = (played + tail.mass * share, max(lo, low), min(hi, high, 1.0))
+    return out
+
+
+__all__ = ["MAX_TRIES", "Context", "Tail", "exits", "sample_tail", "tighten"]
