@@ -147,10 +147,10 @@ class Batches:
         self.ready = replace(played, staleness=1, waited=time.monotonic() - t0)
 
     def metrics(self, played: Played) -> dict[str, float]:
-        """`async/staleness` and `async/wait` with overlap, else nothing."""
+        """`async/staleness` and `time/rollouts_wait` with overlap, else nothing."""
         if not self.overlap:
             return {}
-        return {"async/staleness": float(played.staleness), "async/wait": played.waited}
+        return {"async/staleness": float(played.staleness), "time/rollouts_wait": played.waited}
 
     def _draw(self, step: int, player: Generation) -> Drawn:
         run = self.run

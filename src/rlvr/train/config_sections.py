@@ -143,7 +143,7 @@ class GenerationConfig:
     compile_decode: bool = False
     """run the local decode step's layers through torch.compile (the first rollouts compile)"""
     overlap: bool = False
-    """play the next batch during this batch's update, on the weights before it (one step stale; --async)"""
+    """play the next batch during this batch's update, on the weights before it (one step stale)"""
 
     def check(self, lora_rank: int, sync: str) -> None:
         """`sync`: the weight sync in use (`weight_sync` or its default)."""

@@ -6,16 +6,19 @@ Each step: (1) draw a stratified batch of tasks, (2) play `group_size` episodes 
 with the current policy through the ordinary engine and `LocalModel`, or on a vLLM server
 (`rlvr.train.generation`; every turn, env replies included), (3) turn rewards into group advantages, (4) build token sequences from the
 ids that were sampled, (5) take the policy-gradient step(s), (6) log, (7) evaluate now and then,
-(8) checkpoint now and then. Before step 1, a probe warns when sampling at the training
-temperature loses what the model does greedily (`rlvr.train.probe`). Knobs:
+(8) checkpoint now and then. With overlap (`--async`, off by default) steps 1-2 of the next
+batch run during step 5, on a snapshot of the weights before it (`rlvr.train.batch`). Before
+step 1, a probe warns when sampling at the training temperature loses what the model does
+greedily (`rlvr.train.probe`). Knobs:
 `rlvr.train.config.TrainConfig`; metrics: docs/training.md.
 
 Where the steps live: set-up `run` (`setup_run` builds the model, optimizer, sampler, restarts
-and log as one plain `Run`), the loss table `loss_specs`, the losses `losses`, advantages
-`advantages`, token sequences `sequences` (and `chat_tokens`), the update `update`, metrics
-`metrics` and `loss_stats`, evaluations `evaluator` and `evaluation`, the model `model`,
-checkpoints `checkpoint`, environments and the event loop `session`, several GPUs
-`distributed` and `sharding` (all `rlvr.train.*`).
+and log as one plain `Run`), each step's batch drawn and played (or played ahead) `batch`, the
+loss table `loss_specs`, the losses `losses`, advantages `advantages`, token sequences
+`sequences` (and `chat_tokens`), the update `update`, metrics `metrics` and `loss_stats`,
+evaluations `evaluator` and `evaluation`, the model `model`, checkpoints `checkpoint`,
+environments and the event loop `session`, several GPUs `distributed` and `sharding` (all
+`rlvr.train.*`).
 
 Algorithmic choices
 -------------------
@@ -46,6 +49,11 @@ Algorithmic choices
   IS weight would then treat as policy change. Generation's log-probs are still used: their
   gap to the trainer's is logged as `logprob/gen_mismatch`, the early warning for a
   tokenisation or numerics mismatch between sampling and training.
+- Overlap (`generation.overlap`, `--async`): the next batch is played during this update on
+  the weights before it, so each update trains on a batch one step stale (`async/staleness`);
+  its old log-probs come from a no-grad pass of that snapshot, not from the trained weights, so
+  the ratio is new over behaviour policy and each loss clips or caps it its own way. The first
+  step and the step after each checkpoint play their own batch (staleness 0).
 - Log-probs are taken at the sampling temperature, log_softmax(logits / T): the trained policy
   is the one that sampled (LocalModel reports the same quantity).
 - Seeds: every request's seed mixes the run seed, the step and the engine's per-rollout, per-turn
