@@ -117,3 +117,41 @@ def test_the_async_flag_and_what_overlap_cannot_do(tiny, tmp_path, capsys) -> No
     with pytest.raises(SystemExit):
         main(["train", "--help"])
     assert "--overlap, --no-overlap, --async, --no-async" in capsys.readouterr().out
+
+
+def test_on_a_vllm_server_each_batch_plays_on_the_adapter_before_the_update_and_the_push_waits_for_it(
+    tiny, tmp_path
+) -> None:
+    pytest.importorskip("uvicorn")
+    from vllm_server import VLLMServer
+
+    with VLLMServer(tiny) as server:
+        real_chat = server._chat
+
+        async def chat(body):  # the served model of each request, in order with the adapter loads
+            server.calls.append(("chat", {"lora_name": body["model"]}))
+            return await real_chat(body)
+
+        server._chat = chat
+        changes = {"steps": 3, "vllm_url": server.url, "lora_rank": 4, "lr": 5e-2, "probe_tasks": 0, "overlap": True}
+        history = fit(config(tiny, tmp_path / "run", **changes))
+        kept = ("chat", "/v1/load_lora_adapter")
+        events = [(route, body["lora_name"]) for route, body in server.calls if route in kept]
+    loaded = [i for i, (route, _) in enumerate(events) if route == "/v1/load_lora_adapter"]
+    first = loaded[0]
+    chats = [name for route, name in events[first:] if route == "chat"]
+    assert chats == ["rlvr-lora-step0"] * 16 + ["rlvr-lora-step1"] * 8  # batches 1-2 on step 0's, batch 3 on step 1's
+    loads = [name for route, name in events[first:] if route == kept[1]]
+    assert loads == [f"rlvr-lora-step{k}" for k in range(4)]
+    order = [route for route, _ in events[first:]]
+    assert (
+        order
+        == ["/v1/load_lora_adapter"]
+        + ["chat"] * 16
+        + ["/v1/load_lora_adapter"]
+        + ["chat"] * 8
+        + ["/v1/load_lora_adapter"] * 2
+    )  # no push while a batch is played
+    assert [m["async/staleness"] for m in history] == [0.0, 1.0, 1.0]
+    for m in history[1:]:
+        assert m["ratio/max"] > 1.001 and m["logprob/gen_mismatch"] < 1e-3  # the snapshot is the server's adapter
