@@ -28,19 +28,42 @@ def tiny(tmp_path_factory) -> Path:
     return build_tiny_model(tmp_path_factory.mktemp("tiny"), preset="tiny", seed=0)
 
 
-@pytest.mark.parametrize("loss", ["grpo", "cispo", "gspo"])
+@pytest.mark.parametrize("loss", ["grpo", "cispo", "gspo", "lora"])
 def test_overlap_trains_one_step_behind_and_logs_it(tiny, tmp_path, loss) -> None:
-    history = fit(config(tiny, tmp_path / "run", steps=3, loss=loss, overlap=True))
+    changes = {"loss": "cispo", "lora_rank": 4, "lr": 5e-2} if loss == "lora" else {"loss": loss}
+    history = fit(config(tiny, tmp_path / "run", steps=3, overlap=True, **changes))
     assert [m["async/staleness"] for m in history] == [0.0, 1.0, 1.0]  # the first step plays its own
     assert all(m["time/rollouts_wait"] >= 0 for m in history)
     assert history[0]["ratio/mean"] == history[0]["ratio/max"] == 1.0  # on-policy: old = new, exactly
     for m in history[1:]:  # the weights moved by one update since the batch was played
         assert m["ratio/max"] > 1.001 and m["ratio/min"] < 0.999
         assert m["is_weight/max"] > 0
-    if loss != "cispo":  # (cispo's cap of 4 is out of reach here)
+    if loss not in ("cispo", "lora"):  # (cispo's cap of 4 is out of reach here)
         assert all(m["clip/frac"] > 0 for m in history[1:])
     # the old log-probs are the sampler's own (the snapshot that played the batch), not the trained weights'
     assert all(m["logprob/gen_mismatch"] < 1e-4 for m in history)
+
+
+def test_the_snapshot_copies_only_the_trained_weights_and_refreshes_them_in_place(tiny) -> None:
+    from rlvr.train.fields import LoraSpec
+    from rlvr.train.generation import Snapshot
+    from rlvr.train.model import load_trainable
+
+    model = load_trainable(str(tiny), lora=LoraSpec(4), device=torch.device("cpu"))
+    snapshot = Snapshot(model)
+    pairs = list(zip(snapshot.model.parameters(), model.parameters(), strict=True))
+    assert all((mine is theirs) != theirs.requires_grad for mine, theirs in pairs)  # the base is shared
+    assert not any(p.requires_grad for p in snapshot.model.parameters())
+    trained = [(mine, theirs) for mine, theirs in pairs if theirs.requires_grad]
+    assert trained and len(trained) < len(pairs)
+    where = [mine.data_ptr() for mine, _ in trained]
+    with torch.no_grad():
+        for _, theirs in trained:
+            theirs.add_(1.0)
+    assert not any(torch.equal(mine, theirs) for mine, theirs in trained)
+    snapshot.refresh()
+    assert all(torch.equal(mine, theirs) for mine, theirs in trained)
+    assert [mine.data_ptr() for mine, _ in trained] == where  # in place (CUDA graphs stay valid)
 
 
 def test_the_batch_played_ahead_comes_from_the_weights_before_the_update(tiny, tmp_path, monkeypatch) -> None:

@@ -81,7 +81,7 @@ class Batches:
     """Each step's batch, played now or (overlap) during the previous update."""
 
     def __init__(self, run: Run, generation: Generation, run_async: RunAsync[Any]) -> None:
-        self.run, self.generation, self.run_async = run, generation, run_async
+        self.run, self.run_async = run, run_async
         self.overlap = run.cfg.generation.overlap
         self.snapshot = Snapshot(run.model) if self.overlap else None
         self.player = (
@@ -109,7 +109,7 @@ class Batches:
             played, self.ready = self.ready, None
             assert played.drawn.step == step, (played.drawn.step, step)
             return played
-        drawn = self._draw(step, self.player)
+        drawn = self._draw(step)
         with full_weights(self.run.model):  # sharded: gathered whole for the generation, then freed
             if self.snapshot is not None:
                 self.snapshot.refresh()
@@ -132,7 +132,7 @@ class Batches:
 
     def _start(self, step: int) -> None:
         assert self.pool is not None and self.snapshot is not None
-        drawn = self._draw(step, self.player)
+        drawn = self._draw(step)
         self.snapshot.refresh()
         self.player.weights_changed()
         self.pending = self.pool.submit(_play, self.run, self.player, drawn, self.run_async)
@@ -152,10 +152,10 @@ class Batches:
             return {}
         return {"async/staleness": float(played.staleness), "time/rollouts_wait": played.waited}
 
-    def _draw(self, step: int, player: Generation) -> Drawn:
+    def _draw(self, step: int) -> Drawn:
         run = self.run
         batch = run.restarts.fill(next(run.sampler), step)
-        client = run.restarts.client(StepSeeded(player.client, run.cfg.seed, step))
+        client = run.restarts.client(StepSeeded(self.player.client, run.cfg.seed, step))
         probes = run.dist.shard(run.restarts.probe_tasks(batch, step))
         return Drawn(step, batch, run.dist.shard(batch), probes, client)
 
