@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from test_grpo import _same, config, fit, killed_at_update
+from test_grpo import ExploredEnv, _same, config, fit, killed_at_update
 
 from rlvr.cli import main
 from rlvr.errors import UsageError
@@ -109,6 +109,23 @@ def test_without_overlap_nothing_changes_and_checkpoints_every_step_leave_nothin
     assert [_same(a, b) for a, b in zip(default, off, strict=True)] == [[], [], []]
     assert [m["async/staleness"] for m in every] == [0.0, 0.0, 0.0]
     assert [_same(a, b) for a, b in zip(default, every, strict=True)] == [[], [], []]
+
+
+def test_restarts_drawn_ahead_come_from_the_step_just_played(tiny, tmp_path) -> None:
+    """Batch t + 1 is drawn during update t, after step t's rollouts offered their restart points:
+    the restarts, probes and given replies are those of a run without overlap."""
+    changes = {"steps": 4, "loss": "cispo", "restart_frac": 0.5, "restart_below": 1.0, "restart_greedy": 2}
+    changes["restart_explore"] = 1
+
+    def run(out: Path, overlap: bool) -> list[dict[str, float]]:
+        cfg = config(tiny, out, overlap=overlap, **changes)
+        return grpo.train(cfg, make_env=ExploredEnv, quiet=True, plots=False)
+
+    plain, ahead = run(tmp_path / "a", False), run(tmp_path / "b", True)
+    assert [m["async/staleness"] for m in ahead] == [0.0, 1.0, 1.0, 1.0]
+    assert [m["restart/tasks"] for m in ahead] == [m["restart/tasks"] for m in plain] == [0.0, 1.0, 1.0, 1.0]
+    assert [m["restart/given"] for m in ahead] == [m["restart/given"] for m in plain]
+    assert all(m["restart/buffer"] > 0 for m in ahead)
 
 
 def test_a_resumed_overlap_run_replays_the_run_it_resumes(tiny, tmp_path, monkeypatch) -> None:
