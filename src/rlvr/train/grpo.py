@@ -178,14 +178,14 @@ def _train(
                 batches.wait()  # the next batch is in: the weights may go to the server
                 t0 = time.monotonic()
                 generation.after_step(model, step + 1, run_async, dist)  # the next rollouts use the new weights
-                times = {"rollouts": played.seconds, "train": t_train, "weight_sync": time.monotonic() - t0}
+                t_sync = time.monotonic() - t0
+                times = {"rollouts": played.seconds, "train": t_train, "weight_sync": t_sync, "start": t_step}
 
                 # ---- 6. log ----------------------------------------------------------------------
                 metrics = step_metrics(
                     everyone, env, cfg.group_size, dist, train_stats=train_stats, split=split,
                     kept_groups=kept_groups, scored=scored if cfg.objective.turn_credit else None,
-                    restart_metrics=restart_metrics, lr=lr, gen_counts=played.gen_counts,
-                    times={**times, "start": t_step},
+                    restart_metrics=restart_metrics, lr=lr, gen_counts=played.gen_counts, times=times,
                 )  # fmt: skip
                 history.append({**metrics, **batches.metrics(played)})
                 if log is not None:
