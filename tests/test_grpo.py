@@ -24,6 +24,7 @@ from rlvr.clients.local import LocalModel
 from rlvr.engine import run_rollouts
 from rlvr.errors import ModelError, UsageError
 from rlvr.models import build_tiny_model
+from rlvr.train import batch as train_batch
 from rlvr.train import grpo
 from rlvr.train.checkpoint import latest_checkpoint, list_checkpoints
 from rlvr.train.config import TrainConfig
@@ -494,7 +495,7 @@ def test_greedy_probes_find_restarts_that_sampled_games_miss_and_are_not_trained
         played.append((sampling.temperature, rollouts_per_task, [(t.id, t.seed) for t in tasks]))
         return [dataclasses.replace(r, reward=0.0 if sampling.temperature == 0 else 1.0) for r in out]
 
-    monkeypatch.setattr(grpo, "run_rollouts", scored)
+    monkeypatch.setattr(train_batch, "run_rollouts", scored)
     changes = {"steps": 3, "restart_frac": 0.5, "restart_below": 1.0, "restart_points": "backtrack"}
     plain = grpo.train(config(tiny, tmp_path / "a", **changes), make_env=RestartableEnv, quiet=True, plots=False)
     assert [m["restart/buffer"] for m in plain] == [0.0, 0.0, 0.0]  # no sampled game scores below 1
@@ -899,7 +900,7 @@ def test_block_options_on_a_model_without_blocks_fail_before_any_rollout(tiny, t
         raise AssertionError("rollouts before the refusal")
 
     monkeypatch.setattr(setup, "load_trainable", without_blocks)
-    monkeypatch.setattr(grpo, "_play", play)
+    monkeypatch.setattr(train_batch, "_rollouts", play)
     for option in ("gradient_checkpointing", "compile_blocks"):
         with pytest.raises(UsageError, match=f"{option}: Qwen3ForCausalLM has no transformer blocks"):
             fit(config(tiny, tmp_path / option, **{option: True}))

@@ -153,6 +153,7 @@ FLAT_CASES = {
     "lora_rank": 4,
     "lora_alpha": 8.0,
     "compile_decode": True,
+    "overlap": True,
 }
 ON_A_SERVER = {"vllm_url": "http://localhost:8000", "weight_sync": "lora", "lora_rank": 4}
 
@@ -237,7 +238,7 @@ def test_unsupported_pairs_are_refused_from_one_table() -> None:
     values = {"restarts.explore": {"restart_explore": 1, "restart_frac": 0.5}, "ema_decay": {"ema_decay": 0.5}}
     values |= {"generation.vllm_url": {"vllm_url": "http://x"}, "compute.fsdp": {"sharding": "fsdp"}}
     values |= {"lora.rank": {"lora_rank": 4, "weight_sync": "lora"}, "compute.compile_blocks": {"compile_blocks": True}}
-    values |= {"generation.compile_decode": {"compile_decode": True}}
+    values |= {"generation.compile_decode": {"compile_decode": True}, "generation.overlap": {"overlap": True}}
     for a, b, message in UNSUPPORTED:
         TrainConfig(**BASE, **{k: v for k, v in values[a].items() if k != "weight_sync"})  # alone: fine
         both = {**values[a], **values[b]}

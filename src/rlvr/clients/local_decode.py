@@ -243,7 +243,9 @@ class SlotDecoder:
             if self.pool is None:
                 self.pool = torch.cuda.graph_pool_handle()
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self.pool):
+            # thread_local: a capture forbids unsafe CUDA calls of this thread only, not those of
+            # a trainer updating the weights in another thread meanwhile (overlap, `rlvr.train.batch`)
+            with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
                 out = self.decode(n, span)
         finally:
             restore()

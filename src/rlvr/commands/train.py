@@ -36,6 +36,9 @@ from rlvr.train.fields import none_or
 SHORT = {"model": ["-m"], "output_dir": ["-o"], "env_args": ["-a"], "temperature": ["-T"], "max_tokens": ["-t"]}
 """Short flags, the same letters as `rlvr eval`, `gen`, `play` and `sft` use for the same things
 (-t: the most tokens a model turn may sample, as in `rlvr eval`)."""
+ALIASES = {"overlap": ["--async"]}
+"""Other spellings of a flag: `--async` / `--no-async` is `--overlap` / `--no-overlap` (the
+config field cannot be named `async`, a Python keyword)."""
 DEFAULTS_SHOWN = {"output_dir": "default runs/train/ENV--MODEL"}
 """The default `--help` shows where the field's own default (None) stands for a derived one."""
 METAVARS = {"model": "PATH", "output_dir": "DIR"}
@@ -75,7 +78,7 @@ def add_parser(sub: Any) -> None:
         )
         if name in CHOICES:
             shown = f"one of {', '.join(CHOICES[name])}; {shown}"
-        flags = [*SHORT.get(name, []), "--" + name.replace("_", "-")]  # short first: the usage line shows it
+        flags = [*SHORT.get(name, []), "--" + name.replace("_", "-"), *ALIASES.get(name, [])]  # short first
         kind, metavar = _parser_for(name, hint)
         if kind is bool or name in SWITCHES:
             action: dict[str, Any] = {"action": argparse.BooleanOptionalAction}

@@ -71,7 +71,7 @@ FLAT: dict[str, tuple[str, str]] = {
     **{f"restart_{name}": ("restarts", name) for name in ("explore", "explore_weight")},
     **{f"eval_{name}": ("eval", name) for name in ("every", "tasks", "env_args", "exact", "temperature")},
     **{name: ("eval", name) for name in ("keep_best", "probe_tasks")},
-    **{name: ("generation", name) for name in ("vllm_url", "weight_sync", "compile_decode")},
+    **{name: ("generation", name) for name in ("vllm_url", "weight_sync", "compile_decode", "overlap")},
     **{name: ("compute", name) for name in ("device", "sharding", "micro_batch_size", "bf16", "pack_sequences")},
     **{name: ("compute", name) for name in ("gradient_checkpointing", "compile_blocks")},
     "lora_rank": ("lora", "rank"),
@@ -85,6 +85,7 @@ RESUME_MAY_CHANGE = frozenset(
     {"steps", "save_every", "output_dir", "deterministic"}
     | {"probe_tasks", "eval_every", "eval_tasks", "eval_exact", "eval_temperature", "keep_best"}
     | {"device", "vllm_url", "pack_sequences", "gradient_checkpointing", "compile_blocks", "compile_decode"}
+    | {"overlap"}
 )
 """Fields (flat names) a resumed run may change; any other difference from the saved config is an error."""
 

@@ -60,6 +60,7 @@ UNSUPPORTED: tuple[tuple[str, str, str], ...] = (
     ("compute.fsdp", "compute.compile_blocks", "compile_blocks with sharding = fsdp is not supported yet (not measured with sharded weights); use one of them"),
     ("generation.compile_decode", "generation.vllm_url", "compile_decode compiles rlvr's own decode step: not with vllm_url (the server generates), and not yet with sharding = fsdp (not measured with sharded weights)"),
     ("generation.compile_decode", "compute.fsdp", "compile_decode compiles rlvr's own decode step: not with vllm_url (the server generates), and not yet with sharding = fsdp (not measured with sharded weights)"),
+    ("generation.overlap", "compute.fsdp", "overlap (--async) keeps a whole copy of the weights to play the next batch with: not with sharding = fsdp yet; use sharding = ddp or leave overlap off"),
     ("compute.fsdp", "generation.vllm_url", "sharding = fsdp with vllm_url is not supported yet (the weight push reads whole tensors); use sharding = ddp with a vLLM server"),
 )  # fmt: skip
 """Pairs of settings that do not work together, and what to do: each a dotted path whose value

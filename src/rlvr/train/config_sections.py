@@ -142,6 +142,8 @@ class GenerationConfig:
     """how weights reach the vLLM server: lora, ipc or nccl; None = lora with LoRA, else ipc"""
     compile_decode: bool = False
     """run the local decode step's layers through torch.compile (the first rollouts compile)"""
+    overlap: bool = False
+    """play the next batch during this batch's update, on the weights before it (one step stale)"""
 
     def check(self, lora_rank: int, sync: str) -> None:
         """`sync`: the weight sync in use (`weight_sync` or its default)."""

@@ -9,6 +9,12 @@
   starting weights; after every optimizer step it pushes the new ones
   (`rlvr.train.weight_sync`), so each step's rollouts come from the current policy.
 
+With overlap (`--async`), the next batch is played during the update, on weights one step
+behind: in process, a `Snapshot` of the trainable weights refreshed before each batch starts,
+played by a second `LocalModel` (`open_player`); on a server, the weights it has, since the new
+ones are pushed only after that batch is in. The snapshot's no-grad pass gives the old
+log-probs of the update that follows (`rlvr.train.update`), on either path.
+
 The server's logprobs feed only `logprob/gen_mismatch`. vLLM reports the logprobs of the raw
 logits unless started with `--logprobs-mode processed_logprobs`; the trainer's are at the
 sampling temperature, so at a temperature other than 1 the metric is only meaningful in that mode.
@@ -16,9 +22,11 @@ sampling temperature, so at a temperature other than 1 the metric is only meanin
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import torch
 from torch import nn
 
 from rlvr.clients.base import ChatClient
@@ -75,6 +83,41 @@ class Generation:
             return
         run_async(self.sync.push(model, step))
         dist.barrier()  # no rank generates before rank 0 has pushed
+
+
+class Snapshot:
+    """A frozen copy of the trainable weights that overlap plays the next batch with (frozen
+    weights and buffers are shared, not copied: LoRA copies only its adapters)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        shared = {id(t): t for t in [*model.parameters(), *model.buffers()] if not t.requires_grad}
+        self.model = copy.deepcopy(model, memo=shared)
+        pairs = zip(self.model.parameters(), model.parameters(), strict=True)
+        self.pairs = [(mine, theirs) for mine, theirs in pairs if theirs.requires_grad]
+        for mine, _ in self.pairs:
+            mine.requires_grad_(False)
+
+    @torch.no_grad()
+    def refresh(self) -> None:
+        """Copy the trained weights in (in place: a decoder's CUDA graphs stay valid)."""
+        for mine, theirs in self.pairs:
+            mine.copy_(theirs)
+
+
+def open_player(cfg: TrainConfig, generation: Generation, snapshot: Snapshot, tokenizer: Any, dist: Dist) -> Generation:
+    """What plays the batches ahead (overlap): in process, a second `LocalModel` on the snapshot;
+    on a vLLM server, the server itself, whose weights change only after the update."""
+    if generation.sync is not None:
+        return generation
+    local = LocalModel(
+        cfg.model,
+        model=snapshot.model,
+        tokenizer=tokenizer,
+        max_batch_size=max(cfg.batch_size // dist.world, 1),
+        autocast="bfloat16" if use_bf16(cfg.bf16, dist.device) else None,
+        compile_decode=cfg.compile_decode,
+    )
+    return Generation(local)
 
 
 def open_generation(

@@ -6,16 +6,19 @@ Each step: (1) draw a stratified batch of tasks, (2) play `group_size` episodes 
 with the current policy through the ordinary engine and `LocalModel`, or on a vLLM server
 (`rlvr.train.generation`; every turn, env replies included), (3) turn rewards into group advantages, (4) build token sequences from the
 ids that were sampled, (5) take the policy-gradient step(s), (6) log, (7) evaluate now and then,
-(8) checkpoint now and then. Before step 1, a probe warns when sampling at the training
-temperature loses what the model does greedily (`rlvr.train.probe`). Knobs:
+(8) checkpoint now and then. With overlap (`--async`, off by default) steps 1-2 of the next
+batch run during step 5, on a snapshot of the weights before it (`rlvr.train.batch`). Before
+step 1, a probe warns when sampling at the training temperature loses what the model does
+greedily (`rlvr.train.probe`). Knobs:
 `rlvr.train.config.TrainConfig`; metrics: docs/training.md.
 
 Where the steps live: set-up `run` (`setup_run` builds the model, optimizer, sampler, restarts
-and log as one plain `Run`), the loss table `loss_specs`, the losses `losses`, advantages
-`advantages`, token sequences `sequences` (and `chat_tokens`), the update `update`, metrics
-`metrics` and `loss_stats`, evaluations `evaluator` and `evaluation`, the model `model`,
-checkpoints `checkpoint`, environments and the event loop `session`, several GPUs
-`distributed` and `sharding` (all `rlvr.train.*`).
+and log as one plain `Run`), each step's batch drawn and played (or played ahead) `batch`, the
+loss table `loss_specs`, the losses `losses`, advantages `advantages`, token sequences
+`sequences` (and `chat_tokens`), the update `update`, metrics `metrics` and `loss_stats`,
+evaluations `evaluator` and `evaluation`, the model `model`, checkpoints `checkpoint`,
+environments and the event loop `session`, several GPUs `distributed` and `sharding` (all
+`rlvr.train.*`).
 
 Algorithmic choices
 -------------------
@@ -46,6 +49,11 @@ Algorithmic choices
   IS weight would then treat as policy change. Generation's log-probs are still used: their
   gap to the trainer's is logged as `logprob/gen_mismatch`, the early warning for a
   tokenisation or numerics mismatch between sampling and training.
+- Overlap (`generation.overlap`, `--async`): the next batch is played during this update on
+  the weights before it, so each update trains on a batch one step stale (`async/staleness`);
+  its old log-probs come from a no-grad pass of that snapshot, not from the trained weights, so
+  the ratio is new over behaviour policy and each loss clips or caps it its own way. The first
+  step and the step after each checkpoint play their own batch (staleness 0).
 - Log-probs are taken at the sampling temperature, log_softmax(logits / T): the trained policy
   is the one that sampled (LocalModel reports the same quantity).
 - Seeds: every request's seed mixes the run seed, the step and the engine's per-rollout, per-turn
@@ -73,16 +81,14 @@ Algorithmic choices
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Sequence
 from typing import Any
 
-from rlvr.clients.base import ChatClient
-from rlvr.engine import run_rollouts
 from rlvr.envs.multiturn import MultiTurnEnv, checked_turn_rewards
 from rlvr.errors import TrainingError
 from rlvr.train.advantages import batch_advantages, turn_advantages
+from rlvr.train.batch import Batches
 from rlvr.train.config import TrainConfig
 from rlvr.train.evaluator import Evaluator
 from rlvr.train.generation import open_generation
@@ -92,8 +98,8 @@ from rlvr.train.protocols import TurnScored
 from rlvr.train.restarts import weigh_given
 from rlvr.train.run import Run, last_good, make_sampler, save_checkpoint, setup_run
 from rlvr.train.sequences import build_sequences
-from rlvr.train.session import EnvFactory, StepSeeded, event_loop
-from rlvr.train.sharding import full_state_dict, full_weights
+from rlvr.train.session import EnvFactory, event_loop
+from rlvr.train.sharding import full_state_dict
 from rlvr.train.update import update_policy
 from rlvr.types import Rollout, Task
 
@@ -135,67 +141,66 @@ def _train(
         evaluator = Evaluator(run, generation, run_async)
         if run.start == 0:
             evaluator.before_training()  # the probe: does sampling break the model? then step 0's evaluation
-        for step in range(run.start, cfg.steps):
-            t_step = time.monotonic()
-            # ---- 1. a stratified batch of tasks (some may be restarts); this process plays its share
-            batch = restarts.fill(next(run.sampler), step)
-            tasks = dist.shard(batch)
+        with Batches(run, generation, run_async) as batches:
+            for step in range(run.start, cfg.steps):
+                t_step = time.monotonic()
+                # ---- 1-2. a stratified batch of tasks (some may be restarts) and its rollouts with the
+                # current policy (multi-turn, env replies included), beside them in the same batches the
+                # greedy probes, which are not trained on; with overlap, played during the last update
+                played = batches.take(step)
+                tasks, rollouts, everyone = played.drawn.tasks, played.rollouts, dist.gather(played.rollouts)
+                restarts.add(everyone, played.drawn.batch, step, probes=dist.gather(played.probes))
+                restart_metrics = restarts.metrics(everyone)  # (before the next batch is drawn)
 
-            # ---- 2. rollouts with the current policy (multi-turn, env replies included), and
-            # beside them in the same batches the greedy probes, which are not trained on -----------
-            t0, counted = time.monotonic(), generation.counters()
-            client = restarts.client(StepSeeded(generation.client, cfg.seed, step))
-            probe_tasks = dist.shard(restarts.probe_tasks(batch, step))
-            with full_weights(model):  # sharded: gathered whole for the generation, then freed
-                rollouts, probes = run_async(_play(env, client, tasks, probe_tasks, run))
-            t_rollouts = time.monotonic() - t0
-            gen_counts = {k: v - counted[k] for k, v in generation.counters().items()}  # this rank's
+                # ---- 3. group advantages (and each model turn's own share: turn_credit) ----------
+                advantages, trainable, kept_groups = batch_advantages(
+                    rollouts, cfg.group_size, scale_std=cfg.advantage_std_scaling,
+                    mask_truncated=cfg.objective.mask_truncated, drop_uniform=cfg.loss_spec.drop_uniform_groups,
+                )  # fmt: skip
+                credited, scored = _credit(env, tasks, rollouts, advantages, trainable, cfg)
 
-            # ---- 3. group advantages (and each model turn's own share: turn_credit) --------------
-            advantages, trainable, kept_groups = batch_advantages(
-                rollouts, cfg.group_size, scale_std=cfg.advantage_std_scaling,
-                mask_truncated=cfg.objective.mask_truncated, drop_uniform=cfg.loss_spec.drop_uniform_groups,
-            )  # fmt: skip
-            credited, scored = _credit(env, tasks, rollouts, advantages, trainable, cfg)
+                # ---- 4. token sequences from the sampled ids (env tokens masked) -----------------
+                seqs, split = build_sequences(rollouts, credited, trainable)
 
-            # ---- 4. token sequences from the sampled ids (env tokens masked) ---------------------
-            seqs, split = build_sequences(rollouts, credited, trainable)
+                # ---- 5. policy update (overlap: the next batch is drawn and played meanwhile) ----
+                t0, lr = time.monotonic(), run.scheduler.get_last_lr()[0]
+                try:
+                    train_stats = update_policy(
+                        run.policy, run.ref, seqs, len(rollouts), run.how, run.optimizer, dist,
+                        behaviour=batches.behaviour(played), started=batches.ahead(step + 1),
+                    )  # fmt: skip
+                except TrainingError as exc:
+                    raise TrainingError(f"step {step + 1}: {exc}; {last_good(run.run_dir)}") from None
+                run.scheduler.step()
+                if run.average is not None:
+                    run.average.update()
+                t_train = time.monotonic() - t0
+                batches.wait()  # the next batch is in: the weights may go to the server
+                t0 = time.monotonic()
+                generation.after_step(model, step + 1, run_async, dist)  # the next rollouts use the new weights
+                t_sync = time.monotonic() - t0
+                times = {"rollouts": played.seconds, "train": t_train, "weight_sync": t_sync, "start": t_step}
 
-            # ---- 5. policy update ----------------------------------------------------------------
-            t0, lr = time.monotonic(), run.scheduler.get_last_lr()[0]
-            try:
-                train_stats = update_policy(run.policy, run.ref, seqs, len(rollouts), run.how, run.optimizer, dist)
-            except TrainingError as exc:
-                raise TrainingError(f"step {step + 1}: {exc}; {last_good(run.run_dir)}") from None
-            run.scheduler.step()
-            if run.average is not None:
-                run.average.update()
-            t_train, t0 = time.monotonic() - t0, time.monotonic()
-            generation.after_step(model, step + 1, run_async, dist)  # the next rollouts use the new weights
-            times = {"rollouts": t_rollouts, "train": t_train, "weight_sync": time.monotonic() - t0, "start": t_step}
+                # ---- 6. log ----------------------------------------------------------------------
+                metrics = step_metrics(
+                    everyone, env, cfg.group_size, dist, train_stats=train_stats, split=split,
+                    kept_groups=kept_groups, scored=scored if cfg.objective.turn_credit else None,
+                    restart_metrics=restart_metrics, lr=lr, gen_counts=played.gen_counts, times=times,
+                )  # fmt: skip
+                history.append({**metrics, **batches.metrics(played)})
+                if log is not None:
+                    log.write(step + 1, history[-1])
+                    if (step + 1) % PLOT_EVERY == 0:
+                        log.plot_async()
+                run.say(step_line(step + 1, cfg.steps, metrics))
 
-            # ---- 6. log --------------------------------------------------------------------------
-            everyone = dist.gather(rollouts)
-            restarts.add(everyone, batch, step, probes=dist.gather(probes))
-            metrics = step_metrics(
-                everyone, env, cfg.group_size, dist, train_stats=train_stats, split=split, kept_groups=kept_groups,
-                scored=scored if cfg.objective.turn_credit else None, restart_metrics=restarts.metrics(everyone),
-                lr=lr, gen_counts=gen_counts, times=times,
-            )  # fmt: skip
-            history.append(metrics)
-            if log is not None:
-                log.write(step + 1, metrics)
-                if (step + 1) % PLOT_EVERY == 0:
-                    log.plot_async()
-            run.say(step_line(step + 1, cfg.steps, metrics))
+                # ---- 7. evaluate -----------------------------------------------------------------
+                if evaluator.due(step + 1):
+                    evaluator.after(step + 1)
 
-            # ---- 7. evaluate ---------------------------------------------------------------------
-            if evaluator.due(step + 1):
-                evaluator.after(step + 1)
-
-            # ---- 8. checkpoint -------------------------------------------------------------------
-            if step + 1 == cfg.steps or (cfg.save_every is not None and (step + 1) % cfg.save_every == 0):
-                save_checkpoint(run, step + 1)
+                # ---- 8. checkpoint (never with a batch played ahead: see rlvr.train.batch) -------
+                if step + 1 == cfg.steps or (cfg.save_every is not None and (step + 1) % cfg.save_every == 0):
+                    save_checkpoint(run, step + 1)
 
         _finish(run, evaluator)
     dist.barrier()
@@ -263,23 +268,3 @@ def _turn_credit(
     turns = [len(r.turns) for r in rollouts]
     per_turn = turn_advantages(advantages, scores, turns, cfg.group_size, cfg.objective.turn_credit)
     return per_turn, [x for row in scores if row is not None for x in row]
-
-
-async def _play(
-    env: MultiTurnEnv[Any],
-    client: ChatClient,
-    tasks: list[Task],
-    probe_tasks: list[Task],
-    run: Run,
-) -> tuple[list[Rollout], list[Rollout]]:
-    """A group of rollouts of each task (`client` may give some first replies: restart_explore) and one
-    greedy rollout of each probe task, played side by side (one engine's batches hold both)."""
-    sampling, group_size = run.sampling, run.cfg.group_size
-    concurrency = len(tasks) * group_size
-    train = run_rollouts(env, client, tasks, sampling=sampling, rollouts_per_task=group_size, concurrency=concurrency)
-    if not probe_tasks:
-        return await train, []
-    greedy = sampling.replace(temperature=0.0, top_p=1.0, logprobs=False)
-    probe = run_rollouts(env, client, probe_tasks, sampling=greedy, concurrency=len(probe_tasks))
-    rollouts, probes = await asyncio.gather(train, probe)
-    return rollouts, probes

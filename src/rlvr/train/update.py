@@ -9,7 +9,9 @@
   every rank), so the accumulated gradient is the minibatch's gradient in one piece; times
   the world size, since DDP averages.
 - Old log-probs: with one minibatch, the new ones detached (ratio exactly 1); with several,
-  frozen by one no-grad pass before the first update (the later updates are off-policy).
+  frozen by one no-grad pass before the first update (the later updates are off-policy); for a
+  batch another model sampled (`behaviour`: overlap's snapshot, one step behind), that model's
+  no-grad pass, so the ratio is new over behaviour policy and each loss corrects it its way.
 - Sequences of advantage exactly 0 skip the forward and backward passes where the loss gives
   them nothing but their count in the normaliser (`zero_advantage_adds_nothing`: kl_coef = 0):
   they still count in it, so the gradient is the same; the per-token statistics then cover the
@@ -32,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -129,14 +132,22 @@ def update_policy(
     how: UpdateSettings,
     optimizer: torch.optim.Optimizer,
     dist: Dist,
+    *,
+    behaviour: torch.nn.Module | None = None,
+    started: Callable[[], None] | None = None,
 ) -> dict[str, float]:
     """`how.minibatches` optimizer steps on this rank's sequences (of `n_rollouts` rollouts);
     returns the loss statistics of all ranks. `ref` is the frozen reference model of the KL
-    term (None: none, or LoRA's adapters disabled)."""
+    term (None: none, or LoRA's adapters disabled). `behaviour`: the model that sampled the
+    batch where that is not `policy` (overlap: the weights one step behind), whose log-probs are
+    then the old ones; `started()` is called once they are in, before the first optimizer step."""
     t0 = time.perf_counter()
     kind = SPECS[how.loss].normalisation
     plans = _plan(seqs, n_rollouts, how, dist, pack=should_pack(policy, how.pack_sequences))
-    old = _frozen_logprobs(policy, plans, how, dist.device) if how.minibatches > 1 else {}
+    off_policy = behaviour is not None or how.minibatches > 1
+    old = _frozen_logprobs(behaviour or policy, plans, how, dist.device) if off_policy else {}
+    if started is not None:
+        started()
     stats = LossStats()
     params = [p for p in policy.parameters() if p.requires_grad]
     with compiled_blocks(policy, how.compile_blocks), activation_checkpointing(policy, how.gradient_checkpointing):
