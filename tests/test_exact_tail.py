@@ -128,3 +128,22 @@ def test_the_report_says_how_the_tail_was_bounded() -> None:
     assert "bounded by games drawn from it" in page and "Tail vs optimal: 16 games drawn" in page
     plain = "".join(sampled_section({"exact": {"sampled": walk(Partial(), Settings()).sampled_summary()}}))
     assert "counted on the upper side of every bound" in plain and "Tail vs" not in plain
+
+
+def test_each_tail_game_is_reported_as_it_ends() -> None:
+    import asyncio
+
+    from rlvr_tictactoe.env import load_environment
+
+    from rlvr.exact_sampled import enumerate_sampled
+    from rlvr.types import SamplingArgs
+
+    seen: list[tuple[str, int]] = []
+    env = load_environment(num_tasks=8, eval_tasks=8)
+    settings = Settings(min_reach=0.0, tail_games=5)
+    asyncio.run(
+        enumerate_sampled(
+            env, Partial(), SamplingArgs(temperature=1.0), settings, on_tail=lambda o, t: seen.append((o, t.games))
+        )
+    )
+    assert sorted(seen) == sorted((o, k) for o in ("optimal", "random") for k in range(1, 6))

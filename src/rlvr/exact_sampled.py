@@ -277,10 +277,17 @@ class _LineClient:
 
 
 async def enumerate_sampled(
-    env: MultiTurnEnv[Any], client: ChatClient, sampling: SamplingArgs, settings: Settings, *, on_game: Any = None
+    env: MultiTurnEnv[Any],
+    client: ChatClient,
+    sampling: SamplingArgs,
+    settings: Settings,
+    *,
+    on_game: Any = None,
+    on_tail: Any = None,
 ) -> SampledResult:
     """Walk `env`'s game tree with the policy's reply distributions (see the module docstring);
-    `on_game` gets each finished, scored game as it ends."""
+    `on_game` gets each finished, scored game as it ends, `on_tail(opponent, tail)` each tail
+    game (`rlvr.exact_tail.sample_tail`)."""
     if not isinstance(env, GameTree):
         raise UsageError(f"environment {getattr(env, 'name', env)!r} offers no exact evaluation (no game tree)")
     settings.check()
@@ -329,7 +336,7 @@ async def enumerate_sampled(
         result.tails = await sample_tail(
             env, client, sampling, walk.decisions, walk.contexts, result.opponents,
             sorted({*result.outcomes, *result.failures, "win", "draw"}), settings.tail_games,
-            seed=settings.seed, concurrency=settings.concurrency,
+            seed=settings.seed, concurrency=settings.concurrency, on_game=on_tail,
         )  # fmt: skip
         result.seconds = time.monotonic() - start
     return result

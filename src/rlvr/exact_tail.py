@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -151,8 +151,10 @@ async def sample_tail(
     seed: int = 0,
     concurrency: int = 64,
     max_tries: int = MAX_TRIES,
+    on_game: Callable[[str, Tail], None] | None = None,
 ) -> dict[str, Tail]:
-    """`games` tail games against each opponent (see the module docstring)."""
+    """`games` tail games against each opponent (see the module docstring); `on_game(opponent,
+    tail)` after each."""
     numbers = numbers_of(outcomes)
     by_id = {d.id: d for d in decisions}
     gate = asyncio.Semaphore(concurrency)
@@ -184,9 +186,11 @@ async def sample_tail(
             tail.games += 1
             if leaf is None:
                 tail.unknown += 1
-                return
-            for name, fn in numbers.items():
-                tail.hits[name] += bool(fn(leaf))
+            else:
+                for name, fn in numbers.items():
+                    tail.hits[name] += bool(fn(leaf))
+            if on_game is not None:
+                on_game(opponent, tail)
 
         await asyncio.gather(*(one(i, pick) for i, pick in enumerate(picks)))
     return tails

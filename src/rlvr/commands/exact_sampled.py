@@ -99,8 +99,11 @@ def run(args: argparse.Namespace, out: Path, env: Any, client: Any, sampling: An
                 run_dir.append(game)
                 progress.advance()
 
+            def on_tail(opponent: str, tail: Any) -> None:
+                progress.advance(status=f"tail vs {opponent}: {tail.games} of {settings.tail_games}")
+
             try:
-                return await enumerate_sampled(env, client, sampling, settings, on_game=on_game)
+                return await enumerate_sampled(env, client, sampling, settings, on_game=on_game, on_tail=on_tail)
             finally:
                 await client.aclose()
                 await env.aclose()
