@@ -55,6 +55,7 @@ class Clock:
         self.cpu: dict[str, float] = {}
         self.wall: dict[str, float] = {}
         self.cuda = cuda
+        self.ops: dict[str, list[int]] | None = None  # per call, when counting (`count_ops`)
 
     def wrap(self, cls: Any, name: str, label: str, sync: bool = False) -> None:
         inner = getattr(cls, name, None)
@@ -64,9 +65,15 @@ class Clock:
 
         def timed(self: Any, *a: Any, **k: Any) -> Any:
             c0, w0 = time.thread_time(), time.perf_counter()
+            counter = Ops() if clock.ops is not None and sync else None
             try:
-                return inner(self, *a, **k)
+                if counter is None:
+                    return inner(self, *a, **k)
+                with counter:
+                    return inner(self, *a, **k)
             finally:
+                if counter is not None and clock.ops is not None:
+                    clock.ops.setdefault(label, []).append(counter.count)
                 if sync and clock.cuda:
                     import torch
 
@@ -75,6 +82,21 @@ class Clock:
                 clock.wall[label] = clock.wall.get(label, 0.0) + time.perf_counter() - w0
 
         setattr(cls, name, timed)
+
+
+def Ops() -> Any:
+    """A context that counts the aten operators run inside it, views left out: on a GPU each is
+    a kernel launch or more, so the count is the host's share of the work, whatever the device."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Count(TorchDispatchMode):
+        count = 0
+
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            self.count += not func.is_view
+            return func(*args, **(kwargs or {}))
+
+    return Count()
 
 
 def child(args: argparse.Namespace) -> dict[str, Any]:
@@ -135,6 +157,11 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
         for k in COUNTS:
             out[k].append(getattr(client.stats, k) - before[k])
         ids = [t.completion.token_ids for r in rollouts for t in r.turns if t.completion is not None]
+    if args.count_ops:  # one more phase, counted (slower: not timed)
+        clock.ops = {}
+        phase()
+        out["ops_per_admission"] = [statistics.fmean(clock.ops.get("admit", [0]))]
+        out["ops_per_step"] = [statistics.fmean(clock.ops.get("step", [0]))]
     means = {k: statistics.fmean(v) for k, v in out.items()}
     means["admit_cpu_ms_per_request"] = 1e3 * means["admit_cpu_s"] / max(1.0, means["requests"])
     result: dict[str, Any] = {"means": means, "each": out, "ids_hash": hash(json.dumps(ids)) & 0xFFFFFFFF}
@@ -166,10 +193,11 @@ def main() -> None:
     p.add_argument("--baseline-src", type=Path, help="the baseline's src/ folder (without: this checkout only)")
     p.add_argument("--model", default=str(ROOT / "models" / "tictactoe-tiny"))
     p.add_argument("--device", help="cpu or cuda (default: cuda where there is one)")
-    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--batch-size", type=int, default=256, help="games a phase (the recipe's 256)")
     p.add_argument("--group-size", type=int, default=8)
     p.add_argument("--phases", type=int, default=2, help="timed rollout phases a measurement")
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--count-ops", action="store_true", help="count the aten operators of an admission and a step")
     p.add_argument("--profile", type=int, default=0, help="print this many cProfile rows (this checkout, once)")
     p.add_argument("--out", type=Path, help="write the results here as JSON")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -179,6 +207,8 @@ def main() -> None:
 
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
         sys.argv += ["--device", args.device]
+    if args.phases < 1:
+        p.error(f"--phases must be at least 1, got {args.phases}")
     if args.child:
         print(json.dumps(child(args)))
         return
@@ -198,10 +228,11 @@ def main() -> None:
             if "profile" in found:
                 print(found["profile"], found["profile_cumulative"], sep="\n")
     report: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}, "cpus": os.cpu_count(), "trees": {}}
-    for name, found in runs.items():
+    for name, each_run in runs.items():
         keys = [*KEYS, "admit_cpu_ms_per_request", *COUNTS]
-        report["trees"][name] = {k: [x["means"][k] for x in found] for k in keys}
-        print(f"{name}: " + ", ".join(f"{k} {spread([x['means'][k] for x in found])}" for k in keys))
+        keys += [k for k in ("ops_per_admission", "ops_per_step") if k in each_run[0]["means"]]
+        report["trees"][name] = {k: [x["means"][k] for x in each_run] for k in keys}
+        print(f"{name}: " + ", ".join(f"{k} {spread([x['means'][k] for x in each_run])}" for k in keys))
     if args.baseline_src:
         base, new = runs["baseline"], runs["this checkout"]
         for k in ("wall_s", "cpu_s", "admit_cpu_s", "admit_wall_s", "admit_cpu_ms_per_request", "step_cpu_s"):

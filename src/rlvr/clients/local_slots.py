@@ -5,8 +5,10 @@
 removal copies the whole cache, so on a GPU with a small model the loop is bound by kernel
 launches. `SlotBatch` keeps them in preallocated slots (`rlvr.clients.local_decode`):
 
-- a joiner is prefilled by the model's own forward (as in `Batch`, with kept prefixes), and its
-  keys and values are then gathered into the lowest free slots;
+- joiners take the lowest free slots; the kept (or shared) prefix of each prompt is copied into
+  its slot, and the rest of every prompt is prefilled at once through the decode step's own
+  layer functions, writing straight into the slots (`rlvr.clients.local_prefill`: no
+  transformers forward, cache object or mask per admission, the new tokens packed unpadded);
 - a finished row leaves the batch at once; with KV reuse on, its slot is held until the next
   admission copies its keys and values into the reuse cache (one copy for all such rows, and
   none when the cache was cleared meanwhile, as the trainer does after each update);
