@@ -76,3 +76,18 @@ def scrambled_tiny(scramble):
     model = scramble(init_model(tokenizer, preset="tiny", seed=0), seed=1)
     model.config._attn_implementation = "sdpa"
     return model.eval()
+
+
+@pytest.fixture(scope="module")
+def scrambled_chat(tmp_path_factory, scramble):
+    """The tiny Qwen3-architecture model built by `rlvr.models` (its own tokenizer and chat
+    template), with large random weights (seed 1: replies never end early), and its tokenizer:
+    the static-slot tests' model (tests/test_local_slots.py, tests/test_local_prefill.py)."""
+    import transformers
+
+    from rlvr.models import build_tiny_model
+
+    path = build_tiny_model(tmp_path_factory.mktemp("tiny"), preset="tiny")
+    model = transformers.AutoModelForCausalLM.from_pretrained(path).eval()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(path)
+    return scramble(model, seed=1), tokenizer

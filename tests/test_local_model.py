@@ -569,13 +569,15 @@ def test_a_failed_admission_fails_its_requests_instead_of_hanging_them(lm, monke
     greedy = SamplingArgs(max_tokens=4, temperature=0.0)
     calls = []
 
-    def broken_prefill(self, joiners):
-        calls.append(len(joiners))
+    def broken_prefill(*args):
+        calls.append(len(args[-1]))
         raise RuntimeError("CUDA out of memory (simulated)")
 
+    from rlvr.clients import local_slots
     from rlvr.clients.local_batch import Batch
 
-    monkeypatch.setattr(Batch, "_prefill", broken_prefill)
+    monkeypatch.setattr(Batch, "_prefill", broken_prefill)  # the transformers prefill
+    monkeypatch.setattr(local_slots, "prefill", broken_prefill)  # the one over slots
 
     async def main():
         tasks = [asyncio.create_task(client.chat(ask(i), greedy)) for i in range(3)]

@@ -21,19 +21,14 @@ from rlvr.clients.local_sampling import draw, inverse_cdf, row_key, sample_token
 from rlvr.clients.local_slots import supported
 from rlvr.clients.local_step import _rms_norm
 from rlvr.errors import UsageError
-from rlvr.models import build_tiny_model
 from rlvr.types import SamplingArgs
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory, scramble):
-    """The tiny Qwen3-architecture model with large random weights (replies never end early)."""
-    path = build_tiny_model(tmp_path_factory.mktemp("tiny"), preset="tiny")
-    model = transformers.AutoModelForCausalLM.from_pretrained(path).eval()
-    tokenizer = transformers.AutoTokenizer.from_pretrained(path)
-    return scramble(model, seed=1), tokenizer
+def tiny(scrambled_chat):
+    return scrambled_chat
 
 
 def _games(client: LocalModel, n: int, turns: int, nucleus: bool = True) -> list[list]:

@@ -18,9 +18,10 @@ decodes them together, one token per step for the whole batch, over a KV cache:
   turn of a game) prefills only its new tokens; call `clear_cache()` after changing the
   weights. See `rlvr.clients.local_prefix`.
 - **Static KV slots and CUDA graphs** (`static_cache`, on by default for the llama, mistral,
-  qwen2 and qwen3 families): rows keep their keys and values in preallocated slots, and the
-  one-token step is a hand-written forward replayed as a CUDA graph (`compile_decode=True` also
-  runs it through `torch.compile`). See `rlvr.clients.local_slots`.
+  qwen2 and qwen3 families): rows keep their keys and values in preallocated slots, prompts are
+  prefilled straight into them, and the one-token step is a hand-written forward replayed as a
+  CUDA graph (`compile_decode=True` also runs it through `torch.compile`). See
+  `rlvr.clients.local_slots`.
 - **Prompt ids**: the chat template's render, tokenized; a prompt that extends one already
   rendered (the next turn of a game) is tokenized from the previous prompt's last added token
   on, with the same ids as the whole text's. See `rlvr.clients.local_tokens`.

@@ -18,8 +18,8 @@ nothing kept prefill that prefix once (see `rlvr.clients.local_prefix`).
 Each row's token comes from `rlvr.clients.local_sampling.sample_tokens`: a seeded request gets
 the same tokens whatever else shares its batch.
 
-`rlvr.clients.local_slots.SlotBatch` extends this class (same admission, sampling and answers)
-with static per-row KV slots and a graph-captured decode step; `LocalModel` uses it on CUDA.
+`rlvr.clients.local_slots.SlotBatch` extends this class (same lookups, sampling and answers) with
+static per-row KV slots, a prefill straight into them and a graph-captured decode step.
 """
 
 from __future__ import annotations
@@ -223,23 +223,9 @@ class Batch:
         return prefix is not None and bool(prefix.usable) and self.mergeable
 
     def _lookup(self, joiners: list[Request]) -> list[tuple[KV | None, int]]:
-        """Per joiner: kept keys and values for a prefix of its prompt (or None), and its length.
-
-        Every row prefills as many tokens as the longest new part among the joiners (padding
-        would cost the same), so a row with a shorter new part uses less of its kept prefix:
-        the rows stay contiguous and the batch no wider than without reuse."""
-        prefix = self.prefix
-        if prefix is None or prefix.usable is False:
-            return [(None, 0)] * len(joiners)
-        prefix.check_weights(self.dec.model)
-        looked = []
-        for r in joiners:
-            r.hashes, r.cache_version = prefix_hashes(r.prompt_ids), prefix.version
-            looked.append((r.prompt_ids, r.hashes))
-        hits = prefix.lookup_many(looked) if prefix.usable else [(None, 0)] * len(joiners)
-        shared = self._share_prefix([r for r, (_, m) in zip(joiners, hits) if m == 0])
-        if shared is not None:  # every joiner without a kept prefix starts from the shared one
-            hits = [(kv, m) if m else shared for kv, m in hits]
+        """`_hits`, cut so that every row prefills as many tokens as the longest new part (padding
+        would cost the same): the rows stay contiguous and the batch no wider than without reuse."""
+        hits = self._hits(joiners)
         width = max(len(r.prompt_ids) - m for r, (_, m) in zip(joiners, hits))
         out: list[tuple[KV | None, int]] = []
         for r, (kv, m) in zip(joiners, hits):
@@ -247,29 +233,50 @@ class Batch:
             out.append(((kv[0][:, :, :m], kv[1][:, :, :m]), m) if kv is not None and m else (None, 0))
         return out
 
+    def _hits(self, joiners: list[Request]) -> list[tuple[KV | None, int]]:
+        """Per joiner: the longest kept prefix of its prompt (its keys and values, or None) and
+        its length, or the prefix the joiners without one have in common (`_share_prefix`)."""
+        prefix = self.prefix
+        if prefix is None or prefix.usable is False:
+            return [(None, 0)] * len(joiners)
+        prefix.check_weights(self.dec.model)
+        looked = [(r.prompt_ids, prefix_hashes(r.prompt_ids)) for r in joiners]
+        for r, (_, hashes) in zip(joiners, looked):
+            r.hashes, r.cache_version = hashes, prefix.version
+        hits: list[tuple[KV | None, int]] = prefix.lookup_many(looked) if prefix.usable else [(None, 0)] * len(joiners)
+        shared = self._share_prefix([r for r, (_, m) in zip(joiners, hits) if m == 0])
+        if shared is not None:  # every joiner without a kept prefix starts from the shared one
+            hits = [(kv, m) if m else shared for kv, m in hits]
+        return hits
+
     def _share_prefix(self, cold: list[Request]) -> tuple[KV, int] | None:
         """Prefill once the prefix that joiners without a kept one have in common (when it is
         at least `MIN_SHARED` tokens), keep it as a shared entry for later joiners, and return
         its keys and values and length (None when there is none)."""
-        dec, prefix = self.dec, self.prefix
+        prefix = self.prefix
         if len(cold) < 2 or prefix is None:
             return None
         n = min(common_prefix_len([r.prompt_ids for r in cold]), min(len(r.prompt_ids) for r in cold) - 1)
         if n < MIN_SHARED:
             return None
-        ids = torch.tensor([cold[0].prompt_ids[:n]], device=dec.device)
-        cache = new_cache(dec.model)
-        self._forward(ids, torch.ones_like(ids), torch.arange(n, device=dec.device)[None], cache)
+        kv = self._prefill_shared(cold[0].prompt_ids[:n])
         self.stats.prefills += 1
         self.stats.shared_tokens += n
-        self._learn_layout(cache)
-        if not prefix.usable:
+        if kv is None:
             return None
-        layers = _layers(cache)
-        kv = (torch.cat([layer.keys for layer in layers]), torch.cat([layer.values for layer in layers]))
         assert cold[0].hashes is not None
         prefix.store(cold[0].prompt_ids[:n], cold[0].hashes[: n + 1], n, kv, cold[0].cache_version, shared=True)
         return kv, n
+
+    def _prefill_shared(self, ids: list[int]) -> KV | None:
+        """The keys and values of `ids` (layers, kv, n, d) by a forward (None: cannot be kept)."""
+        cache, t = new_cache(self.dec.model), torch.tensor([ids], device=self.dec.device)
+        self._forward(t, torch.ones_like(t), torch.arange(len(ids), device=t.device)[None], cache)
+        self._learn_layout(cache)
+        if self.prefix is None or not self.prefix.usable:
+            return None
+        layers = _layers(cache)
+        return torch.cat([layer.keys for layer in layers]), torch.cat([layer.values for layer in layers])
 
     def _store(self, rows: list[Request]) -> None:
         """Keep the keys and values of finished rows: prompt + sampled ids but the last."""
@@ -350,23 +357,15 @@ class Batch:
         self.rows = [self.rows[i] for i in keep]
 
     def _merge(
-        self,
-        cache: Any,
-        mask: torch.Tensor,
-        next_pos: torch.Tensor,
-        last: torch.Tensor,
-        joiners: list[Request],
+        self, cache: Any, mask: torch.Tensor, next_pos: torch.Tensor, last: torch.Tensor, joiners: list[Request]
     ) -> None:
         assert self.mask is not None and self.next_pos is not None and self.last is not None
         width = max(self.mask.shape[1], mask.shape[1])
 
-        def pad(t: torch.Tensor, dim: int) -> torch.Tensor:
-            missing = width - t.shape[dim]
-            if missing == 0:
-                return t
+        def pad(t: torch.Tensor, dim: int) -> torch.Tensor:  # zeros on the left, to `width`
             shape = list(t.shape)
-            shape[dim] = missing
-            return torch.cat([t.new_zeros(shape), t], dim=dim)
+            shape[dim] = width - t.shape[dim]
+            return torch.cat([t.new_zeros(shape), t], dim=dim) if shape[dim] else t
 
         for mine, theirs in zip(_layers(self.cache), _layers(cache)):
             mine.keys = torch.cat([pad(mine.keys, 2), pad(theirs.keys, 2)], dim=0)

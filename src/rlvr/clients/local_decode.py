@@ -33,9 +33,8 @@ from typing import Any
 
 import torch
 
-from rlvr.clients.local_batch import Request, _layers
+from rlvr.clients.local_batch import Request
 from rlvr.clients.local_load import base_model
-from rlvr.clients.local_prefix import KV
 from rlvr.clients.local_step import EAGER, attend, attend_cudnn, compiled_parts, step_bias
 
 MIN_SLOTS, MIN_LENGTH = 8, 128
@@ -129,28 +128,6 @@ class SlotDecoder:
             setattr(self, name, new)
         self.slots, self.length = new_slots, new_length
         self._drop_graphs()  # they point at the old buffers
-
-    def write(self, slots: torch.Tensor, cache: Any, mask: torch.Tensor, length: int) -> None:
-        """Copy the prefill cache's real (mask = 1) columns of each row into its slot, in order,
-        for the first `length` positions."""
-        order = torch.sort((mask == 0).to(torch.int8), dim=1, stable=True).indices  # real first
-        order = order[:, :length]
-        layers = _layers(cache)
-        for buffers, src in (
-            (self.keys, [layer.keys for layer in layers]),
-            (self.values, [layer.values for layer in layers]),
-        ):
-            stacked = torch.stack(src)  # (layers, rows, heads, width, dim)
-            index = order[None, :, None, :, None].expand(
-                stacked.shape[0], stacked.shape[1], stacked.shape[2], length, stacked.shape[4]
-            )
-            buffers[:, slots, :, :length] = stacked.gather(3, index).to(self.dtype)
-
-    def copy_rows(self, slots: list[int], n: int) -> KV:
-        """A copy of the first `n` positions of `slots`: keys and values of (layers, rows,
-        heads, n, dim), one kernel each."""
-        at = torch.tensor(slots, device=self.device)
-        return self.keys[:, at, :, :n], self.values[:, at, :, :n]
 
     # ---- the decode step ------------------------------------------------------------------
 

@@ -5,8 +5,10 @@
 removal copies the whole cache, so on a GPU with a small model the loop is bound by kernel
 launches. `SlotBatch` keeps them in preallocated slots (`rlvr.clients.local_decode`):
 
-- a joiner is prefilled by the model's own forward (as in `Batch`, with kept prefixes), and its
-  keys and values are then gathered into the lowest free slots;
+- joiners take the lowest free slots; the kept (or shared) prefix of each prompt is copied into
+  its slot, and the rest of every prompt is prefilled at once through the decode step's own
+  layer functions, writing straight into the slots (`rlvr.clients.local_prefill`: no
+  transformers forward, cache object or mask per admission, the new tokens packed unpadded);
 - a finished row leaves the batch at once; with KV reuse on, its slot is held until the next
   admission copies its keys and values into the reuse cache (one copy for all such rows, and
   none when the cache was cleared meanwhile, as the trainer does after each update);
@@ -29,6 +31,7 @@ import torch
 from rlvr.clients.local_batch import Batch, Decoding, GenerationStats, Request
 from rlvr.clients.local_decode import SlotDecoder
 from rlvr.clients.local_load import base_model
+from rlvr.clients.local_prefill import copy_prefixes, prefill
 from rlvr.clients.local_prefix import KV, PrefixCache
 from rlvr.errors import UsageError
 
@@ -77,6 +80,9 @@ class SlotBatch(Batch):
         super().__init__(dec, prefix, stats)
         self.decoder = decoder
         self.index: torch.Tensor | None = None  # (rows,) each row's slot, on the device
+        self.admitting: list[int] = []  # the slots of the joiners being admitted
+        if prefix is not None and prefix.usable is None:
+            prefix.usable = True  # a slot's keys and values can always be kept
 
     def admit(self, joiners: list[Request]) -> None:
         self.prune()
@@ -84,24 +90,35 @@ class SlotBatch(Batch):
         if decoder.held:  # kept now, before the lookup that may use them, and their slots freed
             held, decoder.held = decoder.held, []
             self._store(held)
-        cache, mask, next_pos, tokens = self._prefill(joiners)
         used = {r.slot for r in self.rows}  # the lowest free slots: fewer to decode each step
         slots = list(itertools.islice((s for s in itertools.count() if s not in used), len(joiners)))
-        longest = max(len(r.prompt_ids) for r in joiners)
         decoder.reserve(max(slots) + 1, max(r.seq_len for r in (*self.rows, *joiners)) + 1)
-        at = torch.tensor(slots, device=device)
-        decoder.write(at, cache, mask, longest)
         decoder.check_weights()
-        decoder.tokens[at] = tokens
-        decoder.pos[at] = next_pos
-        state = [(r.seed & 0xFFFFFFFF, len(r.ids)) for r in joiners]
-        decoder.seeds[at], decoder.counts[at] = torch.tensor(state, device=device).T
+        self.admitting = slots
+        hits = self._hits(joiners)  # each row's whole kept prefix: the new tokens go unpadded
+        copy_prefixes(decoder, slots, [kv for kv, _ in hits])
+        suffixes = [r.prompt_ids[m:] for r, (_, m) in zip(joiners, hits)]
+        logits = prefill(decoder, slots, suffixes, [m for _, m in hits])
+        self.stats.prefills += 1
+        self.stats.prompt_tokens += sum(map(len, suffixes))
+        self.stats.reused_tokens += sum(m for _, m in hits)
+        at = torch.tensor(slots, device=device)
+        decoder.tokens[at] = self._sample(logits, joiners)
+        state = [(len(r.prompt_ids), r.seed & 0xFFFFFFFF, len(r.ids)) for r in joiners]
+        decoder.pos[at], decoder.seeds[at], decoder.counts[at] = torch.tensor(state, device=device).T
         decoder.temps[at] = torch.tensor([r.temperature for r in joiners], device=device)
         for r, s in zip(joiners, slots):
             r.slot = s
         self.rows.extend(joiners)
         self.index = None
         self.stats.max_batch = max(self.stats.max_batch, len(self.rows))
+
+    def _prefill_shared(self, ids: list[int]) -> KV:
+        """`ids` prefilled into the first admitting slot (its row copies them back from the
+        shared entry), and a copy of their keys and values."""
+        slot = self.admitting[0]
+        prefill(self.decoder, [slot], [ids], [0])
+        return self._copy_kv_of([(slot, len(ids))])[0]
 
     def step(self) -> None:
         decoder = self.decoder
@@ -132,8 +149,11 @@ class SlotBatch(Batch):
             self.rows, self.index = keep, None
 
     def _copy_kv(self, rows: list[Request]) -> list[KV | None]:
-        """One copy of all the rows' slots, then each row's part on its own: a view would keep
-        the whole copy alive while any one entry of it stays in the reuse cache, past its bytes."""
-        lengths = [r.seq_len for r in rows]
-        keys, values = self.decoder.copy_rows([r.slot for r in rows], max(lengths))
-        return [(keys[:, i, :, :n].contiguous(), values[:, i, :, :n].contiguous()) for i, n in enumerate(lengths)]
+        """A copy of each row's first `seq_len` positions."""
+        return list(self._copy_kv_of([(r.slot, r.seq_len) for r in rows]))
+
+    def _copy_kv_of(self, spans: list[tuple[int, int]]) -> list[KV]:
+        """A copy of positions [0, n) of each (slot, n), one per row: a view of one copy of all
+        would keep the whole copy alive while any entry of it stays in the reuse cache."""
+        keys, values = self.decoder.keys, self.decoder.values
+        return [(keys[:, s, :, :n].clone(), values[:, s, :, :n].clone()) for s, n in spans]
