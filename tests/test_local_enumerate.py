@@ -134,6 +134,30 @@ def test_each_sampled_reply_is_listed_with_the_probability_of_its_logprobs(tiny_
     assert checked >= 180
 
 
+def test_listed_ids_tell_the_listed_part_of_draws_by_their_ids(tiny_dir, scramble) -> None:
+    """`listed_ids` (what `rlvr.exact_tail` draws its unlisted replies against): the share of
+    `chat` draws whose ids it lacks is the unlisted mass (4 standard errors), and every draw
+    whose ids it has is a listed text. Judged by text instead, draws of a listed text through
+    ids the enumeration never reached would be wrongly taken as listed."""
+    lm = load(tiny_dir, scramble, seed=3)
+    lm.static_cache = True
+    sampling = SamplingArgs(temperature=1.0, max_tokens=3)
+
+    async def go():
+        dist = dict(await lm.reply_distribution(MESSAGES, sampling, floor=1e-3))
+        draws = await asyncio.gather(*(lm.chat(MESSAGES, sampling.replace(seed=s)) for s in range(400)))
+        return dist, draws
+
+    dist, draws = asyncio.run(go())
+    listed = lm.listed_ids(MESSAGES)
+    assert listed and lm.listed_ids([{"role": "user", "content": "something else"}]) is None
+    unlisted = 1.0 - sum(dist.values())
+    outside = [c for c in draws if tuple(c.token_ids) not in listed]
+    sigma = math.sqrt(unlisted * (1 - unlisted) / len(draws))
+    assert 0.05 < unlisted and abs(len(outside) / len(draws) - unlisted) <= 4 * sigma + 1 / len(draws)
+    assert all(c.text in dist for c in draws if tuple(c.token_ids) in listed)
+
+
 def test_top_p_keeps_the_smallest_set_that_reaches_p(tiny_dir, scramble) -> None:
     """One-token replies at top_p 0.5: the tokens listed are the most probable ones whose mass
     first reaches 0.5, renormalised; every draw of `chat` at that top_p is one of them."""

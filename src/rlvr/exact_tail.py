@@ -108,7 +108,11 @@ class _Draws:
 async def _unlisted(
     client: Any, ctx: Context, listed: set[str], sampling: SamplingArgs, seed: int, max_tries: int
 ) -> tuple[str | None, int]:
-    """The first of seeded `chat` draws at the decision that the list lacks, and the draws spent."""
+    """The first of seeded `chat` draws at the decision that the list lacks, and the draws spent.
+    A client that says which token sequences it listed (`listed_ids`, a local model) is judged by
+    the drawn ids, since one text can come from ids its enumeration did not reach (that mass is
+    unlisted); any other by the text."""
+    known = client.listed_ids(ctx.messages, ctx.tools) if hasattr(client, "listed_ids") else None
     tries = 0
     while tries < max_tries:
         n = min(16, max_tries - tries)
@@ -117,7 +121,7 @@ async def _unlisted(
         )
         tries += n
         for c in drawn:
-            if c.text not in listed:
+            if c.text not in listed if known is None or c.token_ids is None else tuple(c.token_ids) not in known:
                 return c.text, tries
     return None, tries
 

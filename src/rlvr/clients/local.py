@@ -287,6 +287,17 @@ class LocalModel:
                 self._enumerator = Enumerator(self._decoding(), self.autocast)
         return await self._enumerator.ask(job)
 
+    def listed_ids(
+        self, messages: Messages, tools: list[dict[str, Any]] | None = None
+    ) -> frozenset[tuple[int, ...]] | None:
+        """The token ids (as `chat`'s `Completion.token_ids`) of the replies the last
+        `reply_distribution` of this conversation listed; None if it was not asked. A drawn reply
+        is in the listed part exactly when its ids are here: one text can also come from ids
+        the enumeration did not reach."""
+        if self._enumerator is None:
+            return None
+        return self._enumerator.listed.get(tuple(self._prompt(messages, tools)))
+
     async def aclose(self) -> None:
         """Take no more requests: those in flight are answered, the worker thread ends (waited
         for up to 10 s) and the KV caches are dropped. A later `chat()` raises

@@ -41,6 +41,9 @@ from rlvr.clients.local_sampling import _top_p
 from rlvr.errors import ModelError
 from rlvr.types import SamplingArgs
 
+MAX_LISTED = 65_536
+"""Prompts whose listed token sequences `Enumerator.listed` keeps (the oldest dropped first)."""
+
 MAX_NODES = 20_000
 """Prefixes expanded (one forward row each) at most for one distribution."""
 
@@ -66,6 +69,8 @@ class Job:
     open: list[tuple[float, int, tuple[int, ...], KV | None]] = field(default_factory=list)
     """A heap of open prefixes: (-probability, order, ids, keys and values of ids[:-1])."""
     replies: dict[str, float] = field(default_factory=dict)
+    sequences: set[tuple[int, ...]] = field(default_factory=set)
+    """The listed replies' token ids (a final EOS included, as `chat`'s `token_ids`)."""
     listed: float = 0.0
     expanded: int = 0
     cancelled: bool = False
@@ -106,6 +111,9 @@ class Enumerator:
         """Prefixes expanded so far (forward rows), all jobs together."""
         self.forwards = 0
         """Forward passes run (prefills and steps)."""
+        self.listed: dict[tuple[int, ...], frozenset[tuple[int, ...]]] = {}
+        """Prompt ids -> the token ids of the replies its last distribution listed (a reply
+        text may also come from ids it did not list: that mass is unlisted)."""
 
     async def ask(self, job: Job) -> list[tuple[str, float]]:
         """`job`'s replies and their probabilities, most probable first."""
@@ -290,6 +298,7 @@ class Enumerator:
         body = list(ids[:-1] if ids[-1] in self.dec.eos_ids else ids)
         text, _ = reply_text(str(self.dec.tokenizer.decode(body, skip_special_tokens=True)), hit, "call_enumerated")
         job.replies[text] = job.replies.get(text, 0.0) + p
+        job.sequences.add(ids)
         job.listed += p
 
     def _settle(self) -> None:
@@ -299,6 +308,9 @@ class Enumerator:
             self._active = [j for j in self._active if not j.done()]
         for job in done:
             job.open.clear()  # their keys and values
+            self.listed[tuple(job.prompt_ids)] = frozenset(job.sequences)
+            while len(self.listed) > MAX_LISTED:
+                self.listed.pop(next(iter(self.listed)))
             _resolve(job, sorted(job.replies.items(), key=lambda r: -r[1]))
 
 
