@@ -153,7 +153,7 @@ def test_replies_are_the_transformers_paths_on_hundreds_of_prompts(scrambled_cha
     assert slots.stats.requests == 240 and slots.stats.reused_tokens > 0 and slots.stats.shared_tokens > 0
 
 
-@pytest.mark.parametrize("temperature", [0.0, 1.0])
+@pytest.mark.parametrize("temperature", [pytest.param(0.0, marks=pytest.mark.heavy), 1.0])  # greedy: make test-heavy
 def test_tictactoe_rollouts_are_the_transformers_paths(shipped, temperature) -> None:
     """The shipped model plays 24 tic-tac-toe games in groups of 8 (about 100 prompts, first
     turns sharing their system prompt, later turns extending kept ones), greedy and seeded at
