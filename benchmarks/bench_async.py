@@ -25,7 +25,6 @@ the measurement that decides the default needs a GPU.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import statistics
 import tempfile
@@ -144,10 +143,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(f"{name}: " + ", ".join(f"{k} {v:.3f}" for k, v in medians.items()), flush=True)
         for r, x in enumerate(rounds, start=1):
             print(f"  round {r} reward vs seconds: {x['reward_vs_seconds']}")
-    if args.out:  # whole or not at all (a kill mid-write leaves the .part)
-        part = args.out.with_name(args.out.name + ".part")
-        part.write_text(json.dumps(report, indent=1))
-        part.replace(args.out)
+    if args.out:
+        step_bench.write_report(args.out, report)
     return report
 
 

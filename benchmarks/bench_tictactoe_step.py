@@ -205,11 +205,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(
             f"{names[0]} / {name} step time: {r['median']:.3f}x [{r['min']:.3f}-{r['max']:.3f}] over {len(r['each'])} rounds"
         )
-    if args.out:  # whole or not at all (a kill mid-write leaves the .part)
-        part = args.out.with_name(args.out.name + ".part")
-        part.write_text(json.dumps(report, indent=1))
-        part.replace(args.out)
+    if args.out:
+        write_report(args.out, report)
     return report
+
+
+def write_report(path: Path, report: dict[str, Any]) -> None:
+    """Write `report` as JSON whole or not at all: a kill mid-write leaves only `path`.part."""
+    part = path.with_name(path.name + ".part")
+    part.write_text(json.dumps(report, indent=1))
+    part.replace(path)
 
 
 if __name__ == "__main__":

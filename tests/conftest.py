@@ -49,6 +49,17 @@ def one_thread() -> Iterator[None]:
 
 
 @pytest.fixture(scope="session")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny random model rlvr builds itself (preset "tiny", seed 0), one for the session:
+    read it, or copy it before changing it."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from rlvr.models import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny"), preset="tiny", seed=0)
+
+
+@pytest.fixture(scope="session")
 def scramble():
     """`scramble(model, seed)`: large random weights, N(0, 0.3) on every matrix. Greedy replies
     then vary with the prompt and never end early, so decoding mistakes show as different ids."""

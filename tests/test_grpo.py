@@ -35,11 +35,6 @@ from rlvr.types import SamplingArgs, Task
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory) -> Path:
-    return build_tiny_model(tmp_path_factory.mktemp("tiny"), preset="tiny", seed=0)
-
-
 # ---- environments -----------------------------------------------------------------------------
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections import defaultdict
+from typing import Any
 
 import pytest
 
@@ -105,6 +106,17 @@ class Recording(Enumerator):
         super()._list(job, ids, hit, p)
 
 
+def listed_and_drawn(lm: LocalModel, floor: float, draws: int) -> tuple[dict[str, float], list[Any]]:
+    """The reply distribution of MESSAGES at T = 1 above `floor`, and `draws` replies `chat` samples."""
+    sampling = SamplingArgs(temperature=1.0, max_tokens=3)
+
+    async def go():
+        dist = dict(await lm.reply_distribution(MESSAGES, sampling, floor=floor))
+        return dist, await asyncio.gather(*(lm.chat(MESSAGES, sampling.replace(seed=s)) for s in range(draws)))
+
+    return asyncio.run(go())
+
+
 def test_each_sampled_reply_is_listed_with_the_probability_of_its_logprobs(tiny_dir, scramble) -> None:
     """200 replies `chat` draws at T = 1 (its batched static-slot decoder), each one above the
     floor listed as a token sequence with probability exp(sum of its logprobs), relative 1e-4
@@ -112,14 +124,7 @@ def test_each_sampled_reply_is_listed_with_the_probability_of_its_logprobs(tiny_
     lm = load(tiny_dir, scramble, seed=3)
     lm.static_cache = True
     recording = lm._enumerator = Recording(lm._decoding(), None)
-    sampling = SamplingArgs(temperature=1.0, max_tokens=3)
-
-    async def go():
-        dist = dict(await lm.reply_distribution(MESSAGES, sampling, floor=1e-7))
-        draws = await asyncio.gather(*(lm.chat(MESSAGES, sampling.replace(seed=s)) for s in range(200)))
-        return dist, draws
-
-    dist, draws = asyncio.run(go())
+    dist, draws = listed_and_drawn(lm, floor=1e-7, draws=200)
     assert 0.95 < sum(dist.values()) <= 1.0 + 1e-9
     checked = 0
     for c in draws:
@@ -141,14 +146,7 @@ def test_listed_ids_tell_the_listed_part_of_draws_by_their_ids(tiny_dir, scrambl
     ids the enumeration never reached would be wrongly taken as listed."""
     lm = load(tiny_dir, scramble, seed=3)
     lm.static_cache = True
-    sampling = SamplingArgs(temperature=1.0, max_tokens=3)
-
-    async def go():
-        dist = dict(await lm.reply_distribution(MESSAGES, sampling, floor=1e-3))
-        draws = await asyncio.gather(*(lm.chat(MESSAGES, sampling.replace(seed=s)) for s in range(400)))
-        return dist, draws
-
-    dist, draws = asyncio.run(go())
+    dist, draws = listed_and_drawn(lm, floor=1e-3, draws=400)
     listed = lm.listed_ids(MESSAGES)
     assert listed and lm.listed_ids([{"role": "user", "content": "something else"}]) is None
     unlisted = 1.0 - sum(dist.values())

@@ -4,6 +4,7 @@ before it (tiny model, CPU)."""
 from __future__ import annotations
 
 import math
+import threading
 from pathlib import Path
 
 import pytest
@@ -14,18 +15,13 @@ transformers = pytest.importorskip("transformers")
 from test_grpo import ExploredEnv, _same, config, fit, killed_at_update
 
 from rlvr.cli import main
-from rlvr.errors import UsageError
-from rlvr.models import build_tiny_model
+from rlvr.errors import TrainingError, UsageError
+from rlvr.train import batch as train_batch
 from rlvr.train import grpo
 from rlvr.train.checkpoint import latest_checkpoint
 from rlvr.train.config import TrainConfig
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory) -> Path:
-    return build_tiny_model(tmp_path_factory.mktemp("tiny"), preset="tiny", seed=0)
 
 
 @pytest.mark.parametrize("loss", ["grpo", "cispo", "gspo", "lora"])
@@ -195,3 +191,54 @@ def test_on_a_vllm_server_each_batch_plays_on_the_adapter_before_the_update_and_
     assert [m["async/staleness"] for m in history] == [0.0, 1.0, 1.0]
     for m in history[1:]:
         assert m["ratio/max"] > 1.001 and m["logprob/gen_mismatch"] < 1e-3  # the snapshot is the server's adapter
+
+
+def _overlap_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("rlvr-overlap")]
+
+
+def test_an_update_failing_with_a_batch_in_flight_waits_for_the_batch_and_says_its_step(
+    tiny, tmp_path, monkeypatch
+) -> None:
+    """Update 2 fails after batch 3 started: the run ends with update 2's error (its step named),
+    batch 3 was played to its end (the event loop is free), and no overlap thread is left."""
+    real_update, calls, played = grpo.update_policy, [], []
+    real_play = train_batch._play
+
+    def failing(*args, started=None, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            started()
+            raise TrainingError("the loss is NaN")
+        return real_update(*args, started=started, **kwargs)
+
+    def play(*args):
+        out = real_play(*args)
+        played.append(out.drawn.step)
+        return out
+
+    monkeypatch.setattr(grpo, "update_policy", failing)
+    monkeypatch.setattr(train_batch, "_play", play)
+    with pytest.raises(TrainingError, match="step 2: the loss is NaN"):
+        fit(config(tiny, tmp_path / "run", steps=4, overlap=True))
+    assert played == [0, 1, 2]
+    assert _overlap_threads() == []
+
+
+def test_a_batch_played_ahead_that_fails_ends_the_run_with_its_error(tiny, tmp_path, monkeypatch) -> None:
+    """An error on the overlap thread (not a failed rollout: those are kept and never trained) is
+    raised on the main thread after the update, and the thread is gone."""
+    real_play = train_batch._play
+
+    def play(*args):
+        if threading.current_thread().name.startswith("rlvr-overlap"):
+            raise OSError("the sandbox went away")
+        return real_play(*args)
+
+    monkeypatch.setattr(train_batch, "_play", play)
+    with pytest.raises(OSError, match="the sandbox went away"):
+        fit(config(tiny, tmp_path / "run", steps=3, overlap=True))
+    assert _overlap_threads() == []
+    monkeypatch.setattr(train_batch, "_play", real_play)
+    history = fit(config(tiny, tmp_path / "again", steps=2, overlap=True))  # nothing left behind in the process
+    assert [m["async/staleness"] for m in history] == [0.0, 1.0]

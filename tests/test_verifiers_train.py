@@ -15,7 +15,6 @@ from test_grpo import _same, config, vowel_env  # noqa: E402
 
 from rlvr.envs.verifiers import VerifiersEnv, wrap  # noqa: E402
 from rlvr.envs.verifiers.env import keeping_signal_handlers  # noqa: E402
-from rlvr.models import build_tiny_model  # noqa: E402
 from rlvr.train import grpo  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -26,11 +25,6 @@ def signal_handlers_kept():
     """A verifiers Environment installs SIGINT and SIGTERM handlers: give the test process its own back."""
     with keeping_signal_handlers():
         yield
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return build_tiny_model(tmp_path_factory.mktemp("tiny"), preset="tiny", seed=0)
 
 
 def verifiers_vowel_env(**_: object) -> VerifiersEnv:

@@ -34,11 +34,6 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 PER_STEP = ["/start_weight_update", "/update_weights", "/finish_weight_update", "/reset_prefix_cache"]
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory) -> Path:
-    return build_tiny_model(tmp_path_factory.mktemp("tiny"), preset="tiny", seed=0)
-
-
 @pytest.fixture
 def server(tiny):
     with VLLMServer(tiny) as s:
