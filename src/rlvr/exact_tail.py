@@ -10,9 +10,10 @@ points) is the width of the interval. Here the tail is played, by sampling its o
 
 1. an exit, a decision with unplayed mass and which part of it, drawn in proportion to that
    mass against the opponent (the opponent's line weight x the policy's reach x the part);
-2. a reply from that part: an unplayed listed reply as it is; for the unlisted part, `chat` is
-   drawn at the decision's conversation until a reply the list lacks comes (the first such is a
-   draw from the unlisted replies' own law), at most `max_tries` draws;
+2. a reply from that part: an unplayed listed reply as it is; for the unlisted part, one drawn
+   from the unlisted replies' own law by a client that can (`draw_unlisted`: a local model,
+   `rlvr.clients.local_unlisted`), else `chat` drawn at the decision's conversation until a
+   reply the list lacks comes (the first such is a draw from that law), at most `max_tries`;
 3. the game played on from there: each later decision of the policy one `chat` draw, each
    opponent move drawn by the opponent's line weights (`tree_children`, `tree_weights`).
 
@@ -20,8 +21,8 @@ Each of the N games so drawn is an independent draw of a game given that it leav
 tree, so a number's probability is the played part (exact) plus the tail's mass times the
 number's share among these games, and the KL bound on that share with N draws bounds it. A game
 that could not be had (no unlisted reply within `max_tries`, or a client error) counts as 0 on
-the lower side and 1 on the upper. Cost: about (decisions a game) / (tail mass) draws of `chat`
-for each unlisted exit, plus a game's decisions.
+the lower side and 1 on the upper. Cost: a game's decisions, plus for each unlisted exit one
+direct draw, or about 1 / (the decision's unlisted share) `chat` draws by rejection.
 """
 
 from __future__ import annotations
@@ -108,10 +109,15 @@ class _Draws:
 async def _unlisted(
     client: Any, ctx: Context, listed: set[str], sampling: SamplingArgs, seed: int, max_tries: int
 ) -> tuple[str | None, int]:
-    """The first of seeded `chat` draws at the decision that the list lacks, and the draws spent.
-    A client that says which token sequences it listed (`listed_ids`, a local model) is judged by
-    the drawn ids, since one text can come from ids its enumeration did not reach (that mass is
-    unlisted); any other by the text."""
+    """A reply from the unlisted part of the decision's law, and the draws spent: one, from a
+    client that draws there directly (`draw_unlisted`, a local model); else the first of seeded
+    `chat` draws that the list lacks, judged by the drawn ids where the client says which it
+    listed (`listed_ids`: one text can come from ids its enumeration did not reach, and that
+    mass is unlisted), else by the text."""
+    if hasattr(client, "draw_unlisted"):
+        direct = await client.draw_unlisted(ctx.messages, sampling, ctx.tools, seed=seed)
+        if direct is not None:
+            return direct.text, 1
     known = client.listed_ids(ctx.messages, ctx.tools) if hasattr(client, "listed_ids") else None
     tries = 0
     while tries < max_tries:

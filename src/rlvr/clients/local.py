@@ -26,7 +26,8 @@ decodes them together, one token per step for the whole batch, over a KV cache:
   rendered (the next turn of a game) is tokenized from the previous prompt's last added token
   on, with the same ids as the whole text's. See `rlvr.clients.local_tokens`.
 - **Exact reply distributions** (`reply_distribution`): every reply `chat` can sample, with its
-  probability, enumerated best-first by `rlvr.clients.local_enumerate`.
+  probability, enumerated best-first by `rlvr.clients.local_enumerate`; replies outside such a
+  list drawn directly (`draw_unlisted`, `rlvr.clients.local_unlisted`).
 - **Attention kernels**: on CUDA, the transformers forward runs without cuDNN attention, which
   builds a new plan for every new sequence length (a growing KV cache is one every step).
 
@@ -73,11 +74,12 @@ from rlvr.clients.local_prefix import PrefixCache
 from rlvr.clients.local_replies import deliver, reply_ids, resolve
 from rlvr.clients.local_slots import SlotBatch, use_static_cache
 from rlvr.clients.local_tokens import PromptTokens
+from rlvr.clients.local_unlisted import UnlistedDraws
 from rlvr.errors import ClientClosedError, ModelError, PromptTooLongError, UsageError
 from rlvr.types import Completion, Messages, SamplingArgs, Usage
 
 
-class LocalModel:
+class LocalModel(UnlistedDraws):
     """A Hugging Face causal LM as a `ChatClient`, with dynamic batching.
 
     Args:
@@ -286,17 +288,6 @@ class LocalModel:
             if self._enumerator is None:
                 self._enumerator = Enumerator(self._decoding(), self.autocast)
         return await self._enumerator.ask(job)
-
-    def listed_ids(
-        self, messages: Messages, tools: list[dict[str, Any]] | None = None
-    ) -> frozenset[tuple[int, ...]] | None:
-        """The token ids (as `chat`'s `Completion.token_ids`) of the replies the last
-        `reply_distribution` of this conversation listed; None if it was not asked. A drawn reply
-        is in the listed part exactly when its ids are here: one text can also come from ids
-        the enumeration did not reach."""
-        if self._enumerator is None:
-            return None
-        return self._enumerator.listed.get(tuple(self._prompt(messages, tools)))
 
     async def aclose(self) -> None:
         """Take no more requests: those in flight are answered, the worker thread ends (waited

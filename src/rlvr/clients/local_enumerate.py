@@ -15,7 +15,9 @@ prefill a distribution) and of the prefix itself (from the step that made it), a
 child: a finished reply, or a new open prefix. A child whose probability is below the job's
 `floor` (or 0, as top-p's cut ones are) is not kept. A job ends when its listed mass reaches
 1 - eps, when no open prefix is left, or after `max_nodes` expansions; the mass it did not list
-is the caller's to count as unexplored.
+is the caller's to count as unexplored. Where that mass lies is kept beside the listed ids
+(`Listed`): each expanded prefix's children left out, and each prefix still open, with their
+mass, from which `rlvr.clients.local_unlisted` draws a reply outside the list directly.
 
 The forward is transformers' over a `DynamicCache` (left padded rows, explicit positions), not
 the static-slot step `chat` may use: the two agree to float32 rounding (about 1e-6 relative in
@@ -28,6 +30,7 @@ import asyncio
 import heapq
 import itertools
 import threading
+from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,6 +75,8 @@ class Job:
     sequences: set[tuple[int, ...]] = field(default_factory=set)
     """The listed replies' token ids (a final EOS included, as `chat`'s `token_ids`)."""
     listed: float = 0.0
+    dropped: dict[tuple[int, ...], float] = field(default_factory=dict)
+    """Each expanded prefix -> the mass of its children not kept (below the floor)."""
     expanded: int = 0
     cancelled: bool = False
 
@@ -89,6 +94,35 @@ class Job:
 
     def done(self) -> bool:
         return self.cancelled or not self.open or self.listed >= 1.0 - self.eps or self.expanded >= self.max_nodes
+
+
+@dataclass(frozen=True)
+class Listed:
+    """What one distribution of a prompt listed, and where the rest of its mass lies."""
+
+    sequences: frozenset[tuple[int, ...]]
+    """the listed replies' token ids (a final EOS included)"""
+    exits: tuple[tuple[float, tuple[int, ...], frozenset[int] | None], ...]
+    """(mass, prefix ids, next tokens kept) for the children an expanded prefix left out, and
+    (probability, prefix ids, None) for a prefix still open: their masses sum to 1 - listed"""
+    temperature: float
+    top_p: float
+    max_tokens: int
+    stop: tuple[str, ...]
+
+    @classmethod
+    def of(cls, job: Job) -> Listed:
+        opened = [ids for _, _, ids, _ in job.open]
+        kept: dict[tuple[int, ...], set[int]] = defaultdict(set)
+        for ids in itertools.chain(job.sequences, job.dropped, opened):
+            if ids:
+                kept[ids[:-1]].add(ids[-1])
+        exits: list[tuple[float, tuple[int, ...], frozenset[int] | None]] = [
+            (m, ids, frozenset(kept.get(ids, ()))) for ids, m in job.dropped.items() if m > 0.0
+        ]
+        exits += [(-neg, ids, None) for neg, _, ids, _ in job.open]
+        limits = (job.temperature, job.top_p, job.max_tokens, job.stop)
+        return cls(frozenset(job.sequences), tuple(exits), *limits)
 
 
 Row = tuple[Job, float, tuple[int, ...], KV | None]
@@ -111,9 +145,9 @@ class Enumerator:
         """Prefixes expanded so far (forward rows), all jobs together."""
         self.forwards = 0
         """Forward passes run (prefills and steps)."""
-        self.listed: dict[tuple[int, ...], frozenset[tuple[int, ...]]] = {}
-        """Prompt ids -> the token ids of the replies its last distribution listed (a reply
-        text may also come from ids it did not list: that mass is unlisted)."""
+        self.listed: dict[tuple[int, ...], Listed] = {}
+        """Prompt ids -> what its last distribution listed (a reply text may also come from
+        ids it did not list: that mass is unlisted)."""
 
     async def ask(self, job: Job) -> list[tuple[str, float]]:
         """`job`'s replies and their probabilities, most probable first."""
@@ -258,28 +292,16 @@ class Enumerator:
         return dec.model(input_ids=ids, attention_mask=mask, position_ids=positions, **kwargs).logits[:, -1, :].float()
 
     def _probs(self, logits: torch.Tensor, jobs: list[Job]) -> torch.Tensor:
-        """(B, V) float64: the probability the sampler gives each token of each row
-        (`local_sampling.draw`); a row whose weights do not sum to a finite number is its
-        argmax, as there."""
-        temps = torch.tensor([j.temperature for j in jobs], device=logits.device)
-        scaled = logits / temps[:, None]
-        cut = [(i, j.top_p) for i, j in enumerate(jobs) if j.top_p < 1.0]
-        if cut:
-            scaled = _top_p(scaled, cut)
-        weights = (scaled - scaled.amax(dim=-1, keepdim=True)).exp_()
-        total = weights.sum(dim=-1, keepdim=True, dtype=torch.float64)
-        probs = weights.double() / total
-        bad = ~torch.isfinite(total[:, 0])
-        if bool(bad.any()):
-            probs[bad] = torch.nn.functional.one_hot(logits[bad].argmax(-1), logits.shape[-1]).double()
-        return probs.cpu()
+        return sampler_probs(logits, [j.temperature for j in jobs], [j.top_p for j in jobs])
 
     def _children(self, job: Job, probs: torch.Tensor, prob: float, ids: tuple[int, ...], kv: KV | None) -> None:
         """File the children of prefix `ids` (probability `prob`, keys and values `kv` of all
         its ids): each finished one listed, each other one kept open; those below the floor dropped."""
         job.expanded += 1
         reach = probs * prob
-        keep = ((reach >= job.floor) & (probs > 0)).nonzero().squeeze(1)
+        kept = (reach >= job.floor) & (probs > 0)
+        job.dropped[ids] = float(reach[~kept].sum())  # their own sum, not 1 - kept: no cancellation
+        keep = kept.nonzero().squeeze(1)
         eos = self.dec.eos_ids
         for token, p in zip(keep.tolist(), reach[keep].tolist()):
             child = (*ids, token)
@@ -307,11 +329,30 @@ class Enumerator:
         if done:
             self._active = [j for j in self._active if not j.done()]
         for job in done:
+            self.listed[tuple(job.prompt_ids)] = Listed.of(job)
             job.open.clear()  # their keys and values
-            self.listed[tuple(job.prompt_ids)] = frozenset(job.sequences)
+            job.dropped.clear()
             while len(self.listed) > MAX_LISTED:
                 self.listed.pop(next(iter(self.listed)))
             _resolve(job, sorted(job.replies.items(), key=lambda r: -r[1]))
+
+
+def sampler_probs(logits: torch.Tensor, temperatures: list[float], top_ps: list[float]) -> torch.Tensor:
+    """(B, V) float64 on the CPU: the probability the sampler gives each token of each row
+    (`local_sampling.draw`); a row whose weights do not sum to a finite number is its argmax,
+    as there."""
+    temps = torch.tensor(temperatures, device=logits.device)
+    scaled = logits / temps[:, None]
+    cut = [(i, p) for i, p in enumerate(top_ps) if p < 1.0]
+    if cut:
+        scaled = _top_p(scaled, cut)
+    weights = (scaled - scaled.amax(dim=-1, keepdim=True)).exp_()
+    total = weights.sum(dim=-1, keepdim=True, dtype=torch.float64)
+    probs = weights.double() / total
+    bad = ~torch.isfinite(total[:, 0])
+    if bool(bad.any()):
+        probs[bad] = torch.nn.functional.one_hot(logits[bad].argmax(-1), logits.shape[-1]).double()
+    return probs.cpu()
 
 
 def _prompt_kv(job: Job) -> KV:
