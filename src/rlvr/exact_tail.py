@@ -121,7 +121,7 @@ async def _unlisted(
     known = client.listed_ids(ctx.messages, ctx.tools) if hasattr(client, "listed_ids") else None
     tries = 0
     while tries < max_tries:
-        n = min(16, max_tries - tries)
+        n = min(16 if tries else 1, max_tries - tries)  # one first: a decision never enumerated lists nothing
         drawn = await asyncio.gather(
             *(client.chat(ctx.messages, sampling.replace(seed=mix_seed(seed, tries + i)), ctx.tools) for i in range(n))
         )
