@@ -69,13 +69,13 @@ def test_the_exits_hold_exactly_the_mass_left_unlisted(listed_model) -> None:
 
 
 def test_draws_follow_the_law_of_the_unlisted_sequences(listed_model) -> None:
-    """3,000 draws: none listed, each one token or two as often as the unlisted law says (4
+    """1,500 draws: none listed, each one token or two as often as the unlisted law says (4
     standard errors), and their first tokens a chi-square fit to that law (bins of expected
     count >= 5, the rest pooled; the statistic below df + 6 sqrt(2 df))."""
     lm, exact, listed = listed_model
     unlisted = {ids: p for ids, p in exact.items() if ids not in listed}
     total = sum(unlisted.values())
-    n = 3000
+    n = 1500
 
     async def go():
         return await asyncio.gather(*(lm.draw_unlisted(MESSAGES, SAMPLING, seed=s) for s in range(n)))
