@@ -147,3 +147,29 @@ def test_each_tail_game_is_reported_as_it_ends() -> None:
         )
     )
     assert sorted(seen) == sorted((o, k) for o in ("optimal", "random") for k in range(1, 6))
+
+
+def test_the_same_seed_draws_the_same_tail_whatever_order_the_decisions_came_in() -> None:
+    """The walk numbers its decisions as their replies come (a local model's batches decide
+    that): the tail's draw must not depend on it."""
+    import asyncio
+    import random
+
+    from test_exact_sampled import load_environment
+
+    from rlvr.exact_tail import sample_tail
+    from rlvr.types import SamplingArgs
+
+    result = walk(Partial(), Settings(min_reach=3e-3))
+    shuffled = list(result.decisions)
+    random.Random(1).shuffle(shuffled)
+
+    def tail(decisions):
+        env, sampling = load_environment(num_tasks=8, eval_tasks=8), SamplingArgs(temperature=1.0)
+        outcomes = ["win", "draw", "loss"]
+        return asyncio.run(
+            sample_tail(env, Partial(), sampling, decisions, result.contexts, ("optimal",), outcomes, 64, seed=4)
+        )["optimal"]
+
+    a, b = tail(result.decisions), tail(shuffled)
+    assert a.to_dict() == b.to_dict() and a.games == 64

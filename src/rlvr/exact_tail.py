@@ -28,6 +28,7 @@ direct draw, or about 1 / (the decision's unlisted share) `chat` draws by reject
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -170,7 +171,9 @@ async def sample_tail(
     gate = asyncio.Semaphore(concurrency)
     tails: dict[str, Tail] = {}
     for o, opponent in enumerate(opponents):
-        parts = exits(decisions, opponent)
+        # in an order of their own, not the walk's (decisions are numbered as their replies
+        # come): the same seed draws the same games
+        parts = sorted(exits(decisions, opponent), key=lambda part: _key(by_id[part[1]], contexts[part[1]], part[2]))
         tail = tails[opponent] = Tail(sum(p[0] for p in parts), hits=dict.fromkeys(numbers, 0))
         if not parts or tail.mass <= 0.0:
             continue
@@ -204,6 +207,11 @@ async def sample_tail(
 
         await asyncio.gather(*(one(i, pick) for i, pick in enumerate(picks)))
     return tails
+
+
+def _key(decision: Decision, ctx: Context, reply: int | None) -> tuple[str, str]:
+    """An exit's place in the draw: its conversation, then its reply ("" first: the unlisted part)."""
+    return json.dumps(ctx.messages, sort_keys=True, default=str), "" if reply is None else "+" + decision.replies[reply]
 
 
 def tighten(table: dict[str, dict[str, Any]], tails: dict[str, Tail], delta: float) -> dict[str, dict[str, Any]]:
