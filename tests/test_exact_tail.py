@@ -173,3 +173,89 @@ def test_the_same_seed_draws_the_same_tail_whatever_order_the_decisions_came_in(
 
     a, b = tail(result.decisions), tail(shuffled)
     assert a.to_dict() == b.to_dict() and a.games == 64
+
+
+def test_a_resumed_tail_takes_the_games_an_earlier_run_played_from_the_same_exits(tmp_path) -> None:
+    """Each tail game is written as it ends; a second run given those records draws nothing for
+    the games they hold, plays the rest (and any whose exit differs, or that was not had), and
+    ends with the same tail."""
+    import asyncio
+
+    from test_exact_sampled import load_environment
+
+    from rlvr.exact_tail import TailRecords, sample_tail
+    from rlvr.types import SamplingArgs
+
+    result = walk(Partial(), Settings(min_reach=3e-3))
+
+    def tail(records, client):
+        env, sampling = load_environment(num_tasks=8, eval_tasks=8), SamplingArgs(temperature=1.0)
+        return asyncio.run(
+            sample_tail(
+                env, client, sampling, result.decisions, result.contexts, ("optimal", "random"), NUMBERS, 32,
+                seed=2, records=records,
+            )
+        )  # fmt: skip
+
+    written: list[dict] = []
+    first = tail(TailRecords(write=written.append), Partial())
+    assert len(written) == 64 and all(r["leaf"] is not None for r in written)
+    client = Partial()
+    again = tail(TailRecords({(r["opponent"], r["game"]): r for r in written}), client)
+    assert client.draws == 0 and again == first
+    kept = {(r["opponent"], r["game"]): r for r in written[:40]}
+    kept[written[0]["opponent"], written[0]["game"]] = {**written[0], "exit": "elsewhere"}
+    kept[written[1]["opponent"], written[1]["game"]] = {**written[1], "leaf": None}
+    more: list[dict] = []
+    client = Partial()
+    assert tail(TailRecords(kept, more.append), client) == first
+    assert len(more) == 64 - 40 + 2 and client.draws > 0
+
+
+def test_tail_records_survive_a_line_cut_by_a_kill(tmp_path) -> None:
+    from rlvr.commands.exact_sampled import tail_records
+
+    path = tmp_path / "tail.jsonl"
+    path.write_text('{"opponent": "optimal", "game": 0, "exit": "a", "leaf": {"outcome": "draw"}, "tries": 1}\n{"oppo')
+    with tail_records(path, resume=True, games=4) as kept:
+        assert list(kept.done) == [("optimal", 0)]
+        kept.write({"opponent": "optimal", "game": 1, "exit": "b", "leaf": None, "tries": 0})
+    with tail_records(path, resume=True, games=4) as kept:
+        assert sorted(kept.done) == [("optimal", 0), ("optimal", 1)]
+    with tail_records(path, resume=False, games=4) as kept:
+        assert kept.done == {}
+    with tail_records(path, resume=False, games=0) as kept:
+        assert kept is None and not path.exists()
+
+
+@pytest.mark.heavy  # two walks of the shipped model (~30 s on a busy CPU; make test-heavy)
+def test_a_killed_tail_resumes_with_the_games_it_had_played(tmp_path) -> None:
+    """`rlvr eval --exhaustive -T 1 --tail-games N` writes each tail game to tail.jsonl as it
+    ends. A run killed in its tail (here: the file cut to three games and half a line, the run
+    left interrupted) resumes with those three as they were written: one of them edited to a
+    loss shows up as a lost tail game, which the shipped model's own draw does not give."""
+    import json
+
+    from rlvr.cli import main
+
+    out = tmp_path / "run"
+    args = ["eval", "tictactoe", "--exhaustive", "-T", "1", "--min-reach", "0.05", "--tail-games", "4", "-q"]
+    assert main([*args, "-o", str(out)]) == 0
+    lines = (out / "tail.jsonl").read_text().splitlines()
+    assert len(lines) == 8
+    first = json.loads((out / "metadata.json").read_text())["exact"]["sampled"]["tail"]
+    records = [json.loads(line) for line in lines]
+    kept = [r for r in records if r["opponent"] == "optimal"][:3]
+    assert all(r["leaf"]["outcome"] != "loss" for r in kept) and first["optimal"]["hits"]["loss"] == 0
+    kept[0]["leaf"]["outcome"] = "loss"
+    (out / "tail.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept) + '{"opponent": "rand')
+    meta = json.loads((out / "metadata.json").read_text())
+    (out / "metadata.json").write_text(json.dumps({**meta, "status": "interrupted"}))
+    assert main([*args, "-o", str(out), "--resume"]) == 0
+    again = json.loads((out / "metadata.json").read_text())["exact"]["sampled"]["tail"]
+    assert again["optimal"]["hits"]["loss"] == 1 and again["optimal"]["games"] == 4
+    mass = again["random"].pop("mass")  # (float sums over batched forwards: the same to rounding)
+    assert mass == pytest.approx(first["random"].pop("mass"), rel=1e-9)
+    assert again["random"] == first["random"]  # played again, the same games (seeded)
+    written = [line for line in (out / "tail.jsonl").read_text().splitlines() if line.endswith("}")]
+    assert len(written) == 3 + 5

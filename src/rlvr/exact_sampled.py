@@ -43,7 +43,7 @@ from rlvr.envs.multiturn import MultiTurnEnv
 from rlvr.errors import ClientError, UsageError
 from rlvr.exact import ERROR, ExactResult, GameTree
 from rlvr.exact_bounds import REJECTED, Bounds, Decision
-from rlvr.exact_tail import Context, Tail, sample_tail, tighten
+from rlvr.exact_tail import Context, Tail, TailRecords, sample_tail, tighten
 from rlvr.seeding import mix_seed
 from rlvr.types import Completion, Messages, Rollout, SamplingArgs, State, Task
 
@@ -284,10 +284,11 @@ async def enumerate_sampled(
     *,
     on_game: Any = None,
     on_tail: Any = None,
+    tail_records: TailRecords | None = None,
 ) -> SampledResult:
     """Walk `env`'s game tree with the policy's reply distributions (see the module docstring);
     `on_game` gets each finished, scored game as it ends, `on_tail(opponent, tail)` each tail
-    game (`rlvr.exact_tail.sample_tail`)."""
+    game (`rlvr.exact_tail.sample_tail`, which keeps its games in `tail_records`)."""
     if not isinstance(env, GameTree):
         raise UsageError(f"environment {getattr(env, 'name', env)!r} offers no exact evaluation (no game tree)")
     settings.check()
@@ -336,7 +337,7 @@ async def enumerate_sampled(
         result.tails = await sample_tail(
             env, client, sampling, walk.decisions, walk.contexts, result.opponents,
             sorted({*result.outcomes, *result.failures, "win", "draw"}), settings.tail_games,
-            seed=settings.seed, concurrency=settings.concurrency, on_game=on_tail,
+            seed=settings.seed, concurrency=settings.concurrency, on_game=on_tail, records=tail_records,
         )  # fmt: skip
         result.seconds = time.monotonic() - start
     return result

@@ -28,10 +28,12 @@ direct draw, or about 1 / (the decision's unlisted share) `chat` draws by reject
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from rlvr.engine import rollout_seed, score_group
@@ -71,6 +73,30 @@ class Tail:
 
     def to_dict(self) -> dict[str, Any]:
         return {"mass": self.mass, "games": self.games, "hits": self.hits, "unknown": self.unknown, "tries": self.tries}
+
+
+@dataclass
+class TailRecords:
+    """Tail games kept across runs (`rlvr eval --exhaustive --resume`): each game is a record
+    {opponent, game (its number), exit (a digest of where it left the played tree), leaf, tries}."""
+
+    done: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
+    """an earlier run's games by (opponent, number): taken again where the same exit was drawn"""
+    write: Callable[[dict[str, Any]], None] | None = None
+    """called with each game played"""
+
+    @classmethod
+    def read(cls, path: Path, write: Callable[[dict[str, Any]], None] | None = None) -> TailRecords:
+        """The records in JSON-lines file `path` (none if it is missing; a line cut by a kill is skipped)."""
+        done: dict[tuple[str, int], dict[str, Any]] = {}
+        if path.exists():
+            for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+                try:
+                    r = json.loads(line)
+                    done[(str(r["opponent"]), int(r["game"]))] = r
+                except (ValueError, KeyError, TypeError):
+                    continue
+        return cls(done, write)
 
 
 def exits(decisions: Sequence[Decision], opponent: str) -> list[tuple[float, int, int | None]]:
@@ -163,9 +189,11 @@ async def sample_tail(
     concurrency: int = 64,
     max_tries: int = MAX_TRIES,
     on_game: Callable[[str, Tail], None] | None = None,
+    records: TailRecords | None = None,
 ) -> dict[str, Tail]:
     """`games` tail games against each opponent (see the module docstring); `on_game(opponent,
-    tail)` after each."""
+    tail)` after each. With `records`, a game an earlier run played from the same exit is taken
+    from it, and each game played is written."""
     numbers = numbers_of(outcomes)
     by_id = {d.id: d for d in decisions}
     gate = asyncio.Semaphore(concurrency)
@@ -181,22 +209,20 @@ async def sample_tail(
 
         async def one(i: int, pick: tuple[float, int, int | None], opponent: str = opponent, tail: Tail = tail) -> None:
             _, n, j = pick
-            d, ctx, game_seed = by_id[n], contexts[n], mix_seed(seed, 1 + o, i)
-            async with gate:
-                try:
-                    if j is None:
-                        reply, tries = await _unlisted(client, ctx, set(d.replies), sampling, game_seed, max_tries)
-                        tail.tries += tries
-                    else:
-                        reply = d.replies[j]
-                    leaf = (
-                        None
-                        if reply is None
-                        else await _play_on(env, client, ctx, reply, opponent, game_seed, sampling)
+            d, ctx = by_id[n], contexts[n]
+            where = hashlib.sha256(repr(_key(d, ctx, j)).encode()).hexdigest()[:16]
+            saved = records.done.get((opponent, i)) if records is not None else None
+            if saved is not None and saved.get("exit") == where and saved.get("leaf") is not None:
+                leaf, tries = saved["leaf"], int(saved.get("tries", 0))  # an earlier run played it
+            else:
+                async with gate:
+                    leaf, tries = await _game(
+                        env, client, sampling, d, ctx, j, opponent, mix_seed(seed, 1 + o, i), max_tries
                     )
-                except ClientError:
-                    leaf = None
+                if records is not None and records.write is not None:
+                    records.write({"opponent": opponent, "game": i, "exit": where, "leaf": leaf, "tries": tries})
             tail.games += 1
+            tail.tries += tries
             if leaf is None:
                 tail.unknown += 1
             else:
@@ -207,6 +233,23 @@ async def sample_tail(
 
         await asyncio.gather(*(one(i, pick) for i, pick in enumerate(picks)))
     return tails
+
+
+async def _game(
+    env: Any, client: Any, sampling: SamplingArgs, d: Decision, ctx: Context, j: int | None, opponent: str,
+    seed: int, max_tries: int,
+) -> tuple[dict[str, Any] | None, int]:  # fmt: skip
+    """One tail game from exit (decision `d`, reply `j` or None: unlisted): its leaf (None: not
+    had) and the `chat` draws spent on its unlisted reply."""
+    tries = 0
+    try:
+        if j is None:
+            reply, tries = await _unlisted(client, ctx, set(d.replies), sampling, seed, max_tries)
+        else:
+            reply = d.replies[j]
+        return (None if reply is None else await _play_on(env, client, ctx, reply, opponent, seed, sampling)), tries
+    except ClientError:
+        return None, tries
 
 
 def _key(decision: Decision, ctx: Context, reply: int | None) -> tuple[str, str]:
@@ -237,4 +280,4 @@ def tighten(table: dict[str, dict[str, Any]], tails: dict[str, Tail], delta: flo
     return out
 
 
-__all__ = ["MAX_TRIES", "Context", "Tail", "exits", "sample_tail", "tighten"]
+__all__ = ["MAX_TRIES", "Context", "Tail", "TailRecords", "exits", "sample_tail", "tighten"]

@@ -10,6 +10,9 @@ under `exact.sampled`; every decision's distribution to RUN_DIR/decisions.jsonl.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +69,36 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+TAIL = "tail.jsonl"
+"""The tail games of an exact walk (`--tail-games`), one JSON line each as it ends: a resumed
+run takes again those that left the played tree where its own draw leaves it."""
+
+
+@contextlib.contextmanager
+def tail_records(path: Path, *, resume: bool, games: int) -> Iterator[Any]:
+    """`rlvr.exact_tail.TailRecords` over `path`: an earlier run's games (resume; else the file
+    is started anew), each new game appended and flushed as it ends. None without tail games."""
+    from rlvr.exact_tail import TailRecords
+
+    if not resume:
+        path.unlink(missing_ok=True)
+    if not games:
+        yield None
+        return
+    with open(path, "a+b") as f:
+        f.seek(0, 2)
+        if f.tell():
+            f.seek(-1, 2)
+            if f.read(1) != b"\n":  # a line cut by a kill: the next record starts on its own line
+                f.write(b"\n")
+
+        def write(record: dict[str, Any]) -> None:
+            f.write((json.dumps(record, default=str) + "\n").encode())
+            f.flush()
+
+        yield TailRecords.read(path, write)
+
+
 def run(args: argparse.Namespace, out: Path, env: Any, client: Any, sampling: Any, metadata: dict[str, Any]) -> int:
     from rlvr.commands.walks import start_walk, walked
     from rlvr.exact_sampled import Settings, enumerate_sampled
@@ -103,7 +136,10 @@ def run(args: argparse.Namespace, out: Path, env: Any, client: Any, sampling: An
                 progress.advance(status=f"tail vs {opponent}: {tail.games} of {settings.tail_games}")
 
             try:
-                return await enumerate_sampled(env, client, sampling, settings, on_game=on_game, on_tail=on_tail)
+                with tail_records(out / TAIL, resume=args.resume, games=settings.tail_games) as kept:
+                    return await enumerate_sampled(
+                        env, client, sampling, settings, on_game=on_game, on_tail=on_tail, tail_records=kept
+                    )
             finally:
                 await client.aclose()
                 await env.aclose()
@@ -117,7 +153,7 @@ def run(args: argparse.Namespace, out: Path, env: Any, client: Any, sampling: An
     run_dir.close(status="complete", rollouts=len(result.games), exact=summary)
     print_sampled(summary, title=title)
     print(f"saved {len(result.games)} games to {run_dir.results_path}")
-    return 0 if result.games else 1
+    return 0 if result.games or any(t.games for t in result.tails.values()) else 1
 
 
 def print_sampled(summary: dict[str, Any], *, title: str, show: int = 20) -> None:
