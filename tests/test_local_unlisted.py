@@ -114,3 +114,21 @@ def test_a_draw_is_seeded_and_only_for_the_settings_listed(listed_model) -> None
         body = [t for t in c.token_ids if t not in lm.eos_ids]
         assert c.text == text_of(lm.tokenizer.decode(body, skip_special_tokens=True))
         assert c.finish_reason == ("length" if len(body) == 2 else "stop") or c.tool_calls
+
+
+def test_draws_end_at_a_stop_string_as_the_listed_replies_do(tiny_dir, scramble) -> None:  # noqa: F811
+    """With a stop string: no draw is listed, a draw's text is cut before the stop string it
+    hit, and where both a stop string and max_tokens end a reply, the stop string wins (as in
+    the enumeration and in `chat`)."""
+    lm = load(tiny_dir, scramble, dtype=torch.float64, seed=3)
+    sampling = SamplingArgs(temperature=1.3, max_tokens=3, stop=["e"])
+    asyncio.run(lm.reply_distribution(MESSAGES, sampling, floor=1e-3))
+    listed = lm.listed_ids(MESSAGES)
+
+    async def go():
+        return await asyncio.gather(*(lm.draw_unlisted(MESSAGES, sampling, seed=s) for s in range(200)))
+
+    drawn = asyncio.run(go())
+    assert not {tuple(c.token_ids) for c in drawn} & listed
+    stopped = [c for c in drawn if "e" in lm.tokenizer.decode(c.token_ids, skip_special_tokens=True)]
+    assert len(stopped) > 20 and all("e" not in c.text and c.finish_reason == "stop" for c in stopped)

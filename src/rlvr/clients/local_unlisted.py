@@ -51,10 +51,12 @@ def draw(dec: Decoding, autocast: torch.dtype | None, prompt_ids: list[int], lis
                 return None
             token = int(torch.multinomial(probs, 1, generator=gen))
             ids.append(token)
-            if token in dec.eos_ids or len(ids) >= listed.max_tokens:
+            if token in dec.eos_ids:  # (in the enumeration's order: EOS, a stop string, max_tokens)
                 return ids, None
             if listed.stop and (hit := stop_hit(dec.tokenizer, ids, listed.stop)) is not None:
                 return ids, hit
+            if len(ids) >= listed.max_tokens:
+                return ids, None
             logits = _forward(dec, [token], cache)
 
 
@@ -110,11 +112,12 @@ class UnlistedDraws:
         room = self.context_length - len(prompt_ids)
         if (room if sampling.max_tokens is None else min(room, sampling.max_tokens)) != listed.max_tokens:
             return None
-        drawn = await asyncio.to_thread(draw, self._decoding(), self.autocast, prompt_ids, listed, seed)
+        dec = self._decoding()
+        drawn = await asyncio.to_thread(draw, dec, self.autocast, prompt_ids, listed, seed)
         if drawn is None:
             return None
         ids, hit = drawn
-        eos = self._decoding().eos_ids
+        eos = dec.eos_ids
         body = ids[:-1] if ids[-1] in eos else ids
         text, calls = reply_text(str(self.tokenizer.decode(body, skip_special_tokens=True)), hit, "call_unlisted")
         finish = "tool_calls" if calls else "length" if hit is None and ids[-1] not in eos else "stop"
