@@ -29,7 +29,7 @@ def test_two_processes_match_one_process_step_by_step(tmp_path) -> None:
     assert (tmp_path / "two" / "final" / "config.json").is_file()
 
 
-@pytest.mark.slow
+@pytest.mark.heavy  # two processes, twice (28 s); the overlap itself is tested in one process in make test
 def test_two_processes_with_overlap_match_one_process_with_overlap(tmp_path) -> None:
     """Each process keeps its own snapshot and plays its share of the next batch during the update."""
     model = build_tiny_model(tmp_path / "tiny", preset="tiny", seed=0)
