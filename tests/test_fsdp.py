@@ -26,7 +26,7 @@ def _weights(path: Path) -> dict[str, torch.Tensor]:
     return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).state_dict()
 
 
-@pytest.mark.slow
+@pytest.mark.heavy  # a one-process run and two two-process launches (~50 s); make test keeps the plain two-process test
 def test_fsdp_on_two_processes_matches_one_process_and_resumes(tmp_path) -> None:
     model = build_tiny_model(tmp_path / "tiny", preset="tiny", seed=0)
     script = str(write_script(tmp_path))
