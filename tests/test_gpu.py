@@ -1,16 +1,10 @@
 """GPU checks: the same contracts as the CPU tests, on CUDA with bfloat16. Skipped without CUDA.
 
-Run on a GPU machine: `pytest -m gpu tests/test_gpu.py`. Where pytest-asyncio is not installed (the
-device machines), this project's pytest options are unknown: `pytest -c /dev/null --rootdir . tests/test_gpu.py`
-(4 passed on an H100, torch 2.11, 2026-11-27; the compiled-blocks test added 2026-11-28, the
-compiled decode step's 2026-11-28, 6 passed on an H200; 6 passed again on an H200 on 2026-11-29,
-and the deterministic SFT test, in a first form that also asserted RL's weights equal, passed its
-SFT part and failed that RL assertion, since dropped; the varlen test, both variants, passed on an
-H200 on 2026-11-30, before its random sequences moved into `_sequences`; all 9 passed on an
-H200 on 2026-12-01, in 157 s, the deterministic SFT test since SFT runs through the chunked head;
-on 2026-12-02, on the unmerged slot-prefill branch, 8 passed and 2 failed, that branch's own test
-and the deterministic SFT test, their tracebacks not kept: the RL call's assertion now carries its
-error text); all 9 passed on main on an H200 on 2026-12-02, in 167 s, beside a training run.
+Run on a GPU machine: `pytest -m gpu tests/test_gpu.py`. Where pytest-asyncio is not installed, this
+project's pytest options are unknown: `pytest -c /dev/null --rootdir . tests/test_gpu.py`.
+
+The tests that train run in this process: `rlvr train` turns TF32 matmuls on for its run only,
+so the float32 comparisons after them run float32 matmuls.
 """
 
 from __future__ import annotations
@@ -80,7 +74,9 @@ def test_train_two_steps_on_cuda(small, tmp_path, capsys) -> None:
         "--eval-tasks",
         "4",
     ]
+    tf32 = torch.backends.cuda.matmul.allow_tf32
     assert main(argv) == 0, capsys.readouterr().err
+    assert torch.backends.cuda.matmul.allow_tf32 == tf32  # the run's TF32 ends with it
     rows = list(csv.DictReader((out / "metrics.csv").read_text().splitlines()))
     # a random-weight model mostly times out, so a group's rewards may all be equal (zero
     # advantage, zero gradient): require finite numbers and a finished, saved run

@@ -278,6 +278,25 @@ def test_deterministic_kernels_are_on_for_the_run_only(tiny_dir, data, tmp_path,
     assert "CUBLAS_WORKSPACE_CONFIG" not in os.environ
 
 
+def test_tf32_flags_set_by_a_run_are_restored_after_it_even_when_it_fails(tiny_dir, monkeypatch) -> None:
+    from rlvr.train import grpo
+    from rlvr.train.config import TrainConfig
+
+    def sets_tf32(cfg, **kw) -> None:  # as setup_run does on a GPU
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+        raise RuntimeError("stopped")
+
+    monkeypatch.setattr(grpo, "_train", sets_tf32)
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+        with pytest.raises(RuntimeError, match="stopped"):
+            grpo.train(TrainConfig(env="x", model=str(tiny_dir)))
+        assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == (False, False)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
 def test_a_kernel_without_a_deterministic_version_is_a_one_line_error() -> None:
     from rlvr.errors import ModelError
     from rlvr.train.model import deterministic_kernels

@@ -93,7 +93,7 @@ from rlvr.train.config import TrainConfig
 from rlvr.train.evaluator import Evaluator
 from rlvr.train.generation import open_generation
 from rlvr.train.metrics import step_line, step_metrics
-from rlvr.train.model import deterministic_kernels, export_final, exported, settle_export
+from rlvr.train.model import deterministic_kernels, export_final, exported, settle_export, tf32_restored
 from rlvr.train.protocols import TurnScored
 from rlvr.train.restarts import weigh_given
 from rlvr.train.run import Run, last_good, make_sampler, save_checkpoint, setup_run
@@ -123,7 +123,7 @@ def train(
     `plots=False` skips the PNG plots (tests, benchmarks). Returns the metrics of each step
     this call trained.
     """
-    with deterministic_kernels(cfg.deterministic):
+    with deterministic_kernels(cfg.deterministic), tf32_restored():
         return _train(cfg, resume=resume, make_env=make_env, quiet=quiet, plots=plots)
 
 

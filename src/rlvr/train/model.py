@@ -288,6 +288,17 @@ def deterministic_kernels(on: bool) -> Iterator[None]:
             os.environ["CUBLAS_WORKSPACE_CONFIG"] = workspace
 
 
+@contextlib.contextmanager
+def tf32_restored() -> Iterator[None]:
+    """TF32 matmul flags as they were before the block, whatever it set (`rlvr train` turns them
+    on for a GPU): a caller's own float32 work after an in-process run is not changed by it."""
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
 def use_bf16(setting: bool | None, device: Any) -> bool:
     """Whether to autocast to bfloat16 on `device` (a torch.device): `setting` when given;
     unset (the default of `rlvr train` and `rlvr sft`), on for a CUDA GPU that supports bf16
