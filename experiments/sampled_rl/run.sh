@@ -15,9 +15,11 @@
 # play loses no game of the tree, has no rejected move and wins >= 95% against random, with the
 # fewest sampled losses against the optimal opponent, then against random.
 # TRAIN_SECONDS bounds the training (it resumes from its last checkpoint when run again).
+# Every 10 steps, not 25: the greedy guarantees come and go between evaluations (a rejected-move
+# game at one, none at the next), so sparse evaluations may offer no model that keeps them.
 set -euo pipefail
 MODEL=$1 RUN=$2 STEPS=${3:-150}
-TRAIN_SECONDS=${TRAIN_SECONDS:-380} EVAL_TASKS=${EVAL_TASKS:-400} EVAL_EVERY=${EVAL_EVERY:-25}
+TRAIN_SECONDS=${TRAIN_SECONDS:-400} EVAL_TASKS=${EVAL_TASKS:-400} EVAL_EVERY=${EVAL_EVERY:-10}
 ENV_ARGS='{"min_random_move_prob": 0.0, "max_random_move_prob": 0.7, "trap_prob": 1.0, "opening_plies": 0,
   "random_replies": 4, "probe_random_replies": 4, "probe_random_share": 0.5}'
 EVAL_SETS="[{\"opponent\": \"random\", \"eval_tasks\": $EVAL_TASKS}, {\"opponent\": \"optimal\", \"eval_tasks\": $EVAL_TASKS}]"

@@ -7,6 +7,8 @@
 #   VARIANTS="t1-lr2:1:2e-5 t125-lr2:1.25:2e-5" experiments/sampled_rl/variants.sh MODEL RUNS STEPS PACK
 #
 # Each variant is NAME:TRAIN_TEMP:LR; TRAIN_SECONDS, EVAL_TASKS, EVAL_EVERY and SEED pass through.
+# Each run holds 25-27 GB of an H100 (generation buffers and the allocator's cache), so two fit
+# on an 80 GB card and a third runs out of memory.
 set -euo pipefail
 MODEL=$1 RUNS=$2 STEPS=$3 PACK=$4
 here=$(dirname "$0")
