@@ -14,6 +14,12 @@ last (the first steps compile, capture graphs and warm the caches up), and the m
 first, the first's step time over its own paired by round: median [min-max]. A variant that fails
 is reported with its log's tail, and the others go on.
 
+`--py-spy DIR` runs each training under `py-spy record --gil --threads` (a tool installed beside
+the benchmark, not an rlvr dependency): only samples of a thread holding the GIL, that is host
+Python work, which on a GPU is what keeps the device waiting. Each run's raw stacks go to
+DIR/NAME-roundK.txt, and per variant it prints the seconds each thread held the GIL outside
+imports and the frames that held it longest (`gil_profile`).
+
 Why: the step time is the GPU-minutes per seed of issue 14's target, and it moves by 0.3-0.4 s
 between runs of one variant on an H200 (docs/benchmarks.md), so one pair of runs says little.
 """
@@ -124,6 +130,23 @@ def run_one(args: argparse.Namespace, flags: list[str], out_dir: Path) -> tuple[
         "--steps", str(args.steps), "--batch-size", str(args.batch_size), "--seed", str(args.seed),
         "--env-args", json.dumps(ENV_ARGS), *shlex.split(RECIPE), *shlex.split(args.extra), *flags,
     ]  # fmt: skip
+    if args.py_spy:
+        args.py_spy.mkdir(parents=True, exist_ok=True)
+        raw = args.py_spy / f"{out_dir.name}.txt"
+        command = [
+            "py-spy",
+            "record",
+            "--gil",
+            "--threads",
+            "--rate",
+            str(SPY_RATE),
+            "--format",
+            "raw",
+            "-o",
+            str(raw),
+            "--",
+            *command,
+        ]
     start = time.monotonic()
     log = out_dir.with_suffix(".log")
     with log.open("w") as f:
@@ -135,6 +158,42 @@ def run_one(args: argparse.Namespace, flags: list[str], out_dir: Path) -> tuple[
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
         raise RuntimeError(f"exit status {done.returncode}; the log's end:\n{tail}")
     return summarize(out_dir / "metrics.csv", args.skip), seconds
+
+
+SPY_RATE = 100
+"""py-spy's samples a second"""
+
+
+def gil_profile(raw: Path, top: int = 12, rate: int = SPY_RATE) -> dict[str, Any]:
+    """From py-spy's raw stacks ("thread (id): name;frame;...;frame count" a line): the seconds
+    each thread name held the GIL outside imports (stacks through importlib's loader left out:
+    the start-up), and the `top` innermost frames by seconds, over all threads.
+
+    >>> import tempfile
+    >>> f = Path(tempfile.mkdtemp()) / "raw.txt"
+    >>> _ = f.write_text("thread (7): MainThread;run (a.py:1);step (b.py:2) 150\\n"
+    ...     "thread (9): rlvr-local-model;decode (c.py:3) 50\\n"
+    ...     "thread (7): MainThread;_find_and_load (<frozen importlib._bootstrap>:1);x (d.py:4) 900\\n")
+    >>> gil_profile(f)
+    {'threads': {'MainThread': 1.5, 'rlvr-local-model': 0.5}, 'frames': [['step (b.py:2)', 1.5], ['decode (c.py:3)', 0.5]]}
+    """
+    threads: dict[str, float] = {}
+    frames: dict[str, float] = {}
+    for line in raw.read_text(errors="replace").splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit() or "_find_and_load" in stack:
+            continue
+        names = stack.split(";")
+        thread = names[0].split(": ", 1)[-1]
+        seconds = int(count) / rate
+        threads[thread] = threads.get(thread, 0.0) + seconds
+        frame = names[-1] if len(names) > 1 else "(in C, no Python frame)"
+        frames[frame] = frames.get(frame, 0.0) + seconds
+    ranked = sorted(frames.items(), key=lambda kv: -kv[1])[:top]
+    return {
+        "threads": {k: round(v, 3) for k, v in sorted(threads.items(), key=lambda kv: -kv[1])},
+        "frames": [[k, round(v, 3)] for k, v in ranked],
+    }
 
 
 def machine() -> dict[str, Any]:
@@ -157,6 +216,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--extra", default="", help="flags for every run (e.g. --bf16 on a GPU)")
     p.add_argument("--out", type=Path, help="write the results here as JSON")
     p.add_argument("--keep", type=Path, help="keep the runs' folders and logs here (default: a temporary folder)")
+    p.add_argument("--py-spy", type=Path, help="record each run's GIL-held stacks with py-spy into this folder")
     args = p.parse_args(argv)
     names = [name for name, _ in args.variant]
     if len(set(names)) < len(names):
@@ -182,6 +242,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     print(f"round {r + 1} {name}: failed: {exc}", flush=True)
                     results[name].append({})
                     continue
+                if args.py_spy:
+                    found_spy = gil_profile(args.py_spy / f"{name}-round{r + 1}.txt")
+                    found["gil"] = found_spy  # type: ignore[assignment]
+                    print(f"round {r + 1} {name}: GIL held (s, imports aside): {found_spy['threads']}", flush=True)
+                    for frame, secs in found_spy["frames"][:6]:
+                        print(f"    {secs:7.2f} s  {frame}", flush=True)
                 results[name].append(found)
                 seconds[name].append(took)
                 shown = " ".join(f"{k.split('/')[1]} {found[k]:.3f}" for k in TIMES if k in found)

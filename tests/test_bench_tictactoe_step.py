@@ -133,9 +133,16 @@ def test_a_variants_leading_assignments_are_its_environment(tmp_path: Path, monk
         return subprocess.CompletedProcess(command, 0)
 
     monkeypatch.setattr(bench.subprocess, "run", fake_run)
-    args = argparse.Namespace(model="m", steps=2, batch_size=8, seed=1, extra="", skip=1)
+    args = argparse.Namespace(model="m", steps=2, batch_size=8, seed=1, extra="", skip=1, py_spy=None)
     _, flags = bench.parse_variant("heap=MALLOC_TRIM_THRESHOLD_=1073741824 --seed 3")
     found, _ = bench.run_one(args, flags, tmp_path / "heap-round1")
     assert found["time/step"] == 2.0
     assert seen["env"]["MALLOC_TRIM_THRESHOLD_"] == "1073741824" and seen["env"]["PYTHONUNBUFFERED"] == "1"
     assert seen["command"][-2:] == ["--seed", "3"] and not any("MALLOC" in c for c in seen["command"])
+    assert seen["command"][0] != "py-spy"
+    args.py_spy = tmp_path / "spy"  # the same run under py-spy, its stacks named after the run
+    bench.run_one(args, flags, tmp_path / "spied-round1")
+    at = seen["command"].index("--")
+    assert seen["command"][:3] == ["py-spy", "record", "--gil"]
+    assert seen["command"][seen["command"].index("-o") + 1] == str(tmp_path / "spy" / "spied-round1.txt")
+    assert seen["command"][at + 2 : at + 4] == ["-m", "rlvr.cli"] and (tmp_path / "spy").is_dir()
