@@ -26,10 +26,12 @@ from openenv_support import running  # noqa: E402
 
 from rlvr.cli import main  # noqa: E402
 from rlvr.envs import SingleTurnEnv  # noqa: E402
+from rlvr.errors import UsageError  # noqa: E402
 from rlvr.registry import load_environment  # noqa: E402
 from rlvr.serve import build_app  # noqa: E402
 from rlvr.serve.models import RlvrAction, RlvrEnvClient  # noqa: E402
-from rlvr.types import SamplingArgs, State  # noqa: E402
+from rlvr.serve.session import Picker  # noqa: E402
+from rlvr.types import SamplingArgs, State, Task  # noqa: E402
 
 CASES = [
     ("tictactoe", {}, "random", 4, 2),
@@ -89,6 +91,32 @@ def test_openenv_client_gets_the_rewards_of_rlvr_eval(capsys, tmp_path, name, en
     if name == "wiki_search":  # the tool env really called its tools through the steps
         assert all(sum(v for k, v in rewards.items() if k.endswith("_calls")) > 0 for _, rewards in got.values())
     assert len({reward for reward, _ in got.values()}) > 1 or name == "wiki_search"
+
+
+class _Walked(list):
+    """A task list that counts the walks over it."""
+
+    walks = 0
+
+    def __iter__(self):
+        self.walks += 1
+        return super().__iter__()
+
+
+def test_resets_by_id_walk_the_tasks_once_and_follow_a_changed_list() -> None:
+    tasks = _Walked(Task(id=f"t{i}", question=str(i)) for i in range(5000))
+    picker = Picker()
+    for i in range(0, 5000, 25):  # a remote evaluation resets by id for every rollout
+        assert picker.pick(tasks, f"t{i}", None).question == str(i)
+    assert tasks.walks == 1  # (each reset walked them all before: 200 walks)
+    tasks.append(Task(id="added", question="a"))
+    assert picker.pick(tasks, "added", None).question == "a"
+    tasks[7] = Task(id="swapped", question="s")  # same length, a task replaced in place
+    assert picker.pick(tasks, "swapped", None).question == "s"
+    with pytest.raises(UsageError, match="no task with id 't7'"):
+        picker.pick(tasks, "t7", None)
+    assert picker.pick(tasks, "12", None).id == "t12"  # no such id: an index
+    assert [picker.pick(tasks, None, None).id for _ in range(2)] == ["t0", "t1"]
 
 
 async def test_sessions_run_concurrently_and_errors_are_one_message() -> None:

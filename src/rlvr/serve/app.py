@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 from typing import Any
 
 from rlvr.envs.multiturn import MultiTurnEnv
 from rlvr.serve.models import RlvrAction, RlvrObservation
-from rlvr.serve.session import ServedEnv
+from rlvr.serve.session import Picker, ServedEnv
 from rlvr.types import SamplingArgs
 
 log = logging.getLogger("rlvr.serve")
@@ -22,11 +21,11 @@ def build_app(env: MultiTurnEnv[Any], *, sampling: SamplingArgs | None = None, m
     The app stops the environment (`env.aclose()`) when the server shuts down."""
     from openenv.core.env_server.http_server import create_fastapi_app
 
-    counter = itertools.count()
+    picker = Picker()  # (shared by the sessions)
     chosen = sampling if sampling is not None else env.sampling
 
     def factory() -> ServedEnv:
-        return ServedEnv(env, chosen, counter)
+        return ServedEnv(env, chosen, picker)
 
     app = create_fastapi_app(factory, RlvrAction, RlvrObservation, max_concurrent_envs=max_sessions)
 

@@ -54,9 +54,9 @@ class ServedEnv(Environment):
 
     SUPPORTS_CONCURRENT_SESSIONS = True
 
-    def __init__(self, env: MultiTurnEnv[Any], sampling: SamplingArgs, counter: itertools.count[int]) -> None:
+    def __init__(self, env: MultiTurnEnv[Any], sampling: SamplingArgs, picker: Picker) -> None:
         super().__init__()
-        self.env, self.sampling, self.counter = env, sampling, counter
+        self.env, self.sampling, self.picker = env, sampling, picker
         self._state = RlvrState(episode_id=None)
         self._task: Task | None = None
         self._player: StepPlayer | None = None
@@ -85,7 +85,7 @@ class ServedEnv(Environment):
         instead of the seed `rlvr eval` gives rollout `rollout` (env servers for scale-out)."""
         self._cancel()
         tasks = self.env.tasks(split)
-        chosen = _pick(tasks, task, seed, self.counter)
+        chosen = self.picker.pick(tasks, task, seed)
         if rollout < 0:
             raise UsageError(f"rollout must be >= 0, got {rollout}")
         self._task, self._sent, self._loop = chosen, 0, asyncio.get_running_loop()
@@ -184,19 +184,48 @@ def _set_fields(sampling: SamplingArgs) -> dict[str, Any]:
     return {k: v for k, v in dataclasses.asdict(sampling).items() if v is not None}
 
 
-def _pick(tasks: Sequence[Task], task: int | str | None, seed: int | None, counter: itertools.count[int]) -> Task:
-    """The task a reset names: an id or an index; else `seed` modulo the tasks; else the next."""
-    if not tasks:
-        raise UsageError("the environment has no tasks in this split")
-    if isinstance(task, str):
-        found = [t for t in tasks if t.id == task]
-        if found:
-            return found[0]
-        if not task.lstrip("-").isdigit():
-            raise UsageError(f"no task with id {task!r}; the first are {[t.id for t in tasks[:5]]}")
-    if task is not None:
-        index = int(task)
-        if not 0 <= index < len(tasks):
-            raise UsageError(f"task must be 0..{len(tasks) - 1}, got {index}")
-        return tasks[index]
-    return tasks[(seed if seed is not None else next(counter)) % len(tasks)]
+class Picker:
+    """The task each reset plays, shared by a server's sessions: the next one in turn for a reset
+    that names none, and an index of each split's tasks by id, built at the first reset by id and
+    kept (a remote evaluation resets by id for every rollout, and scanning the tasks each time
+    cost O(tasks) a rollout; a lazy split was built whole each time)."""
+
+    def __init__(self) -> None:
+        self.counter = itertools.count()
+        self.ids: dict[int, tuple[Sequence[Task], int, dict[str, int]]] = {}
+        """id(tasks) -> (tasks, their number then, each id's first index)"""
+
+    def pick(self, tasks: Sequence[Task], task: int | str | None, seed: int | None) -> Task:
+        """The task a reset names: an id or an index; else `seed` modulo the tasks; else the next."""
+        if not tasks:
+            raise UsageError("the environment has no tasks in this split")
+        if isinstance(task, str):
+            found = self._by_id(tasks, task)
+            if found is not None:
+                return found
+            if not task.lstrip("-").isdigit():
+                raise UsageError(f"no task with id {task!r}; the first are {[t.id for t in tasks[:5]]}")
+        if task is not None:
+            index = int(task)
+            if not 0 <= index < len(tasks):
+                raise UsageError(f"task must be 0..{len(tasks) - 1}, got {index}")
+            return tasks[index]
+        return tasks[(seed if seed is not None else next(self.counter)) % len(tasks)]
+
+    def _by_id(self, tasks: Sequence[Task], task_id: str) -> Task | None:
+        """The first task of `tasks` with id `task_id` (None: none has it). The index is built
+        again where `tasks` changed since (its number, or the task found there): a miss too
+        rebuilds it once before saying none."""
+        for fresh in (False, True):
+            held = self.ids.get(id(tasks))
+            if fresh or held is None or held[0] is not tasks or held[1] != len(tasks):
+                index: dict[str, int] = {}
+                for i, t in enumerate(tasks):
+                    index.setdefault(t.id, i)
+                held = self.ids[id(tasks)] = (tasks, len(tasks), index)
+            at = held[2].get(task_id)
+            if at is not None and tasks[at].id == task_id:
+                return tasks[at]
+            if fresh:
+                return None
+        return None
