@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
@@ -69,42 +69,50 @@ def _forward(dec: Decoding, ids: list[int], cache: Any) -> torch.Tensor:
     return out.logits[:, -1, :].float()
 
 
-class UnlistedDraws:
-    """`LocalModel`'s side of the exact evaluation's tail (`rlvr.exact_tail`): which ids a
-    conversation's last `reply_distribution` listed, and replies drawn from the rest."""
+class _Host(Protocol):
+    """What `UnlistedDraws` uses of the `LocalModel` it is mixed into."""
 
     _enumerator: Enumerator | None
     autocast: torch.dtype | None
     tokenizer: Any
     context_length: int
 
-    def _prompt(self, messages: Messages, tools: list[dict[str, Any]] | None) -> list[int]:
-        raise NotImplementedError
+    def _prompt(self, messages: Messages, tools: list[dict[str, Any]] | None) -> list[int]: ...
 
-    def _decoding(self) -> Decoding:
-        raise NotImplementedError
+    def _decoding(self) -> Decoding: ...
 
-    def _listed(self, messages: Messages, tools: list[dict[str, Any]] | None) -> tuple[list[int], Listed | None]:
-        prompt_ids = self._prompt(messages, tools)
-        return prompt_ids, None if self._enumerator is None else self._enumerator.listed.get(tuple(prompt_ids))
+
+def _listed(host: _Host, messages: Messages, tools: list[dict[str, Any]] | None) -> tuple[list[int], Listed | None]:
+    prompt_ids = host._prompt(messages, tools)
+    return prompt_ids, None if host._enumerator is None else host._enumerator.listed.get(tuple(prompt_ids))
+
+
+class UnlistedDraws:
+    """`LocalModel`'s side of the exact evaluation's tail (`rlvr.exact_tail`): which ids a
+    conversation's last `reply_distribution` listed, and replies drawn from the rest."""
 
     def listed_ids(
-        self, messages: Messages, tools: list[dict[str, Any]] | None = None
+        self: _Host, messages: Messages, tools: list[dict[str, Any]] | None = None
     ) -> frozenset[tuple[int, ...]] | None:
         """The token ids (as `chat`'s `Completion.token_ids`) of the replies the last
         `reply_distribution` of this conversation listed; None if it was not asked. A drawn reply
         is in the listed part exactly when its ids are here: one text can also come from ids
         the enumeration did not reach."""
-        listed = self._listed(messages, tools)[1]
+        listed = _listed(self, messages, tools)[1]
         return None if listed is None else listed.sequences
 
     async def draw_unlisted(
-        self, messages: Messages, sampling: SamplingArgs, tools: list[dict[str, Any]] | None = None, *, seed: int = 0
+        self: _Host,
+        messages: Messages,
+        sampling: SamplingArgs,
+        tools: list[dict[str, Any]] | None = None,
+        *,
+        seed: int = 0,
     ) -> Completion | None:
         """A reply drawn from the law of `chat(messages, sampling, tools)` given that its ids are
         not among `listed_ids` (see the module). None when the last `reply_distribution` of this
         conversation was not asked with these sampling settings, or listed everything."""
-        prompt_ids, listed = self._listed(messages, tools)
+        prompt_ids, listed = _listed(self, messages, tools)
         stop = tuple(s for s in sampling.stop or () if s)
         same = (float(sampling.temperature), float(sampling.top_p), stop)
         if listed is None or same != (listed.temperature, listed.top_p, listed.stop):
