@@ -231,6 +231,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         p.error(f"{args.keep} already holds runs of {sorted(set(taken))}; give an empty or new folder")
     results: dict[str, list[dict[str, float]]] = {name: [] for name in names}
     seconds: dict[str, list[float]] = {name: [] for name in names}
+    gil: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
     with tempfile.TemporaryDirectory() as scratch:
         folder = args.keep or Path(scratch)
         folder.mkdir(parents=True, exist_ok=True)
@@ -244,7 +245,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     continue
                 if args.py_spy:
                     found_spy = gil_profile(args.py_spy / f"{name}-round{r + 1}.txt")
-                    found["gil"] = found_spy  # type: ignore[assignment]
+                    gil[name].append(found_spy)
                     print(f"round {r + 1} {name}: GIL held (s, imports aside): {found_spy['threads']}", flush=True)
                     for frame, secs in found_spy["frames"][:6]:
                         print(f"    {secs:7.2f} s  {frame}", flush=True)
@@ -263,6 +264,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "each_round": results[name],
             "median_over_rounds": medians,
             "run_seconds": seconds[name],
+            **({"gil_each_round": gil[name]} if args.py_spy else {}),
         }
         shown = ", ".join(f"{k} {v:.3f} s" for k, v in medians.items()) or "no round completed"
         print(f"{name}: {shown} ({len(done)} of {args.rounds} rounds)")

@@ -112,10 +112,12 @@ def test_resets_by_id_walk_the_tasks_once_and_follow_a_changed_list() -> None:
     tasks.append(Task(id="added", question="a"))
     assert picker.pick(tasks, "added", None).question == "a"
     tasks[7] = Task(id="swapped", question="s")  # same length, a task replaced in place
-    assert picker.pick(tasks, "swapped", None).question == "s"
     with pytest.raises(UsageError, match="no task with id 't7'"):
-        picker.pick(tasks, "t7", None)
-    assert picker.pick(tasks, "12", None).id == "t12"  # no such id: an index
+        picker.pick(tasks, "t7", None)  # the index named a task that changed: built again
+    assert picker.pick(tasks, "swapped", None).question == "s"
+    walks = tasks.walks
+    assert [picker.pick(tasks, str(i), None).id for i in (12, 13)] == ["t12", "t13"]  # no such id: an index
+    assert tasks.walks == walks  # a miss walks nothing
     assert [picker.pick(tasks, None, None).id for _ in range(2)] == ["t0", "t1"]
 
 

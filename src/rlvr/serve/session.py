@@ -213,19 +213,22 @@ class Picker:
         return tasks[(seed if seed is not None else next(self.counter)) % len(tasks)]
 
     def _by_id(self, tasks: Sequence[Task], task_id: str) -> Task | None:
-        """The first task of `tasks` with id `task_id` (None: none has it). The index is built
-        again where `tasks` changed since (its number, or the task found there): a miss too
-        rebuilds it once before saying none."""
-        for fresh in (False, True):
-            held = self.ids.get(id(tasks))
-            if fresh or held is None or held[0] is not tasks or held[1] != len(tasks):
-                index: dict[str, int] = {}
-                for i, t in enumerate(tasks):
-                    index.setdefault(t.id, i)
-                held = self.ids[id(tasks)] = (tasks, len(tasks), index)
-            at = held[2].get(task_id)
-            if at is not None and tasks[at].id == task_id:
-                return tasks[at]
-            if fresh:
-                return None
-        return None
+        """The first task of `tasks` with id `task_id` (None: none has it), from the index, built
+        again when `tasks` is another sequence or its length changed, or the task the index
+        names no longer has that id (replaced in place). A miss walks nothing: an id added by
+        replacing a task in place is found once the replaced one's id is asked for, or the
+        length changes."""
+        held = self.ids.get(id(tasks))
+        if held is None or held[0] is not tasks or held[1] != len(tasks):
+            held = self._index(tasks)
+        at = held[2].get(task_id)
+        if at is not None and tasks[at].id != task_id:
+            at = self._index(tasks)[2].get(task_id)
+        return None if at is None else tasks[at]
+
+    def _index(self, tasks: Sequence[Task]) -> tuple[Sequence[Task], int, dict[str, int]]:
+        index: dict[str, int] = {}
+        for i, t in enumerate(tasks):
+            index.setdefault(t.id, i)
+        held = self.ids[id(tasks)] = (tasks, len(tasks), index)
+        return held
