@@ -243,8 +243,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     print(f"round {r + 1} {name}: failed: {exc}", flush=True)
                     results[name].append({})
                     continue
-                if args.py_spy:
-                    found_spy = gil_profile(args.py_spy / f"{name}-round{r + 1}.txt")
+                raw = args.py_spy / f"{name}-round{r + 1}.txt" if args.py_spy else None
+                if raw is not None and not raw.is_file():
+                    print(f"round {r + 1} {name}: py-spy wrote no stacks (see {folder}/{name}-round{r + 1}.log)")
+                elif raw is not None:
+                    found_spy = gil_profile(raw)
                     gil[name].append(found_spy)
                     print(f"round {r + 1} {name}: GIL held (s, imports aside): {found_spy['threads']}", flush=True)
                     for frame, secs in found_spy["frames"][:6]:

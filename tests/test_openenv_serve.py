@@ -119,6 +119,12 @@ def test_resets_by_id_walk_the_tasks_once_and_follow_a_changed_list() -> None:
     assert [picker.pick(tasks, str(i), None).id for i in (12, 13)] == ["t12", "t13"]  # no such id: an index
     assert tasks.walks == walks  # a miss walks nothing
     assert [picker.pick(tasks, None, None).id for _ in range(2)] == ["t0", "t1"]
+    for hostile in (float("nan"), 1.5, True):  # (JSON gives floats; NaN too)
+        with pytest.raises(UsageError, match="task is a task id or an index"):
+            picker.pick(tasks, hostile, None)  # type: ignore[arg-type]
+    with pytest.raises(UsageError) as caught:
+        picker.pick(tasks, "x" * 10**6, None)
+    assert len(str(caught.value)) < 300  # a huge id is cut in the message
 
 
 async def test_sessions_run_concurrently_and_errors_are_one_message() -> None:

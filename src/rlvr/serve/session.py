@@ -199,12 +199,14 @@ class Picker:
         """The task a reset names: an id or an index; else `seed` modulo the tasks; else the next."""
         if not tasks:
             raise UsageError("the environment has no tasks in this split")
+        if task is not None and (isinstance(task, bool) or not isinstance(task, (int, str))):
+            raise UsageError(f"task is a task id or an index, got {task!r:.80}")
         if isinstance(task, str):
             found = self._by_id(tasks, task)
             if found is not None:
                 return found
             if not task.lstrip("-").isdigit():
-                raise UsageError(f"no task with id {task!r}; the first are {[t.id for t in tasks[:5]]}")
+                raise UsageError(f"no task with id {task!r:.80}; the first are {[t.id for t in tasks[:5]]}")
         if task is not None:
             index = int(task)
             if not 0 <= index < len(tasks):
