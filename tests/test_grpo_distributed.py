@@ -16,6 +16,7 @@ from rlvr.models import build_tiny_model
 
 
 @pytest.mark.slow
+@pytest.mark.heavy  # two processes (31 s): make test was 7:41 on a fresh clone; CI runs it after make test
 def test_two_processes_match_one_process_step_by_step(tmp_path) -> None:
     model = build_tiny_model(tmp_path / "tiny", preset="tiny", seed=0)
     script = str(write_script(tmp_path))
