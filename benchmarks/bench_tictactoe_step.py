@@ -8,10 +8,11 @@ Each round runs `rlvr train tictactoe` once per variant, in the order given, fro
 and seed: the recipe's flags (`RECIPE`: random replies, then a perfect opponent with traps; half
 of each batch restarts walking back; 64 greedy probes a step, half after 4 random replies; 2
 given moves a restart group; no evaluation) plus the variant's. From each run's metrics.csv it
-takes the medians of `time/step`, `time/rollouts` and `time/train` over steps `--skip` + 1 to the
-last (the first steps compile, capture graphs and warm the caches up), and the means of the
-`gen/*` counts. Per variant it prints the median over rounds and, for every variant after the
-first, the first's step time over its own paired by round: median [min-max]. A variant that fails
+takes the medians of `time/step`, `time/rollouts`, `time/train` (and `time/rollouts_wait`, with
+overlap) over steps `--skip` + 1 to the last (the first steps compile, capture graphs and warm
+the caches up), the means of the `gen/*` counts and the largest `memory/*` (GPU memory). Per
+variant it prints the median over rounds and, for every variant after the first, the first's
+step time over its own paired by round: median [min-max]. A variant that fails
 is reported with its log's tail, and the others go on.
 
 `--py-spy DIR` runs each training under `py-spy record --gil --threads` (a tool installed beside
@@ -56,7 +57,7 @@ RECIPE = (
     "--group-size 8 --num-buckets 1 --loss cispo --max-tokens 48 --lr 2e-5 --eval-every none --probe-tasks 0 "
     "--restart-frac 0.5 --restart-below 0.65 --restart-points backtrack --restart-greedy 64 --restart-explore 2 -q"
 )
-TIMES = ("time/step", "time/rollouts", "time/train")
+TIMES = ("time/step", "time/rollouts", "time/train", "time/rollouts_wait")
 
 
 def parse_variant(text: str) -> tuple[str, list[str]]:
@@ -90,7 +91,8 @@ def split_env(flags: list[str]) -> tuple[dict[str, str], list[str]]:
 
 
 def summarize(metrics: Path, skip: int) -> dict[str, float]:
-    """Medians of the step's times over the steps after `skip`, means of its gen/* counts, and
+    """Medians of the step's times over the steps after `skip`, means of its gen/* counts, the
+    largest of its memory/* (GPU memory), and
     how many steps that was (`rlvr.report.training.read_metrics`'s rows: a torn or non-number
     cell is left out, and so is NaN or an infinity here)."""
     rows = read_metrics(metrics)
@@ -98,10 +100,11 @@ def summarize(metrics: Path, skip: int) -> dict[str, float]:
     if not timed:
         raise ValueError(f"{metrics} has no step after step {skip} ({len(rows)} steps in all)")
     out: dict[str, float] = {"steps": float(len(timed))}
-    for key in sorted({k for r in timed for k in r if k in TIMES or k.startswith("gen/")}):
+    for key in sorted({k for r in timed for k in r if k in TIMES or k.startswith(("gen/", "memory/"))}):
         values = [r[key] for r in timed if math.isfinite(r.get(key, math.nan))]
         if values:
-            out[key] = statistics.median(values) if key in TIMES else statistics.fmean(values)
+            pick = statistics.median if key in TIMES else max if key.startswith("memory/") else statistics.fmean
+            out[key] = pick(values)
     return out
 
 

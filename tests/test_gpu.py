@@ -83,6 +83,8 @@ def test_train_two_steps_on_cuda(small, tmp_path, capsys) -> None:
     assert [r["step"] for r in rows][-1] == "2.0"
     assert math.isfinite(float(rows[-1]["loss/policy"])) and math.isfinite(float(rows[-1]["grad/norm"]))
     assert (out / "final" / "config.json").is_file()
+    peak, reserved = (float(rows[-1][f"memory/cuda_{k}_gib"]) for k in ("peak", "reserved"))
+    assert 0 < peak <= reserved, (peak, reserved)  # the step's peak is within what the allocator holds
 
 
 def test_compiled_blocks_on_cuda_give_the_eager_update_and_train(small, tmp_path, capsys) -> None:

@@ -18,7 +18,7 @@ from forward_checks import assert_same_gradients, grads, sequences, weighted
 from rlvr.train import logprobs as lp
 from rlvr.train import update
 from rlvr.train.distributed import Dist
-from rlvr.train.hardware import Peak, training_flops_per_token
+from rlvr.train.hardware import Peak, memory_metrics, training_flops_per_token
 from rlvr.train.sequences import TrainSequence, micro_batches
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -257,3 +257,8 @@ def test_the_config_fields_reach_the_update() -> None:
     how = update.UpdateSettings.from_config(cfg, pad_id=0)
     assert how.pack_sequences is True and how.gradient_checkpointing is True and how.compile_blocks is True
     assert update.UpdateSettings.from_config(TrainConfig(env="e", model="m"), pad_id=0).pack_sequences is None
+
+
+def test_memory_metrics_are_only_for_cuda_devices() -> None:
+    # a CPU run logs no memory/* columns (tests/test_gpu.py checks them on a GPU)
+    assert memory_metrics("cpu") == {} and memory_metrics(torch.device("cpu")) == {}

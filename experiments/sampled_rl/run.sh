@@ -15,6 +15,8 @@
 # play loses no game of the tree, has no rejected move and wins >= 95% against random, with the
 # fewest sampled losses against the optimal opponent, then against random.
 # TRAIN_SECONDS bounds the training (it resumes from its last checkpoint when run again).
+# FINAL_GAMES (default 1000) sets the size of those sampled evaluations; 0 skips them (when an
+# exact evaluation, `rlvr eval --exhaustive -T 1`, follows instead).
 # Every 10 steps, not 25: the greedy guarantees come and go between evaluations (a rejected-move
 # game at one, none at the next), so sparse evaluations may offer no model that keeps them.
 set -euo pipefail
@@ -37,8 +39,9 @@ timeout "$TRAIN_SECONDS" rlvr train tictactoe --model "$MODEL" -o "$RUN/rl" $res
   || echo "training stopped (exit $?): evaluating what it kept"
 
 for opp in optimal random; do
+  [ "${FINAL_GAMES:-1000}" -gt 0 ] || break
   [ -f "$RUN/rl/best/config.json" ] || { echo "no kept model"; break; }
-  rlvr eval tictactoe -m "$RUN/rl/best" -a "{\"opponent\": \"$opp\", \"eval_tasks\": 1000}" -n -1 -r 1 -T 1 -t 256 \
+  rlvr eval tictactoe -m "$RUN/rl/best" -a "{\"opponent\": \"$opp\", \"eval_tasks\": ${FINAL_GAMES:-1000}}" -n -1 -r 1 -T 1 -t 256 \
     -c 256 -q -o "$RUN/eval/best-$opp" --resume > "$RUN/eval-best-$opp.log" 2>&1 || tail -5 "$RUN/eval-best-$opp.log"
 done
 python3 "$(dirname "$0")/summary.py" "$RUN"

@@ -92,6 +92,7 @@ from rlvr.train.batch import Batches
 from rlvr.train.config import TrainConfig
 from rlvr.train.evaluator import Evaluator
 from rlvr.train.generation import open_generation
+from rlvr.train.hardware import memory_metrics
 from rlvr.train.metrics import step_line, step_metrics
 from rlvr.train.model import deterministic_kernels, export_final, exported, settle_export, tf32_restored
 from rlvr.train.protocols import TurnScored
@@ -187,7 +188,7 @@ def _train(
                     kept_groups=kept_groups, scored=scored if cfg.objective.turn_credit else None,
                     restart_metrics=restart_metrics, lr=lr, gen_counts=played.gen_counts, times=times,
                 )  # fmt: skip
-                history.append({**metrics, **batches.metrics(played)})
+                history.append({**metrics, **batches.metrics(played), **memory_metrics(dist.device)})
                 if log is not None:
                     log.write(step + 1, history[-1])
                     if (step + 1) % PLOT_EVERY == 0:

@@ -86,3 +86,21 @@ def training_flops_per_token(model: Any) -> float:
     if embed is not None and (head is None or head.weight is not embed.weight):
         params.pop(id(embed.weight), None)
     return 6.0 * sum(params.values())
+
+
+def memory_metrics(device: Any) -> dict[str, float]:
+    """`memory/cuda_peak_gib` (the most the allocator held in tensors since the last call) and
+    `memory/cuda_reserved_gib` (what it holds from the driver now, cached blocks included), then a
+    new peak count begins; {} off CUDA. Rollouts on a worker thread (overlap) count too."""
+    import torch
+
+    device = torch.device(device)
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return {}
+    gib = float(2**30)
+    out = {
+        "memory/cuda_peak_gib": torch.cuda.max_memory_allocated(device) / gib,
+        "memory/cuda_reserved_gib": torch.cuda.memory_reserved(device) / gib,
+    }
+    torch.cuda.reset_peak_memory_stats(device)
+    return out
