@@ -9,7 +9,9 @@ probes a step; docs/benchmarks.md) put the generation thread's prefix lookups (h
 prompt, then scanning every kept entry per request) at about a fifth of its busy time.
 
 The trace is synthetic but shaped like that step: `--games` conversations of `--turns` turns,
-each prompt a shared system text, the game's own opening, then per turn the reply before (the
+each prompt a shared system text, the game's own opening (or its group's, `--group`: the
+rollouts of one task; `--same`: how often a game plays its turn as its group's first one did, as
+a sharp policy's do), then per turn the reply before (the
 last reply token never enters the cache) and the environment's answer; requests are admitted in
 groups of `--admit` in arrival order, finished ones stored (the cache holds 512 entries, as
 `LocalModel` does). Timed: hashing every prompt, every `lookup_many`, extending the hashes and
@@ -58,14 +60,24 @@ def trace(args: argparse.Namespace) -> list[list[tuple[list[int], list[int]]]]:
     """Per turn, each game's (prompt ids, reply ids)."""
     rng = random.Random(0)
     system = [rng.randrange(4_000) for _ in range(args.system)]
-    prompts = [system + [rng.randrange(4_000) for _ in range(args.opening)] for _ in range(args.games)]
+    openings = [[rng.randrange(4_000) for _ in range(args.opening)] for _ in range(-(-args.games // args.group))]
+    prompts = [system + openings[g // args.group] for g in range(args.games)]
+    alike = [True] * args.games  # still playing as its group's first game did
     turns = []
     for _ in range(args.turns):
-        turn = []
+        turn, lead = [], None
         for g in range(args.games):
-            reply = [rng.randrange(4_000) for _ in range(rng.randrange(args.reply // 2, args.reply * 3 // 2))]
+            if g % args.group == 0:
+                lead = None
+            own = (
+                [rng.randrange(4_000) for _ in range(rng.randrange(args.reply // 2, args.reply * 3 // 2))],
+                [rng.randrange(4_000) for _ in range(args.answer)],
+            )
+            alike[g] = alike[g] and lead is not None and rng.random() < args.same
+            reply, answer = lead if alike[g] and lead is not None else own
+            lead = lead or own
             turn.append((prompts[g], reply))
-            prompts[g] = prompts[g] + reply + [rng.randrange(4_000) for _ in range(args.answer)]
+            prompts[g] = prompts[g] + reply + answer
         turns.append(turn)
     return turns
 
@@ -102,6 +114,13 @@ def main() -> None:
     p.add_argument("--admit", type=int, default=37, help="requests admitted together")
     p.add_argument("--system", type=int, default=150, help="shared system-prompt tokens")
     p.add_argument("--opening", type=int, default=60, help="each game's own first-message tokens")
+    p.add_argument(
+        "--group", type=int, default=1, help="games sharing one opening (a GRPO group: 8 in the tic-tac-toe recipe)"
+    )
+    p.add_argument(
+        "--same", type=float, default=0.0,
+        help="chance that a game of a group plays its turn as the group's first game did, while it has so far",
+    )  # fmt: skip
     p.add_argument("--reply", type=int, default=30, help="mean reply tokens")
     p.add_argument("--answer", type=int, default=45, help="environment answer tokens per turn")
     args = p.parse_args()

@@ -81,6 +81,25 @@ def test_lookup_finds_the_longest_usable_prefix_as_the_ids_say(seed: int) -> Non
     assert len(cache._table.entries) < stores - 40  # dropped rows were compacted away (the table built again)
 
 
+def test_among_entries_that_match_as_far_the_first_stored_wins_whatever_reaches_further() -> None:
+    """A sharp policy's group leaves identical entries (all pass the first check); the walk stops at
+    the first whole match, and must still hand back the lowest row's, not one reaching further."""
+    cache = PrefixCache()
+    cache.drop_extended = False
+    ids = list(range(1, 30))
+    longer = ids[:12] + [99] * 40  # reaches past the request but agrees for 12 ids only
+    cache.store(longer, prefix_hashes(longer), 10, (torch.full((1, 1, len(longer), 1), 9.0),) * 2, cache.version)
+    for fill in (1.0, 2.0, 3.0):
+        cache.store(ids, prefix_hashes(ids), 10, (torch.full((1, 1, len(ids), 1), fill),) * 2, cache.version)
+    request = ids + [7, 8]
+    kv, m = cache.lookup(request, prefix_hashes(request))
+    assert m == len(ids) and kv is not None and float(kv[0][0, 0, 0, 0]) == 1.0
+    kv, m = cache.lookup(ids[:20] + [5, 5], prefix_hashes(ids[:20] + [5, 5]))
+    assert m == 20 and kv is not None and float(kv[0][0, 0, 0, 0]) == 1.0
+    kv, m = cache.lookup(ids[:12] + [5, 5], prefix_hashes(ids[:12] + [5, 5]))  # all match 12: the first row
+    assert m == 12 and kv is not None and float(kv[0][0, 0, 0, 0]) == 9.0
+
+
 def test_a_hash_collision_is_caught_on_the_ids() -> None:
     """An entry whose hashes equal the request's but whose ids do not is no match."""
     cache = PrefixCache()

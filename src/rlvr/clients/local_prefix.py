@@ -163,21 +163,31 @@ class PrefixCache:
     def _best(table: _Table, ids: list[int], hashes: Hashes) -> tuple[Entry | None, int]:
         """The entry sharing the longest usable prefix with `ids` (confirmed on the ids): the
         longest m <= len(ids) - 1 with equal prefix hashes, where the match covers the entry's
-        prompt or ends where the entry or `ids` does. All entries are checked at once at their
-        first position that must match; the few that pass are measured one by one."""
+        prompt or ends where the entry or `ids` does (the lowest row among equals). All entries
+        are checked at once at their first position that must match; those that pass are
+        measured longest reach first (then by row), each first at its end, and the walk stops at
+        the first whole match or once no entry left can reach as far: where a GRPO group's
+        rollouts played alike (a sharp policy), every one of their entries passes, and measuring
+        each cost a scan."""
         n = len(table.entries)
         if not n:
             return None, 0
         top = np.minimum(table.lengths[:n], len(ids) - 1)
         lo = np.minimum(table.prompt_lens[:n], top)  # a dropped entry's prompt length is 0
         passed = np.flatnonzero((lo >= 1) & (table.flat[table.offsets[:n] + lo] == hashes[lo]))
-        best, best_m = None, 0
-        for i in passed.tolist():
+        best, best_i, best_m = None, n, 0
+        for i in passed[np.argsort(-top[passed], kind="stable")].tolist():
             first, last, at = int(lo[i]), int(top[i]), int(table.offsets[i])
-            differ = np.flatnonzero(table.flat[at + first : at + last + 1] != hashes[first : last + 1])
-            m = last if not len(differ) else first + int(differ[0]) - 1  # prefix hashes: equal, then not
-            if m > best_m:
-                best, best_m = table.entries[i], m
+            if last < best_m:
+                break  # (sorted by reach: no entry left matches as far)
+            if table.flat[at + last] == hashes[last]:
+                m = last  # prefix hashes: equal, then not
+            else:
+                m = first + int(np.argmin(table.flat[at + first : at + last + 1] == hashes[first : last + 1])) - 1
+            if m > best_m or (m == best_m and i < best_i):
+                best, best_i, best_m = table.entries[i], i, m
+            if m == last:
+                break  # whole: those left reach less far, or as far from a later row
         if best is None or ids[:best_m] != best.ids[:best_m]:  # a hash collision
             return None, 0
         return best, best_m
