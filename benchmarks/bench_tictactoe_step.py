@@ -1,4 +1,4 @@
-"""The tic-tac-toe RL step of issue 14's recipes, variant against variant, alternated in one run:
+"""The tic-tac-toe RL step of the weak-start recipes, variant against variant, alternated in one run:
 
     python benchmarks/bench_tictactoe_step.py --variant base= --variant packed="--micro-batch-size 256 --pack-sequences true"
     python benchmarks/bench_tictactoe_step.py --rounds 3 --steps 16 --out step.json --variant base= --variant x="--flag"
@@ -19,9 +19,11 @@ is reported with its log's tail, and the others go on.
 the benchmark, not an rlvr dependency): only samples of a thread holding the GIL, that is host
 Python work, which on a GPU is what keeps the device waiting. Each run's raw stacks go to
 DIR/NAME-roundK.txt, and per variant it prints the seconds each thread held the GIL outside
-imports and the frames that held it longest (`gil_profile`).
+imports and the frames that held it longest (`gil_profile`). With `--py-spy-idle` it records
+every sample of every thread instead (`--idle`), waits included: the seconds are then each
+thread's wall time, and the frames show where a thread waits (for the GPU, the GIL, a queue).
 
-Why: the step time is the GPU-minutes per seed of issue 14's target, and it moves by 0.3-0.4 s
+Why: the step time is the GPU-minutes per seed of the weak-start target, and it moves by 0.3-0.4 s
 between runs of one variant on an H200 (docs/benchmarks.md), so one pair of runs says little.
 """
 
@@ -139,7 +141,7 @@ def run_one(args: argparse.Namespace, flags: list[str], out_dir: Path) -> tuple[
         command = [
             "py-spy",
             "record",
-            "--gil",
+            "--idle" if args.py_spy_idle else "--gil",
             "--threads",
             "--rate",
             str(SPY_RATE),
@@ -220,6 +222,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--out", type=Path, help="write the results here as JSON")
     p.add_argument("--keep", type=Path, help="keep the runs' folders and logs here (default: a temporary folder)")
     p.add_argument("--py-spy", type=Path, help="record each run's GIL-held stacks with py-spy into this folder")
+    p.add_argument(
+        "--py-spy-idle", action="store_true",
+        help="with --py-spy: every sample of every thread, waits included (where a thread waits), not only the GIL's",
+    )  # fmt: skip
     args = p.parse_args(argv)
     names = [name for name, _ in args.variant]
     if len(set(names)) < len(names):

@@ -162,6 +162,22 @@ def test_skipped_sequences_count_what_their_micro_batches_would(kind) -> None:
     assert sequences_normaliser(kind, []) == 0.0
 
 
+def test_a_token_cap_cuts_micro_batches_by_tokens_and_leaves_the_gradient_as_it_was(model) -> None:
+    seqs = batch(model.config.vocab_size)
+    _, want, _ = train(model, seqs, settings("cispo", size=len(seqs)))
+    widths: list[int] = []
+    m = copy.deepcopy(model)
+    hook = m.register_forward_pre_hook(lambda _, a, kw: widths.append(kw["input_ids"].numel()), with_kwargs=True)
+    how = dataclasses.replace(settings("cispo", size=len(seqs)), micro_batch_tokens=24)
+    opt = Recorder(m.parameters(), 0.0)
+    update.update_policy(m, None, seqs, len(ADVANTAGES), how, opt, DIST)
+    hook.remove()
+    ran = [s for s in seqs if s.advantage != 0]  # (advantage 0 skips the passes)
+    longest = max(len(s.ids) for s in ran)
+    assert len(widths) > 1 and all(w <= max(24, longest) for w in widths), widths  # padded rows x width
+    assert_same_gradients(opt.grads, want)
+
+
 # ---- a batch of advantage 0 only ---------------------------------------------------------------
 
 

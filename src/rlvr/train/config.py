@@ -72,8 +72,8 @@ FLAT: dict[str, tuple[str, str]] = {
     **{f"eval_{name}": ("eval", name) for name in ("every", "tasks", "env_args", "exact", "temperature")},
     **{name: ("eval", name) for name in ("keep_best", "probe_tasks")},
     **{name: ("generation", name) for name in ("vllm_url", "weight_sync", "compile_decode", "overlap")},
-    **{name: ("compute", name) for name in ("device", "sharding", "micro_batch_size", "bf16", "pack_sequences")},
-    **{name: ("compute", name) for name in ("gradient_checkpointing", "compile_blocks")},
+    **{name: ("compute", name) for name in ("device", "sharding", "micro_batch_size", "micro_batch_tokens", "bf16")},
+    **{name: ("compute", name) for name in ("pack_sequences", "gradient_checkpointing", "compile_blocks")},
     "lora_rank": ("lora", "rank"),
     "lora_alpha": ("lora", "alpha"),
 }

@@ -172,6 +172,8 @@ class ComputeConfig:
     """several processes: ddp = the whole model on each; fsdp = weights, gradients, AdamW state sharded"""
     micro_batch_size: int = 8
     """sequences per forward/backward pass (gradients accumulate over micro-batches)"""
+    micro_batch_tokens: int | None = None
+    """also cut a micro-batch at this many tokens (padded: rows x longest); unset = by rows only"""
     bf16: bool | None = None
     """bfloat16 autocast of the passes (weights stay float32); unset = on for a CUDA GPU with bf16"""
     pack_sequences: bool | None = None
@@ -188,6 +190,8 @@ class ComputeConfig:
     def check(self) -> None:
         need(self.sharding in SHARDINGS, f"unknown sharding {self.sharding!r}; expected one of {', '.join(SHARDINGS)}")
         need(self.micro_batch_size >= 1, f"micro_batch_size must be >= 1, got {self.micro_batch_size}")
+        tokens = self.micro_batch_tokens
+        need(tokens is None or tokens >= 1, f"micro_batch_tokens must be >= 1 (or unset), got {tokens}")
 
 
 @dataclass

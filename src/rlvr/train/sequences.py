@@ -171,14 +171,21 @@ class MicroBatch:
 
 
 def micro_batches(
-    seqs: Sequence[TrainSequence], size: int, pad_id: int, device: torch.device, *, pack: bool = False
+    seqs: Sequence[TrainSequence],
+    size: int,
+    pad_id: int,
+    device: torch.device,
+    *,
+    pack: bool = False,
+    tokens: int | None = None,
 ) -> list[MicroBatch]:
-    """Sort by length (longest first), cut into micro-batches of `size`, pad on the right (or,
-    with `pack`, concatenate each micro-batch into one row)."""
+    """Sort by length (longest first), cut into micro-batches of `size` (and, with `tokens`, of at
+    most that many tokens: `token_cuts`), pad on the right (or, with `pack`, concatenate each
+    micro-batch into one row)."""
     order = sorted(range(len(seqs)), key=lambda i: (-len(seqs[i].ids), i))
     out = []
-    for start in range(0, len(order), size):
-        chunk = [seqs[i] for i in order[start : start + size]]
+    for start, stop in token_cuts([len(seqs[i].ids) for i in order], size, tokens, pack=pack):
+        chunk = [seqs[i] for i in order[start:stop]]
         width = max(2, max(len(s.ids) for s in chunk))
         pads = [width - len(s.ids) for s in chunk]  # one tensor per field, built from lists
         mask = torch.tensor([list(s.mask) + [0] * p for s, p in zip(chunk, pads)], dtype=torch.float32)
@@ -215,6 +222,31 @@ def micro_batches(
             )
         )
     return out
+
+
+def token_cuts(lengths: list[int], size: int, tokens: int | None, *, pack: bool) -> list[tuple[int, int]]:
+    """[start, stop) of each micro-batch of sequences of `lengths` (longest first): at most `size`
+    sequences and, with `tokens`, at most that many tokens (packed: the lengths' sum; padded:
+    rows x the first, longest), at least one sequence each.
+
+    >>> token_cuts([5, 4, 3, 2], 3, None, pack=False)
+    [(0, 3), (3, 4)]
+    >>> token_cuts([5, 4, 3, 2], 8, 9, pack=True), token_cuts([5, 4, 3, 2], 8, 9, pack=False)
+    ([(0, 2), (2, 4)], [(0, 1), (1, 3), (3, 4)])
+    >>> token_cuts([12, 3], 8, 9, pack=True)  # longer than the cap: alone
+    [(0, 1), (1, 2)]
+    """
+    cuts, start, used = [], 0, 0
+    for i, n in enumerate(lengths):
+        rows = i - start
+        grown = used + n if pack else (rows + 1) * lengths[start]
+        if rows and (rows == size or (tokens is not None and grown > tokens)):
+            cuts.append((start, i))
+            start, grown = i, n
+        used = grown
+    if lengths:
+        cuts.append((start, len(lengths)))
+    return cuts
 
 
 def empty_micro_batch(pad_id: int, device: torch.device) -> MicroBatch:

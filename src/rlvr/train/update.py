@@ -87,6 +87,7 @@ class UpdateSettings:
     max_grad_norm: float
     pad_id: int
     pack_sequences: bool | None = None
+    micro_batch_tokens: int | None = None
     gradient_checkpointing: bool = False
     compile_blocks: bool = False
     skip_zero_advantage: bool = True
@@ -119,6 +120,7 @@ class UpdateSettings:
             max_grad_norm=cfg.max_grad_norm,
             pad_id=pad_id,
             pack_sequences=cfg.compute.pack_sequences,
+            micro_batch_tokens=cfg.compute.micro_batch_tokens,
             gradient_checkpointing=cfg.compute.gradient_checkpointing,
             compile_blocks=cfg.compute.compile_blocks,
         )
@@ -205,7 +207,9 @@ def _plan(seqs: list[TrainSequence], n_rollouts: int, how: UpdateSettings, dist:
         mine = [s for s in seqs if s.rollout // per == m]
         skipped = [s for s in mine if skips and s.zero_advantage]
         run = [s for s in mine if not (skips and s.zero_advantage)]
-        plan = micro_batches(run, how.micro_batch_size, how.pad_id, dist.device, pack=pack)
+        plan = micro_batches(
+            run, how.micro_batch_size, how.pad_id, dist.device, pack=pack, tokens=how.micro_batch_tokens
+        )
         count = dist.max(len(plan) or int(bool(skipped)))
         plans.append(Minibatch(plan + [empty_micro_batch(how.pad_id, dist.device)] * (count - len(plan)), skipped))
     return plans
