@@ -133,7 +133,9 @@ def test_a_variants_leading_assignments_are_its_environment(tmp_path: Path, monk
         return subprocess.CompletedProcess(command, 0)
 
     monkeypatch.setattr(bench.subprocess, "run", fake_run)
-    args = argparse.Namespace(model="m", steps=2, batch_size=8, seed=1, extra="", skip=1, py_spy=None, py_spy_idle=False)
+    args = argparse.Namespace(
+        model="m", steps=2, batch_size=8, seed=1, extra="", skip=1, py_spy=None, py_spy_idle=False
+    )
     _, flags = bench.parse_variant("heap=MALLOC_TRIM_THRESHOLD_=1073741824 --seed 3")
     found, _ = bench.run_one(args, flags, tmp_path / "heap-round1")
     assert found["time/step"] == 2.0
