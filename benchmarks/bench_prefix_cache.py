@@ -73,8 +73,10 @@ def trace(args: argparse.Namespace) -> list[list[tuple[list[int], list[int]]]]:
                 [rng.randrange(4_000) for _ in range(rng.randrange(args.reply // 2, args.reply * 3 // 2))],
                 [rng.randrange(4_000) for _ in range(args.answer)],
             )
-            alike[g] = alike[g] and lead is not None and rng.random() < args.same
-            reply, answer = lead if alike[g] and lead is not None else own
+            if lead is not None and alike[g] and rng.random() < args.same:
+                reply, answer = lead
+            else:
+                alike[g], (reply, answer) = False, own
             lead = lead or own
             turn.append((prompts[g], reply))
             prompts[g] = prompts[g] + reply + answer
@@ -124,6 +126,8 @@ def main() -> None:
     p.add_argument("--reply", type=int, default=30, help="mean reply tokens")
     p.add_argument("--answer", type=int, default=45, help="environment answer tokens per turn")
     args = p.parse_args()
+    if args.group < 1 or not 0.0 <= args.same <= 1.0:
+        p.error(f"--group must be >= 1 and --same in [0, 1], got {args.group} and {args.same}")
     turns = trace(args)
     caches = {"baseline": module_at(args.baseline), "current": local_prefix}
     times: dict[str, list[float]] = {name: [] for name in caches}

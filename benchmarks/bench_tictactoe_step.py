@@ -232,6 +232,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         p.error(f"variant names must differ: {names}")
     if args.rounds < 1:
         p.error(f"--rounds must be at least 1, got {args.rounds}")
+    if args.py_spy_idle and not args.py_spy:
+        p.error("--py-spy-idle changes what --py-spy DIR records; give --py-spy DIR too")
     if args.skip >= args.steps:
         p.error(f"--skip {args.skip} leaves none of {args.steps} steps to time")
     if args.keep and (
@@ -258,7 +260,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 elif raw is not None:
                     found_spy = gil_profile(raw)
                     gil[name].append(found_spy)
-                    print(f"round {r + 1} {name}: GIL held (s, imports aside): {found_spy['threads']}", flush=True)
+                    what = "sampled, waits included" if args.py_spy_idle else "GIL held"
+                    print(f"round {r + 1} {name}: {what} (s, imports aside): {found_spy['threads']}", flush=True)
                     for frame, secs in found_spy["frames"][:6]:
                         print(f"    {secs:7.2f} s  {frame}", flush=True)
                 results[name].append(found)
@@ -276,7 +279,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "each_round": results[name],
             "median_over_rounds": medians,
             "run_seconds": seconds[name],
-            **({"gil_each_round": gil[name]} if args.py_spy else {}),
+            **({"idle_each_round" if args.py_spy_idle else "gil_each_round": gil[name]} if args.py_spy else {}),
         }
         shown = ", ".join(f"{k} {v:.3f} s" for k, v in medians.items()) or "no round completed"
         print(f"{name}: {shown} ({len(done)} of {args.rounds} rounds)")
