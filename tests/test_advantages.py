@@ -7,7 +7,8 @@ import math
 import pytest
 
 from rlvr.errors import UsageError
-from rlvr.train.advantages import drop_uniform_groups, group_advantages, group_stats
+from rlvr.train.advantages import batch_advantages, drop_uniform_groups, group_advantages, group_stats, own_logprob
+from rlvr.types import Completion, Rollout, Turn
 
 
 def assert_all_close(actual: list[float], expected: list[float]) -> None:
@@ -61,3 +62,61 @@ def test_group_stats():
     assert math.isclose(stats["group/zero_std_frac"], 2 / 3)
     assert math.isclose(stats["group/reward_std_mean"], 0.5 / 3)
     assert group_stats([], 2)["group/zero_std_frac"] == 0.0
+
+
+# ---- sharpen: each rollout's own log-probability joins its reward ------------------------------
+
+
+def rollout(reward: float, *turns: tuple[list[float] | None, str], error: str | None = None) -> Rollout:
+    """A rollout with one turn per (logprobs, finish_reason); a turn's token ids are as many as
+    its logprobs (three for a turn without them)."""
+    made = [
+        Turn(
+            Completion(
+                text="x", token_ids=list(range(len(lps) if lps is not None else 3)), logprobs=lps, finish_reason=why
+            )
+        )
+        for lps, why in turns
+    ]
+    return Rollout(task_id="t", rollout_index=0, seed=0, prompt=[], turns=made, reward=reward, error=error)
+
+
+def advantages(rollouts: list[Rollout], sharpen: float, scale_std: bool = False) -> list[float]:
+    adv, _, _ = batch_advantages(
+        rollouts, 2, scale_std=scale_std, mask_truncated=False, drop_uniform=False, sharpen=sharpen
+    )
+    return adv
+
+
+def test_own_logprob_sums_sampled_turns_and_leaves_given_replies_out() -> None:
+    r = rollout(1.0, ([-0.5, -0.25], "stop"), ([-9.0], "given"), ([-1.0], "length"))
+    assert own_logprob(r) == -1.75
+    assert own_logprob(rollout(1.0, (None, "stop"))) is None
+    assert own_logprob(rollout(1.0, ([-0.5], "stop"), (None, "given"))) == -0.5
+
+
+def test_sharpen_adds_the_weighted_logprob_to_each_reward_before_the_group_mean() -> None:
+    tied = [rollout(1.0, ([-0.1, -0.1], "stop")), rollout(1.0, ([-2.0, -0.2], "stop"))]
+    assert advantages(tied, 0.0) == [0.0, 0.0]  # off: a tie teaches nothing
+    # on: rewards 1 - 0.5 * 0.2 = 0.9 and 1 - 0.5 * 2.2 = -0.1, mean 0.4
+    assert_all_close(advantages(tied, 0.5), [0.5, -0.5])
+    assert_all_close(advantages(tied, 0.5, scale_std=True), [1.0 / (1 + 2e-6), -1.0 / (1 + 2e-6)])
+    # the env's reward still counts: a likelier loss against a rarer win, 1 - 0.1 against 0 - 0.1
+    mixed = [rollout(1.0, ([-0.2], "stop")), rollout(0.0, ([-0.01], "stop"))]
+    adv = advantages(mixed, 0.5)
+    assert adv[0] > 0 > adv[1]
+    assert_all_close(adv, [0.5 - 0.0475, -0.5 + 0.0475])
+
+
+def test_sharpen_leaves_failed_rollouts_at_the_group_mean_and_refuses_missing_logprobs() -> None:
+    group = [rollout(1.0, ([-1.0], "stop")), rollout(0.0, error="ValueError: boom")]
+    adv, trainable, _ = batch_advantages(
+        group, 2, scale_std=False, mask_truncated=False, drop_uniform=False, sharpen=1.0
+    )
+    assert adv == [0.0, 0.0] and trainable == [True, False]
+    for bad in (None, [math.nan]):
+        with pytest.raises(
+            UsageError, match="sharpen = 1.0 needs the log-probability of every sampled token; rollout 1"
+        ):
+            advantages([rollout(1.0, ([-1.0], "stop")), rollout(1.0, (bad, "stop"))], 1.0)
+    assert advantages([rollout(1.0, (None, "stop")), rollout(1.0, (None, "stop"))], 0.0) == [0.0, 0.0]  # off: not read

@@ -636,6 +636,27 @@ def test_turn_credit_is_refused_without_turn_scores_and_bad_scores_name_the_roll
             config(tiny, tmp_path / "c", turn_credit=value)
 
 
+# ---- sharpen: the rollout's own log-probability joins its reward -------------------------------
+
+
+def tied_env(**_: object) -> SingleTurnEnv:
+    tasks = [{"id": str(i), "question": f"Write vowels, number {i}."} for i in range(8)]
+    return SingleTurnEnv(tasks, rubric=Rubric([same_reward]))
+
+
+def test_sharpen_alone_concentrates_the_sampled_policy(tiny, tmp_path) -> None:
+    """Every reward ties: without sharpen nothing is trained; with it the replies' own
+    log-probability rises (the sampled policy concentrates) and the env's reward is unchanged."""
+    cfg = config(tiny, tmp_path / "off", steps=1, batch_size=32, group_size=8, micro_batch_size=32)
+    (off,) = grpo.train(cfg, make_env=tied_env, quiet=True, plots=False)
+    assert off["batch/skipped_seqs_frac"] == 1.0 and math.isfinite(off["rollout/logprob"])
+    cfg = config(tiny, tmp_path / "on", steps=8, batch_size=32, group_size=8, micro_batch_size=32, sharpen=1.0)
+    history = grpo.train(cfg, make_env=tied_env, quiet=True, plots=False)
+    lps = [m["rollout/logprob"] for m in history]
+    assert statistics.fmean(lps[-2:]) > statistics.fmean(lps[:2]) + 5.0, lps  # measured: -38.9 -> -20.7
+    assert all(m["reward/mean"] == 1.0 and m["batch/skipped_seqs_frac"] == 0.0 for m in history)
+
+
 def test_a_short_eval_split_is_said_with_its_size(tiny, tmp_path, capsys) -> None:
     # the vowels env's eval split holds 8 tasks: asking for 50 evaluates 8, and the run says so
     grpo.train(config(tiny, tmp_path / "run", steps=1, eval_every=1, eval_tasks=50), make_env=vowel_env, plots=False)

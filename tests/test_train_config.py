@@ -144,6 +144,7 @@ FLAT_CASES = {
     "scale_std": True,
     "mask_truncated": True,
     "turn_credit": 0.5,
+    "sharpen": 0.1,
     "device": "cpu",
     "sharding": "ddp",
     "micro_batch_size": 3,

@@ -69,8 +69,9 @@ def torchrun(*args: str) -> list[str]:
 def run_dependent(name: str) -> bool:
     """Metrics that differ between two runs of one computation: timings, generation's batching
     (which timing decides: its admissions and prompt tokens kept or shared, `gen/*`), and the
-    generation log-probs' gap to the trainer's (`logprob/gen_mismatch`, float noise itself)."""
-    return name.startswith(("time/", "throughput/", "gen/")) or name == "logprob/gen_mismatch"
+    generation log-probs' gap to the trainer's and their sum over a rollout (`logprob/gen_mismatch`,
+    `rollout/logprob`: the same tokens, their log-probs as the batch's float order gave them)."""
+    return name.startswith(("time/", "throughput/", "gen/")) or name in ("logprob/gen_mismatch", "rollout/logprob")
 
 
 def assert_same_metrics(one: list[dict[str, float]], other: list[dict[str, float]]) -> None:

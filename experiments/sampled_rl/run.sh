@@ -14,6 +14,8 @@
 # exact evaluation. The kept best (a selection by these evaluations) is the model whose greedy
 # play loses no game of the tree, has no rejected move and wins >= 95% against random, with the
 # fewest sampled losses against the optimal opponent, then against random.
+# SHARPEN (default 0) adds that weight x each game's own log-probability to its reward
+# (`--sharpen`, docs/training.md): entropy minimisation as a reward, toward the greedy play.
 # TRAIN_SECONDS bounds the training (it resumes from its last checkpoint when run again).
 # FINAL_GAMES (default 1000) sets the size of those sampled evaluations; 0 skips them (when an
 # exact evaluation, `rlvr eval --exhaustive -T 1`, follows instead).
@@ -32,7 +34,7 @@ mkdir -p "$RUN"
 resume=""; [ -d "$RUN/rl/checkpoints" ] && resume="--resume"
 timeout "$TRAIN_SECONDS" rlvr train tictactoe --model "$MODEL" -o "$RUN/rl" $resume -q \
   --steps "$STEPS" --batch-size 256 --group-size 8 --num-buckets 8 --loss cispo --lr "${LR:-1e-5}" \
-  -T "${TRAIN_TEMP:-1}" --max-tokens 48 --micro-batch-size 64 --seed "${SEED:-1}" --env-args "$ENV_ARGS" --bf16 \
+  -T "${TRAIN_TEMP:-1}" --sharpen "${SHARPEN:-0}" --max-tokens 48 --micro-batch-size 64 --seed "${SEED:-1}" --env-args "$ENV_ARGS" --bf16 \
   --restart-frac 0.5 --restart-below 0.65 --restart-points backtrack --restart-greedy 128 \
   --eval-env-args "$EVAL_SETS" --eval-tasks "$EVAL_TASKS" --eval-temperature 1 --eval-exact \
   --eval-every "$EVAL_EVERY" --save-every "$EVAL_EVERY" --keep-best "$KEEP" \

@@ -6,7 +6,7 @@
 #
 #   VARIANTS="t1-lr2:1:2e-5 t125-lr2:1.25:2e-5" experiments/sampled_rl/variants.sh MODEL RUNS STEPS PACK
 #
-# Each variant is NAME:TRAIN_TEMP:LR; TRAIN_SECONDS, EVAL_TASKS, EVAL_EVERY and SEED pass through.
+# Each variant is NAME:TRAIN_TEMP:LR[:SHARPEN]; TRAIN_SECONDS, EVAL_TASKS, EVAL_EVERY and SEED pass through.
 # Each run holds 25-27 GB of an H100 (generation buffers and the allocator's cache), so two fit
 # on an 80 GB card and a third runs out of memory.
 set -euo pipefail
@@ -14,8 +14,8 @@ MODEL=$1 RUNS=$2 STEPS=$3 PACK=$4
 here=$(dirname "$0")
 mkdir -p "$RUNS"
 for v in ${VARIANTS:?name:temp:lr ...}; do
-  IFS=: read -r name temp lr <<< "$v"
-  TRAIN_TEMP=$temp LR=$lr "$here/run.sh" "$MODEL" "$RUNS/$name" "$STEPS" > "$RUNS/$name.log" 2>&1 &
+  IFS=: read -r name temp lr sharpen <<< "$v"
+  TRAIN_TEMP=$temp LR=$lr SHARPEN=${sharpen:-0} "$here/run.sh" "$MODEL" "$RUNS/$name" "$STEPS" > "$RUNS/$name.log" 2>&1 &
 done
 wait
 python3 - "$RUNS" "$PACK" << 'PY'

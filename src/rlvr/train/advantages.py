@@ -26,6 +26,14 @@ Choices:
   al. 2024, taken per turn rather than summed over later steps: an env that wants later turns
   credited puts them in its scores). One shared advantage per episode cannot tell the turn that
   lost a game from the good turns before it; this can.
+- Sharpening (`own_logprob`, the trainer's `sharpen`): a rollout's reward for the advantage
+  gains `weight` x the log-probability its sampler gave its sampled tokens (summed over its
+  model turns; replies given by `restart_explore` are not the policy's and count 0). REINFORCE
+  on log p(y) is the gradient of minus the policy's entropy (E[log p * grad log p] = -grad H),
+  the entropy-minimisation objective of Agarwal et al. 2025 ("The Unreasonable Effectiveness of
+  Entropy Minimization in LLM Reasoning") taken as a reward: the rare replies of a group lose
+  against its likely ones, so the sampled policy concentrates where its greedy one already is.
+  In a group whose env rewards are all equal, the log-probabilities alone set the advantages.
 - `group_stats` gives logging metrics: `group/zero_std_frac` (share of groups whose rewards are
   all equal, i.e. that teach nothing), `group/reward_std_mean` (mean within-group std),
   `group/count`.
@@ -93,16 +101,52 @@ def drop_uniform_groups(rewards: Sequence[float], group_size: int, atol: float =
     return [not _is_uniform(g, atol) for g in _groups(rewards, group_size)]
 
 
+def own_logprob(rollout: Rollout) -> float | None:
+    """The log-probability its sampler gave a rollout's sampled tokens, summed over its model
+    turns (given replies excluded); None when a sampled turn came without logprobs."""
+    total = 0.0
+    for turn in rollout.turns:
+        c = turn.completion
+        if c.finish_reason == "given":
+            continue
+        if c.logprobs is None or len(c.logprobs) != len(c.token_ids or ()):
+            return None
+        total += math.fsum(c.logprobs)
+    return total
+
+
+def _sharpened(rollouts: Sequence[Rollout], weight: float) -> list[float]:
+    """Each rollout's reward plus `weight` x `own_logprob` (errors keep theirs: they are not
+    trained on, and take their group's mean below)."""
+    out = []
+    for i, r in enumerate(rollouts):
+        lp = own_logprob(r) if r.error is None else 0.0
+        if lp is None or not math.isfinite(lp):
+            raise UsageError(
+                f"sharpen = {weight} needs the log-probability of every sampled token; rollout {i} "
+                f"({r.task_id!r}) has {lp}: the generation backend returned no (or non-finite) logprobs"
+            )
+        out.append(r.reward + weight * lp)
+    return out
+
+
 def batch_advantages(
-    rollouts: Sequence[Rollout], group_size: int, *, scale_std: bool, mask_truncated: bool, drop_uniform: bool
+    rollouts: Sequence[Rollout],
+    group_size: int,
+    *,
+    scale_std: bool,
+    mask_truncated: bool,
+    drop_uniform: bool,
+    sharpen: float = 0.0,
 ) -> tuple[list[float], list[bool], float]:
     """Each rollout's advantage, whether to train on it, and the share of groups kept (1.0
-    unless `drop_uniform`, DAPO's filter)."""
+    unless `drop_uniform`, DAPO's filter). `sharpen` > 0 adds that weight x `own_logprob` to
+    each reward first."""
     g = group_size
-    rewards = [r.reward for r in rollouts]
+    rewards = _sharpened(rollouts, sharpen) if sharpen else [r.reward for r in rollouts]
     for start in range(0, len(rollouts), g):  # failed rollouts take their group's mean
         group = rollouts[start : start + g]
-        scored = [r.reward for r in group if r.error is None]
+        scored = [rewards[start + i] for i, r in enumerate(group) if r.error is None]
         fill = statistics.fmean(scored) if scored else 0.0
         for i, r in enumerate(group):
             if r.error is not None:

@@ -66,7 +66,7 @@ RENAMED = {"rollouts_per_example": "group_size", "num_groups": "num_buckets"}
 """Old field names still accepted (with a DeprecationWarning) in TOML files and flags."""
 FLAT: dict[str, tuple[str, str]] = {
     **{name: ("objective", name) for name in ("clip_eps", "clip_eps_high", "max_is_weight", "scale_std")},
-    **{name: ("objective", name) for name in ("mask_truncated", "turn_credit")},
+    **{name: ("objective", name) for name in ("mask_truncated", "turn_credit", "sharpen")},
     **{f"restart_{name}": ("restarts", name) for name in ("frac", "below", "points", "greedy", "unsure")},
     **{f"restart_{name}": ("restarts", name) for name in ("explore", "explore_weight")},
     **{f"eval_{name}": ("eval", name) for name in ("every", "tasks", "env_args", "exact", "temperature")},

@@ -37,6 +37,8 @@ class ObjectiveConfig:
     """leave truncated rollouts (max_turns, token budget, timeout) out of the loss"""
     turn_credit: float = 0.0
     """weight of the env's per-turn scores (turn_rewards) added to each turn's advantage; 0 = off"""
+    sharpen: float = 0.0
+    """weight of each rollout's own log-probability added to its reward (toward greedy play); 0 = off"""
 
     def check(self) -> None:
         for name in ("clip_eps", "max_is_weight"):
@@ -46,6 +48,10 @@ class ObjectiveConfig:
         need(
             math.isfinite(self.turn_credit) and self.turn_credit >= 0,
             f"turn_credit must be a finite number >= 0 (0 = off), got {self.turn_credit}",
+        )
+        need(
+            math.isfinite(self.sharpen) and self.sharpen >= 0,
+            f"sharpen must be a finite number >= 0 (0 = off), got {self.sharpen}",
         )
 
 

@@ -157,6 +157,7 @@ def _train(
                 advantages, trainable, kept_groups = batch_advantages(
                     rollouts, cfg.group_size, scale_std=cfg.advantage_std_scaling,
                     mask_truncated=cfg.objective.mask_truncated, drop_uniform=cfg.loss_spec.drop_uniform_groups,
+                    sharpen=cfg.objective.sharpen,
                 )  # fmt: skip
                 credited, scored = _credit(env, tasks, rollouts, advantages, trainable, cfg)
 

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from rlvr.envs.multiturn import MultiTurnEnv
 from rlvr.summary import summarize
-from rlvr.train.advantages import group_stats
+from rlvr.train.advantages import group_stats, own_logprob
 from rlvr.train.logging import metric_name
 from rlvr.types import Rollout
 
@@ -93,6 +93,8 @@ def rollout_metrics(rollouts: list[Rollout], env: MultiTurnEnv[Any], group_size:
     out["rollout/completion_tokens"] = s["completion_tokens"]["mean"] if rollouts else 0.0
     out["rollout/turn_tokens"] = statistics.fmean(len(t.completion.token_ids or ()) for t in turns) if turns else 0.0
     out["rollout/length_cut_frac"] = sum(t.completion.finish_reason == "length" for t in turns) / max(len(turns), 1)
+    own = [lp for r in rollouts if r.error is None and (lp := own_logprob(r)) is not None]
+    out["rollout/logprob"] = math.fsum(own) / len(own) if own else math.nan
     out["rollout/truncated_frac"] = s["truncated"]
     out["rollout/error_frac"] = s["errors"] / max(len(rollouts), 1)
     if len(rollouts) % group_size == 0 and rollouts:
