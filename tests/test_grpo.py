@@ -655,6 +655,9 @@ def test_sharpen_alone_concentrates_the_sampled_policy(tiny, tmp_path) -> None:
     lps = [m["rollout/logprob"] for m in history]
     assert statistics.fmean(lps[-2:]) > statistics.fmean(lps[:2]) + 5.0, lps  # measured: -38.9 -> -20.7
     assert all(m["reward/mean"] == 1.0 and m["batch/skipped_seqs_frac"] == 0.0 for m in history)
+    for value in (-1.0, math.nan, math.inf):
+        with pytest.raises(UsageError, match="sharpen must be a finite number >= 0"):
+            config(tiny, tmp_path / "bad", sharpen=value)
 
 
 def test_a_short_eval_split_is_said_with_its_size(tiny, tmp_path, capsys) -> None:
