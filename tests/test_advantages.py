@@ -64,7 +64,7 @@ def test_group_stats():
     assert group_stats([], 2)["group/zero_std_frac"] == 0.0
 
 
-# ---- sharpen: each rollout's own log-probability joins its reward ------------------------------
+# ---- sharpen: each rollout's own log-probability joins its advantage ---------------------------
 
 
 def rollout(reward: float, *turns: tuple[list[float] | None, str], error: str | None = None) -> Rollout:
@@ -95,17 +95,28 @@ def test_own_logprob_sums_sampled_turns_and_leaves_given_replies_out() -> None:
     assert own_logprob(rollout(1.0, ([-0.5], "stop"), (None, "given"))) == -0.5
 
 
-def test_sharpen_adds_the_weighted_logprob_to_each_reward_before_the_group_mean() -> None:
+def test_sharpen_adds_the_weighted_logprob_after_the_env_advantage_is_scaled() -> None:
     tied = [rollout(1.0, ([-0.1, -0.1], "stop")), rollout(1.0, ([-2.0, -0.2], "stop"))]
     assert advantages(tied, 0.0) == [0.0, 0.0]  # off: a tie teaches nothing
-    # on: rewards 1 - 0.5 * 0.2 = 0.9 and 1 - 0.5 * 2.2 = -0.1, mean 0.4
+    # on: log p = -0.2 and -2.2, mean -1.2: +-0.5 x 1.0, with or without std scaling (the term is
+    # added after it, so a tie's small differences stay small)
     assert_all_close(advantages(tied, 0.5), [0.5, -0.5])
-    assert_all_close(advantages(tied, 0.5, scale_std=True), [1.0 / (1 + 2e-6), -1.0 / (1 + 2e-6)])
-    # the env's reward still counts: a likelier loss against a rarer win, 1 - 0.1 against 0 - 0.1
+    assert_all_close(advantages(tied, 0.5, scale_std=True), [0.5, -0.5])
+    assert_all_close(advantages(tied, 0.05, scale_std=True), [0.05, -0.05])
+    # the env's reward still counts: a likelier loss against a rarer win, log p -0.01 and -0.2
     mixed = [rollout(1.0, ([-0.2], "stop")), rollout(0.0, ([-0.01], "stop"))]
-    adv = advantages(mixed, 0.5)
-    assert adv[0] > 0 > adv[1]
-    assert_all_close(adv, [0.5 - 0.0475, -0.5 + 0.0475])
+    assert_all_close(advantages(mixed, 0.5), [0.5 - 0.0475, -0.5 + 0.0475])
+    assert_all_close(advantages(mixed, 0.5, scale_std=True), [1.0 / (1 + 2e-6) - 0.0475, -1.0 / (1 + 2e-6) + 0.0475])
+
+
+def test_sharpen_leaves_dapos_filter_to_the_env_rewards() -> None:
+    tied = [rollout(1.0, ([-0.1], "stop")), rollout(1.0, ([-2.0], "stop"))]
+    mixed = [rollout(1.0, ([-0.2], "stop")), rollout(0.0, ([-0.1], "stop"))]
+    adv, trainable, kept = batch_advantages(
+        tied + mixed, 2, scale_std=False, mask_truncated=False, drop_uniform=True, sharpen=0.5
+    )
+    assert trainable == [False, False, True, True] and kept == 0.5
+    assert_all_close(adv, [0.475, -0.475, 0.475, -0.475])
 
 
 def test_sharpen_leaves_failed_rollouts_at_the_group_mean_and_refuses_missing_logprobs() -> None:

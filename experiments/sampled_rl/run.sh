@@ -14,8 +14,8 @@
 # exact evaluation. The kept best (a selection by these evaluations) is the model whose greedy
 # play loses no game of the tree, has no rejected move and wins >= 95% against random, with the
 # fewest sampled losses against the optimal opponent, then against random.
-# SHARPEN (default 0) adds that weight x each game's own log-probability to its reward
-# (`--sharpen`, docs/training.md): entropy minimisation as a reward, toward the greedy play.
+# SHARPEN (default 0) adds that weight x each game's own log-probability, less its group's mean,
+# to its advantage (`--sharpen`, docs/training.md): entropy minimisation, toward the greedy play.
 # TRAIN_SECONDS bounds the training (it resumes from its last checkpoint when run again).
 # FINAL_GAMES (default 1000) sets the size of those sampled evaluations; 0 skips them (when an
 # exact evaluation, `rlvr eval --exhaustive -T 1`, follows instead).

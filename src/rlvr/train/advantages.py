@@ -26,14 +26,17 @@ Choices:
   al. 2024, taken per turn rather than summed over later steps: an env that wants later turns
   credited puts them in its scores). One shared advantage per episode cannot tell the turn that
   lost a game from the good turns before it; this can.
-- Sharpening (`own_logprob`, the trainer's `sharpen`): a rollout's reward for the advantage
-  gains `weight` x the log-probability its sampler gave its sampled tokens (summed over its
-  model turns; replies given by `restart_explore` are not the policy's and count 0). REINFORCE
-  on log p(y) is the gradient of minus the policy's entropy (E[log p * grad log p] = -grad H),
-  the entropy-minimisation objective of Agarwal et al. 2025 ("The Unreasonable Effectiveness of
-  Entropy Minimization in LLM Reasoning") taken as a reward: the rare replies of a group lose
-  against its likely ones, so the sampled policy concentrates where its greedy one already is.
-  In a group whose env rewards are all equal, the log-probabilities alone set the advantages.
+- Sharpening (`own_logprob`, the trainer's `sharpen`): each rollout's advantage gains
+  `weight` x (its log-probability minus its group's mean of them), the log-probability being
+  what its sampler gave its sampled tokens, summed over its model turns (replies given by
+  `restart_explore` are not the policy's and count 0). REINFORCE on log p(y) is the gradient of
+  minus the policy's entropy (E[log p * grad log p] = -grad H), the entropy-minimisation
+  objective of Agarwal et al. 2025 ("The Unreasonable Effectiveness of Entropy Minimization in
+  LLM Reasoning"), with the group mean as its baseline: the rare replies of a group lose against
+  its likely ones, so the sampled policy concentrates where its greedy one already is. The term
+  is added after the env advantage's std scaling, as turn credit's is, so `weight` alone sets
+  its size: a group whose env rewards tie gets `weight`-sized advantages, not unit ones. DAPO's
+  filter still judges groups by their env rewards.
 - `group_stats` gives logging metrics: `group/zero_std_frac` (share of groups whose rewards are
   all equal, i.e. that teach nothing), `group/reward_std_mean` (mean within-group std),
   `group/count`.
@@ -115,9 +118,9 @@ def own_logprob(rollout: Rollout) -> float | None:
     return total
 
 
-def _sharpened(rollouts: Sequence[Rollout], weight: float) -> list[float]:
-    """Each rollout's reward plus `weight` x `own_logprob` (errors keep theirs: they are not
-    trained on, and take their group's mean below)."""
+def _logprobs(rollouts: Sequence[Rollout], weight: float) -> list[float]:
+    """Each rollout's `own_logprob`, failed rollouts 0.0 (never trained on); raises where a
+    sampled turn has none or a non-finite one."""
     out = []
     for i, r in enumerate(rollouts):
         lp = own_logprob(r) if r.error is None else 0.0
@@ -126,7 +129,22 @@ def _sharpened(rollouts: Sequence[Rollout], weight: float) -> list[float]:
                 f"sharpen = {weight} needs the log-probability of every sampled token; rollout {i} "
                 f"({r.task_id!r}) has {lp}: the generation backend returned no (or non-finite) logprobs"
             )
-        out.append(r.reward + weight * lp)
+        out.append(lp)
+    return out
+
+
+def _sharpen(advantages: list[float], rollouts: Sequence[Rollout], group_size: int, weight: float) -> list[float]:
+    """`advantages` plus `weight` x (own log-probability - its group's mean over scored rollouts);
+    failed rollouts are left as they are."""
+    lps = _logprobs(rollouts, weight)
+    out = list(advantages)
+    for start in range(0, len(rollouts), group_size):
+        rows = [i for i in range(start, start + group_size) if rollouts[i].error is None]
+        if len(rows) < 2:
+            continue
+        mean = math.fsum(lps[i] for i in rows) / len(rows)
+        for i in rows:
+            out[i] += weight * (lps[i] - mean)
     return out
 
 
@@ -140,10 +158,10 @@ def batch_advantages(
     sharpen: float = 0.0,
 ) -> tuple[list[float], list[bool], float]:
     """Each rollout's advantage, whether to train on it, and the share of groups kept (1.0
-    unless `drop_uniform`, DAPO's filter). `sharpen` > 0 adds that weight x `own_logprob` to
-    each reward first."""
+    unless `drop_uniform`, DAPO's filter). `sharpen` > 0 adds that weight x each rollout's
+    `own_logprob` relative to its group's mean (module docstring)."""
     g = group_size
-    rewards = _sharpened(rollouts, sharpen) if sharpen else [r.reward for r in rollouts]
+    rewards = [r.reward for r in rollouts]
     for start in range(0, len(rollouts), g):  # failed rollouts take their group's mean
         group = rollouts[start : start + g]
         scored = [rewards[start + i] for i, r in enumerate(group) if r.error is None]
@@ -152,6 +170,8 @@ def batch_advantages(
             if r.error is not None:
                 rewards[start + i] = fill
     advantages = group_advantages(rewards, g, scale_std=scale_std)
+    if sharpen:
+        advantages = _sharpen(advantages, rollouts, g, sharpen)
     trainable = [r.error is None and not (mask_truncated and r.truncated) for r in rollouts]
     kept = 1.0
     if drop_uniform:

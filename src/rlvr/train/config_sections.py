@@ -38,7 +38,7 @@ class ObjectiveConfig:
     turn_credit: float = 0.0
     """weight of the env's per-turn scores (turn_rewards) added to each turn's advantage; 0 = off"""
     sharpen: float = 0.0
-    """weight of each rollout's own log-probability added to its reward (toward greedy play); 0 = off"""
+    """weight of each rollout's own log-prob, less its group's mean, added to its advantage; 0 = off"""
 
     def check(self) -> None:
         for name in ("clip_eps", "max_is_weight"):
