@@ -126,6 +126,7 @@ def test_a_training_run_folder_as_model_says_which_folder_is_the_model(capsys, t
     pytest.importorskip("torch")
     run = tmp_path / "sft"
     (run / "final").mkdir(parents=True)
+    (run / "config.json").write_text('{"model": "x"}')  # the run's own, as `rlvr train` writes it
     (run / "final" / "config.json").write_text("{}")
     err = _fails(capsys, ["eval", "reverse_text", "-m", str(run), "-n", "1"])
     assert f"{run} is a training run's folder, not a model; did you mean {run / 'final'}?" in err

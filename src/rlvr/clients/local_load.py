@@ -58,9 +58,7 @@ def load_pretrained(path_or_id: str, device: str | None, dtype: str | None) -> t
 def check_not_a_run(folder: str) -> None:
     """A `ModelError` naming the model inside when `folder` is a training run's folder (what
     `rlvr sft` and `rlvr train` write: the model is its final/, or a checkpoint's model/)."""
-    run = Path(folder).expanduser()
-    if (run / "config.json").is_file():
-        return
+    run = Path(folder).expanduser()  # a run's folder has a config.json too: the run's own
     if (run / "final" / "config.json").is_file():
         raise ModelError(f"{folder} is a training run's folder, not a model; did you mean {Path(folder) / 'final'}?")
     steps = sorted(p for p in (run / "checkpoints").glob("step_*") if (p / "model" / "config.json").is_file())
