@@ -131,3 +131,8 @@ def test_sharpen_leaves_failed_rollouts_at_the_group_mean_and_refuses_missing_lo
         ):
             advantages([rollout(1.0, ([-1.0], "stop")), rollout(1.0, (bad, "stop"))], 1.0)
     assert advantages([rollout(1.0, (None, "stop")), rollout(1.0, (None, "stop"))], 0.0) == [0.0, 0.0]  # off: not read
+    # logprobs past the float range (a hostile backend): refused by name, not an OverflowError
+    for huge in ([-1e308, -1e308], [math.inf, -math.inf]):
+        assert not math.isfinite(own_logprob(rollout(1.0, (huge, "stop"))) or math.nan)
+        with pytest.raises(UsageError, match="rollout 1"):
+            advantages([rollout(1.0, ([-1.0], "stop")), rollout(1.0, (huge, "stop"))], 1.0)

@@ -114,7 +114,10 @@ def own_logprob(rollout: Rollout) -> float | None:
             continue
         if c.logprobs is None or len(c.logprobs) != len(c.token_ids or ()):
             return None
-        total += math.fsum(c.logprobs)
+        try:
+            total += math.fsum(c.logprobs)
+        except (OverflowError, ValueError):  # hostile logprobs (-1e308 twice, inf and -inf)
+            total += sum(c.logprobs)
     return total
 
 
@@ -140,9 +143,7 @@ def _sharpen(advantages: list[float], rollouts: Sequence[Rollout], group_size: i
     out = list(advantages)
     for start in range(0, len(rollouts), group_size):
         rows = [i for i in range(start, start + group_size) if rollouts[i].error is None]
-        if len(rows) < 2:
-            continue
-        mean = math.fsum(lps[i] for i in rows) / len(rows)
+        mean = _mean_std([lps[i] for i in rows])[0] if rows else 0.0
         for i in rows:
             out[i] += weight * (lps[i] - mean)
     return out

@@ -94,7 +94,7 @@ def rollout_metrics(rollouts: list[Rollout], env: MultiTurnEnv[Any], group_size:
     out["rollout/turn_tokens"] = statistics.fmean(len(t.completion.token_ids or ()) for t in turns) if turns else 0.0
     out["rollout/length_cut_frac"] = sum(t.completion.finish_reason == "length" for t in turns) / max(len(turns), 1)
     own = [lp for r in rollouts if r.error is None and (lp := own_logprob(r)) is not None]
-    out["rollout/logprob"] = math.fsum(own) / len(own) if own else math.nan
+    out["rollout/logprob"] = sum(own) / len(own) if own else math.nan  # -inf, not a crash, past float range
     out["rollout/truncated_frac"] = s["truncated"]
     out["rollout/error_frac"] = s["errors"] / max(len(rollouts), 1)
     if len(rollouts) % group_size == 0 and rollouts:
