@@ -159,6 +159,25 @@ def test_risky_decisions_name_the_rejected_and_losing_replies():
     assert losing and all(r["prob"] == pytest.approx(0.07) for r in losing)
 
 
+def test_risky_shares_add_up_to_the_closed_form_rates():
+    # Every failure of the scripted player is one reply at a game's first decision, so the
+    # games its risky decisions cost add up to the rates: rejected 0.03 whoever the opponent;
+    # against optimal, the 0.07 worse move after each opening that has one loses every game.
+    result = exact_walk()
+    summary = result.sampled_summary(risky_threshold=0.001)
+    for opponent in ("random", "optimal"):
+        rows = summary["risky"][opponent]
+        expected = truth(opponent)
+        rejected = sum(r["share"] for r in rows if r["kind"] == "rejected")
+        assert rejected == pytest.approx(expected["rejected"], abs=1e-12)
+        shares = [r["share"] for r in rows]
+        assert shares == sorted(shares, reverse=True)  # the costliest first
+    losing = sum(r["share"] for r in summary["risky"]["optimal"] if r["kind"] == "losing")
+    assert losing == pytest.approx(truth("optimal")["loss"], abs=1e-12)
+    first = summary["risky"]["optimal"][0]  # X starts half the games: the empty board's 3% costs 1.5%
+    assert first["kind"] == "rejected" and first["share"] == pytest.approx(0.5 * 0.03, abs=1e-12)
+
+
 def test_a_deterministic_player_gives_the_greedy_numbers():
     env = load_environment(num_tasks=8, eval_tasks=8)
     greedy = asyncio.run(enumerate_games(env, Policy(_first_best, name="first"), SamplingArgs(temperature=0.0)))
@@ -246,7 +265,9 @@ def test_cli_saves_a_sampled_run_and_the_report_draws_its_risky_boards(tmp_path,
     out = tmp_path / "run"
     args = ["eval", "tictactoe", "-m", "policy:teacher", "--exhaustive", "-T", "1", "--samples", "1", "-q"]
     assert main([*args, "--tail-games", "8", "-o", str(out)]) == 0
-    assert "--tail-games: none drawn (the decisions were sampled" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "--tail-games: none drawn (the decisions were sampled" in printed
+    assert "the costliest first" in printed and "% of games vs" in printed  # what each risky one costs
     meta = json.loads((out / "metadata.json").read_text())
     sampled = meta["exact"]["sampled"]
     assert sampled["samples"] == 1 and sampled["decisions"] == meta["exact"]["model_calls"] > 0
@@ -257,6 +278,7 @@ def test_cli_saves_a_sampled_run_and_the_report_draws_its_risky_boards(tmp_path,
     assert "Unbeatable" not in page and "no sampling" not in page  # estimates, not the greedy walk's claims
     board = sampled["risky"]["optimal"][0]["board"]
     assert html.escape(board.splitlines()[-1]) in page  # the board as the model saw it
+    assert "% of games vs" in page
 
 
 def test_greedy_exhaustive_is_unchanged_at_temperature_0(tmp_path):

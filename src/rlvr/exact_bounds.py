@@ -265,7 +265,9 @@ class Bounds:
         """Every decision where the policy puts >= `threshold` on rejected or on losing replies:
         replies the env judges so (`tree_judge`), or whose games after them include one beaten
         (an outcome in `failures`) that `opponent` plays with positive probability. One row per
-        decision and kind, with the replies and their summed probability, largest first."""
+        decision and kind, with the replies, their summed probability `prob` and `share`, the
+        fraction of all games against `opponent` that take them (weight x reach x prob): the
+        decisions that cost the most games first."""
         beaten = defaultdict(bool)
         for (n, j), gs in _games_after(self).items():
             beaten[(n, j)] = any(
@@ -296,7 +298,9 @@ class Bounds:
                 row["prob"] += p
                 row["replies"].append([text, p])
         out = [r for r in rows.values() if r["prob"] >= threshold]
-        return sorted(out, key=lambda r: (-r["prob"], r["decision"], r["kind"]))
+        for r in out:
+            r["share"] = float(r["weights"][opponent]) * r["reach"] * r["prob"]
+        return sorted(out, key=lambda r: (-r["share"], -r["prob"], r["decision"], r["kind"]))
 
 
 def numbers_of(outcomes: Sequence[str]) -> dict[str, Callable[[dict[str, Any]], bool]]:

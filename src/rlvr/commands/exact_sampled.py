@@ -200,13 +200,17 @@ def print_sampled(summary: dict[str, Any], *, title: str, show: int = 20) -> Non
         if any(cells):
             table.add_row(name, *(part for cell in cells for part in (cell or ("-", ""))))
     console.print(table)
-    from rlvr.report.exact_sampled import risky_rows
+    from rlvr.report.exact_sampled import risky_rows, shares_text
 
     rows = risky_rows(s)
-    console.print(f"risky decisions (>= {100 * s['risky_threshold']:g}% on a rejected or losing reply): {len(rows)}")
+    console.print(
+        f"risky decisions (>= {100 * s['risky_threshold']:g}% on a rejected or losing reply): {len(rows)}, "
+        "the costliest first"
+    )
     for row in rows[:show]:
         replies = ", ".join(repr(text[-24:]) for text, _ in row["replies"][:3])
-        console.print(escape(f"  {row['kind']} {100 * row['prob']:.2f}% (decision {row['decision']}): {replies}"))
+        cost = f"; {cost}" if (cost := shares_text(row)) else ""
+        console.print(escape(f"  {row['kind']} {100 * row['prob']:.2f}% (decision {row['decision']}{cost}): {replies}"))
         board = [line for line in row["board"].splitlines() if line.strip()][-6:]
         console.print(escape("\n".join("      " + line for line in board)), highlight=False)
     if len(rows) > show:

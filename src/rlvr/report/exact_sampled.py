@@ -71,13 +71,25 @@ def sampled_section(metadata: dict[str, Any]) -> list[str]:
 
 
 def risky_rows(sampled: dict[str, Any]) -> list[dict[str, Any]]:
-    """The risky decisions of every opponent, each (decision, kind) once, largest first (a reply
-    judged by the env is risky whatever the opponent; one losing in the tree may be for one)."""
+    """The risky decisions of every opponent, each (decision, kind) once with `shares`, the
+    fraction of each opponent's games it costs, the costliest first (a reply judged by the env is
+    risky whatever the opponent; one losing in the tree may be for one)."""
     seen: dict[tuple[Any, Any], dict[str, Any]] = {}
-    for rows in (sampled.get("risky") or {}).values():
+    for opponent, rows in (sampled.get("risky") or {}).items():
         for row in rows:
-            seen.setdefault((row.get("decision"), row.get("kind")), row)
-    return sorted(seen.values(), key=lambda r: (-float(r.get("prob", 0)), str(r.get("decision"))))
+            merged = seen.setdefault((row.get("decision"), row.get("kind")), {**row, "shares": {}})
+            if "share" in row:  # runs saved before shares were recorded have none
+                merged["shares"][opponent] = float(row["share"])
+    return sorted(
+        seen.values(),
+        key=lambda r: (-max(r["shares"].values(), default=0.0), -float(r.get("prob", 0)), str(r.get("decision"))),
+    )
+
+
+def shares_text(row: dict[str, Any]) -> str:
+    """'0.012% of games vs optimal, 0.003% vs random': what a risky decision costs."""
+    costs = [(o, s) for o, s in row["shares"].items() if s > 0]  # not reached against some opponents
+    return ", ".join(f"{number(100 * s, 3)}% {'' if i else 'of games '}vs {o}" for i, (o, s) in enumerate(costs))
 
 
 def _cell(value: Any) -> str:
@@ -93,6 +105,7 @@ def _risky(row: dict[str, Any]) -> str:
     )
     return (
         f'<div class="lost"><p><b>{e(row.get("kind"))}</b>: {e(number(100 * float(row.get("prob", 0)), 3))}% '
-        f"(decision {e(row.get('decision'))}, reached with policy probability {e(number(row.get('reach', 0), 4))})"
+        f"(decision {e(row.get('decision'))}, reached with policy probability {e(number(row.get('reach', 0), 4))}"
+        f"{'; ' + e(cost) if (cost := shares_text(row)) else ''})"
         f"</p><pre>{e(row.get('board', ''))}</pre><ul>{replies}</ul></div>"
     )
