@@ -279,6 +279,16 @@ def test_cli_saves_a_sampled_run_and_the_report_draws_its_risky_boards(tmp_path,
     board = sampled["risky"]["optimal"][0]["board"]
     assert html.escape(board.splitlines()[-1]) in page  # the board as the model saw it
     assert "% of games vs" in page
+    # a run saved before `share` was recorded shows the same costs; a hand-edited one, none
+    spoilt = meta["exact"]["sampled"]["risky"]["optimal"][0]["decision"]
+    for rows in meta["exact"]["sampled"]["risky"].values():
+        for row in rows:
+            del row["share"]
+            if row["decision"] == spoilt:
+                row["reach"] = "n/a"
+    (out / "metadata.json").write_text(json.dumps(meta))
+    assert main(["report", str(out)]) == 0
+    assert (out / "report.html").read_text().count("% of games vs") == page.count("% of games vs") - 1
 
 
 def test_greedy_exhaustive_is_unchanged_at_temperature_0(tmp_path):

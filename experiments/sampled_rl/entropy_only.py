@@ -44,6 +44,8 @@ def main(model_path: str, results: str, lr: float, steps: int, out: str) -> None
     torch.manual_seed(0)
     random.seed(0)
     rows = [json.loads(line) for line in open(results)]
+    if len(rows) < 900:
+        sys.exit(f"{results} holds {len(rows)} games; this needs 900 (800 to train on, 100 to measure)")
     train, held = rows[:800], rows[800:900]
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)

@@ -36,6 +36,8 @@ def main(model_path: str, results: str, games: int) -> None:
                 replies += 1
                 for i in range(len(mass)):
                     mass[i] += float((p * ((p < EDGES[i]) & (p >= EDGES[i + 1]))).sum())
+    if not replies:
+        sys.exit(f"no reply of {results} could be read back from its game's last prompt")
     total = sum(mass) / replies
     per_game = sum(len(r["turns"]) for r in rows) / len(rows)
     print(f"{model_path}: {replies} replies of {len(rows)} games; tail mass a reply {total:.3e}")

@@ -299,8 +299,14 @@ class Bounds:
                 row["replies"].append([text, p])
         out = [r for r in rows.values() if r["prob"] >= threshold]
         for r in out:
-            r["share"] = float(r["weights"][opponent]) * r["reach"] * r["prob"]
+            r["share"] = risky_share(r, opponent)
         return sorted(out, key=lambda r: (-r["share"], -r["prob"], r["decision"], r["kind"]))
+
+
+def risky_share(row: dict[str, Any], opponent: str) -> float:
+    """The fraction of all games against `opponent` that take a risky row's replies: the
+    opponent's weight of the position x the policy's reach of it x the replies' probability."""
+    return float(row["weights"][opponent]) * float(row["reach"]) * float(row["prob"])
 
 
 def numbers_of(outcomes: Sequence[str]) -> dict[str, Callable[[dict[str, Any]], bool]]:

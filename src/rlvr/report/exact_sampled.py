@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rlvr.exact_bounds import risky_share
 from rlvr.report.charts import number
 from rlvr.report.page import e
 
@@ -78,8 +79,11 @@ def risky_rows(sampled: dict[str, Any]) -> list[dict[str, Any]]:
     for opponent, rows in (sampled.get("risky") or {}).items():
         for row in rows:
             merged = seen.setdefault((row.get("decision"), row.get("kind")), {**row, "shares": {}})
-            if "share" in row:  # runs saved before shares were recorded have none
-                merged["shares"][opponent] = float(row["share"])
+            merged.pop("share", None)  # one opponent's; `shares` has each
+            try:  # from the row's own fields: runs saved before `share` was recorded have them too
+                merged["shares"][opponent] = risky_share(row, opponent)
+            except (KeyError, TypeError, ValueError):  # a hand-edited metadata.json: no cost shown
+                pass
     return sorted(
         seen.values(),
         key=lambda r: (-max(r["shares"].values(), default=0.0), -float(r.get("prob", 0)), str(r.get("decision"))),
